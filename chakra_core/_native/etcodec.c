@@ -1,0 +1,1416 @@
+/*
+ * etcodec: Chakra ET stream <-> columnar buffers.
+ *
+ * Why C: decoding one protobuf Node per Python call costs microseconds of interpreter
+ * overhead per node, and a fleet trace has millions of nodes. This module walks the
+ * protobuf wire format once and appends every field straight into Arrow-layout buffers
+ * (offsets, values, validity bitmaps); the Python side (chakra_core/codec.py) wraps them
+ * as pyarrow arrays without copying. `encode` does the reverse from numpy views of a table.
+ *
+ * The column layout and the list of well-known attributes are defined in Python
+ * (chakra_core/columns.py) and handed to this module by `configure`; this file knows only
+ * the wire format and the value classes.
+ *
+ * Wire facts (see CHAKRA_ET_FACTS.md): a stream is varint-length-prefixed messages; Node
+ * fields 1..10; AttributeProto name=1, doc_string=2, oneof value members 3..32 (odd =
+ * scalar, even = list message whose repeated field number is 1).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ growable buffers */
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} buf_t;
+
+static int buf_reserve(buf_t *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(buf_t *b, const void *src, size_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    if (n) memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_u8(buf_t *b, uint8_t v) { return buf_put(b, &v, 1); }
+static int buf_i32(buf_t *b, int32_t v) { return buf_put(b, &v, 4); }
+static int buf_u16(buf_t *b, uint16_t v) { return buf_put(b, &v, 2); }
+static int buf_u64(buf_t *b, uint64_t v) { return buf_put(b, &v, 8); }
+
+static void buf_free(buf_t *b) { free(b->p); b->p = NULL; b->len = b->cap = 0; }
+
+/* Arrow validity (or boolean value) bitmap, least significant bit first. */
+typedef struct {
+    buf_t bytes;
+    int64_t n, unset;
+} bits_t;
+
+static int bits_push(bits_t *b, int v) {
+    if ((b->n & 7) == 0 && buf_u8(&b->bytes, 0) < 0) return -1;
+    if (v) b->bytes.p[b->n >> 3] |= (uint8_t)(1u << (b->n & 7));
+    else b->unset++;
+    b->n++;
+    return 0;
+}
+
+/* A string/binary column: int32 offsets, data bytes, validity. */
+typedef struct {
+    buf_t off, data;
+    bits_t valid;
+} strcol_t;
+
+static int strcol_init(strcol_t *c) { return buf_i32(&c->off, 0); }
+
+static int strcol_push(strcol_t *c, const uint8_t *s, size_t n, int valid) {
+    if (c->data.len + n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "string column exceeds 2 GiB in one batch");
+        return -1;
+    }
+    if (buf_put(&c->data, s, n) < 0) return -1;
+    if (buf_i32(&c->off, (int32_t)c->data.len) < 0) return -1;
+    return bits_push(&c->valid, valid);
+}
+
+static void strcol_free(strcol_t *c) { buf_free(&c->off); buf_free(&c->data); buf_free(&c->valid.bytes); }
+
+/* A fixed-width column (values + validity). */
+typedef struct {
+    buf_t vals;
+    bits_t valid;
+} fixcol_t;
+
+static void fixcol_free(fixcol_t *c) { buf_free(&c->vals); buf_free(&c->valid.bytes); }
+
+/* A list column's offsets: one int32 per row boundary. */
+static int list_close_row(buf_t *off, int64_t child_len) {
+    if (child_len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "list column exceeds 2^31 entries in one batch");
+        return -1;
+    }
+    return buf_i32(off, (int32_t)child_len);
+}
+
+/* ------------------------------------------------------------------ wire reading */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} span_t;
+
+/* Decoding context: where we are, for error messages. */
+typedef struct {
+    const uint8_t *base;    /* start of the buffer handed to decode() */
+    int64_t base_offset;    /* file offset of base[0] */
+    int64_t msg_offset;     /* file offset of the current message's length prefix */
+    int64_t node_index;     /* index of the current node within the file (after metadata) */
+    int have_id;
+    uint64_t node_id;
+    char err[256];
+} ctx_t;
+
+static PyObject *FormatError;
+
+static int fail(ctx_t *cx, const uint8_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cx->err, sizeof cx->err, fmt, ap);
+    va_end(ap);
+    int64_t off = at ? cx->base_offset + (int64_t)(at - cx->base) : cx->msg_offset;
+    PyObject *id = cx->have_id ? PyLong_FromUnsignedLongLong(cx->node_id) : Py_NewRef(Py_None);
+    PyObject *args = Py_BuildValue("(sLLLN)", cx->err, (long long)off, (long long)cx->msg_offset,
+                                   (long long)cx->node_index, id);
+    if (args) {
+        PyErr_SetObject(FormatError, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+/* Reads a varint at *pp (< end). Returns 0 ok, 1 if the bytes run out, 2 if over-long. */
+static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (p >= end) return 1;
+        uint8_t byte = *p++;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 0;
+        }
+    }
+    return 2;
+}
+
+static int get_varint(ctx_t *cx, const uint8_t **pp, const uint8_t *end, uint64_t *out, const char *what) {
+    const uint8_t *start = *pp;
+    int r = read_varint(pp, end, out);
+    if (r == 1) return fail(cx, start, "truncated varint in %s", what);
+    if (r == 2) return fail(cx, start, "malformed varint (over 10 bytes) in %s", what);
+    return 0;
+}
+
+static int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *out, const char *what) {
+    uint64_t n;
+    const uint8_t *start = *pp;
+    if (get_varint(cx, pp, end, &n, what) < 0) return -1;
+    if (n > (uint64_t)(end - *pp))
+        return fail(cx, start, "length %llu of %s overruns its enclosing message", (unsigned long long)n, what);
+    out->p = *pp;
+    out->n = (size_t)n;
+    *pp += n;
+    return 0;
+}
+
+static int get_fixed(ctx_t *cx, const uint8_t **pp, const uint8_t *end, int width, uint64_t *out, const char *what) {
+    if ((size_t)(end - *pp) < (size_t)width) return fail(cx, *pp, "truncated fixed%d value in %s", width * 8, what);
+    uint64_t v = 0;
+    memcpy(&v, *pp, width); /* little-endian host, as Arrow */
+    *pp += width;
+    *out = v;
+    return 0;
+}
+
+/* Skips one field of wire type wt. Groups (3, 4) and types 6, 7 are not valid in this schema. */
+static int skip_field(ctx_t *cx, const uint8_t **pp, const uint8_t *end, int wt, const char *what) {
+    uint64_t v;
+    span_t s;
+    switch (wt) {
+    case 0: return get_varint(cx, pp, end, &v, what);
+    case 1: return get_fixed(cx, pp, end, 8, &v, what);
+    case 2: return get_span(cx, pp, end, &s, what);
+    case 5: return get_fixed(cx, pp, end, 4, &v, what);
+    default: return fail(cx, *pp, "invalid wire type %d in %s", wt, what);
+    }
+}
+
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) { i++; continue; }
+        size_t len;
+        uint32_t cp;
+        if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; }
+        else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; }
+        else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; }
+        else return 0;
+        if (i + len > n) return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+static int check_utf8(ctx_t *cx, span_t s, const char *what) {
+    if (!utf8_valid(s.p, s.n)) return fail(cx, s.p, "%s is not valid UTF-8", what);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ attribute kinds */
+
+/* oneof member numbers (= AttributeProto field numbers) */
+enum {
+    K_DOUBLE = 3, K_FLOAT = 5, K_INT32 = 7, K_INT64 = 9, K_UINT32 = 11, K_UINT64 = 13,
+    K_SINT32 = 15, K_SINT64 = 17, K_FIXED32 = 19, K_FIXED64 = 21, K_SFIXED32 = 23,
+    K_SFIXED64 = 25, K_BOOL = 27, K_STRING = 29, K_BYTES = 31, K_MAX = 32
+};
+
+static int kind_is_list(int k) { return (k & 1) == 0; }
+static int scalar_of(int k) { return kind_is_list(k) ? k - 1 : k; }
+
+/* Wire type of one element of scalar kind k. */
+static int kind_wire_type(int k) {
+    switch (scalar_of(k)) {
+    case K_DOUBLE: case K_FIXED64: case K_SFIXED64: return 1;
+    case K_FLOAT: case K_FIXED32: case K_SFIXED32: return 5;
+    case K_STRING: case K_BYTES: return 2;
+    default: return 0;
+    }
+}
+
+static int kind_is_integer(int k) {
+    int s = scalar_of(k);
+    return s >= K_INT32 && s <= K_SFIXED64;
+}
+
+static int kind_is_unsigned(int k) {
+    int s = scalar_of(k);
+    return s == K_UINT32 || s == K_UINT64 || s == K_FIXED32 || s == K_FIXED64;
+}
+
+/* Integer element of kind k from its raw wire bits, widened to 128 bits. */
+static __int128 int_from_wire(int k, uint64_t raw) {
+    switch (scalar_of(k)) {
+    case K_INT32: case K_SFIXED32: return (int32_t)(uint32_t)raw;
+    case K_INT64: case K_SFIXED64: return (int64_t)raw;
+    case K_UINT32: case K_FIXED32: return (uint32_t)raw;
+    case K_UINT64: case K_FIXED64: return raw;
+    case K_SINT32: { uint32_t u = (uint32_t)raw; return (int32_t)((u >> 1) ^ (~(u & 1) + 1)); }
+    case K_SINT64: return (int64_t)((raw >> 1) ^ (~(raw & 1) + 1));
+    default: return 0;
+    }
+}
+
+static int int_fits_kind(int k, __int128 v) {
+    switch (scalar_of(k)) {
+    case K_INT32: case K_SINT32: case K_SFIXED32: return v >= INT32_MIN && v <= INT32_MAX;
+    case K_INT64: case K_SINT64: case K_SFIXED64: return v >= INT64_MIN && v <= INT64_MAX;
+    case K_UINT32: case K_FIXED32: return v >= 0 && v <= UINT32_MAX;
+    case K_UINT64: case K_FIXED64: return v >= 0 && v <= (__int128)UINT64_MAX;
+    default: return 0;
+    }
+}
+
+/* Raw wire bits of integer v as kind k (caller checked int_fits_kind). */
+static uint64_t int_to_wire(int k, __int128 v) {
+    switch (scalar_of(k)) {
+    case K_SINT32: { int32_t s = (int32_t)v; return (uint32_t)(((uint32_t)s << 1) ^ (uint32_t)(s >> 31)); }
+    case K_SINT64: { int64_t s = (int64_t)v; return ((uint64_t)s << 1) ^ (uint64_t)(s >> 63); }
+    case K_FIXED32: case K_SFIXED32: return (uint32_t)(int64_t)v;
+    default: return (uint64_t)(int64_t)v; /* int32 negatives sign-extend to 10 bytes, as protobuf */
+    }
+}
+
+/* ------------------------------------------------------------------ configuration */
+
+/* Value classes of well-known attribute columns (mirrors chakra_core/columns.py). */
+enum { C_BOOL = 0, C_INT = 1, C_UINT = 2, C_STRING = 3, C_BOOL_LIST = 4 };
+
+#define MAX_KNOWN 60
+static int n_known = 0;
+static char *known_name[MAX_KNOWN];
+static size_t known_len[MAX_KNOWN];
+static int known_class[MAX_KNOWN];
+static int known_default_kind[MAX_KNOWN];
+
+static int class_accepts(int cls, int kind, __int128 v) {
+    switch (cls) {
+    case C_BOOL: return kind == K_BOOL;
+    case C_INT: return kind_is_integer(kind) && !kind_is_list(kind) && v >= INT64_MIN && v <= INT64_MAX;
+    case C_UINT: return kind_is_integer(kind) && !kind_is_list(kind) && v >= 0;
+    case C_STRING: return kind == K_STRING;
+    case C_BOOL_LIST: return kind == K_BOOL + 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ decoder state */
+
+/* One decoded attribute, pointing into the input buffer. */
+typedef struct {
+    span_t name, doc;
+    int has_doc;
+    int kind;       /* 0 = no value member set */
+    uint64_t raw;   /* scalar bits for varint/fixed kinds */
+    span_t body;    /* payload for string/bytes/list kinds */
+} attr_t;
+
+/* Column builders of the "other_attrs" list<struct>. */
+typedef struct {
+    buf_t off;              /* per node: entry offsets */
+    strcol_t name, doc;
+    buf_t kind;             /* uint8 dictionary index (kind - 3), with validity */
+    bits_t kind_valid;
+    fixcol_t i64, u64, f64, f32;
+    bits_t bool_vals, bool_valid;
+    strcol_t str, bytes;
+    /* lists: offsets + validity per entry, then the child values */
+    buf_t l_off[7];
+    bits_t l_valid[7];
+    buf_t li64, lu64, lf64, lf32;
+    bits_t lbool;
+    strcol_t lstr, lbytes;
+} extras_t;
+
+/* list child slots in extras_t.l_off */
+enum { L_INT = 0, L_UINT, L_DOUBLE, L_FLOAT, L_BOOL, L_STRING, L_BYTES };
+
+typedef struct {
+    int cls;
+    fixcol_t fix;   /* C_INT / C_UINT: 8-byte values; C_BOOL: uses bools */
+    bits_t bools;   /* C_BOOL values */
+    strcol_t str;   /* C_STRING */
+    buf_t l_off;    /* C_BOOL_LIST offsets */
+    bits_t l_vals;  /* C_BOOL_LIST values */
+} knowncol_t;
+
+typedef struct {
+    int64_t n;
+    buf_t id, type, start, dur;
+    strcol_t name;
+    buf_t ctrl_off, ctrl, data_off, data;
+    int has_io[2];
+    strcol_t io[2][3];
+    bits_t io_valid[2];
+    knowncol_t known[MAX_KNOWN];
+    buf_t layout_off, layout;
+    extras_t ex;
+    strcol_t unknown;
+} batch_t;
+
+/* Per-node scratch for fields that are singular (last occurrence wins). */
+typedef struct {
+    uint64_t id, start, dur;
+    int32_t type;
+    span_t name;
+    int has_io[2];
+    span_t io[2][3];
+    uint64_t seen_known;      /* bit s: slot s already taken in this node */
+    attr_t known[MAX_KNOWN];
+    buf_t unknown;
+} scratch_t;
+
+static int batch_init(batch_t *b) {
+    memset(b, 0, sizeof *b);
+    if (strcol_init(&b->name) < 0 || buf_i32(&b->ctrl_off, 0) < 0 || buf_i32(&b->data_off, 0) < 0 ||
+        buf_i32(&b->layout_off, 0) < 0 || strcol_init(&b->unknown) < 0 || buf_i32(&b->ex.off, 0) < 0 ||
+        strcol_init(&b->ex.name) < 0 || strcol_init(&b->ex.doc) < 0 || strcol_init(&b->ex.str) < 0 ||
+        strcol_init(&b->ex.bytes) < 0 || strcol_init(&b->ex.lstr) < 0 || strcol_init(&b->ex.lbytes) < 0)
+        return -1;
+    for (int k = 0; k < 7; k++)
+        if (buf_i32(&b->ex.l_off[k], 0) < 0) return -1;
+    for (int d = 0; d < 2; d++)
+        for (int f = 0; f < 3; f++)
+            if (strcol_init(&b->io[d][f]) < 0) return -1;
+    for (int s = 0; s < n_known; s++) {
+        b->known[s].cls = known_class[s];
+        if (known_class[s] == C_STRING && strcol_init(&b->known[s].str) < 0) return -1;
+        if (known_class[s] == C_BOOL_LIST && buf_i32(&b->known[s].l_off, 0) < 0) return -1;
+    }
+    return 0;
+}
+
+static void batch_free(batch_t *b) {
+    buf_free(&b->id); buf_free(&b->type); buf_free(&b->start); buf_free(&b->dur);
+    strcol_free(&b->name);
+    buf_free(&b->ctrl_off); buf_free(&b->ctrl); buf_free(&b->data_off); buf_free(&b->data);
+    for (int d = 0; d < 2; d++) {
+        for (int f = 0; f < 3; f++) strcol_free(&b->io[d][f]);
+        buf_free(&b->io_valid[d].bytes);
+    }
+    for (int s = 0; s < MAX_KNOWN; s++) {
+        knowncol_t *k = &b->known[s];
+        fixcol_free(&k->fix); buf_free(&k->bools.bytes); strcol_free(&k->str);
+        buf_free(&k->l_off); buf_free(&k->l_vals.bytes);
+    }
+    buf_free(&b->layout_off); buf_free(&b->layout);
+    extras_t *e = &b->ex;
+    buf_free(&e->off); strcol_free(&e->name); strcol_free(&e->doc);
+    buf_free(&e->kind); buf_free(&e->kind_valid.bytes);
+    fixcol_free(&e->i64); fixcol_free(&e->u64); fixcol_free(&e->f64); fixcol_free(&e->f32);
+    buf_free(&e->bool_vals.bytes); buf_free(&e->bool_valid.bytes);
+    strcol_free(&e->str); strcol_free(&e->bytes);
+    for (int k = 0; k < 7; k++) { buf_free(&e->l_off[k]); buf_free(&e->l_valid[k].bytes); }
+    buf_free(&e->li64); buf_free(&e->lu64); buf_free(&e->lf64); buf_free(&e->lf32);
+    buf_free(&e->lbool.bytes); strcol_free(&e->lstr); strcol_free(&e->lbytes);
+    strcol_free(&b->unknown);
+}
+
+/* ------------------------------------------------------------------ decoding */
+
+static int parse_attr(ctx_t *cx, span_t msg, attr_t *a) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    memset(a, 0, sizeof *a);
+    while (p < end) {
+        const uint8_t *at = p;
+        uint64_t tag;
+        if (get_varint(cx, &p, end, &tag, "attribute tag") < 0) return -1;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field == 1 || field == 2) {
+            if (wt != 2) return fail(cx, at, "attribute field %d has wire type %d, expected 2", field, wt);
+            span_t s;
+            if (get_span(cx, &p, end, &s, field == 1 ? "attribute name" : "attribute doc_string") < 0) return -1;
+            if (check_utf8(cx, s, field == 1 ? "attribute name" : "attribute doc_string") < 0) return -1;
+            if (field == 1) a->name = s;
+            else { a->doc = s; a->has_doc = s.n > 0; }
+        } else if (field >= K_DOUBLE && field <= K_MAX) {
+            int expected = kind_is_list(field) ? 2 : kind_wire_type(field);
+            if (wt != expected)
+                return fail(cx, at, "attribute value member %d has wire type %d, expected %d", field, wt, expected);
+            a->kind = field;
+            if (wt == 0) { if (get_varint(cx, &p, end, &a->raw, "attribute value") < 0) return -1; }
+            else if (wt == 1) { if (get_fixed(cx, &p, end, 8, &a->raw, "attribute value") < 0) return -1; }
+            else if (wt == 5) { if (get_fixed(cx, &p, end, 4, &a->raw, "attribute value") < 0) return -1; }
+            else {
+                if (get_span(cx, &p, end, &a->body, "attribute value") < 0) return -1;
+                if (field == K_STRING && check_utf8(cx, a->body, "attribute string_val") < 0) return -1;
+            }
+        } else {
+            return fail(cx, at, "attribute has field %d, which the Chakra schema does not define", field);
+        }
+    }
+    return 0;
+}
+
+/*
+ * Calls visit(elem) for each element of a list-kind attribute body (a XxxList message).
+ * Accepts packed and unpacked encodings. For string/bytes elements, `elem_span` is set.
+ */
+typedef int (*elem_fn)(void *st, uint64_t raw, span_t s);
+
+static int walk_list(ctx_t *cx, int kind, span_t body, elem_fn visit, void *st) {
+    const uint8_t *p = body.p, *end = body.p + body.n;
+    int ewt = kind_wire_type(kind);
+    span_t none = {0, 0};
+    while (p < end) {
+        const uint8_t *at = p;
+        uint64_t tag;
+        if (get_varint(cx, &p, end, &tag, "list tag") < 0) return -1;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field != 1) return fail(cx, at, "list attribute has field %d; only field 1 is defined", field);
+        if (wt == 2 && ewt != 2) { /* packed run */
+            span_t run;
+            if (get_span(cx, &p, end, &run, "packed list") < 0) return -1;
+            const uint8_t *q = run.p, *qe = run.p + run.n;
+            while (q < qe) {
+                uint64_t raw = 0;
+                if (ewt == 0 && get_varint(cx, &q, qe, &raw, "packed list element") < 0) return -1;
+                if (ewt == 1 && get_fixed(cx, &q, qe, 8, &raw, "packed list element") < 0) return -1;
+                if (ewt == 5 && get_fixed(cx, &q, qe, 4, &raw, "packed list element") < 0) return -1;
+                if (visit(st, raw, none) < 0) return -1;
+            }
+        } else if (wt == ewt) {
+            uint64_t raw = 0;
+            span_t s = none;
+            if (ewt == 0 && get_varint(cx, &p, end, &raw, "list element") < 0) return -1;
+            if (ewt == 1 && get_fixed(cx, &p, end, 8, &raw, "list element") < 0) return -1;
+            if (ewt == 5 && get_fixed(cx, &p, end, 4, &raw, "list element") < 0) return -1;
+            if (ewt == 2) {
+                if (get_span(cx, &p, end, &s, "list element") < 0) return -1;
+                if (kind == K_STRING + 1 && check_utf8(cx, s, "string_list element") < 0) return -1;
+            }
+            if (visit(st, raw, s) < 0) return -1;
+        } else {
+            return fail(cx, at, "list element has wire type %d, expected %d", wt, ewt);
+        }
+    }
+    return 0;
+}
+
+typedef struct { extras_t *e; int kind; } list_sink_t;
+
+static int visit_extra_elem(void *stp, uint64_t raw, span_t s) {
+    list_sink_t *st = stp;
+    extras_t *e = st->e;
+    int k = scalar_of(st->kind);
+    if (kind_is_integer(k)) {
+        __int128 v = int_from_wire(k, raw);
+        if (kind_is_unsigned(k)) return buf_u64(&e->lu64, (uint64_t)v);
+        int64_t sv = (int64_t)v;
+        return buf_put(&e->li64, &sv, 8);
+    }
+    switch (k) {
+    case K_DOUBLE: return buf_u64(&e->lf64, raw);
+    case K_FLOAT: { uint32_t f = (uint32_t)raw; return buf_put(&e->lf32, &f, 4); }
+    case K_BOOL: return bits_push(&e->lbool, raw != 0);
+    case K_STRING: return strcol_push(&e->lstr, s.p, s.n, 1);
+    case K_BYTES: return strcol_push(&e->lbytes, s.p, s.n, 1);
+    }
+    return 0;
+}
+
+static int list_slot(int kind) {
+    int k = scalar_of(kind);
+    if (kind_is_integer(k)) return kind_is_unsigned(k) ? L_UINT : L_INT;
+    switch (k) {
+    case K_DOUBLE: return L_DOUBLE;
+    case K_FLOAT: return L_FLOAT;
+    case K_BOOL: return L_BOOL;
+    case K_STRING: return L_STRING;
+    default: return L_BYTES;
+    }
+}
+
+static int64_t list_child_len(extras_t *e, int slot) {
+    switch (slot) {
+    case L_INT: return (int64_t)(e->li64.len / 8);
+    case L_UINT: return (int64_t)(e->lu64.len / 8);
+    case L_DOUBLE: return (int64_t)(e->lf64.len / 8);
+    case L_FLOAT: return (int64_t)(e->lf32.len / 4);
+    case L_BOOL: return e->lbool.n;
+    case L_STRING: return e->lstr.valid.n;
+    default: return e->lbytes.valid.n;
+    }
+}
+
+/* Appends one attribute to the other_attrs columns. Every value child gets a row (null unless it holds the value). */
+static int push_extra(ctx_t *cx, extras_t *e, const attr_t *a) {
+    int k = a->kind;
+    if (strcol_push(&e->name, a->name.p, a->name.n, 1) < 0) return -1;
+    if (strcol_push(&e->doc, a->doc.p, a->doc.n, a->has_doc) < 0) return -1;
+    if (buf_u8(&e->kind, (uint8_t)(k ? k - K_DOUBLE : 0)) < 0 || bits_push(&e->kind_valid, k != 0) < 0) return -1;
+
+    int scalar_int = k && !kind_is_list(k) && kind_is_integer(k);
+    __int128 v = scalar_int ? int_from_wire(k, a->raw) : 0;
+    int64_t sv = (int64_t)v;
+    uint64_t uv = (uint64_t)v;
+    int is_i = scalar_int && !kind_is_unsigned(k), is_u = scalar_int && kind_is_unsigned(k);
+    if (buf_put(&e->i64.vals, &sv, 8) < 0 || bits_push(&e->i64.valid, is_i) < 0) return -1;
+    if (buf_u64(&e->u64.vals, uv) < 0 || bits_push(&e->u64.valid, is_u) < 0) return -1;
+    if (buf_u64(&e->f64.vals, k == K_DOUBLE ? a->raw : 0) < 0 || bits_push(&e->f64.valid, k == K_DOUBLE) < 0) return -1;
+    uint32_t f = k == K_FLOAT ? (uint32_t)a->raw : 0;
+    if (buf_put(&e->f32.vals, &f, 4) < 0 || bits_push(&e->f32.valid, k == K_FLOAT) < 0) return -1;
+    if (bits_push(&e->bool_vals, k == K_BOOL && a->raw) < 0 || bits_push(&e->bool_valid, k == K_BOOL) < 0) return -1;
+    if (strcol_push(&e->str, a->body.p, k == K_STRING ? a->body.n : 0, k == K_STRING) < 0) return -1;
+    if (strcol_push(&e->bytes, a->body.p, k == K_BYTES ? a->body.n : 0, k == K_BYTES) < 0) return -1;
+
+    int mine = (k && kind_is_list(k)) ? list_slot(k) : -1;
+    if (mine >= 0) {
+        list_sink_t st = {e, k};
+        if (walk_list(cx, k, a->body, visit_extra_elem, &st) < 0) return -1;
+    }
+    for (int slot = 0; slot < 7; slot++) {
+        if (list_close_row(&e->l_off[slot], list_child_len(e, slot)) < 0) return -1;
+        if (bits_push(&e->l_valid[slot], slot == mine) < 0) return -1;
+    }
+    return 0;
+}
+
+static int match_known(span_t name) {
+    for (int s = 0; s < n_known; s++)
+        if (known_len[s] == name.n && memcmp(known_name[s], name.p, name.n) == 0) return s;
+    return -1;
+}
+
+static int visit_bool(void *stp, uint64_t raw, span_t s) {
+    (void)s;
+    return bits_push((bits_t *)stp, raw != 0);
+}
+
+/* Writes a node's singular well-known attribute values (or nulls) into their columns. */
+static int commit_known(ctx_t *cx, batch_t *b, scratch_t *sc) {
+    for (int s = 0; s < n_known; s++) {
+        knowncol_t *col = &b->known[s];
+        int has = (int)((sc->seen_known >> s) & 1);
+        attr_t *a = &sc->known[s];
+        switch (col->cls) {
+        case C_BOOL:
+            if (bits_push(&col->bools, has && a->raw) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            break;
+        case C_INT:
+        case C_UINT: {
+            uint64_t v = has ? (uint64_t)int_from_wire(a->kind, a->raw) : 0;
+            if (buf_u64(&col->fix.vals, v) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            break;
+        }
+        case C_STRING:
+            if (strcol_push(&col->str, a->body.p, has ? a->body.n : 0, has) < 0) return -1;
+            break;
+        case C_BOOL_LIST:
+            if (has && walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
+            if (list_close_row(&col->l_off, col->l_vals.n) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            break;
+        }
+    }
+    return 0;
+}
+
+static int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
+    attr_t a;
+    if (parse_attr(cx, msg, &a) < 0) return -1;
+    int slot = match_known(a.name);
+    if (slot >= 0 && !((sc->seen_known >> slot) & 1) && !a.has_doc && a.kind) {
+        __int128 v = kind_is_integer(a.kind) && !kind_is_list(a.kind) ? int_from_wire(a.kind, a.raw) : 0;
+        if (class_accepts(known_class[slot], a.kind, v)) {
+            sc->seen_known |= (uint64_t)1 << slot;
+            sc->known[slot] = a;
+            return buf_u16(&b->layout, (uint16_t)(((slot + 1) << 5) | (a.kind - K_DOUBLE)));
+        }
+    }
+    if (push_extra(cx, &b->ex, &a) < 0) return -1;
+    return buf_u16(&b->layout, 0);
+}
+
+static int parse_io(ctx_t *cx, span_t msg, span_t out[3], const char *what) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    while (p < end) {
+        const uint8_t *at = p;
+        uint64_t tag;
+        if (get_varint(cx, &p, end, &tag, what) < 0) return -1;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        if (field < 1 || field > 3 || wt != 2)
+            return fail(cx, at, "%s has field %d (wire type %d), which the Chakra schema does not define", what, field, wt);
+        if (get_span(cx, &p, end, &out[field - 1], what) < 0) return -1;
+        if (check_utf8(cx, out[field - 1], what) < 0) return -1;
+    }
+    return 0;
+}
+
+static int push_deps(ctx_t *cx, buf_t *dst, const uint8_t **pp, const uint8_t *end, int wt, const char *what) {
+    uint64_t v;
+    if (wt == 0) {
+        if (get_varint(cx, pp, end, &v, what) < 0) return -1;
+        return buf_u64(dst, v);
+    }
+    span_t run;
+    if (get_span(cx, pp, end, &run, what) < 0) return -1;
+    const uint8_t *q = run.p, *qe = run.p + run.n;
+    while (q < qe) {
+        if (get_varint(cx, &q, qe, &v, what) < 0) return -1;
+        if (buf_u64(dst, v) < 0) return -1;
+    }
+    return 0;
+}
+
+static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    memset(sc->has_io, 0, sizeof sc->has_io);
+    memset(sc->io, 0, sizeof sc->io);
+    sc->id = sc->start = sc->dur = 0;
+    sc->type = 0;
+    sc->name.p = NULL;
+    sc->name.n = 0;
+    sc->seen_known = 0;
+    sc->unknown.len = 0;
+    cx->have_id = 0;
+    while (p < end) {
+        const uint8_t *at = p;
+        uint64_t tag, v;
+        if (get_varint(cx, &p, end, &tag, "node field tag") < 0) return -1;
+        int field = (int)(tag >> 3), wt = (int)(tag & 7);
+        int want = (field == 2 || field >= 8) ? 2 : 0;
+        if (field == 0) return fail(cx, at, "node has field number 0 (not protobuf)");
+        if (field <= 10 && wt != want && !((field == 4 || field == 5) && wt == 2))
+            return fail(cx, at, "node field %d has wire type %d, expected %d", field, wt, want);
+        switch (field) {
+        case 1:
+            if (get_varint(cx, &p, end, &sc->id, "node id") < 0) return -1;
+            cx->have_id = 1;
+            cx->node_id = sc->id;
+            break;
+        case 2:
+            if (get_span(cx, &p, end, &sc->name, "node name") < 0 || check_utf8(cx, sc->name, "node name") < 0) return -1;
+            break;
+        case 3:
+            if (get_varint(cx, &p, end, &v, "node type") < 0) return -1;
+            sc->type = (int32_t)(uint32_t)v;
+            break;
+        case 4: if (push_deps(cx, &b->ctrl, &p, end, wt, "ctrl_deps") < 0) return -1; break;
+        case 5: if (push_deps(cx, &b->data, &p, end, wt, "data_deps") < 0) return -1; break;
+        case 6: if (get_varint(cx, &p, end, &sc->start, "start_time_micros") < 0) return -1; break;
+        case 7: if (get_varint(cx, &p, end, &sc->dur, "duration_micros") < 0) return -1; break;
+        case 8:
+        case 9: {
+            span_t io;
+            int d = field - 8;
+            if (get_span(cx, &p, end, &io, d ? "outputs" : "inputs") < 0) return -1;
+            if (parse_io(cx, io, sc->io[d], d ? "outputs" : "inputs") < 0) return -1;
+            sc->has_io[d] = 1;
+            break;
+        }
+        case 10: {
+            span_t am;
+            if (get_span(cx, &p, end, &am, "attribute") < 0) return -1;
+            if (handle_attr(cx, b, sc, am) < 0) return -1;
+            break;
+        }
+        default: /* a field from a newer schema: keep its bytes, re-emitted after the known fields */
+            if (skip_field(cx, &p, end, wt, "unknown node field") < 0) return -1;
+            if (buf_put(&sc->unknown, at, (size_t)(p - at)) < 0) return -1;
+        }
+    }
+    /* commit the node's row */
+    if (buf_u64(&b->id, sc->id) < 0 || buf_i32(&b->type, sc->type) < 0 || buf_u64(&b->start, sc->start) < 0 ||
+        buf_u64(&b->dur, sc->dur) < 0 || strcol_push(&b->name, sc->name.p, sc->name.n, 1) < 0 ||
+        list_close_row(&b->ctrl_off, (int64_t)(b->ctrl.len / 8)) < 0 ||
+        list_close_row(&b->data_off, (int64_t)(b->data.len / 8)) < 0 ||
+        list_close_row(&b->layout_off, (int64_t)(b->layout.len / 2)) < 0 ||
+        list_close_row(&b->ex.off, b->ex.name.valid.n) < 0)
+        return -1;
+    for (int d = 0; d < 2; d++) {
+        for (int f = 0; f < 3; f++)
+            if (strcol_push(&b->io[d][f], sc->io[d][f].p, sc->io[d][f].n, 1) < 0) return -1;
+        if (bits_push(&b->io_valid[d], sc->has_io[d]) < 0) return -1;
+    }
+    if (commit_known(cx, b, sc) < 0) return -1;
+    if (strcol_push(&b->unknown, sc->unknown.p, sc->unknown.len, sc->unknown.len > 0) < 0) return -1;
+    b->n++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ buffers -> Python */
+
+static int put_bytes(PyObject *d, const char *key, const buf_t *b) {
+    PyObject *v = PyBytes_FromStringAndSize((const char *)b->p, (Py_ssize_t)b->len);
+    if (!v) return -1;
+    int r = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* Validity bitmaps become None when every row is valid (Arrow's convention). */
+static int put_bits(PyObject *d, const char *key, const bits_t *b) {
+    if (b->unset == 0) return PyDict_SetItemString(d, key, Py_None);
+    return put_bytes(d, key, &b->bytes);
+}
+
+static int put_str(PyObject *d, const char *prefix, const strcol_t *c) {
+    char k[96];
+    snprintf(k, sizeof k, "%s.off", prefix);
+    if (put_bytes(d, k, &c->off) < 0) return -1;
+    snprintf(k, sizeof k, "%s.data", prefix);
+    if (put_bytes(d, k, &c->data) < 0) return -1;
+    snprintf(k, sizeof k, "%s.valid", prefix);
+    return put_bits(d, k, &c->valid);
+}
+
+static int put_fix(PyObject *d, const char *prefix, const buf_t *vals, const bits_t *valid) {
+    char k[96];
+    snprintf(k, sizeof k, "%s.vals", prefix);
+    if (put_bytes(d, k, vals) < 0) return -1;
+    snprintf(k, sizeof k, "%s.valid", prefix);
+    return put_bits(d, k, valid);
+}
+
+static const char *LIST_NAMES[7] = {"int_list", "uint_list", "double_list", "float_list",
+                                    "bool_list", "string_list", "bytes_list"};
+
+static PyObject *batch_to_dict(batch_t *b) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    char k[96];
+    PyObject *n = PyLong_FromLongLong(b->n);
+    if (!n || PyDict_SetItemString(d, "n", n) < 0) { Py_XDECREF(n); goto err; }
+    Py_DECREF(n);
+    if (put_bytes(d, "id", &b->id) < 0 || put_bytes(d, "type", &b->type) < 0 || put_bytes(d, "start", &b->start) < 0 ||
+        put_bytes(d, "dur", &b->dur) < 0 || put_str(d, "name", &b->name) < 0 ||
+        put_bytes(d, "ctrl.off", &b->ctrl_off) < 0 || put_bytes(d, "ctrl.vals", &b->ctrl) < 0 ||
+        put_bytes(d, "data.off", &b->data_off) < 0 || put_bytes(d, "data.vals", &b->data) < 0 ||
+        put_bytes(d, "layout.off", &b->layout_off) < 0 || put_bytes(d, "layout.vals", &b->layout) < 0 ||
+        put_str(d, "unknown", &b->unknown) < 0)
+        goto err;
+    static const char *IO[2] = {"inputs", "outputs"}, *IOF[3] = {"values", "shapes", "types"};
+    for (int io = 0; io < 2; io++) {
+        for (int f = 0; f < 3; f++) {
+            snprintf(k, sizeof k, "%s.%s", IO[io], IOF[f]);
+            if (put_str(d, k, &b->io[io][f]) < 0) goto err;
+        }
+        snprintf(k, sizeof k, "%s.valid", IO[io]);
+        if (put_bits(d, k, &b->io_valid[io]) < 0) goto err;
+    }
+    for (int s = 0; s < n_known; s++) {
+        knowncol_t *c = &b->known[s];
+        const char *nm = known_name[s];
+        int r = 0;
+        switch (c->cls) {
+        case C_BOOL:
+            snprintf(k, sizeof k, "%s.vals", nm);
+            r = put_bytes(d, k, &c->bools.bytes);
+            snprintf(k, sizeof k, "%s.valid", nm);
+            if (r == 0) r = put_bits(d, k, &c->fix.valid);
+            break;
+        case C_INT:
+        case C_UINT: r = put_fix(d, nm, &c->fix.vals, &c->fix.valid); break;
+        case C_STRING: r = put_str(d, nm, &c->str); break;
+        case C_BOOL_LIST:
+            snprintf(k, sizeof k, "%s.off", nm);
+            r = put_bytes(d, k, &c->l_off);
+            snprintf(k, sizeof k, "%s.vals", nm);
+            if (r == 0) r = put_bytes(d, k, &c->l_vals.bytes);
+            snprintf(k, sizeof k, "%s.valid", nm);
+            if (r == 0) r = put_bits(d, k, &c->fix.valid);
+            break;
+        }
+        if (r < 0) goto err;
+    }
+    extras_t *e = &b->ex;
+    if (put_bytes(d, "x.off", &e->off) < 0 || put_str(d, "x.name", &e->name) < 0 || put_str(d, "x.doc", &e->doc) < 0 ||
+        put_fix(d, "x.kind", &e->kind, &e->kind_valid) < 0 || put_fix(d, "x.int", &e->i64.vals, &e->i64.valid) < 0 ||
+        put_fix(d, "x.uint", &e->u64.vals, &e->u64.valid) < 0 || put_fix(d, "x.double", &e->f64.vals, &e->f64.valid) < 0 ||
+        put_fix(d, "x.float", &e->f32.vals, &e->f32.valid) < 0 || put_fix(d, "x.bool", &e->bool_vals.bytes, &e->bool_valid) < 0 ||
+        put_str(d, "x.string", &e->str) < 0 || put_str(d, "x.bytes", &e->bytes) < 0)
+        goto err;
+    for (int slot = 0; slot < 7; slot++) {
+        snprintf(k, sizeof k, "x.%s.off", LIST_NAMES[slot]);
+        if (put_bytes(d, k, &e->l_off[slot]) < 0) goto err;
+        snprintf(k, sizeof k, "x.%s.valid", LIST_NAMES[slot]);
+        if (put_bits(d, k, &e->l_valid[slot]) < 0) goto err;
+    }
+    if (put_bytes(d, "x.int_list.vals", &e->li64) < 0 || put_bytes(d, "x.uint_list.vals", &e->lu64) < 0 ||
+        put_bytes(d, "x.double_list.vals", &e->lf64) < 0 || put_bytes(d, "x.float_list.vals", &e->lf32) < 0 ||
+        put_bytes(d, "x.bool_list.vals", &e->lbool.bytes) < 0 || put_str(d, "x.string_list.item", &e->lstr) < 0 ||
+        put_str(d, "x.bytes_list.item", &e->lbytes) < 0)
+        goto err;
+    return d;
+err:
+    Py_DECREF(d);
+    return NULL;
+}
+
+/*
+ * decode(data, start, base_offset, first_index, max_nodes, final) -> (batch dict, end position)
+ *
+ * Decodes up to max_nodes length-prefixed Node messages from data[start:]; base_offset is
+ * the file offset of data[0]; the returned position is where decoding stopped. A
+ * message cut off by the end of `data` is left unconsumed unless `final` is true, in which
+ * case it is a truncation error. Errors raise FormatError(message, offset, message_offset,
+ * node_index, node_id).
+ */
+#define MAX_MESSAGE_BYTES ((uint64_t)1 << 30)
+
+static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    long long base_offset, first_index;
+    Py_ssize_t start, max_nodes;
+    int final;
+    if (!PyArg_ParseTuple(args, "y*nLLnp", &view, &start, &base_offset, &first_index, &max_nodes, &final)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start outside the buffer");
+        return NULL;
+    }
+    batch_t *b = malloc(sizeof *b);
+    scratch_t *sc = calloc(1, sizeof *sc);
+    PyObject *result = NULL;
+    if (!b || !sc) { PyErr_NoMemory(); free(b); free(sc); PyBuffer_Release(&view); return NULL; }
+    if (batch_init(b) < 0) goto done;
+    ctx_t cx = {.base = view.buf, .base_offset = base_offset, .node_index = first_index};
+    const uint8_t *p = (const uint8_t *)view.buf + start, *end = (const uint8_t *)view.buf + view.len;
+    int rc = 0;
+    while (b->n < max_nodes && p < end) {
+        const uint8_t *q = p;
+        uint64_t len;
+        cx.msg_offset = base_offset + (int64_t)(p - (const uint8_t *)view.buf);
+        cx.have_id = 0;
+        int r = read_varint(&q, end, &len);
+        if (r == 1 && !final) break;
+        if (r == 1) { rc = fail(&cx, p, "truncated file: the length prefix of node %lld is cut off", (long long)cx.node_index); break; }
+        if (r == 2 || len > MAX_MESSAGE_BYTES) {
+            rc = fail(&cx, p, "corrupt length prefix for node %lld (not a Chakra ET, or damaged)", (long long)cx.node_index);
+            break;
+        }
+        if (len > (uint64_t)(end - q)) {
+            if (!final) break;
+            rc = fail(&cx, p, "truncated file: node %lld declares %llu bytes but only %lld remain",
+                      (long long)cx.node_index, (unsigned long long)len, (long long)(end - q));
+            break;
+        }
+        span_t msg = {q, (size_t)len};
+        if (decode_node(&cx, b, sc, msg) < 0) { rc = -1; break; }
+        p = q + len;
+        cx.node_index++;
+    }
+    if (rc < 0) goto done;
+    PyObject *d = batch_to_dict(b);
+    if (d) result = Py_BuildValue("(Nn)", d, (Py_ssize_t)(p - (const uint8_t *)view.buf));
+done:
+    batch_free(b);
+    buf_free(&sc->unknown);
+    free(b);
+    free(sc);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------ encoding */
+
+static int put_varint(buf_t *b, uint64_t v) {
+    uint8_t tmp[10];
+    int n = 0;
+    do {
+        uint8_t byte = v & 0x7f;
+        v >>= 7;
+        tmp[n++] = byte | (v ? 0x80 : 0);
+    } while (v);
+    return buf_put(b, tmp, n);
+}
+
+static int put_tag(buf_t *b, int field, int wt) { return put_varint(b, ((uint64_t)field << 3) | (uint64_t)wt); }
+
+static int put_ld(buf_t *b, int field, const void *p, size_t n) {
+    if (put_tag(b, field, 2) < 0 || put_varint(b, n) < 0) return -1;
+    return buf_put(b, p, n);
+}
+
+/* Borrowed input arrays of one encode() call, looked up by key in the input dict. */
+#define MAX_VIEWS 512
+typedef struct {
+    PyObject *dict;
+    Py_buffer views[MAX_VIEWS];
+    int nviews;
+    int64_t row;        /* node being encoded, for errors */
+    uint64_t row_id;
+} enc_in_t;
+
+typedef struct { const uint8_t *p; Py_ssize_t len; } raw_t;
+
+static int in_raw(enc_in_t *in, const char *key, raw_t *out, int optional) {
+    PyObject *v = PyDict_GetItemString(in->dict, key);
+    out->p = NULL;
+    out->len = 0;
+    if (!v || v == Py_None) {
+        if (optional) return 0;
+        PyErr_Format(PyExc_KeyError, "encode input lacks '%s'", key);
+        return -1;
+    }
+    if (in->nviews == MAX_VIEWS) { PyErr_SetString(PyExc_RuntimeError, "too many encode inputs"); return -1; }
+    Py_buffer *view = &in->views[in->nviews];
+    if (PyObject_GetBuffer(v, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    in->nviews++;
+    out->p = view->buf;
+    out->len = view->len;
+    return 0;
+}
+
+static int need_len(const char *key, raw_t r, Py_ssize_t want) {
+    if (r.len < want) {
+        PyErr_Format(PyExc_ValueError, "encode input '%s' has %zd bytes, expected at least %zd", key, r.len, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* A string-like column: int64 offsets into data. */
+typedef struct { raw_t off, data, valid; Py_ssize_t n; } str_in_t;
+
+static int in_str(enc_in_t *in, const char *prefix, Py_ssize_t n, str_in_t *c, int with_valid) {
+    char k[96];
+    snprintf(k, sizeof k, "%s.off", prefix);
+    if (in_raw(in, k, &c->off, 0) < 0 || need_len(k, c->off, (n + 1) * 8) < 0) return -1;
+    snprintf(k, sizeof k, "%s.data", prefix);
+    if (in_raw(in, k, &c->data, 0) < 0) return -1;
+    snprintf(k, sizeof k, "%s.valid", prefix);
+    if (with_valid && (in_raw(in, k, &c->valid, 0) < 0 || need_len(k, c->valid, n) < 0)) return -1;
+    c->n = n;
+    return 0;
+}
+
+static int str_at(const str_in_t *c, Py_ssize_t i, span_t *s) {
+    const int64_t *off = (const int64_t *)c->off.p;
+    if (i < 0 || i >= c->n || off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > c->data.len) {
+        PyErr_Format(PyExc_ValueError, "string offsets out of range at row %zd", i);
+        return -1;
+    }
+    s->p = c->data.p + off[i];
+    s->n = (size_t)(off[i + 1] - off[i]);
+    return 0;
+}
+
+/* Bounds [lo, hi) of row i of a list column with int64 offsets into a child of child_len items. */
+static int list_at(raw_t off, Py_ssize_t n, Py_ssize_t i, Py_ssize_t child_len, int64_t *lo, int64_t *hi) {
+    const int64_t *o = (const int64_t *)off.p;
+    if (i < 0 || i >= n || o[i] < 0 || o[i] > o[i + 1] || o[i + 1] > child_len) {
+        PyErr_Format(PyExc_ValueError, "list offsets out of range at row %zd", i);
+        return -1;
+    }
+    *lo = o[i];
+    *hi = o[i + 1];
+    return 0;
+}
+
+static int enc_error(enc_in_t *in, const char *attr, const char *msg) {
+    PyErr_Format(PyExc_ValueError, "node %llu (row %lld), attribute '%s': %s", (unsigned long long)in->row_id,
+                 (long long)in->row, attr, msg);
+    return -1;
+}
+
+/* Scratch buffers for nested messages (attribute body, list body, packed run). */
+typedef struct { buf_t node, attr, list, run; } enc_scratch_t;
+
+static int put_int_elem(buf_t *b, int k, __int128 v) {
+    uint64_t w = int_to_wire(k, v);
+    int wt = kind_wire_type(k);
+    if (wt == 0) return put_varint(b, w);
+    return buf_put(b, &w, wt == 1 ? 8 : 4);
+}
+
+/* Writes one scalar value member (field k) of an attribute into b. */
+static int put_scalar_member(buf_t *b, int k, __int128 iv, uint64_t raw, span_t s) {
+    int wt = kind_wire_type(k);
+    if (k == K_STRING || k == K_BYTES) return put_ld(b, k, s.p, s.n);
+    if (put_tag(b, k, wt) < 0) return -1;
+    if (kind_is_integer(k)) return put_int_elem(b, k, iv);
+    if (k == K_BOOL) return put_varint(b, raw ? 1 : 0);
+    return buf_put(b, &raw, wt == 1 ? 8 : 4); /* double / float bits */
+}
+
+/* Wraps sc->attr (already holding the value member) with name/doc and appends it to the node. */
+static int finish_attr(enc_scratch_t *sc, span_t name, const span_t *doc) {
+    buf_t *nb = &sc->node;
+    size_t head = 0;
+    buf_t h = {0};
+    if (name.n && put_ld(&h, 1, name.p, name.n) < 0) goto err;
+    if (doc && doc->n && put_ld(&h, 2, doc->p, doc->n) < 0) goto err;
+    head = h.len;
+    if (put_tag(nb, 10, 2) < 0 || put_varint(nb, head + sc->attr.len) < 0 || buf_put(nb, h.p, h.len) < 0 ||
+        buf_put(nb, sc->attr.p, sc->attr.len) < 0)
+        goto err;
+    buf_free(&h);
+    return 0;
+err:
+    buf_free(&h);
+    return -1;
+}
+
+/* Column views of the well-known attributes. */
+typedef struct { raw_t vals, valid, off; str_in_t str; } known_in_t;
+
+static int emit_known(enc_in_t *in, enc_scratch_t *sc, known_in_t *kc, int s, int kind_hint) {
+    Py_ssize_t i = in->row;
+    span_t name = {(const uint8_t *)known_name[s], known_len[s]};
+    sc->attr.len = 0;
+    span_t none = {0, 0};
+    switch (known_class[s]) {
+    case C_BOOL:
+        if (put_scalar_member(&sc->attr, K_BOOL, 0, kc->vals.p[i], none) < 0) return -1;
+        break;
+    case C_INT:
+    case C_UINT: {
+        __int128 v = known_class[s] == C_INT ? (__int128)((const int64_t *)kc->vals.p)[i]
+                                             : (__int128)((const uint64_t *)kc->vals.p)[i];
+        int k = kind_hint;
+        if (!(k && class_accepts(known_class[s], k, v) && int_fits_kind(k, v))) k = known_default_kind[s];
+        if (!int_fits_kind(k, v)) k = known_class[s] == C_INT ? K_INT64 : K_UINT64;
+        if (put_scalar_member(&sc->attr, k, v, 0, none) < 0) return -1;
+        break;
+    }
+    case C_STRING: {
+        span_t v;
+        if (str_at(&kc->str, i, &v) < 0) return -1;
+        if (put_scalar_member(&sc->attr, K_STRING, 0, 0, v) < 0) return -1;
+        break;
+    }
+    case C_BOOL_LIST: {
+        int64_t lo, hi;
+        if (list_at(kc->off, kc->str.n, i, kc->vals.len, &lo, &hi) < 0) return -1;
+        sc->list.len = 0;
+        if (hi > lo) {
+            if (put_tag(&sc->list, 1, 2) < 0 || put_varint(&sc->list, (uint64_t)(hi - lo)) < 0) return -1;
+            for (int64_t j = lo; j < hi; j++)
+                if (buf_u8(&sc->list, kc->vals.p[j] ? 1 : 0) < 0) return -1;
+        }
+        if (put_ld(&sc->attr, K_BOOL + 1, sc->list.p, sc->list.len) < 0) return -1;
+        break;
+    }
+    }
+    return finish_attr(sc, name, NULL);
+}
+
+/* Column views of other_attrs. */
+typedef struct {
+    raw_t off, kind, i64, u64, f64, f32, boolv;
+    str_in_t name, doc, str, bytes;
+    raw_t l_off[7], l_vals[5]; /* numeric/bool list children: int, uint, double, float, bool */
+    str_in_t lstr, lbytes;
+    Py_ssize_t m;              /* number of entries */
+} extras_in_t;
+
+static int emit_list_value(enc_in_t *in, enc_scratch_t *sc, extras_in_t *x, Py_ssize_t j, int k, span_t name) {
+    int slot = list_slot(k), sk = scalar_of(k);
+    Py_ssize_t child_len;
+    switch (slot) {
+    case L_INT: case L_UINT: case L_DOUBLE: child_len = x->l_vals[slot].len / 8; break;
+    case L_FLOAT: child_len = x->l_vals[slot].len / 4; break;
+    case L_BOOL: child_len = x->l_vals[slot].len; break;
+    case L_STRING: child_len = x->lstr.n; break;
+    default: child_len = x->lbytes.n;
+    }
+    int64_t lo, hi;
+    if (list_at(x->l_off[slot], x->m, j, child_len, &lo, &hi) < 0) return -1;
+    sc->list.len = 0;
+    sc->run.len = 0;
+    for (int64_t e = lo; e < hi; e++) {
+        if (slot == L_STRING || slot == L_BYTES) {
+            span_t s;
+            if (str_at(slot == L_STRING ? &x->lstr : &x->lbytes, e, &s) < 0) return -1;
+            if (put_ld(&sc->list, 1, s.p, s.n) < 0) return -1;
+        } else if (slot == L_INT || slot == L_UINT) {
+            __int128 v = slot == L_INT ? (__int128)((const int64_t *)x->l_vals[slot].p)[e]
+                                       : (__int128)((const uint64_t *)x->l_vals[slot].p)[e];
+            if (!int_fits_kind(sk, v)) {
+                char nm[128];
+                snprintf(nm, sizeof nm, "%.*s", (int)name.n, (const char *)name.p);
+                return enc_error(in, nm, "a list element does not fit the attribute's kind");
+            }
+            if (put_int_elem(&sc->run, sk, v) < 0) return -1;
+        } else if (slot == L_BOOL) {
+            if (buf_u8(&sc->run, x->l_vals[slot].p[e] ? 1 : 0) < 0) return -1;
+        } else {
+            int w = slot == L_FLOAT ? 4 : 8;
+            if (buf_put(&sc->run, x->l_vals[slot].p + e * w, w) < 0) return -1;
+        }
+    }
+    if (sc->run.len && put_ld(&sc->list, 1, sc->run.p, sc->run.len) < 0) return -1;
+    return put_ld(&sc->attr, k, sc->list.p, sc->list.len);
+}
+
+static int emit_extra(enc_in_t *in, enc_scratch_t *sc, extras_in_t *x, Py_ssize_t j) {
+    span_t name, doc, s = {0, 0};
+    if (str_at(&x->name, j, &name) < 0 || str_at(&x->doc, j, &doc) < 0) return -1;
+    if (!x->doc.valid.p[j]) doc.n = 0;
+    int k = x->kind.p[j];
+    sc->attr.len = 0;
+    if (k && (k < K_DOUBLE || k > K_MAX)) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "%.*s", (int)name.n, (const char *)name.p);
+        return enc_error(in, nm, "unknown value kind");
+    }
+    if (k && kind_is_list(k)) {
+        if (emit_list_value(in, sc, x, j, k, name) < 0) return -1;
+    } else if (k) {
+        __int128 iv = 0;
+        uint64_t raw = 0;
+        if (kind_is_integer(k)) {
+            iv = kind_is_unsigned(k) ? (__int128)((const uint64_t *)x->u64.p)[j] : (__int128)((const int64_t *)x->i64.p)[j];
+            if (!int_fits_kind(k, iv)) {
+                char nm[128];
+                snprintf(nm, sizeof nm, "%.*s", (int)name.n, (const char *)name.p);
+                return enc_error(in, nm, "value does not fit the attribute's kind");
+            }
+        } else if (k == K_DOUBLE) memcpy(&raw, x->f64.p + j * 8, 8);
+        else if (k == K_FLOAT) memcpy(&raw, x->f32.p + j * 4, 4);
+        else if (k == K_BOOL) raw = x->boolv.p[j];
+        else if (str_at(k == K_STRING ? &x->str : &x->bytes, j, &s) < 0) return -1;
+        if (put_scalar_member(&sc->attr, k, iv, raw, s) < 0) return -1;
+    }
+    return finish_attr(sc, name, &doc);
+}
+
+static int load_extras(enc_in_t *in, extras_in_t *x, Py_ssize_t n) {
+    memset(x, 0, sizeof *x);
+    if (in_raw(in, "x.off", &x->off, 0) < 0 || need_len("x.off", x->off, (n + 1) * 8) < 0) return -1;
+    raw_t kind;
+    if (in_raw(in, "x.kind", &kind, 0) < 0) return -1;
+    Py_ssize_t m = x->m = kind.len;
+    x->kind = kind;
+    if (in_str(in, "x.name", m, &x->name, 0) < 0 || in_str(in, "x.doc", m, &x->doc, 1) < 0 ||
+        in_str(in, "x.string", m, &x->str, 0) < 0 || in_str(in, "x.bytes", m, &x->bytes, 0) < 0)
+        return -1;
+    if (in_raw(in, "x.int", &x->i64, 0) < 0 || need_len("x.int", x->i64, m * 8) < 0 ||
+        in_raw(in, "x.uint", &x->u64, 0) < 0 || need_len("x.uint", x->u64, m * 8) < 0 ||
+        in_raw(in, "x.double", &x->f64, 0) < 0 || need_len("x.double", x->f64, m * 8) < 0 ||
+        in_raw(in, "x.float", &x->f32, 0) < 0 || need_len("x.float", x->f32, m * 4) < 0 ||
+        in_raw(in, "x.bool", &x->boolv, 0) < 0 || need_len("x.bool", x->boolv, m) < 0)
+        return -1;
+    char k[96];
+    for (int slot = 0; slot < 7; slot++) {
+        snprintf(k, sizeof k, "x.%s.off", LIST_NAMES[slot]);
+        if (in_raw(in, k, &x->l_off[slot], 0) < 0 || need_len(k, x->l_off[slot], (m + 1) * 8) < 0) return -1;
+        if (slot < 5) {
+            snprintf(k, sizeof k, "x.%s.vals", LIST_NAMES[slot]);
+            if (in_raw(in, k, &x->l_vals[slot], 0) < 0) return -1;
+        }
+    }
+    raw_t probe;
+    if (in_raw(in, "x.string_list.item.off", &probe, 0) < 0) return -1;
+    if (in_str(in, "x.string_list.item", probe.len / 8 - 1, &x->lstr, 0) < 0) return -1;
+    if (in_raw(in, "x.bytes_list.item.off", &probe, 0) < 0) return -1;
+    return in_str(in, "x.bytes_list.item", probe.len / 8 - 1, &x->lbytes, 0);
+}
+
+/*
+ * encode(columns: dict) -> bytes
+ *
+ * Encodes every row of one batch as a length-prefixed Node message. `columns` holds
+ * contiguous arrays (see chakra_core/codec.py:_encode_inputs for the keys). Attributes are
+ * written in the order recorded in layout (when given), then any well-known attribute the
+ * layout does not mention, then any remaining other_attrs entries.
+ */
+static PyObject *py_encode(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *dict;
+    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &dict)) return NULL;
+    enc_in_t *in = calloc(1, sizeof *in);
+    known_in_t *kc = calloc(MAX_KNOWN, sizeof *kc);
+    extras_in_t *x = calloc(1, sizeof *x);
+    enc_scratch_t sc = {0};
+    buf_t out = {0};
+    PyObject *result = NULL;
+    if (!in || !kc || !x) { PyErr_NoMemory(); goto done; }
+    in->dict = dict;
+    PyObject *nobj = PyDict_GetItemString(dict, "n");
+    Py_ssize_t n = nobj ? PyLong_AsSsize_t(nobj) : -1;
+    if (n < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "encode input lacks 'n'"); goto done; }
+
+    raw_t id, type, start, dur, ctrl_off, ctrl, data_off, data, lay_off, lay, lay_valid, io_valid[2];
+    str_in_t name, io[2][3], unknown;
+    if (in_raw(in, "id", &id, 0) < 0 || need_len("id", id, n * 8) < 0 || in_raw(in, "type", &type, 0) < 0 ||
+        need_len("type", type, n * 4) < 0 || in_raw(in, "start", &start, 0) < 0 || need_len("start", start, n * 8) < 0 ||
+        in_raw(in, "dur", &dur, 0) < 0 || need_len("dur", dur, n * 8) < 0 || in_str(in, "name", n, &name, 0) < 0 ||
+        in_raw(in, "ctrl.off", &ctrl_off, 0) < 0 || need_len("ctrl.off", ctrl_off, (n + 1) * 8) < 0 ||
+        in_raw(in, "ctrl.vals", &ctrl, 0) < 0 || in_raw(in, "data.off", &data_off, 0) < 0 ||
+        need_len("data.off", data_off, (n + 1) * 8) < 0 || in_raw(in, "data.vals", &data, 0) < 0 ||
+        in_raw(in, "layout.off", &lay_off, 1) < 0 || in_raw(in, "layout.vals", &lay, 1) < 0 ||
+        in_raw(in, "layout.valid", &lay_valid, 1) < 0 ||
+        in_str(in, "unknown", n, &unknown, 0) < 0)
+        goto done;
+    if (lay_off.p && (need_len("layout.off", lay_off, (n + 1) * 8) < 0 ||
+                      (lay_valid.p && need_len("layout.valid", lay_valid, n) < 0)))
+        goto done;
+    static const char *IO[2] = {"inputs", "outputs"}, *IOF[3] = {"values", "shapes", "types"};
+    char key[96];
+    for (int d = 0; d < 2; d++) {
+        for (int f = 0; f < 3; f++) {
+            snprintf(key, sizeof key, "%s.%s", IO[d], IOF[f]);
+            if (in_str(in, key, n, &io[d][f], 0) < 0) goto done;
+        }
+        snprintf(key, sizeof key, "%s.valid", IO[d]);
+        if (in_raw(in, key, &io_valid[d], 0) < 0 || need_len(key, io_valid[d], n) < 0) goto done;
+    }
+    for (int s = 0; s < n_known; s++) {
+        const char *nm = known_name[s];
+        snprintf(key, sizeof key, "%s.valid", nm);
+        if (in_raw(in, key, &kc[s].valid, 0) < 0 || need_len(key, kc[s].valid, n) < 0) goto done;
+        kc[s].str.n = n;
+        switch (known_class[s]) {
+        case C_STRING: if (in_str(in, nm, n, &kc[s].str, 0) < 0) goto done; break;
+        case C_BOOL_LIST:
+            snprintf(key, sizeof key, "%s.off", nm);
+            if (in_raw(in, key, &kc[s].off, 0) < 0 || need_len(key, kc[s].off, (n + 1) * 8) < 0) goto done;
+            /* fall through: values */
+            __attribute__((fallthrough));
+        default:
+            snprintf(key, sizeof key, "%s.vals", nm);
+            if (in_raw(in, key, &kc[s].vals, 0) < 0) goto done;
+            if (known_class[s] != C_BOOL_LIST &&
+                need_len(key, kc[s].vals, n * (known_class[s] == C_BOOL ? 1 : 8)) < 0) goto done;
+        }
+    }
+    if (load_extras(in, x, n) < 0) goto done;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t nid = ((const uint64_t *)id.p)[i];
+        in->row = i;
+        in->row_id = nid;
+        buf_t *nb = &sc.node;
+        nb->len = 0;
+        int64_t lo, hi;
+        span_t s;
+        if (nid && (put_tag(nb, 1, 0) < 0 || put_varint(nb, nid) < 0)) goto done;
+        if (str_at(&name, i, &s) < 0 || (s.n && put_ld(nb, 2, s.p, s.n) < 0)) goto done;
+        int32_t t = ((const int32_t *)type.p)[i];
+        if (t && (put_tag(nb, 3, 0) < 0 || put_varint(nb, (uint64_t)(int64_t)t) < 0)) goto done;
+        raw_t deps_off[2] = {ctrl_off, data_off}, deps[2] = {ctrl, data};
+        for (int d = 0; d < 2; d++) {
+            if (list_at(deps_off[d], n, i, deps[d].len / 8, &lo, &hi) < 0) goto done;
+            if (hi > lo) {
+                sc.run.len = 0;
+                for (int64_t j = lo; j < hi; j++)
+                    if (put_varint(&sc.run, ((const uint64_t *)deps[d].p)[j]) < 0) goto done;
+                if (put_ld(nb, 4 + d, sc.run.p, sc.run.len) < 0) goto done;
+            }
+        }
+        uint64_t st = ((const uint64_t *)start.p)[i], du = ((const uint64_t *)dur.p)[i];
+        if (st && (put_tag(nb, 6, 0) < 0 || put_varint(nb, st) < 0)) goto done;
+        if (du && (put_tag(nb, 7, 0) < 0 || put_varint(nb, du) < 0)) goto done;
+        for (int d = 0; d < 2; d++) {
+            if (!io_valid[d].p[i]) continue;
+            sc.list.len = 0;
+            for (int f = 0; f < 3; f++) {
+                if (str_at(&io[d][f], i, &s) < 0) goto done;
+                if (s.n && put_ld(&sc.list, f + 1, s.p, s.n) < 0) goto done;
+            }
+            if (put_ld(nb, 8 + d, sc.list.p, sc.list.len) < 0) goto done;
+        }
+        /* attributes */
+        uint64_t emitted = 0;
+        int64_t xlo, xhi;
+        if (list_at(x->off, n, i, x->m, &xlo, &xhi) < 0) goto done;
+        if (lay_off.p && (!lay_valid.p || lay_valid.p[i])) {
+            int64_t llo, lhi;
+            if (list_at(lay_off, n, i, lay.len / 2, &llo, &lhi) < 0) goto done;
+            for (int64_t e = llo; e < lhi; e++) {
+                uint16_t code = ((const uint16_t *)lay.p)[e];
+                int slot = code >> 5, kind = (code & 31) + K_DOUBLE;
+                if (slot == 0) {
+                    if (xlo < xhi && emit_extra(in, &sc, x, xlo++) < 0) goto done;
+                    continue;
+                }
+                int s_ = slot - 1;
+                if (s_ >= n_known || ((emitted >> s_) & 1) || !kc[s_].valid.p[i]) continue;
+                if (emit_known(in, &sc, &kc[s_], s_, kind) < 0) goto done;
+                emitted |= (uint64_t)1 << s_;
+            }
+        }
+        for (int s_ = 0; s_ < n_known; s_++) {
+            if (((emitted >> s_) & 1) || !kc[s_].valid.p[i]) continue;
+            if (emit_known(in, &sc, &kc[s_], s_, 0) < 0) goto done;
+        }
+        while (xlo < xhi)
+            if (emit_extra(in, &sc, x, xlo++) < 0) goto done;
+        if (str_at(&unknown, i, &s) < 0 || buf_put(nb, s.p, s.n) < 0) goto done;
+        if (put_varint(&out, nb->len) < 0 || buf_put(&out, nb->p, nb->len) < 0) goto done;
+    }
+    result = PyBytes_FromStringAndSize((const char *)out.p, (Py_ssize_t)out.len);
+done:
+    if (in)
+        for (int v = 0; v < in->nviews; v++) PyBuffer_Release(&in->views[v]);
+    free(in);
+    free(kc);
+    free(x);
+    buf_free(&sc.node); buf_free(&sc.attr); buf_free(&sc.list); buf_free(&sc.run);
+    buf_free(&out);
+    return result;
+}
+
+/*
+ * configure(attributes) with attributes = [(name, value_class, default_kind), ...]:
+ * the well-known attribute columns, in column order (chakra_core/columns.py).
+ */
+static PyObject *py_configure(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "configure expects a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(fast);
+    if (m > MAX_KNOWN) { Py_DECREF(fast); PyErr_SetString(PyExc_ValueError, "too many well-known attributes"); return NULL; }
+    for (int s = 0; s < n_known; s++) free(known_name[s]);
+    n_known = 0;
+    for (Py_ssize_t s = 0; s < m; s++) {
+        const char *nm;
+        Py_ssize_t len;
+        int cls, kind;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, s), "s#ii", &nm, &len, &cls, &kind)) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        known_name[s] = strndup(nm, (size_t)len);
+        known_len[s] = (size_t)len;
+        known_class[s] = cls;
+        known_default_kind[s] = kind;
+        n_known = (int)s + 1;
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", py_configure, METH_VARARGS, "Set the well-known attribute columns."},
+    {"decode", py_decode, METH_VARARGS, "Decode length-prefixed Node messages into column buffers."},
+    {"encode", py_encode, METH_VARARGS, "Encode column arrays as length-prefixed Node messages."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_etcodec", "Chakra ET columnar codec.", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__etcodec(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    FormatError = PyErr_NewException("chakra_core._native._etcodec.FormatError", PyExc_ValueError, NULL);
+    if (!FormatError || PyModule_AddObjectRef(m, "FormatError", FormatError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

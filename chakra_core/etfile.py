@@ -1,0 +1,321 @@
+"""Reading and writing Chakra ET files (.et): streaming, gzip, any fsspec URL.
+
+A file is a varint-length-prefixed GlobalMetadata message followed by varint-length-prefixed
+Node messages (CHAKRA_ET_FACTS.md section 1). Readers detect gzip by its magic bytes, as the
+reference C++ reader does; writers gzip when the URL ends in ".gz".
+
+Two views of the same stream:
+- node tables (Arrow record batches, decoded in C): `ETReader.iter_batches`, `read_table`,
+  `ETWriter.write_batch`, `write_table`;
+- protobuf messages, one Python object per node: `iter_nodes`, `write_messages`; simple
+  and slow, for JSON conversion and for code that wants the generated classes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+import fsspec
+import pyarrow as pa
+from google.protobuf import unknown_fields
+from google.protobuf.message import DecodeError
+
+from chakra_core import codec
+from chakra_core.errors import ChakraFormatError
+from chakra_core.normalize import normalize_table
+from chakra_core.schema import et_def_pb2 as pb
+
+GZIP_MAGIC = b"\x1f\x8b"
+READ_CHUNK_BYTES = 4 << 20
+DEFAULT_BATCH_NODES = 65536
+METADATA_KEY = b"chakra.global_metadata"  # base64 of the serialized GlobalMetadata message
+SOURCE_KEY = b"chakra.source"
+MAX_METADATA_BYTES = 1 << 30
+
+
+@contextlib.contextmanager
+def open_binary(url: str, mode: str = "rb") -> Iterator[BinaryIO]:
+    """An fsspec file, gunzipped on read when it starts with the gzip magic, gzipped on write to *.gz."""
+    with fsspec.open(url, mode) as raw:
+        if "r" in mode:
+            head = raw.read(2)
+            raw.seek(0)
+            if head == GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                    yield unzipped
+                return
+        elif url.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb") as zipped:
+                yield zipped
+            return
+        yield raw
+
+
+def _looks_like_json(head: bytes) -> bool:
+    return head.lstrip()[:1] in (b"{", b"[")
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read_frame(f: BinaryIO, path: str, offset: int, what: str) -> tuple[bytes | None, int]:
+    """Reads one length-prefixed message at `offset`; returns (payload or None at EOF, next offset)."""
+    length = shift = 0
+    pos = offset
+    while True:
+        byte = f.read(1)
+        if not byte:
+            if pos == offset:
+                return None, offset
+            raise ChakraFormatError(path, f"truncated file: the length prefix of the {what} is cut off", offset)
+        pos += 1
+        length |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            break
+        shift += 7
+        if shift >= 70:
+            raise ChakraFormatError(path, f"corrupt length prefix of the {what} (not a Chakra ET, or damaged)", offset)
+    if length > MAX_METADATA_BYTES:
+        raise ChakraFormatError(path, f"corrupt length prefix of the {what}: {length} bytes", offset)
+    payload = f.read(length)
+    if len(payload) < length:
+        raise ChakraFormatError(
+            path, f"truncated file: the {what} declares {length} bytes but only {len(payload)} remain", offset
+        )
+    return payload, pos + length
+
+
+def _parse_metadata(payload: bytes, path: str) -> pb.GlobalMetadata:
+    """GlobalMetadata from its bytes; strict, so that a file of another format is refused here."""
+    meta = pb.GlobalMetadata()
+    try:
+        meta.ParseFromString(payload)
+    except DecodeError as exc:
+        raise ChakraFormatError(path, f"not a Chakra ET: the global metadata does not decode ({exc})", 0) from None
+    unknown = [field for field, _ in _unknown_field_numbers(meta)]
+    if unknown:
+        raise ChakraFormatError(
+            path, f"not a Chakra ET: the global metadata has fields {unknown} that the schema does not define", 0
+        )
+    return meta
+
+
+def _unknown_field_numbers(meta: pb.GlobalMetadata) -> list[tuple[int, int]]:
+    found = [(f.field_number, f.wire_type) for f in unknown_fields.UnknownFieldSet(meta)]
+    for attr in meta.attr:
+        found += [(f.field_number, f.wire_type) for f in unknown_fields.UnknownFieldSet(attr)]
+    return found
+
+
+class ETReader:
+    """Streams one .et file: the metadata on open, then node batches of bounded size.
+
+    with ETReader("s3://bucket/trace.0.et") as reader:
+        reader.metadata            # GlobalMetadata message
+        for batch in reader.iter_batches():   # pyarrow.RecordBatch, NODE_SCHEMA
+            ...
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        self._stack = contextlib.ExitStack()
+        try:
+            self._file = self._stack.enter_context(open_binary(url))
+            head = self._file.read(64)
+            self._file.seek(0)
+        except FileNotFoundError:
+            self._stack.close()
+            raise ChakraFormatError(url, "no such file") from None
+        except (OSError, EOFError) as exc:
+            self._stack.close()
+            raise ChakraFormatError(url, f"cannot read: {exc}") from None
+        try:
+            if _looks_like_json(head):
+                raise ChakraFormatError(
+                    url, "not a Chakra ET: this is JSON (a PyTorch execution trace or a jsonized ET?)", 0
+                )
+            payload, self._offset = self._read_metadata_frame()
+            self.metadata_bytes = payload
+            self.metadata = _parse_metadata(payload, url)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def _read_metadata_frame(self) -> tuple[bytes, int]:
+        try:
+            payload, offset = _read_frame(self._file, self.url, 0, "global metadata")
+        except (OSError, EOFError) as exc:  # e.g. a damaged gzip stream
+            raise ChakraFormatError(self.url, f"cannot read: {exc}", 0) from None
+        if payload is None:
+            raise ChakraFormatError(self.url, "empty file: a Chakra ET starts with a global metadata message", 0)
+        return payload, offset
+
+    def __enter__(self) -> ETReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def _read(self, n: int) -> bytes:
+        try:
+            return self._file.read(n)
+        except (OSError, EOFError) as exc:
+            raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", self._offset) from None
+
+    def iter_batches(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> Iterator[pa.RecordBatch]:
+        """Node batches in file order. Memory stays near one batch plus one read chunk."""
+        buf = bytearray()
+        base = self._offset  # file offset of buf[0]
+        pos = 0
+        node_index = 0
+        eof = False
+        while True:
+            if not eof and len(buf) - pos < READ_CHUNK_BYTES:
+                del buf[:pos]
+                base += pos
+                pos = 0
+                chunk = self._read(READ_CHUNK_BYTES)
+                eof = not chunk
+                buf += chunk
+            if pos == len(buf) and eof:
+                return
+            try:
+                batch, end = codec.decode(buf, pos, base, node_index, batch_nodes, eof)
+            except codec.FormatError as exc:
+                message, offset, _msg_offset, _index, node_id = exc.args
+                raise ChakraFormatError(self.url, message, offset, node_index=_index, node_id=node_id) from None
+            if batch.num_rows:
+                node_index += batch.num_rows
+                yield batch
+            elif end == pos and not eof:
+                # one message larger than what is buffered: read more before decoding again
+                more = self._read(max(READ_CHUNK_BYTES, len(buf)))
+                eof = not more
+                buf += more
+            pos = end
+
+    def read_table(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> pa.Table:
+        batches = list(self.iter_batches(batch_nodes))
+        schema = with_metadata(codec.NODE_SCHEMA, self.metadata_bytes, self.url)
+        return pa.Table.from_batches(batches, schema=schema)
+
+
+def with_metadata(schema: pa.Schema, metadata_bytes: bytes, source: str | None = None) -> pa.Schema:
+    """The schema carrying the trace's GlobalMetadata (kept as bytes, so it round-trips exactly)."""
+    extra = {METADATA_KEY: base64.b64encode(metadata_bytes)}
+    if source is not None:
+        extra[SOURCE_KEY] = source.encode()
+    return schema.with_metadata({**(schema.metadata or {}), **extra})
+
+
+def table_metadata_bytes(table: pa.Table) -> bytes:
+    """The serialized GlobalMetadata a table carries; an empty message if it carries none."""
+    stored = (table.schema.metadata or {}).get(METADATA_KEY)
+    return base64.b64decode(stored) if stored is not None else b""
+
+
+def table_metadata(table: pa.Table) -> pb.GlobalMetadata:
+    meta = pb.GlobalMetadata()
+    meta.ParseFromString(table_metadata_bytes(table))
+    return meta
+
+
+class ETWriter:
+    """Writes a .et file: the metadata first, then node batches (or whole tables)."""
+
+    def __init__(self, url: str, metadata: pb.GlobalMetadata | bytes | None = None):
+        self.url = url
+        self._stack = contextlib.ExitStack()
+        self._file = self._stack.enter_context(open_binary(url, "wb"))
+        if isinstance(metadata, pb.GlobalMetadata):
+            metadata = metadata.SerializeToString()
+        payload = metadata or b""
+        self._file.write(encode_varint(len(payload)) + payload)
+        self.nodes_written = 0
+
+    def __enter__(self) -> ETWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        """Writes a batch that already has the node-table schema (see normalize_table for others)."""
+        try:
+            self._file.write(codec.encode_batch(batch))
+        except ValueError as exc:
+            raise ChakraFormatError(self.url, f"cannot encode: {exc}") from None
+        self.nodes_written += batch.num_rows
+
+    def write_table(self, table: pa.Table, batch_nodes: int = DEFAULT_BATCH_NODES) -> None:
+        for batch in normalize_table(table).to_batches(max_chunksize=batch_nodes):
+            self.write_batch(batch)
+
+
+def read_table(url: str) -> pa.Table:
+    """The node table of one .et file (any fsspec URL, plain or gzip), its metadata in the schema."""
+    with ETReader(url) as reader:
+        return reader.read_table()
+
+
+def write_table(table: pa.Table, url: str, metadata: pb.GlobalMetadata | bytes | None = None) -> None:
+    """Writes a node table as a .et file; metadata defaults to what the table carries."""
+    if metadata is None:
+        metadata = table_metadata_bytes(table)
+    with ETWriter(url, metadata) as writer:
+        writer.write_table(table)
+
+
+def read_metadata(url: str) -> pb.GlobalMetadata:
+    with ETReader(url) as reader:
+        return reader.metadata
+
+
+def iter_nodes(url: str) -> Iterator[pb.Node]:
+    """Every node as a protobuf message, in file order (after checking the metadata)."""
+    with ETReader(url) as reader:
+        f, offset = reader._file, reader._offset
+        while True:
+            frame_offset = offset
+            try:
+                payload, offset = _read_frame(f, url, offset, "node")
+            except (OSError, EOFError) as exc:
+                raise ChakraFormatError(url, f"cannot read: {exc}", frame_offset) from None
+            if payload is None:
+                return
+            node = pb.Node()
+            try:
+                node.ParseFromString(payload)
+            except DecodeError as exc:
+                raise ChakraFormatError(url, f"node does not decode ({exc})", frame_offset) from None
+            yield node
+
+
+def write_messages(url: str, metadata: pb.GlobalMetadata, nodes: Iterable[pb.Node]) -> int:
+    """Writes protobuf messages as a .et file; returns the node count."""
+    count = 0
+    with open_binary(url, "wb") as f:
+        payload = metadata.SerializeToString()
+        f.write(encode_varint(len(payload)) + payload)
+        for node in nodes:
+            payload = node.SerializeToString()
+            f.write(encode_varint(len(payload)) + payload)
+            count += 1
+    return count

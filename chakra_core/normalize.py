@@ -1,0 +1,69 @@
+"""Bring a hand-built node table to the exact node-table schema before it is written.
+
+Converters and users build tables with only the columns they care about (say id, name,
+type, data_deps, comm_type, comm_size). Missing columns get their neutral value (empty
+lists, zero times, absent attributes); present ones are cast to the schema's type, which
+fails loudly on a lossy cast (a negative id, a comm_size that is not an integer).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chakra_core.columns import NODE_SCHEMA, NODE_TYPE_VALUES
+from chakra_core.errors import ChakraTableError
+
+_REQUIRED = ("id",)
+
+
+def _default_column(field: pa.Field, n: int) -> pa.Array:
+    if pa.types.is_list(field.type) and not field.nullable:
+        return pa.array([[]] * n, field.type)
+    if field.name == "name":
+        return pa.array([""] * n, field.type)
+    if not field.nullable:
+        return pa.array([0] * n, field.type)
+    return pa.nulls(n, field.type)
+
+
+def _node_types(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Accepts NodeType names ("COMP_NODE") as well as numbers."""
+    if pa.types.is_string(column.type) or pa.types.is_dictionary(column.type):
+        names = column.cast(pa.string()).to_pylist()
+        unknown = sorted({n for n in names if n not in NODE_TYPE_VALUES})
+        if unknown:
+            raise ChakraTableError(f"column type: unknown node type name(s) {unknown}")
+        return pa.chunked_array([pa.array([NODE_TYPE_VALUES[n] for n in names], pa.int32())])
+    return column
+
+
+def normalize_table(table: pa.Table) -> pa.Table:
+    """The table with exactly NODE_SCHEMA's columns, in order, keeping the table's metadata."""
+    if table.schema.equals(NODE_SCHEMA):
+        return table
+    missing = [name for name in _REQUIRED if name not in table.column_names]
+    if missing:
+        raise ChakraTableError(f"node table lacks required column(s) {missing}")
+    extra = [name for name in table.column_names if NODE_SCHEMA.get_field_index(name) < 0]
+    if extra:
+        raise ChakraTableError(
+            f"node table has column(s) {extra} that are not node fields or well-known attributes;"
+            " put other attributes in other_attrs"
+        )
+    n = table.num_rows
+    columns = []
+    for field in NODE_SCHEMA:
+        if field.name not in table.column_names:
+            columns.append(_default_column(field, n))
+            continue
+        column = table.column(field.name)
+        if field.name == "type":
+            column = _node_types(column)
+        if not field.nullable and column.null_count:
+            raise ChakraTableError(f"column {field.name} has {column.null_count} null value(s); it may have none")
+        try:
+            columns.append(pc.cast(column, field.type) if column.type != field.type else column)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ChakraTableError(f"column {field.name}: cannot store {column.type} as {field.type}: {exc}") from None
+    return pa.Table.from_arrays(columns, schema=NODE_SCHEMA.with_metadata(table.schema.metadata))

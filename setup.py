@@ -1,0 +1,13 @@
+"""Builds the C codec extension; all other metadata lives in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "chakra_core._native._etcodec",
+            sources=["chakra_core/_native/etcodec.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
+        )
+    ]
+)
