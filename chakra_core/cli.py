@@ -1,0 +1,198 @@
+"""The `chakra` command.
+
+Every path argument is an fsspec URL (a local path, file://, memory://, s3://...; gzip is
+detected on read). Exit status: 0 success, 1 validation findings, 2 bad input or usage.
+Bad input is reported as one line on stderr, never as a traceback (set CHAKRA_DEBUG=1 to
+see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _print_json(document) -> None:
+    json.dump(document, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def cmd_info(args) -> int:
+    from rich.table import Table
+
+    from chakra_core.info import summarize
+
+    summaries = [summarize(url) for url in args.inputs]
+    if args.json:
+        _print_json(summaries[0] if len(summaries) == 1 else summaries)
+        return EXIT_OK
+    console = _console()
+    for s in summaries:
+        meta = s["metadata"]
+        console.print(f"[bold]{s['path']}[/bold]")
+        console.print(f"  schema version: {meta['version'] or '(empty)'}")
+        for name, value in meta["attributes"].items():
+            text = str(value)
+            console.print(f"  {name}: {text if len(text) <= 100 else text[:97] + '...'}")
+        console.print(f"  nodes: {s['nodes']:,}  dependencies: {s['dependencies']:,}  "
+                      f"total duration: {s['total_duration_micros']:,} us")
+        types = Table("node type", "count", title=None, box=None, pad_edge=False)
+        for name, count in s["node_types"].items():
+            types.add_row(name, f"{count:,}")
+        console.print(types)
+        if s["collectives"] or s["point_to_point"]:
+            comm = Table("communication", "count", "bytes", box=None, pad_edge=False)
+            for name, row in {**s["collectives"], **s["point_to_point"]}.items():
+                comm.add_row(name, f"{row['count']:,}", f"{row['bytes']:,} ({_human_bytes(row['bytes'])})")
+            console.print(comm)
+    return EXIT_OK
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_jsonize(args) -> int:
+    from chakra_core.jsonio import et_to_json
+
+    count = et_to_json(args.input, args.output)
+    print(f"wrote {count:,} nodes to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_unjsonize(args) -> int:
+    from chakra_core.jsonio import json_to_et
+
+    count = json_to_et(args.input, args.output)
+    print(f"wrote {count:,} nodes to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_validate(args) -> int:
+    from chakra_core.validate import validate_file
+
+    findings = [f for url in args.inputs for f in validate_file(url)]
+    errors = [f for f in findings if f.severity == "error"]
+    failing = findings if args.strict else errors
+    if args.json:
+        _print_json({
+            "files": args.inputs,
+            "errors": len(errors),
+            "warnings": len(findings) - len(errors),
+            "findings": [f.to_dict() for f in findings],
+        })
+    else:
+        for f in findings:
+            print(f"{f.severity}: [{f.code}] {f.message}")
+        clean = len(args.inputs) - len({f.path for f in failing})
+        print(f"{len(args.inputs)} file(s): {clean} clean, {len(errors)} error(s), "
+              f"{len(findings) - len(errors)} warning(s)", file=sys.stderr)
+    return EXIT_FINDINGS if failing else EXIT_OK
+
+
+def cmd_survey(args) -> int:
+    from rich.progress import Progress
+
+    from chakra_core.survey import find_traces, survey
+
+    total = len(find_traces(args.roots))
+    with Progress(console=_console(), transient=True) as progress:
+        task = progress.add_task("surveying traces", total=total)
+        result = survey(args.roots, args.out, progress=lambda url: progress.advance(task))
+    print(f"surveyed {result['files']} trace(s): {result['nodes']:,} nodes, {result['unreadable']} unreadable, "
+          f"{result['errors']} validation error(s), {result['warnings']} warning(s)")
+    print(f"tables: {result['traces_table']}\n        {result['findings_table']}\n        {result['node_tables']}/")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chakra",
+        description="Read, check and convert Chakra execution traces (.et). Paths may be any fsspec URL "
+        "(local, file://, s3://, memory://); gzip input is detected automatically.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("info", help="summarise a trace: node counts by type, collectives by type and bytes, metadata",
+                       description="Summarise one or more .et files: node counts by type, collectives and "
+                       "send/recv by type with bytes, and the global metadata.")
+    p.add_argument("inputs", nargs="+", metavar="IN.et", help="trace file(s)")
+    p.add_argument("--json", action="store_true", help="print JSON (one object, or a list for several files)")
+    p.set_defaults(run=cmd_info)
+
+    p = sub.add_parser("jsonize", help="convert a .et file to lossless, human-readable JSON",
+                       description="Convert IN.et to one JSON document {global_metadata, nodes: [...]} using the "
+                       "protobuf JSON mapping; `chakra unjsonize` turns it back into the identical .et.")
+    p.add_argument("input", metavar="IN.et")
+    p.add_argument("output", metavar="OUT.json")
+    p.set_defaults(run=cmd_jsonize)
+
+    p = sub.add_parser("unjsonize", help="convert JSON (from jsonize, or the reference chakra_jsonizer) to .et",
+                       description="Convert a JSON trace written by `chakra jsonize` (or the concatenated objects "
+                       "of the reference chakra_jsonizer) back to a .et file; OUT ending in .gz is gzipped.")
+    p.add_argument("input", metavar="IN.json")
+    p.add_argument("output", metavar="OUT.et")
+    p.set_defaults(run=cmd_unjsonize)
+
+    p = sub.add_parser("validate", help="check traces for graph and attribute problems (exit 1 on errors)",
+                       description="Check each trace for duplicate ids, missing or self dependencies, cycles, "
+                       "unknown node types, communication nodes missing what ASTRA-sim needs, and metadata "
+                       "problems. Prints every finding with file and node ids. Exit 0 when no errors (warnings "
+                       "are printed but pass unless --strict), 1 with errors, 2 on unusable input.")
+    p.add_argument("inputs", nargs="+", metavar="IN.et", help="trace file(s)")
+    p.add_argument("--json", action="store_true", help="print the findings as one JSON document")
+    p.add_argument("--strict", action="store_true", help="warnings also make the exit status 1")
+    p.set_defaults(run=cmd_validate)
+
+    p = sub.add_parser("survey", help="decode, validate and summarise every trace under folders into Parquet",
+                       description="Find every .et/.et.gz file under the given folders (or URLs), validate and "
+                       "summarise each, and write OUT/traces.parquet (one row per file), OUT/findings.parquet "
+                       "(one row per validation finding) and OUT/nodes/*.parquet (each file's node table). "
+                       "Unreadable files are recorded, not fatal.")
+    p.add_argument("roots", nargs="+", metavar="DIR", help="folders or files to survey")
+    p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output folder (local)")
+    p.set_defaults(run=cmd_survey)
+    return parser
+
+
+def _run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, command: str) -> int:
+    from chakra_core.errors import ChakraError
+
+    try:
+        return run(args)
+    except ChakraError as exc:
+        print(f"chakra {command}: {exc}", file=sys.stderr)
+    except (OSError, ValueError) as exc:
+        if os.environ.get("CHAKRA_DEBUG"):
+            raise
+        print(f"chakra {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"chakra {command}: interrupted", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run_guarded(args.run, args, args.command)
+    except BrokenPipeError:  # e.g. `chakra info --json x.et | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Survey a folder of traces: decode, validate and summarise every .et file into Parquet tables.
+
+Output folder:
+    traces.parquet     one row per file: path, nodes, node counts by type, collective
+                       counts and bytes, error and warning counts (or the read error)
+    findings.parquet   one row per validation finding
+    nodes/<name>.parquet   the node table of every readable file
+
+A file that cannot be read becomes a row with its error and an "unreadable" finding; the
+survey goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from chakra_core.errors import ChakraError
+from chakra_core.etfile import read_table
+from chakra_core.info import summarize_table
+from chakra_core.validate import validate_file, validate_table
+
+ET_SUFFIXES = (".et", ".et.gz")
+
+TRACES_SCHEMA = pa.schema([
+    ("path", pa.string()),
+    ("readable", pa.bool_()),
+    ("error", pa.string()),
+    ("nodes", pa.int64()),
+    ("dependencies", pa.int64()),
+    ("node_types", pa.map_(pa.string(), pa.int64())),
+    ("collective_count", pa.int64()),
+    ("collective_bytes", pa.int64()),
+    ("collectives_json", pa.string()),
+    ("metadata_version", pa.string()),
+    ("errors", pa.int64()),
+    ("warnings", pa.int64()),
+])
+FINDINGS_SCHEMA = pa.schema([
+    ("path", pa.string()),
+    ("severity", pa.string()),
+    ("code", pa.string()),
+    ("node_ids", pa.list_(pa.uint64())),
+    ("message", pa.string()),
+])
+
+
+def find_traces(roots: Iterable[str]) -> list[str]:
+    """Every .et / .et.gz file under the given folders (or the files themselves), sorted."""
+    found: list[str] = []
+    for root in roots:
+        fs, path = fsspec.core.url_to_fs(root)
+        protocol = root.split("://", 1)[0] + "://" if "://" in root else ""
+        if fs.isfile(path):
+            found.append(root)
+            continue
+        for name in sorted(fs.find(path)):
+            if name.endswith(ET_SUFFIXES):
+                found.append(protocol + name if protocol else name)
+    return found
+
+
+def _trace_row(url: str, summary: dict | None, error: str | None, findings) -> dict:
+    errors = sum(f.severity == "error" for f in findings)
+    row = {"path": url, "errors": errors, "warnings": len(findings) - errors, "readable": summary is not None,
+           "error": error}
+    if summary is None:
+        return row
+    colls = summary["collectives"]
+    return {
+        **row,
+        "nodes": summary["nodes"],
+        "dependencies": summary["dependencies"],
+        "node_types": list(summary["node_types"].items()),
+        "collective_count": sum(c["count"] for c in colls.values()),
+        "collective_bytes": sum(c["bytes"] for c in colls.values()),
+        "collectives_json": json.dumps(colls),
+        "metadata_version": summary["metadata"]["version"],
+    }
+
+
+def _node_table_name(url: str, used: set[str]) -> str:
+    stem = url.rstrip("/").split("/")[-1]
+    parent = url.rstrip("/").split("/")[-2] if "/" in url.rstrip("/") else ""
+    name = f"{parent}__{stem}" if parent else stem
+    while name in used:
+        name += "_"
+    used.add(name)
+    return name + ".parquet"
+
+
+def survey(roots: Iterable[str], out_dir: str, progress: Callable[[str], None] | None = None) -> dict:
+    """Surveys every trace under roots into out_dir; returns counts and the output paths."""
+    traces = find_traces(roots)
+    out = Path(out_dir)
+    (out / "nodes").mkdir(parents=True, exist_ok=True)
+    trace_rows, finding_rows, used = [], [], set()
+    for url in traces:
+        if progress:
+            progress(url)
+        try:
+            table = read_table(url)
+        except ChakraError as exc:
+            findings = validate_file(url)  # reports the read error as an "unreadable" finding
+            trace_rows.append(_trace_row(url, None, str(exc), findings))
+        else:
+            findings = validate_table(table, url)
+            trace_rows.append(_trace_row(url, summarize_table(table, url), None, findings))
+            pq.write_table(table, out / "nodes" / _node_table_name(url, used))
+        finding_rows += [
+            {"path": f.path, "severity": f.severity, "code": f.code, "node_ids": list(f.node_ids), "message": f.message}
+            for f in findings
+        ]
+    pq.write_table(pa.Table.from_pylist(trace_rows, schema=TRACES_SCHEMA), out / "traces.parquet")
+    pq.write_table(pa.Table.from_pylist(finding_rows, schema=FINDINGS_SCHEMA), out / "findings.parquet")
+    return {
+        "files": len(traces),
+        "unreadable": sum(not r["readable"] for r in trace_rows),
+        "nodes": sum(r.get("nodes") or 0 for r in trace_rows),
+        "errors": sum(r["errors"] for r in trace_rows),
+        "warnings": sum(r["warnings"] for r in trace_rows),
+        "traces_table": str(out / "traces.parquet"),
+        "findings_table": str(out / "findings.parquet"),
+        "node_tables": str(out / "nodes"),
+    }

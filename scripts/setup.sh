@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: a .venv at the repository root with the project
+# (and its C codec) installed editable, with the dev extra. Re-runs are quick: the install
+# is redone only when the packaging files or the C source change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+"$PYTHON" - <<'PY' || { echo "setup: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+import sys
+sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
+PY
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv" >&2
+    "$PYTHON" -m venv .venv
+fi
+
+stamp=.venv/.chakra-install-stamp
+want=$(cat pyproject.toml setup.py chakra_core/_native/*.c | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; then
+    echo "setup: installing the project into .venv (first run takes a minute)" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel 2> >(grep -v "^WARNING: Location" >&2)
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[dev]" 2> >(grep -v "^WARNING: Location" >&2)
+    echo "$want" > "$stamp"
+fi
