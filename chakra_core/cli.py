@@ -108,12 +108,12 @@ def cmd_validate(args) -> int:
 def cmd_survey(args) -> int:
     from rich.progress import Progress
 
-    from chakra_core.survey import find_traces, survey
+    from chakra_core.survey import survey
 
-    total = len(find_traces(args.roots))
     with Progress(console=_console(), transient=True) as progress:
-        task = progress.add_task("surveying traces", total=total)
-        result = survey(args.roots, args.out, progress=lambda url: progress.advance(task))
+        task = progress.add_task("surveying traces", total=None)
+        result = survey(args.roots, args.out,
+                        progress=lambda done, total, url: progress.update(task, completed=done, total=total))
     print(f"surveyed {result['files']} trace(s): {result['nodes']:,} nodes, {result['unreadable']} unreadable, "
           f"{result['errors']} validation error(s), {result['warnings']} warning(s)")
     print(f"tables: {result['traces_table']}\n        {result['findings_table']}\n        {result['node_tables']}/")

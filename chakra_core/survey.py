@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
+import shutil
+from pathlib import Path, PurePosixPath
 
 import fsspec
 import pyarrow as pa
@@ -50,18 +51,18 @@ FINDINGS_SCHEMA = pa.schema([
 ])
 
 
-def find_traces(roots: Iterable[str]) -> list[str]:
-    """Every .et / .et.gz file under the given folders (or the files themselves), sorted."""
-    found: list[str] = []
+def find_traces(roots: Iterable[str]) -> list[tuple[str, str]]:
+    """(root, url) of every .et / .et.gz file under the given folders (or the files themselves), sorted."""
+    found: list[tuple[str, str]] = []
     for root in roots:
         fs, path = fsspec.core.url_to_fs(root)
         protocol = root.split("://", 1)[0] + "://" if "://" in root else ""
         if fs.isfile(path):
-            found.append(root)
+            found.append((root, root))
             continue
         for name in sorted(fs.find(path)):
             if name.endswith(ET_SUFFIXES):
-                found.append(protocol + name if protocol else name)
+                found.append((root, protocol + name if protocol else name))
     return found
 
 
@@ -84,25 +85,33 @@ def _trace_row(url: str, summary: dict | None, error: str | None, findings) -> d
     }
 
 
-def _node_table_name(url: str, used: set[str]) -> str:
-    stem = url.rstrip("/").split("/")[-1]
-    parent = url.rstrip("/").split("/")[-2] if "/" in url.rstrip("/") else ""
-    name = f"{parent}__{stem}" if parent else stem
-    while name in used:
-        name += "_"
-    used.add(name)
-    return name + ".parquet"
+def _node_table_name(root: str, url: str, used: set[str]) -> str:
+    """<root folder name>__<path under root with / as __>.parquet, unique within one survey."""
+    root_path = fsspec.core.url_to_fs(root)[1].rstrip("/")
+    url_path = fsspec.core.url_to_fs(url)[1]
+    relative = url_path[len(root_path):].lstrip("/") if url_path != root_path else ""
+    name = "__".join(p for p in [PurePosixPath(root_path).name, *relative.split("/")] if p)
+    candidate, n = name, 1
+    while candidate in used:
+        n += 1
+        candidate = f"{name}__{n}"
+    used.add(candidate)
+    return candidate + ".parquet"
 
 
-def survey(roots: Iterable[str], out_dir: str, progress: Callable[[str], None] | None = None) -> dict:
-    """Surveys every trace under roots into out_dir; returns counts and the output paths."""
+def survey(roots: Iterable[str], out_dir: str, progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """Surveys every trace under roots into out_dir; returns counts and the output paths.
+
+    progress(done, total, url) is called before each file.
+    """
     traces = find_traces(roots)
     out = Path(out_dir)
-    (out / "nodes").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "nodes", ignore_errors=True)  # a re-run replaces the previous survey
+    (out / "nodes").mkdir(parents=True)
     trace_rows, finding_rows, used = [], [], set()
-    for url in traces:
+    for done, (root, url) in enumerate(traces):
         if progress:
-            progress(url)
+            progress(done, len(traces), url)
         try:
             table = read_table(url)
         except ChakraError as exc:
@@ -111,7 +120,7 @@ def survey(roots: Iterable[str], out_dir: str, progress: Callable[[str], None] |
         else:
             findings = validate_table(table, url)
             trace_rows.append(_trace_row(url, summarize_table(table, url), None, findings))
-            pq.write_table(table, out / "nodes" / _node_table_name(url, used))
+            pq.write_table(table, out / "nodes" / _node_table_name(root, url, used))
         finding_rows += [
             {"path": f.path, "severity": f.severity, "code": f.code, "node_ids": list(f.node_ids), "message": f.message}
             for f in findings
