@@ -7,7 +7,8 @@ setup(
         Extension(
             "chakra_core._native._etcodec",
             sources=["chakra_core/_native/etcodec.c"],
-            extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-pthread"],
+            extra_link_args=["-pthread"],
         )
     ]
 )

@@ -7,6 +7,8 @@ sliced and chunked data, and tables that lack the optional columns.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,43 +34,83 @@ _KIND_DICTIONARY = pa.array(VALUE_KINDS, pa.string())
 _IO_FIELDS = ("values", "shapes", "types")
 
 
-def decode(data, start: int, base_offset: int, first_index: int, max_nodes: int, final: bool):
-    """Decodes up to max_nodes Node messages from data[start:]; returns (RecordBatch, end position)."""
-    buffers, end = _etcodec.decode(data, start, base_offset, first_index, max_nodes, final)
-    return _batch_from_buffers(buffers), end
+def default_decode_threads() -> int:
+    """Threads for decoding: CHAKRA_DECODE_THREADS, else the CPUs this process may use (at most 16)."""
+    configured = os.environ.get("CHAKRA_DECODE_THREADS")
+    if configured:
+        return max(1, int(configured))
+    return max(1, min(16, len(os.sched_getaffinity(0))))
+
+
+def decode(data, start: int, base_offset: int, first_index: int, max_nodes: int, final: bool,
+           threads: int = 1) -> tuple[list[pa.RecordBatch], int]:
+    """Decodes up to max_nodes Node messages from data[start:] into record batches (file order).
+
+    base_offset is the file offset of data[0], first_index the index of the first node (both
+    for error messages). Returns the batches and the position where decoding stopped.
+    """
+    parts, end = _etcodec.decode(data, start, base_offset, first_index, max_nodes, final, threads)
+    return [_batch_from_buffers(buffers) for buffers in parts], end
 
 
 # ---------------------------------------------------------------- buffers -> Arrow
 
 
+_shared_zeros: pa.Buffer = pa.py_buffer(np.zeros(1 << 20, np.uint8))
+
+
 class _Buffers:
-    """Access to one decode() result by key, as pyarrow buffers."""
+    """Access to one decode() result by key, as pyarrow buffers.
+
+    The C side leaves the value and offset buffers of all-null (or all-zero) columns empty;
+    they are padded here with one read-only zero buffer shared by every batch, so a sparse
+    attribute costs no memory per row.
+    """
 
     def __init__(self, raw: dict):
         self.raw = raw
+
+    @staticmethod
+    def zeros(nbytes: int) -> pa.Buffer:
+        global _shared_zeros
+        if _shared_zeros.size < nbytes:
+            _shared_zeros = pa.py_buffer(np.zeros(max(nbytes, 2 * _shared_zeros.size), np.uint8))
+        return _shared_zeros
 
     def buf(self, key: str) -> pa.Buffer | None:
         value = self.raw[key]
         return None if value is None else pa.py_buffer(value)
 
+    def padded(self, key: str, nbytes: int) -> pa.Buffer:
+        """The buffer under key, or shared zeros when it was left shorter than nbytes."""
+        value = self.raw[key]
+        if value is None or memoryview(value).nbytes < nbytes:
+            return self.zeros(nbytes)
+        return pa.py_buffer(value)
+
     def count(self, key: str, width: int) -> int:
-        return len(self.raw[key]) // width
+        return memoryview(self.raw[key]).nbytes // width
 
     def fixed(self, key: str, type_: pa.DataType, length: int) -> pa.Array:
-        return pa.Array.from_buffers(type_, length, [self.buf(f"{key}.valid"), self.buf(f"{key}.vals")])
+        nbytes = (length + 7) // 8 if type_ == pa.bool_() else length * type_.byte_width
+        return pa.Array.from_buffers(type_, length, [self.buf(f"{key}.valid"), self.padded(f"{key}.vals", nbytes)])
 
     def string(self, key: str, length: int, type_: pa.DataType = pa.string()) -> pa.Array:
-        return pa.Array.from_buffers(
-            type_, length, [self.buf(f"{key}.valid"), self.buf(f"{key}.off"), self.buf(f"{key}.data")]
-        )
+        offsets = self.padded(f"{key}.off", (length + 1) * 4)
+        return pa.Array.from_buffers(type_, length, [self.buf(f"{key}.valid"), offsets, self.buf(f"{key}.data")])
 
     def list_of(self, type_: pa.DataType, length: int, off_key: str, child: pa.Array, valid_key: str | None = None):
         valid = self.buf(valid_key) if valid_key else None
-        return pa.Array.from_buffers(type_, length, [valid, self.buf(off_key)], children=[child])
+        offsets = self.padded(off_key, (length + 1) * 4)
+        return pa.Array.from_buffers(type_, length, [valid, offsets], children=[child])
 
 
 def _plain(type_: pa.DataType, length: int, data: pa.Buffer) -> pa.Array:
     return pa.Array.from_buffers(type_, length, [None, data])
+
+
+def _plain_padded(b: _Buffers, type_: pa.DataType, length: int, key: str) -> pa.Array:
+    return _plain(type_, length, b.padded(key, length * type_.byte_width))
 
 
 def _known_column(b: _Buffers, attr, n: int) -> pa.Array:
@@ -83,7 +125,8 @@ def _known_column(b: _Buffers, attr, n: int) -> pa.Array:
 
 
 def _last_offset(b: _Buffers, key: str) -> int:
-    return int(np.frombuffer(b.raw[key], np.int32)[-1])
+    offsets = np.frombuffer(b.raw[key], np.int32)
+    return int(offsets[-1]) if len(offsets) else 0
 
 
 def _other_attrs(b: _Buffers, n: int) -> pa.Array:
@@ -129,8 +172,8 @@ def _batch_from_buffers(raw: dict) -> pa.RecordBatch:
                                _plain(pa.uint64(), b.count("ctrl.vals", 8), b.buf("ctrl.vals"))),
         "data_deps": b.list_of(pa.list_(pa.uint64()), n, "data.off",
                                _plain(pa.uint64(), b.count("data.vals", 8), b.buf("data.vals"))),
-        "start_time_micros": _plain(pa.uint64(), n, b.buf("start")),
-        "duration_micros": _plain(pa.uint64(), n, b.buf("dur")),
+        "start_time_micros": _plain_padded(b, pa.uint64(), n, "start"),
+        "duration_micros": _plain_padded(b, pa.uint64(), n, "dur"),
     }
     for io in ("inputs", "outputs"):
         fields = [b.string(f"{io}.{f}", n) for f in _IO_FIELDS]
@@ -211,6 +254,44 @@ def _kind_fields(kind: pa.Array) -> np.ndarray:
     return lookup[indices]
 
 
+_UNSIGNED_SCALARS = ("uint32", "uint64", "fixed32", "fixed64")
+_SIGNED_SCALARS = ("int32", "int64", "sint32", "sint64", "sfixed32", "sfixed64")
+_VALUE_FIELDS = ("int", "uint", "double", "float", "bool", "string", "bytes") + LIST_VALUE_FIELDS
+
+
+def _value_field_of(kind: str) -> str:
+    """The other_attrs field that holds a value of this kind (int32_val -> int, fixed64_list -> uint_list)."""
+    scalar, suffix = kind.rsplit("_", 1)
+    base = "int" if scalar in _SIGNED_SCALARS else "uint" if scalar in _UNSIGNED_SCALARS else scalar
+    return base + ("_list" if suffix == "list" else "")
+
+
+# field number of a kind -> index in _VALUE_FIELDS (-1: no value)
+_VALUE_FIELD_OF_NUMBER = np.full(max(KIND_FIELD.values()) + 1, -1, np.int8)
+for _kind, _number in KIND_FIELD.items():
+    _VALUE_FIELD_OF_NUMBER[_number] = _VALUE_FIELDS.index(_value_field_of(_kind))
+
+
+def _check_other_attr_values(kinds: np.ndarray, fields: dict, lo: int, hi: int) -> None:
+    """Every entry in [lo, hi) whose kind is set holds its value in the matching field.
+
+    Decoded tables always do; a hand-built one that puts the value elsewhere (or nowhere)
+    would otherwise be written as a zero/empty value without a word.
+    """
+    need = _VALUE_FIELD_OF_NUMBER[kinds[lo:hi]]
+    used = np.bincount(need.astype(np.intp) + 1, minlength=len(_VALUE_FIELDS) + 1)[1:]
+    for i in np.flatnonzero(used):
+        name = _VALUE_FIELDS[i]
+        values = fields[name].slice(lo, hi - lo)
+        if not values.null_count:
+            continue
+        missing = (need == i) & ~values.is_valid().to_numpy(zero_copy_only=False)
+        if missing.any():
+            j = lo + int(np.argmax(missing))
+            raise ValueError(f"other_attrs entry {fields['name'][j].as_py()!r} has kind "
+                             f"{VALUE_KINDS[kinds[j] - 3]} but no value in its field {name!r}")
+
+
 def _put_other_attrs(out: dict, column: pa.Array) -> None:
     out["x.off"] = _list_offsets(column)
     entries = column.values
@@ -218,6 +299,8 @@ def _put_other_attrs(out: dict, column: pa.Array) -> None:
     _put_string(out, "x.name", fields["name"])
     _put_string(out, "x.doc", fields["doc_string"], with_valid=True)
     out["x.kind"] = _kind_fields(fields["kind"])
+    if len(out["x.off"]):
+        _check_other_attr_values(out["x.kind"], fields, int(out["x.off"][0]), int(out["x.off"][-1]))
     out["x.int"] = _values(fields["int"], np.int64)
     out["x.uint"] = _values(fields["uint"], np.uint64)
     out["x.double"] = _values(fields["double"], np.float64)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
@@ -53,6 +54,11 @@ def open_binary(url: str, mode: str = "rb") -> Iterator[BinaryIO]:
                 yield zipped
             return
         yield raw
+
+
+# What reading a damaged stream raises: I/O errors, a gzip stream cut short (EOFError) or
+# corrupt inside (zlib.error, which is not an OSError).
+_READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 def _looks_like_json(head: bytes) -> bool:
@@ -137,17 +143,21 @@ class ETReader:
         except FileNotFoundError:
             self._stack.close()
             raise ChakraFormatError(url, "no such file") from None
-        except (OSError, EOFError) as exc:
+        except _READ_ERRORS as exc:
             self._stack.close()
             raise ChakraFormatError(url, f"cannot read: {exc}") from None
         try:
-            if _looks_like_json(head):
-                raise ChakraFormatError(
-                    url, "not a Chakra ET: this is JSON (a PyTorch execution trace or a jsonized ET?)", 0
-                )
-            payload, self._offset = self._read_metadata_frame()
+            try:
+                payload, self._offset = self._read_metadata_frame()
+                self.metadata = _parse_metadata(payload, url)
+            except ChakraFormatError:
+                # Only a diagnosis: a valid ET may start with "{" or "[" too (a 123- or 91-byte metadata).
+                if _looks_like_json(head):
+                    raise ChakraFormatError(
+                        url, "not a Chakra ET: this is JSON (a PyTorch execution trace or a jsonized ET?)", 0
+                    ) from None
+                raise
             self.metadata_bytes = payload
-            self.metadata = _parse_metadata(payload, url)
         except BaseException:
             self._stack.close()
             raise
@@ -155,7 +165,7 @@ class ETReader:
     def _read_metadata_frame(self) -> tuple[bytes, int]:
         try:
             payload, offset = _read_frame(self._file, self.url, 0, "global metadata")
-        except (OSError, EOFError) as exc:  # e.g. a damaged gzip stream
+        except _READ_ERRORS as exc:  # e.g. a damaged gzip stream
             raise ChakraFormatError(self.url, f"cannot read: {exc}", 0) from None
         if payload is None:
             raise ChakraFormatError(self.url, "empty file: a Chakra ET starts with a global metadata message", 0)
@@ -170,42 +180,72 @@ class ETReader:
     def close(self) -> None:
         self._stack.close()
 
-    def _read(self, n: int) -> bytes:
-        try:
-            return self._file.read(n)
-        except (OSError, EOFError) as exc:
-            raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", self._offset) from None
+    def _fill(self, buf: bytearray, filled: int, want: int, base: int) -> tuple[bytearray, int, bool]:
+        """Reads up to `want` bytes after buf[:filled]; returns (buf, new filled, eof).
 
-    def iter_batches(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> Iterator[pa.RecordBatch]:
-        """Node batches in file order. Memory stays near one batch plus one read chunk."""
+        Reads straight into buf when it has room, else appends (buf then grows in place), so
+        memory stays near two chunks without the transient copies that deleting from the front
+        of a bytearray and appending to it cost; a small file never gets a chunk-sized buffer.
+        `base` is the file offset of buf[0] (uncompressed, for gzip), for error messages.
+        """
+        try:
+            readinto = getattr(self._file, "readinto", None)
+            if readinto is not None and len(buf) - filled >= want:
+                with memoryview(buf) as view, view[filled:filled + want] as room:
+                    n = readinto(room)
+            else:
+                data = self._file.read(want)
+                n = len(data)
+                buf[filled:] = data
+        except _READ_ERRORS as exc:
+            raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", base + filled) from None
+        return buf, filled + n, not n
+
+    def iter_batches(self, batch_nodes: int = DEFAULT_BATCH_NODES, threads: int | None = None
+                     ) -> Iterator[pa.RecordBatch]:
+        """Node batches in file order, from the first node on every call.
+
+        Memory stays near two read chunks plus the batches of one chunk. Each read chunk is
+        decoded by `threads` threads (default: codec.default_decode_threads()), giving up to
+        that many batches per chunk.
+        """
+        if batch_nodes < 1:  # 0 would decode nothing and loop forever
+            raise ValueError(f"batch_nodes must be at least 1, got {batch_nodes}")
+        threads = threads or codec.default_decode_threads()
+        try:
+            self._file.seek(self._offset)  # a second call starts over instead of misreading
+        except _READ_ERRORS as exc:
+            raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", self._offset) from None
         buf = bytearray()
-        base = self._offset  # file offset of buf[0]
+        filled = 0  # buf[:filled] holds the file's bytes from offset `base`; the rest is room
+        base = self._offset
         pos = 0
         node_index = 0
         eof = False
         while True:
-            if not eof and len(buf) - pos < READ_CHUNK_BYTES:
-                del buf[:pos]
-                base += pos
-                pos = 0
-                chunk = self._read(READ_CHUNK_BYTES)
-                eof = not chunk
-                buf += chunk
-            if pos == len(buf) and eof:
+            if not eof and filled - pos < READ_CHUNK_BYTES:
+                if pos:
+                    buf[:filled - pos] = buf[pos:filled]  # move the unread tail to the front (no resize)
+                    base += pos
+                    filled -= pos
+                    pos = 0
+                buf, filled, eof = self._fill(buf, filled, READ_CHUNK_BYTES, base)
+            if pos == filled and eof:
                 return
             try:
-                batch, end = codec.decode(buf, pos, base, node_index, batch_nodes, eof)
+                with memoryview(buf) as view, view[:filled] as data:
+                    batches, end = codec.decode(data, pos, base, node_index, batch_nodes, eof, threads)
             except codec.FormatError as exc:
-                message, offset, _msg_offset, _index, node_id = exc.args
-                raise ChakraFormatError(self.url, message, offset, node_index=_index, node_id=node_id) from None
-            if batch.num_rows:
-                node_index += batch.num_rows
-                yield batch
-            elif end == pos and not eof:
+                message, offset, _msg_offset, index, node_id = exc.args
+                raise ChakraFormatError(self.url, message, offset, node_index=index, node_id=node_id) from None
+            for batch in batches:
+                if batch.num_rows:
+                    node_index += batch.num_rows
+                    yield batch
+            batches = batch = None  # not kept alive while the next chunk decodes
+            if end == pos and not eof:
                 # one message larger than what is buffered: read more before decoding again
-                more = self._read(max(READ_CHUNK_BYTES, len(buf)))
-                eof = not more
-                buf += more
+                buf, filled, eof = self._fill(buf, filled, max(READ_CHUNK_BYTES, filled), base)
             pos = end
 
     def read_table(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> pa.Table:
@@ -296,7 +336,7 @@ def iter_nodes(url: str) -> Iterator[pb.Node]:
             frame_offset = offset
             try:
                 payload, offset = _read_frame(f, url, offset, "node")
-            except (OSError, EOFError) as exc:
+            except _READ_ERRORS as exc:
                 raise ChakraFormatError(url, f"cannot read: {exc}", frame_offset) from None
             if payload is None:
                 return

@@ -30,6 +30,8 @@ def _default_column(field: pa.Field, n: int) -> pa.Array:
 def _node_types(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Accepts NodeType names ("COMP_NODE") as well as numbers."""
     if pa.types.is_string(column.type) or pa.types.is_dictionary(column.type):
+        if column.null_count:
+            raise ChakraTableError(f"column type has {column.null_count} null value(s); it may have none")
         names = column.cast(pa.string()).to_pylist()
         unknown = sorted({n for n in names if n not in NODE_TYPE_VALUES})
         if unknown:

@@ -17,6 +17,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,28 +29,47 @@ typedef struct {
     size_t len, cap;
 } buf_t;
 
-static int buf_reserve(buf_t *b, size_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+/*
+ * Decoding runs without the GIL, so allocation failures cannot raise at once: they set
+ * these flags and make every caller return -1; the entry point raises afterwards.
+ */
+static _Thread_local int alloc_failed, batch_overflow;
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+
+static __attribute__((noinline)) int buf_grow(buf_t *b, size_t extra) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra) cap *= 2;
     uint8_t *p = realloc(b->p, cap);
-    if (!p) { PyErr_NoMemory(); return -1; }
+    if (!p) { alloc_failed = 1; return -1; }
     b->p = p;
     b->cap = cap;
     return 0;
 }
 
-static int buf_put(buf_t *b, const void *src, size_t n) {
+static inline int buf_reserve(buf_t *b, size_t extra) {
+    if (LIKELY(b->len + extra <= b->cap)) return 0;
+    return buf_grow(b, extra);
+}
+
+static inline int buf_put(buf_t *b, const void *src, size_t n) {
     if (buf_reserve(b, n) < 0) return -1;
     if (n) memcpy(b->p + b->len, src, n);
     b->len += n;
     return 0;
 }
 
-static int buf_u8(buf_t *b, uint8_t v) { return buf_put(b, &v, 1); }
-static int buf_i32(buf_t *b, int32_t v) { return buf_put(b, &v, 4); }
-static int buf_u16(buf_t *b, uint16_t v) { return buf_put(b, &v, 2); }
-static int buf_u64(buf_t *b, uint64_t v) { return buf_put(b, &v, 8); }
+#define DEFINE_BUF_PUT(fn, T) \
+    static inline int fn(buf_t *b, T v) { \
+        if (buf_reserve(b, sizeof v) < 0) return -1; \
+        memcpy(b->p + b->len, &v, sizeof v); \
+        b->len += sizeof v; \
+        return 0; \
+    }
+DEFINE_BUF_PUT(buf_u8, uint8_t)
+DEFINE_BUF_PUT(buf_u16, uint16_t)
+DEFINE_BUF_PUT(buf_i32, int32_t)
+DEFINE_BUF_PUT(buf_u64, uint64_t)
 
 static void buf_free(buf_t *b) { free(b->p); b->p = NULL; b->len = b->cap = 0; }
 
@@ -59,7 +79,7 @@ typedef struct {
     int64_t n, unset;
 } bits_t;
 
-static int bits_push(bits_t *b, int v) {
+static inline int bits_push(bits_t *b, int v) {
     if ((b->n & 7) == 0 && buf_u8(&b->bytes, 0) < 0) return -1;
     if (v) b->bytes.p[b->n >> 3] |= (uint8_t)(1u << (b->n & 7));
     else b->unset++;
@@ -75,11 +95,8 @@ typedef struct {
 
 static int strcol_init(strcol_t *c) { return buf_i32(&c->off, 0); }
 
-static int strcol_push(strcol_t *c, const uint8_t *s, size_t n, int valid) {
-    if (c->data.len + n > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "string column exceeds 2 GiB in one batch");
-        return -1;
-    }
+static inline int strcol_push(strcol_t *c, const uint8_t *s, size_t n, int valid) {
+    if (c->data.len + n > INT32_MAX) { batch_overflow = 1; return -1; }
     if (buf_put(&c->data, s, n) < 0) return -1;
     if (buf_i32(&c->off, (int32_t)c->data.len) < 0) return -1;
     return bits_push(&c->valid, valid);
@@ -96,11 +113,8 @@ typedef struct {
 static void fixcol_free(fixcol_t *c) { buf_free(&c->vals); buf_free(&c->valid.bytes); }
 
 /* A list column's offsets: one int32 per row boundary. */
-static int list_close_row(buf_t *off, int64_t child_len) {
-    if (child_len > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "list column exceeds 2^31 entries in one batch");
-        return -1;
-    }
+static inline int list_close_row(buf_t *off, int64_t child_len) {
+    if (child_len > INT32_MAX) { batch_overflow = 1; return -1; }
     return buf_i32(off, (int32_t)child_len);
 }
 
@@ -111,7 +125,7 @@ typedef struct {
     size_t n;
 } span_t;
 
-/* Decoding context: where we are, for error messages. */
+/* Decoding context: where we are, and the first format error met (raised later, with the GIL). */
 typedef struct {
     const uint8_t *base;    /* start of the buffer handed to decode() */
     int64_t base_offset;    /* file offset of base[0] */
@@ -119,6 +133,10 @@ typedef struct {
     int64_t node_index;     /* index of the current node within the file (after metadata) */
     int have_id;
     uint64_t node_id;
+    int failed;
+    int64_t err_offset, err_msg_offset, err_node_index;
+    int err_have_id;
+    uint64_t err_node_id;
     char err[256];
 } ctx_t;
 
@@ -129,20 +147,39 @@ static int fail(ctx_t *cx, const uint8_t *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(cx->err, sizeof cx->err, fmt, ap);
     va_end(ap);
-    int64_t off = at ? cx->base_offset + (int64_t)(at - cx->base) : cx->msg_offset;
-    PyObject *id = cx->have_id ? PyLong_FromUnsignedLongLong(cx->node_id) : Py_NewRef(Py_None);
-    PyObject *args = Py_BuildValue("(sLLLN)", cx->err, (long long)off, (long long)cx->msg_offset,
-                                   (long long)cx->node_index, id);
+    cx->failed = 1;
+    cx->err_offset = at ? cx->base_offset + (int64_t)(at - cx->base) : cx->msg_offset;
+    cx->err_msg_offset = cx->msg_offset;
+    cx->err_node_index = cx->node_index;
+    cx->err_have_id = cx->have_id;
+    cx->err_node_id = cx->node_id;
+    return -1;
+}
+
+/* Raises the error a failed decode left behind (call with the GIL held). */
+static void raise_decode_error(const ctx_t *cx) {
+    if (!cx->failed) {
+        if (batch_overflow) PyErr_SetString(PyExc_OverflowError, "a column exceeds 2 GiB in one batch");
+        else PyErr_NoMemory();
+        return;
+    }
+    PyObject *id = cx->err_have_id ? PyLong_FromUnsignedLongLong(cx->err_node_id) : Py_NewRef(Py_None);
+    PyObject *args = Py_BuildValue("(sLLLN)", cx->err, (long long)cx->err_offset, (long long)cx->err_msg_offset,
+                                   (long long)cx->err_node_index, id);
     if (args) {
         PyErr_SetObject(FormatError, args);
         Py_DECREF(args);
     }
-    return -1;
 }
 
 /* Reads a varint at *pp (< end). Returns 0 ok, 1 if the bytes run out, 2 if over-long. */
-static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
     const uint8_t *p = *pp;
+    if (LIKELY(p < end && *p < 0x80)) { /* most tags and lengths are one byte */
+        *out = *p;
+        *pp = p + 1;
+        return 0;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
         if (p >= end) return 1;
@@ -157,16 +194,19 @@ static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
     return 2;
 }
 
-static int get_varint(ctx_t *cx, const uint8_t **pp, const uint8_t *end, uint64_t *out, const char *what) {
+static inline int get_varint(ctx_t *cx, const uint8_t **pp, const uint8_t *end, uint64_t *out, const char *what) {
     const uint8_t *start = *pp;
+    *out = 0; /* defined on the error path too */
     int r = read_varint(pp, end, out);
     if (r == 1) return fail(cx, start, "truncated varint in %s", what);
     if (r == 2) return fail(cx, start, "malformed varint (over 10 bytes) in %s", what);
     return 0;
 }
 
-static int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *out, const char *what) {
+static inline int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *out, const char *what) {
     uint64_t n;
+    out->p = NULL;
+    out->n = 0;
     const uint8_t *start = *pp;
     if (get_varint(cx, pp, end, &n, what) < 0) return -1;
     if (n > (uint64_t)(end - *pp))
@@ -177,7 +217,7 @@ static int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *o
     return 0;
 }
 
-static int get_fixed(ctx_t *cx, const uint8_t **pp, const uint8_t *end, int width, uint64_t *out, const char *what) {
+static inline int get_fixed(ctx_t *cx, const uint8_t **pp, const uint8_t *end, int width, uint64_t *out, const char *what) {
     if ((size_t)(end - *pp) < (size_t)width) return fail(cx, *pp, "truncated fixed%d value in %s", width * 8, what);
     uint64_t v = 0;
     memcpy(&v, *pp, width); /* little-endian host, as Arrow */
@@ -199,7 +239,7 @@ static int skip_field(ctx_t *cx, const uint8_t **pp, const uint8_t *end, int wt,
     }
 }
 
-static int utf8_valid(const uint8_t *s, size_t n) {
+static int utf8_valid_slow(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = s[i];
@@ -223,7 +263,26 @@ static int utf8_valid(const uint8_t *s, size_t n) {
     return 1;
 }
 
-static int check_utf8(ctx_t *cx, span_t s, const char *what) {
+/* Trace strings are almost all ASCII: OR the bytes together without branching, validate fully only if needed. */
+static inline int utf8_valid(const uint8_t *s, size_t n) {
+    uint64_t acc = 0;
+    size_t i = 0;
+    if (n >= 8) {
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            acc |= w;
+        }
+        uint64_t tail; /* the last 8 bytes, overlapping what was read */
+        memcpy(&tail, s + n - 8, 8);
+        acc |= tail;
+    } else {
+        for (; i < n; i++) acc |= s[i];
+    }
+    return (acc & 0x8080808080808080ULL) == 0 || utf8_valid_slow(s, n);
+}
+
+static inline int check_utf8(ctx_t *cx, span_t s, const char *what) {
     if (!utf8_valid(s.p, s.n)) return fail(cx, s.p, "%s is not valid UTF-8", what);
     return 0;
 }
@@ -237,11 +296,11 @@ enum {
     K_SFIXED64 = 25, K_BOOL = 27, K_STRING = 29, K_BYTES = 31, K_MAX = 32
 };
 
-static int kind_is_list(int k) { return (k & 1) == 0; }
-static int scalar_of(int k) { return kind_is_list(k) ? k - 1 : k; }
+static inline int kind_is_list(int k) { return (k & 1) == 0; }
+static inline int scalar_of(int k) { return kind_is_list(k) ? k - 1 : k; }
 
 /* Wire type of one element of scalar kind k. */
-static int kind_wire_type(int k) {
+static inline int kind_wire_type(int k) {
     switch (scalar_of(k)) {
     case K_DOUBLE: case K_FIXED64: case K_SFIXED64: return 1;
     case K_FLOAT: case K_FIXED32: case K_SFIXED32: return 5;
@@ -250,18 +309,18 @@ static int kind_wire_type(int k) {
     }
 }
 
-static int kind_is_integer(int k) {
+static inline int kind_is_integer(int k) {
     int s = scalar_of(k);
     return s >= K_INT32 && s <= K_SFIXED64;
 }
 
-static int kind_is_unsigned(int k) {
+static inline int kind_is_unsigned(int k) {
     int s = scalar_of(k);
     return s == K_UINT32 || s == K_UINT64 || s == K_FIXED32 || s == K_FIXED64;
 }
 
 /* Integer element of kind k from its raw wire bits, widened to 128 bits. */
-static __int128 int_from_wire(int k, uint64_t raw) {
+static inline __int128 int_from_wire(int k, uint64_t raw) {
     switch (scalar_of(k)) {
     case K_INT32: case K_SFIXED32: return (int32_t)(uint32_t)raw;
     case K_INT64: case K_SFIXED64: return (int64_t)raw;
@@ -273,7 +332,7 @@ static __int128 int_from_wire(int k, uint64_t raw) {
     }
 }
 
-static int int_fits_kind(int k, __int128 v) {
+static inline int int_fits_kind(int k, __int128 v) {
     switch (scalar_of(k)) {
     case K_INT32: case K_SINT32: case K_SFIXED32: return v >= INT32_MIN && v <= INT32_MAX;
     case K_INT64: case K_SINT64: case K_SFIXED64: return v >= INT64_MIN && v <= INT64_MAX;
@@ -305,7 +364,7 @@ static size_t known_len[MAX_KNOWN];
 static int known_class[MAX_KNOWN];
 static int known_default_kind[MAX_KNOWN];
 
-static int class_accepts(int cls, int kind, __int128 v) {
+static inline int class_accepts(int cls, int kind, __int128 v) {
     switch (cls) {
     case C_BOOL: return kind == K_BOOL;
     case C_INT: return kind_is_integer(kind) && !kind_is_list(kind) && v >= INT64_MIN && v <= INT64_MAX;
@@ -347,13 +406,21 @@ typedef struct {
 /* list child slots in extras_t.l_off */
 enum { L_INT = 0, L_UINT, L_DOUBLE, L_FLOAT, L_BOOL, L_STRING, L_BYTES };
 
+/*
+ * A well-known attribute column, filled lazily: a node writes only the attributes it has,
+ * at its row; rows in between are zero / null (value buffers grow zero-filled, offsets
+ * catch up), and finish_known() pads every column to the batch length.
+ */
 typedef struct {
     int cls;
-    fixcol_t fix;   /* C_INT / C_UINT: 8-byte values; C_BOOL: uses bools */
-    bits_t bools;   /* C_BOOL values */
-    strcol_t str;   /* C_STRING */
+    buf_t vals;     /* C_INT / C_UINT: 8-byte values; C_BOOL: value bitmap */
+    buf_t valid;    /* validity bitmap */
+    int64_t set;    /* rows with a value */
+    int64_t rows;   /* C_STRING / C_BOOL_LIST: rows whose offsets are written */
+    strcol_t str;   /* C_STRING (its own validity unused until finish_known) */
     buf_t l_off;    /* C_BOOL_LIST offsets */
     bits_t l_vals;  /* C_BOOL_LIST values */
+    bits_t final_valid;
 } knowncol_t;
 
 typedef struct {
@@ -412,7 +479,7 @@ static void batch_free(batch_t *b) {
     }
     for (int s = 0; s < MAX_KNOWN; s++) {
         knowncol_t *k = &b->known[s];
-        fixcol_free(&k->fix); buf_free(&k->bools.bytes); strcol_free(&k->str);
+        buf_free(&k->vals); buf_free(&k->valid); buf_free(&k->final_valid.bytes); strcol_free(&k->str);
         buf_free(&k->l_off); buf_free(&k->l_vals.bytes);
     }
     buf_free(&b->layout_off); buf_free(&b->layout);
@@ -432,7 +499,10 @@ static void batch_free(batch_t *b) {
 
 static int parse_attr(ctx_t *cx, span_t msg, attr_t *a) {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
-    memset(a, 0, sizeof *a);
+    a->name.p = a->doc.p = a->body.p = NULL;
+    a->name.n = a->doc.n = a->body.n = 0;
+    a->has_doc = a->kind = 0;
+    a->raw = 0;
     while (p < end) {
         const uint8_t *at = p;
         uint64_t tag;
@@ -588,10 +658,30 @@ static int push_extra(ctx_t *cx, extras_t *e, const attr_t *a) {
     return 0;
 }
 
-static int match_known(span_t name) {
-    for (int s = 0; s < n_known; s++)
+/* Open-addressing table of well-known names, keyed by length and end bytes (built by configure). */
+#define NAME_TABLE_SIZE 256
+static int8_t name_table[NAME_TABLE_SIZE];
+
+static inline unsigned name_hash(const uint8_t *p, size_t n) {
+    return (unsigned)(n * 131u + (n ? p[0] * 31u + p[n - 1] * 7u + p[n / 2] : 0u)) & (NAME_TABLE_SIZE - 1);
+}
+
+static void build_name_table(void) {
+    memset(name_table, -1, sizeof name_table);
+    for (int s = 0; s < n_known; s++) {
+        unsigned h = name_hash((const uint8_t *)known_name[s], known_len[s]);
+        while (name_table[h] >= 0) h = (h + 1) & (NAME_TABLE_SIZE - 1);
+        name_table[h] = (int8_t)s;
+    }
+}
+
+/* Slot of a well-known attribute name, or -1. Runs for every attribute, so: a hash probe, then one compare. */
+static inline int match_known(span_t name) {
+    for (unsigned h = name_hash(name.p, name.n);; h = (h + 1) & (NAME_TABLE_SIZE - 1)) {
+        int s = name_table[h];
+        if (s < 0) return -1;
         if (known_len[s] == name.n && memcmp(known_name[s], name.p, name.n) == 0) return s;
-    return -1;
+    }
 }
 
 static int visit_bool(void *stp, uint64_t raw, span_t s) {
@@ -599,38 +689,144 @@ static int visit_bool(void *stp, uint64_t raw, span_t s) {
     return bits_push((bits_t *)stp, raw != 0);
 }
 
-/* Writes a node's singular well-known attribute values (or nulls) into their columns. */
+/* Grows b to n bytes, zero-filling what is added. */
+static inline int buf_zero_extend(buf_t *b, size_t n) {
+    if (n <= b->len) return 0;
+    if (buf_reserve(b, n - b->len) < 0) return -1;
+    memset(b->p + b->len, 0, n - b->len);
+    b->len = n;
+    return 0;
+}
+
+static inline int bitmap_set(buf_t *bm, int64_t i) {
+    if (buf_zero_extend(bm, (size_t)(i >> 3) + 1) < 0) return -1;
+    bm->p[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return 0;
+}
+
+/* Writes offsets of empty rows up to (excluding) row. */
+static inline int catch_up_offsets(buf_t *off, int64_t *rows, int64_t row, int64_t child_len) {
+    for (; *rows < row; (*rows)++)
+        if (list_close_row(off, child_len) < 0) return -1;
+    return 0;
+}
+
+/* Writes the well-known attributes this node has into their columns at its row. */
 static int commit_known(ctx_t *cx, batch_t *b, scratch_t *sc) {
-    for (int s = 0; s < n_known; s++) {
+    int64_t row = b->n;
+    for (uint64_t m = sc->seen_known; m; m &= m - 1) {
+        int s = __builtin_ctzll(m);
         knowncol_t *col = &b->known[s];
-        int has = (int)((sc->seen_known >> s) & 1);
         attr_t *a = &sc->known[s];
+        if (bitmap_set(&col->valid, row) < 0) return -1;
+        col->set++;
         switch (col->cls) {
         case C_BOOL:
-            if (bits_push(&col->bools, has && a->raw) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            if (a->raw && bitmap_set(&col->vals, row) < 0) return -1;
             break;
         case C_INT:
         case C_UINT: {
-            uint64_t v = has ? (uint64_t)int_from_wire(a->kind, a->raw) : 0;
-            if (buf_u64(&col->fix.vals, v) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            uint64_t v = (uint64_t)int_from_wire(a->kind, a->raw);
+            if (buf_zero_extend(&col->vals, (size_t)row * 8) < 0 || buf_u64(&col->vals, v) < 0) return -1;
             break;
         }
         case C_STRING:
-            if (strcol_push(&col->str, a->body.p, has ? a->body.n : 0, has) < 0) return -1;
+            if (catch_up_offsets(&col->str.off, &col->rows, row, (int64_t)col->str.data.len) < 0) return -1;
+            if (col->str.data.len + a->body.n > INT32_MAX) { batch_overflow = 1; return -1; }
+            if (buf_put(&col->str.data, a->body.p, a->body.n) < 0 ||
+                list_close_row(&col->str.off, (int64_t)col->str.data.len) < 0)
+                return -1;
+            col->rows++;
             break;
         case C_BOOL_LIST:
-            if (has && walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
-            if (list_close_row(&col->l_off, col->l_vals.n) < 0 || bits_push(&col->fix.valid, has) < 0) return -1;
+            if (catch_up_offsets(&col->l_off, &col->rows, row, col->l_vals.n) < 0) return -1;
+            if (walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
+            if (list_close_row(&col->l_off, col->l_vals.n) < 0) return -1;
+            col->rows++;
             break;
         }
     }
     return 0;
 }
 
+/* Pads every well-known column to the batch's n rows and fixes its validity. */
+static int finish_known(batch_t *b) {
+    int64_t n = b->n;
+    for (int s = 0; s < n_known; s++) {
+        knowncol_t *col = &b->known[s];
+        if (buf_zero_extend(&col->valid, (size_t)(n + 7) / 8) < 0) return -1;
+        col->final_valid.bytes = col->valid;
+        col->final_valid.n = n;
+        col->final_valid.unset = n - col->set;
+        col->valid.p = NULL;
+        col->valid.len = col->valid.cap = 0;
+        if (col->set == 0) continue; /* all null: left short, the Python side substitutes shared zeros */
+        switch (col->cls) {
+        case C_BOOL: if (buf_zero_extend(&col->vals, (size_t)(n + 7) / 8) < 0) return -1; break;
+        case C_INT:
+        case C_UINT: if (buf_zero_extend(&col->vals, (size_t)n * 8) < 0) return -1; break;
+        case C_STRING:
+            if (catch_up_offsets(&col->str.off, &col->rows, n, (int64_t)col->str.data.len) < 0) return -1;
+            break;
+        case C_BOOL_LIST:
+            if (catch_up_offsets(&col->l_off, &col->rows, n, col->l_vals.n) < 0) return -1;
+            break;
+        }
+    }
+    return 0;
+}
+
+/*
+ * The common shape of an attribute, as every known writer emits it: name (field 1, short),
+ * then one value member, nothing else. Returns 1 with `a` filled (name not yet UTF-8
+ * checked), 0 when the message has another shape and needs parse_attr.
+ */
+static inline int parse_attr_fast(span_t msg, attr_t *a) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    if (msg.n < 3 || p[0] != 0x0a || p[1] >= 0x80 || (size_t)p[1] + 2 >= msg.n) return 0;
+    a->name.p = p + 2;
+    a->name.n = p[1];
+    p += 2 + p[1];
+    uint64_t tag;
+    if (read_varint(&p, end, &tag) != 0) return 0;
+    int kind = (int)(tag >> 3), wt = (int)(tag & 7);
+    if (kind < K_DOUBLE || kind > K_MAX || wt != (kind_is_list(kind) ? 2 : kind_wire_type(kind))) return 0;
+    a->raw = 0;
+    a->body.p = NULL;
+    a->body.n = 0;
+    if (wt == 0) {
+        if (read_varint(&p, end, &a->raw) != 0) return 0;
+    } else if (wt == 1 || wt == 5) {
+        size_t w = wt == 1 ? 8 : 4;
+        if ((size_t)(end - p) < w) return 0;
+        memcpy(&a->raw, p, w);
+        p += w;
+    } else {
+        uint64_t n;
+        if (read_varint(&p, end, &n) != 0 || n > (uint64_t)(end - p)) return 0;
+        a->body.p = p;
+        a->body.n = (size_t)n;
+        p += n;
+    }
+    if (p != end) return 0;
+    a->kind = kind;
+    a->has_doc = 0;
+    a->doc.p = NULL;
+    a->doc.n = 0;
+    return 1;
+}
+
 static int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
     attr_t a;
-    if (parse_attr(cx, msg, &a) < 0) return -1;
-    int slot = match_known(a.name);
+    int slot;
+    if (parse_attr_fast(msg, &a)) {
+        slot = match_known(a.name); /* a known name is valid UTF-8; any other is checked here */
+        if (slot < 0 && check_utf8(cx, a.name, "attribute name") < 0) return -1;
+        if (a.kind == K_STRING && check_utf8(cx, a.body, "attribute string_val") < 0) return -1;
+    } else {
+        if (parse_attr(cx, msg, &a) < 0) return -1;
+        slot = match_known(a.name);
+    }
     if (slot >= 0 && !((sc->seen_known >> slot) & 1) && !a.has_doc && a.kind) {
         __int128 v = kind_is_integer(a.kind) && !kind_is_list(a.kind) ? int_from_wire(a.kind, a.raw) : 0;
         if (class_accepts(known_class[slot], a.kind, v)) {
@@ -752,21 +948,66 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
 
 /* ------------------------------------------------------------------ buffers -> Python */
 
-static int put_bytes(PyObject *d, const char *key, const buf_t *b) {
-    PyObject *v = PyBytes_FromStringAndSize((const char *)b->p, (Py_ssize_t)b->len);
+/* A bytes-like object that owns a malloc'd buffer: hands decoded columns to pyarrow without a copy. */
+typedef struct {
+    PyObject_HEAD
+    uint8_t *p;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static void owned_dealloc(OwnedBuffer *self) {
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int owned_getbuffer(OwnedBuffer *self, Py_buffer *view, int flags) {
+    static uint8_t empty;
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : &empty, self->len, 1, flags);
+}
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+
+static PyTypeObject OwnedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chakra_core._native._etcodec.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_doc = "Memory of one decoded column buffer.",
+};
+
+/* Moves b's memory into a new OwnedBuffer stored under key (b is left empty). */
+static int put_bytes(PyObject *d, const char *key, buf_t *b) {
+    OwnedBuffer *v = PyObject_New(OwnedBuffer, &OwnedBufferType);
     if (!v) return -1;
-    int r = PyDict_SetItemString(d, key, v);
+    if (b->len && b->len < b->cap) { /* give back the doubling slack */
+        uint8_t *shrunk = realloc(b->p, b->len);
+        if (shrunk) b->p = shrunk;
+    }
+    v->p = b->p;
+    v->len = (Py_ssize_t)b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    int r = PyDict_SetItemString(d, key, (PyObject *)v);
     Py_DECREF(v);
     return r;
 }
 
 /* Validity bitmaps become None when every row is valid (Arrow's convention). */
-static int put_bits(PyObject *d, const char *key, const bits_t *b) {
+static int put_bits(PyObject *d, const char *key, bits_t *b) {
     if (b->unset == 0) return PyDict_SetItemString(d, key, Py_None);
     return put_bytes(d, key, &b->bytes);
 }
 
-static int put_str(PyObject *d, const char *prefix, const strcol_t *c) {
+/* An all-null string column needs no offsets or data: handed over empty, padded with shared zeros in Python. */
+static void drop_if_all_null(strcol_t *c, const bits_t *valid) {
+    if (valid->n == 0 || valid->unset != valid->n) return;
+    c->off.len = 0;
+    c->data.len = 0;
+}
+
+static int put_str(PyObject *d, const char *prefix, strcol_t *c) {
     char k[96];
     snprintf(k, sizeof k, "%s.off", prefix);
     if (put_bytes(d, k, &c->off) < 0) return -1;
@@ -776,7 +1017,7 @@ static int put_str(PyObject *d, const char *prefix, const strcol_t *c) {
     return put_bits(d, k, &c->valid);
 }
 
-static int put_fix(PyObject *d, const char *prefix, const buf_t *vals, const bits_t *valid) {
+static int put_fix(PyObject *d, const char *prefix, buf_t *vals, bits_t *valid) {
     char k[96];
     snprintf(k, sizeof k, "%s.vals", prefix);
     if (put_bytes(d, k, vals) < 0) return -1;
@@ -787,6 +1028,13 @@ static int put_fix(PyObject *d, const char *prefix, const buf_t *vals, const bit
 static const char *LIST_NAMES[7] = {"int_list", "uint_list", "double_list", "float_list",
                                     "bool_list", "string_list", "bytes_list"};
 
+/* Empties a buffer whose bytes are all zero (offsets of empty lists, unset times): Python pads with shared zeros. */
+static void drop_if_zero(buf_t *b) {
+    for (size_t i = 0; i < b->len; i++)
+        if (b->p[i]) return;
+    b->len = 0;
+}
+
 static PyObject *batch_to_dict(batch_t *b) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
@@ -794,17 +1042,20 @@ static PyObject *batch_to_dict(batch_t *b) {
     PyObject *n = PyLong_FromLongLong(b->n);
     if (!n || PyDict_SetItemString(d, "n", n) < 0) { Py_XDECREF(n); goto err; }
     Py_DECREF(n);
+    buf_t *zero_candidates[] = {&b->start, &b->dur, &b->ctrl_off, &b->data_off, &b->layout_off, &b->ex.off};
+    for (size_t z = 0; z < sizeof zero_candidates / sizeof *zero_candidates; z++) drop_if_zero(zero_candidates[z]);
     if (put_bytes(d, "id", &b->id) < 0 || put_bytes(d, "type", &b->type) < 0 || put_bytes(d, "start", &b->start) < 0 ||
         put_bytes(d, "dur", &b->dur) < 0 || put_str(d, "name", &b->name) < 0 ||
         put_bytes(d, "ctrl.off", &b->ctrl_off) < 0 || put_bytes(d, "ctrl.vals", &b->ctrl) < 0 ||
         put_bytes(d, "data.off", &b->data_off) < 0 || put_bytes(d, "data.vals", &b->data) < 0 ||
         put_bytes(d, "layout.off", &b->layout_off) < 0 || put_bytes(d, "layout.vals", &b->layout) < 0 ||
-        put_str(d, "unknown", &b->unknown) < 0)
+        (drop_if_all_null(&b->unknown, &b->unknown.valid), put_str(d, "unknown", &b->unknown) < 0))
         goto err;
     static const char *IO[2] = {"inputs", "outputs"}, *IOF[3] = {"values", "shapes", "types"};
     for (int io = 0; io < 2; io++) {
         for (int f = 0; f < 3; f++) {
             snprintf(k, sizeof k, "%s.%s", IO[io], IOF[f]);
+            drop_if_all_null(&b->io[io][f], &b->io_valid[io]);
             if (put_str(d, k, &b->io[io][f]) < 0) goto err;
         }
         snprintf(k, sizeof k, "%s.valid", IO[io]);
@@ -816,21 +1067,20 @@ static PyObject *batch_to_dict(batch_t *b) {
         int r = 0;
         switch (c->cls) {
         case C_BOOL:
-            snprintf(k, sizeof k, "%s.vals", nm);
-            r = put_bytes(d, k, &c->bools.bytes);
-            snprintf(k, sizeof k, "%s.valid", nm);
-            if (r == 0) r = put_bits(d, k, &c->fix.valid);
-            break;
         case C_INT:
-        case C_UINT: r = put_fix(d, nm, &c->fix.vals, &c->fix.valid); break;
-        case C_STRING: r = put_str(d, nm, &c->str); break;
+        case C_UINT: r = put_fix(d, nm, &c->vals, &c->final_valid); break;
+        case C_STRING:
+            c->str.valid = c->final_valid; /* the lazily built validity replaces strcol's unused one */
+            memset(&c->final_valid, 0, sizeof c->final_valid);
+            r = put_str(d, nm, &c->str);
+            break;
         case C_BOOL_LIST:
             snprintf(k, sizeof k, "%s.off", nm);
             r = put_bytes(d, k, &c->l_off);
             snprintf(k, sizeof k, "%s.vals", nm);
             if (r == 0) r = put_bytes(d, k, &c->l_vals.bytes);
             snprintf(k, sizeof k, "%s.valid", nm);
-            if (r == 0) r = put_bits(d, k, &c->fix.valid);
+            if (r == 0) r = put_bits(d, k, &c->final_valid);
             break;
         }
         if (r < 0) goto err;
@@ -859,67 +1109,189 @@ err:
     return NULL;
 }
 
-/*
- * decode(data, start, base_offset, first_index, max_nodes, final) -> (batch dict, end position)
- *
- * Decodes up to max_nodes length-prefixed Node messages from data[start:]; base_offset is
- * the file offset of data[0]; the returned position is where decoding stopped. A
- * message cut off by the end of `data` is left unconsumed unless `final` is true, in which
- * case it is a truncation error. Errors raise FormatError(message, offset, message_offset,
- * node_index, node_id).
- */
 #define MAX_MESSAGE_BYTES ((uint64_t)1 << 30)
 
+/* Decodes up to max_nodes messages from *pp; stops early at a cut-off message unless final. No Python calls. */
+static int decode_range(ctx_t *cx, batch_t *b, scratch_t *sc, const uint8_t **pp, const uint8_t *end,
+                        Py_ssize_t max_nodes, int final) {
+    const uint8_t *p = *pp;
+    int rc = 0;
+    while (b->n < max_nodes && p < end) {
+        const uint8_t *q = p;
+        uint64_t len;
+        cx->msg_offset = cx->base_offset + (int64_t)(p - cx->base);
+        cx->have_id = 0;
+        int r = read_varint(&q, end, &len);
+        if (r == 1 && !final) break;
+        if (r == 1) { rc = fail(cx, p, "truncated file: the length prefix of node %lld is cut off", (long long)cx->node_index); break; }
+        if (r == 2 || len > MAX_MESSAGE_BYTES) {
+            rc = fail(cx, p, "corrupt length prefix for node %lld (not a Chakra ET, or damaged)", (long long)cx->node_index);
+            break;
+        }
+        if (len > (uint64_t)(end - q)) {
+            if (!final) break;
+            rc = fail(cx, p, "truncated file: node %lld declares %llu bytes but only %lld remain",
+                      (long long)cx->node_index, (unsigned long long)len, (long long)(end - q));
+            break;
+        }
+        span_t msg = {q, (size_t)len};
+        if (decode_node(cx, b, sc, msg) < 0) { rc = -1; break; }
+        p = q + len;
+        cx->node_index++;
+    }
+    *pp = p;
+    return rc;
+}
+
+/* One contiguous run of whole messages, decoded by one thread. */
+typedef struct {
+    ctx_t cx;
+    batch_t *b;
+    scratch_t *sc;
+    const uint8_t *p, *end;
+    Py_ssize_t max_nodes;
+    int final, rc, alloc_failed, overflow;
+} part_t;
+
+static void run_part(part_t *pt) {
+    alloc_failed = batch_overflow = 0;
+    pt->rc = decode_range(&pt->cx, pt->b, pt->sc, &pt->p, pt->end, pt->max_nodes, pt->final);
+    if (pt->rc == 0) pt->rc = finish_known(pt->b);
+    pt->alloc_failed = alloc_failed;
+    pt->overflow = batch_overflow;
+}
+
+static void *part_thread(void *arg) {
+    run_part(arg);
+    return NULL;
+}
+
+#define MAX_PARTS 16
+#define MIN_PART_NODES 1024
+
+/*
+ * Splits the whole messages at the front of [p, end) (at most max_nodes) into up to
+ * `parts` runs of about equal bytes. Returns the number of runs, 0 when there are too few
+ * messages to be worth splitting. A cut-off or corrupt length prefix ends the scan: what
+ * follows is left to the sequential path, which reports it.
+ */
+static int split_messages(const uint8_t *p, const uint8_t *end, Py_ssize_t max_nodes, int parts,
+                          const uint8_t **starts, const uint8_t **ends, Py_ssize_t *counts) {
+    const uint8_t *q = p;
+    Py_ssize_t total = 0;
+    uint64_t len;
+    while (total < max_nodes && q < end) {
+        const uint8_t *r = q;
+        if (read_varint(&r, end, &len) != 0 || len > MAX_MESSAGE_BYTES || len > (uint64_t)(end - r)) break;
+        q = r + len;
+        total++;
+    }
+    if (parts < 2 || total < (Py_ssize_t)parts * MIN_PART_NODES) return 0;
+    size_t target = (size_t)(q - p) / (size_t)parts;
+    const uint8_t *stop = q;
+    int k = 0;
+    starts[0] = p;
+    counts[0] = 0;
+    q = p;
+    while (q < stop) {
+        const uint8_t *r = q;
+        read_varint(&r, end, &len);
+        q = r + len;
+        counts[k]++;
+        if (k < parts - 1 && (size_t)(q - starts[k]) >= target) {
+            ends[k] = q;
+            starts[++k] = q;
+            counts[k] = 0;
+        }
+    }
+    ends[k] = stop;
+    return counts[k] ? k + 1 : k;
+}
+
+/*
+ * decode(data, start, base_offset, first_index, max_nodes, final, threads)
+ *     -> ([batch dict, ...], end position)
+ *
+ * Decodes up to max_nodes length-prefixed Node messages from data[start:]; base_offset is
+ * the file offset of data[0]. With threads > 1 and enough messages, runs of whole messages
+ * are decoded in parallel (one batch each, in file order). A message cut off by the end of
+ * `data` is left for the next call unless `final` is true, when it is a truncation error.
+ * Errors raise FormatError(message, offset, message_offset, node_index, node_id).
+ */
 static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     long long base_offset, first_index;
     Py_ssize_t start, max_nodes;
-    int final;
-    if (!PyArg_ParseTuple(args, "y*nLLnp", &view, &start, &base_offset, &first_index, &max_nodes, &final)) return NULL;
+    int final, threads;
+    if (!PyArg_ParseTuple(args, "y*nLLnpi", &view, &start, &base_offset, &first_index, &max_nodes, &final, &threads))
+        return NULL;
     if (start < 0 || start > view.len) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "start outside the buffer");
         return NULL;
     }
-    batch_t *b = malloc(sizeof *b);
-    scratch_t *sc = calloc(1, sizeof *sc);
-    PyObject *result = NULL;
-    if (!b || !sc) { PyErr_NoMemory(); free(b); free(sc); PyBuffer_Release(&view); return NULL; }
-    if (batch_init(b) < 0) goto done;
-    ctx_t cx = {.base = view.buf, .base_offset = base_offset, .node_index = first_index};
-    const uint8_t *p = (const uint8_t *)view.buf + start, *end = (const uint8_t *)view.buf + view.len;
-    int rc = 0;
-    while (b->n < max_nodes && p < end) {
-        const uint8_t *q = p;
-        uint64_t len;
-        cx.msg_offset = base_offset + (int64_t)(p - (const uint8_t *)view.buf);
-        cx.have_id = 0;
-        int r = read_varint(&q, end, &len);
-        if (r == 1 && !final) break;
-        if (r == 1) { rc = fail(&cx, p, "truncated file: the length prefix of node %lld is cut off", (long long)cx.node_index); break; }
-        if (r == 2 || len > MAX_MESSAGE_BYTES) {
-            rc = fail(&cx, p, "corrupt length prefix for node %lld (not a Chakra ET, or damaged)", (long long)cx.node_index);
-            break;
-        }
-        if (len > (uint64_t)(end - q)) {
-            if (!final) break;
-            rc = fail(&cx, p, "truncated file: node %lld declares %llu bytes but only %lld remain",
-                      (long long)cx.node_index, (unsigned long long)len, (long long)(end - q));
-            break;
-        }
-        span_t msg = {q, (size_t)len};
-        if (decode_node(&cx, b, sc, msg) < 0) { rc = -1; break; }
-        p = q + len;
-        cx.node_index++;
+    const uint8_t *base = view.buf, *p = base + start, *end = base + view.len;
+    const uint8_t *starts[MAX_PARTS], *ends[MAX_PARTS];
+    Py_ssize_t counts[MAX_PARTS];
+    int nparts = split_messages(p, end, max_nodes, threads < MAX_PARTS ? threads : MAX_PARTS, starts, ends, counts);
+    int split = nparts > 0;
+    if (!split) { /* one sequential run, honouring max_nodes and final as given */
+        nparts = 1;
+        starts[0] = p;
+        ends[0] = end;
+        counts[0] = max_nodes;
     }
-    if (rc < 0) goto done;
-    PyObject *d = batch_to_dict(b);
-    if (d) result = Py_BuildValue("(Nn)", d, (Py_ssize_t)(p - (const uint8_t *)view.buf));
+    part_t parts[MAX_PARTS];
+    memset(parts, 0, sizeof parts);
+    PyObject *result = NULL, *list = NULL;
+    int ready = 0;
+    long long index = first_index;
+    for (; ready < nparts; ready++) {
+        part_t *pt = &parts[ready];
+        pt->b = malloc(sizeof *pt->b);
+        pt->sc = calloc(1, sizeof *pt->sc);
+        if (!pt->b || !pt->sc || batch_init(pt->b) < 0) { PyErr_NoMemory(); ready++; goto done; }
+        pt->cx = (ctx_t){.base = base, .base_offset = base_offset, .node_index = index};
+        pt->p = starts[ready];
+        pt->end = ends[ready];
+        pt->max_nodes = counts[ready];
+        pt->final = split ? 1 : final;
+        index += counts[ready];
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t tids[MAX_PARTS];
+    int started[MAX_PARTS] = {0};
+    for (int k = 1; k < nparts; k++) started[k] = pthread_create(&tids[k], NULL, part_thread, &parts[k]) == 0;
+    run_part(&parts[0]);
+    for (int k = 1; k < nparts; k++) {
+        if (started[k]) pthread_join(tids[k], NULL);
+        else run_part(&parts[k]); /* no thread to be had: decode it here */
+    }
+    Py_END_ALLOW_THREADS
+    for (int k = 0; k < nparts; k++) {
+        if (parts[k].rc < 0) { /* the earliest failing run has the first error in file order */
+            batch_overflow = parts[k].overflow;
+            raise_decode_error(&parts[k].cx);
+            goto done;
+        }
+    }
+    list = PyList_New(nparts);
+    if (!list) goto done;
+    for (int k = 0; k < nparts; k++) {
+        PyObject *d = batch_to_dict(parts[k].b);
+        if (!d) goto done;
+        PyList_SET_ITEM(list, k, d);
+    }
+    result = Py_BuildValue("(On)", list, (Py_ssize_t)(parts[nparts - 1].p - base));
 done:
-    batch_free(b);
-    buf_free(&sc->unknown);
-    free(b);
-    free(sc);
+    Py_XDECREF(list);
+    for (int k = 0; k < ready; k++) {
+        if (parts[k].b) batch_free(parts[k].b);
+        if (parts[k].sc) buf_free(&parts[k].sc->unknown);
+        free(parts[k].b);
+        free(parts[k].sc);
+    }
+
     PyBuffer_Release(&view);
     return result;
 }
@@ -1354,6 +1726,7 @@ static PyObject *py_encode(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     result = PyBytes_FromStringAndSize((const char *)out.p, (Py_ssize_t)out.len);
 done:
+    if (!result && !PyErr_Occurred()) PyErr_NoMemory(); /* a buffer could not grow */
     if (in)
         for (int v = 0; v < in->nviews; v++) PyBuffer_Release(&in->views[v]);
     free(in);
@@ -1392,6 +1765,7 @@ static PyObject *py_configure(PyObject *Py_UNUSED(self), PyObject *args) {
         n_known = (int)s + 1;
     }
     Py_DECREF(fast);
+    build_name_table();
     Py_RETURN_NONE;
 }
 
@@ -1405,6 +1779,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_etcodec", "Chakra ET columnar codec.", -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__etcodec(void) {
+    if (PyType_Ready(&OwnedBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     FormatError = PyErr_NewException("chakra_core._native._etcodec.FormatError", PyExc_ValueError, NULL);
