@@ -137,6 +137,14 @@ def test_survey_records_every_file_including_unreadable_ones(tmp_path, cyclic_et
     findings = pq.read_table(out / "findings.parquet").to_pylist()
     assert {(Path(f["path"]).name, f["code"]) for f in findings} >= {("cut.0.et", "unreadable"),
                                                                      ("cyclic.0.et", "cycle")}
+    import duckdb  # the tables are meant to be queried as they lie
+
+    con = duckdb.connect()
+    (bytes_total,) = con.execute(f"SELECT sum(collective_bytes) FROM '{out / 'traces.parquet'}'").fetchone()
+    assert bytes_total == 1048576
+    (cycles,) = con.execute(f"SELECT count(*) FROM '{out / 'findings.parquet'}' WHERE code = 'cycle'").fetchone()
+    assert cycles == 1
+
     node_tables = sorted(p.name for p in (out / "nodes").iterdir())
     assert node_tables == ["drop__job__cyclic.0.et.parquet", "drop__job__ok.0.et.parquet"]
     assert pq.read_table(out / "nodes" / "drop__job__ok.0.et.parquet").column("comm_size").to_pylist() == [1048576]
