@@ -180,6 +180,11 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *
         *pp = p + 1;
         return 0;
     }
+    if (p + 1 < end && p[1] < 0x80) { /* two bytes: ids and sizes up to 16383 */
+        *out = (uint64_t)(p[0] & 0x7f) | ((uint64_t)p[1] << 7);
+        *pp = p + 2;
+        return 0;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
         if (p >= end) return 1;
@@ -409,7 +414,7 @@ enum { L_INT = 0, L_UINT, L_DOUBLE, L_FLOAT, L_BOOL, L_STRING, L_BYTES };
 /*
  * A well-known attribute column, filled lazily: a node writes only the attributes it has,
  * at its row; rows in between are zero / null (value buffers grow zero-filled, offsets
- * catch up), and finish_known() pads every column to the batch length.
+ * catch up), and finish_columns() pads every column to the batch length.
  */
 typedef struct {
     int cls;
@@ -417,24 +422,35 @@ typedef struct {
     buf_t valid;    /* validity bitmap */
     int64_t set;    /* rows with a value */
     int64_t rows;   /* C_STRING / C_BOOL_LIST: rows whose offsets are written */
-    strcol_t str;   /* C_STRING (its own validity unused until finish_known) */
+    strcol_t str;   /* C_STRING (its own validity replaced when handed over) */
     buf_t l_off;    /* C_BOOL_LIST offsets */
     bits_t l_vals;  /* C_BOOL_LIST values */
     bits_t final_valid;
 } knowncol_t;
+
+/*
+ * String columns that most nodes lack (inputs, outputs, unknown fields), filled lazily like
+ * the well-known columns: up to three child columns share one validity (IOInfo's values,
+ * shapes, types); offsets of the rows in between catch up when a value comes.
+ */
+typedef struct {
+    strcol_t col[3];
+    int ncols;
+    buf_t valid;
+    int64_t rows, set;
+    bits_t final_valid;
+} sparse_str_t;
 
 typedef struct {
     int64_t n;
     buf_t id, type, start, dur;
     strcol_t name;
     buf_t ctrl_off, ctrl, data_off, data;
-    int has_io[2];
-    strcol_t io[2][3];
-    bits_t io_valid[2];
+    sparse_str_t io[2];
     knowncol_t known[MAX_KNOWN];
     buf_t layout_off, layout;
     extras_t ex;
-    strcol_t unknown;
+    sparse_str_t unknown;
 } batch_t;
 
 /* Per-node scratch for fields that are singular (last occurrence wins). */
@@ -449,10 +465,18 @@ typedef struct {
     buf_t unknown;
 } scratch_t;
 
+static void sparse_free(sparse_str_t *s) {
+    for (int c = 0; c < 3; c++) strcol_free(&s->col[c]);
+    buf_free(&s->valid);
+    buf_free(&s->final_valid.bytes);
+}
+
 static int batch_init(batch_t *b) {
     memset(b, 0, sizeof *b);
+    b->io[0].ncols = b->io[1].ncols = 3;
+    b->unknown.ncols = 1;
     if (strcol_init(&b->name) < 0 || buf_i32(&b->ctrl_off, 0) < 0 || buf_i32(&b->data_off, 0) < 0 ||
-        buf_i32(&b->layout_off, 0) < 0 || strcol_init(&b->unknown) < 0 || buf_i32(&b->ex.off, 0) < 0 ||
+        buf_i32(&b->layout_off, 0) < 0 || strcol_init(&b->unknown.col[0]) < 0 || buf_i32(&b->ex.off, 0) < 0 ||
         strcol_init(&b->ex.name) < 0 || strcol_init(&b->ex.doc) < 0 || strcol_init(&b->ex.str) < 0 ||
         strcol_init(&b->ex.bytes) < 0 || strcol_init(&b->ex.lstr) < 0 || strcol_init(&b->ex.lbytes) < 0)
         return -1;
@@ -460,7 +484,7 @@ static int batch_init(batch_t *b) {
         if (buf_i32(&b->ex.l_off[k], 0) < 0) return -1;
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 3; f++)
-            if (strcol_init(&b->io[d][f]) < 0) return -1;
+            if (strcol_init(&b->io[d].col[f]) < 0) return -1;
     for (int s = 0; s < n_known; s++) {
         b->known[s].cls = known_class[s];
         if (known_class[s] == C_STRING && strcol_init(&b->known[s].str) < 0) return -1;
@@ -474,8 +498,7 @@ static void batch_free(batch_t *b) {
     strcol_free(&b->name);
     buf_free(&b->ctrl_off); buf_free(&b->ctrl); buf_free(&b->data_off); buf_free(&b->data);
     for (int d = 0; d < 2; d++) {
-        for (int f = 0; f < 3; f++) strcol_free(&b->io[d][f]);
-        buf_free(&b->io_valid[d].bytes);
+        sparse_free(&b->io[d]);
     }
     for (int s = 0; s < MAX_KNOWN; s++) {
         knowncol_t *k = &b->known[s];
@@ -492,7 +515,7 @@ static void batch_free(batch_t *b) {
     for (int k = 0; k < 7; k++) { buf_free(&e->l_off[k]); buf_free(&e->l_valid[k].bytes); }
     buf_free(&e->li64); buf_free(&e->lu64); buf_free(&e->lf64); buf_free(&e->lf32);
     buf_free(&e->lbool.bytes); strcol_free(&e->lstr); strcol_free(&e->lbytes);
-    strcol_free(&b->unknown);
+    sparse_free(&b->unknown);
 }
 
 /* ------------------------------------------------------------------ decoding */
@@ -711,6 +734,37 @@ static inline int catch_up_offsets(buf_t *off, int64_t *rows, int64_t row, int64
     return 0;
 }
 
+/* Writes one row's values into a sparse string group (the rows before it become null). */
+static int sparse_set(sparse_str_t *s, int64_t row, const span_t *values) {
+    for (int c = 0; c < s->ncols; c++) {
+        strcol_t *col = &s->col[c];
+        int64_t rows = s->rows;
+        if (catch_up_offsets(&col->off, &rows, row, (int64_t)col->data.len) < 0) return -1;
+        if (col->data.len + values[c].n > INT32_MAX) { batch_overflow = 1; return -1; }
+        if (buf_put(&col->data, values[c].p, values[c].n) < 0 ||
+            list_close_row(&col->off, (int64_t)col->data.len) < 0)
+            return -1;
+    }
+    s->rows = row + 1;
+    s->set++;
+    return bitmap_set(&s->valid, row);
+}
+
+/* Pads a sparse group to n rows; an all-null group keeps no offsets (Python pads with zeros). */
+static int sparse_finish(sparse_str_t *s, int64_t n) {
+    if (buf_zero_extend(&s->valid, (size_t)(n + 7) / 8) < 0) return -1;
+    s->final_valid.bytes = s->valid;
+    s->final_valid.n = n;
+    s->final_valid.unset = n - s->set;
+    memset(&s->valid, 0, sizeof s->valid);
+    if (!s->set) return 0;
+    for (int c = 0; c < s->ncols; c++) {
+        int64_t rows = s->rows;
+        if (catch_up_offsets(&s->col[c].off, &rows, n, (int64_t)s->col[c].data.len) < 0) return -1;
+    }
+    return 0;
+}
+
 /* Writes the well-known attributes this node has into their columns at its row. */
 static int commit_known(ctx_t *cx, batch_t *b, scratch_t *sc) {
     int64_t row = b->n;
@@ -749,9 +803,11 @@ static int commit_known(ctx_t *cx, batch_t *b, scratch_t *sc) {
     return 0;
 }
 
-/* Pads every well-known column to the batch's n rows and fixes its validity. */
-static int finish_known(batch_t *b) {
+/* Pads every lazily filled column to the batch's n rows and fixes its validity. */
+static int finish_columns(batch_t *b) {
     int64_t n = b->n;
+    if (sparse_finish(&b->io[0], n) < 0 || sparse_finish(&b->io[1], n) < 0 || sparse_finish(&b->unknown, n) < 0)
+        return -1;
     for (int s = 0; s < n_known; s++) {
         knowncol_t *col = &b->known[s];
         if (buf_zero_extend(&col->valid, (size_t)(n + 7) / 8) < 0) return -1;
@@ -873,7 +929,6 @@ static int push_deps(ctx_t *cx, buf_t *dst, const uint8_t **pp, const uint8_t *e
 static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
     memset(sc->has_io, 0, sizeof sc->has_io);
-    memset(sc->io, 0, sizeof sc->io);
     sc->id = sc->start = sc->dur = 0;
     sc->type = 0;
     sc->name.p = NULL;
@@ -912,6 +967,7 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
             span_t io;
             int d = field - 8;
             if (get_span(cx, &p, end, &io, d ? "outputs" : "inputs") < 0) return -1;
+            if (!sc->has_io[d]) memset(sc->io[d], 0, sizeof sc->io[d]); /* a repeat merges into the first */
             if (parse_io(cx, io, sc->io[d], d ? "outputs" : "inputs") < 0) return -1;
             sc->has_io[d] = 1;
             break;
@@ -935,13 +991,13 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
         list_close_row(&b->layout_off, (int64_t)(b->layout.len / 2)) < 0 ||
         list_close_row(&b->ex.off, b->ex.name.valid.n) < 0)
         return -1;
-    for (int d = 0; d < 2; d++) {
-        for (int f = 0; f < 3; f++)
-            if (strcol_push(&b->io[d][f], sc->io[d][f].p, sc->io[d][f].n, 1) < 0) return -1;
-        if (bits_push(&b->io_valid[d], sc->has_io[d]) < 0) return -1;
-    }
+    for (int d = 0; d < 2; d++)
+        if (sc->has_io[d] && sparse_set(&b->io[d], b->n, sc->io[d]) < 0) return -1;
     if (commit_known(cx, b, sc) < 0) return -1;
-    if (strcol_push(&b->unknown, sc->unknown.p, sc->unknown.len, sc->unknown.len > 0) < 0) return -1;
+    if (sc->unknown.len) {
+        span_t raw = {sc->unknown.p, sc->unknown.len};
+        if (sparse_set(&b->unknown, b->n, &raw) < 0) return -1;
+    }
     b->n++;
     return 0;
 }
@@ -1000,13 +1056,6 @@ static int put_bits(PyObject *d, const char *key, bits_t *b) {
     return put_bytes(d, key, &b->bytes);
 }
 
-/* An all-null string column needs no offsets or data: handed over empty, padded with shared zeros in Python. */
-static void drop_if_all_null(strcol_t *c, const bits_t *valid) {
-    if (valid->n == 0 || valid->unset != valid->n) return;
-    c->off.len = 0;
-    c->data.len = 0;
-}
-
 static int put_str(PyObject *d, const char *prefix, strcol_t *c) {
     char k[96];
     snprintf(k, sizeof k, "%s.off", prefix);
@@ -1030,9 +1079,15 @@ static const char *LIST_NAMES[7] = {"int_list", "uint_list", "double_list", "flo
 
 /* Empties a buffer whose bytes are all zero (offsets of empty lists, unset times): Python pads with shared zeros. */
 static void drop_if_zero(buf_t *b) {
-    for (size_t i = 0; i < b->len; i++)
-        if (b->p[i]) return;
-    b->len = 0;
+    uint64_t acc = 0;
+    size_t i = 0;
+    for (; i + 8 <= b->len; i += 8) {
+        uint64_t w;
+        memcpy(&w, b->p + i, 8);
+        acc |= w;
+    }
+    for (; i < b->len; i++) acc |= b->p[i];
+    if (!acc) b->len = 0;
 }
 
 static PyObject *batch_to_dict(batch_t *b) {
@@ -1049,17 +1104,18 @@ static PyObject *batch_to_dict(batch_t *b) {
         put_bytes(d, "ctrl.off", &b->ctrl_off) < 0 || put_bytes(d, "ctrl.vals", &b->ctrl) < 0 ||
         put_bytes(d, "data.off", &b->data_off) < 0 || put_bytes(d, "data.vals", &b->data) < 0 ||
         put_bytes(d, "layout.off", &b->layout_off) < 0 || put_bytes(d, "layout.vals", &b->layout) < 0 ||
-        (drop_if_all_null(&b->unknown, &b->unknown.valid), put_str(d, "unknown", &b->unknown) < 0))
+        put_bytes(d, "unknown.off", &b->unknown.col[0].off) < 0 ||
+        put_bytes(d, "unknown.data", &b->unknown.col[0].data) < 0 ||
+        put_bits(d, "unknown.valid", &b->unknown.final_valid) < 0)
         goto err;
     static const char *IO[2] = {"inputs", "outputs"}, *IOF[3] = {"values", "shapes", "types"};
     for (int io = 0; io < 2; io++) {
         for (int f = 0; f < 3; f++) {
             snprintf(k, sizeof k, "%s.%s", IO[io], IOF[f]);
-            drop_if_all_null(&b->io[io][f], &b->io_valid[io]);
-            if (put_str(d, k, &b->io[io][f]) < 0) goto err;
+            if (put_str(d, k, &b->io[io].col[f]) < 0) goto err; /* children are never null themselves */
         }
         snprintf(k, sizeof k, "%s.valid", IO[io]);
-        if (put_bits(d, k, &b->io_valid[io]) < 0) goto err;
+        if (put_bits(d, k, &b->io[io].final_valid) < 0) goto err;
     }
     for (int s = 0; s < n_known; s++) {
         knowncol_t *c = &b->known[s];
@@ -1156,7 +1212,7 @@ typedef struct {
 static void run_part(part_t *pt) {
     alloc_failed = batch_overflow = 0;
     pt->rc = decode_range(&pt->cx, pt->b, pt->sc, &pt->p, pt->end, pt->max_nodes, pt->final);
-    if (pt->rc == 0) pt->rc = finish_known(pt->b);
+    if (pt->rc == 0) pt->rc = finish_columns(pt->b);
     pt->alloc_failed = alloc_failed;
     pt->overflow = batch_overflow;
 }
