@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import mmap
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -212,6 +213,10 @@ class ETReader:
         if batch_nodes < 1:  # 0 would decode nothing and loop forever
             raise ValueError(f"batch_nodes must be at least 1, got {batch_nodes}")
         threads = threads or codec.default_decode_threads()
+        mapped = self._map()
+        if mapped is not None:
+            yield from self._iter_mapped(mapped, batch_nodes, threads)
+            return
         try:
             self._file.seek(self._offset)  # a second call starts over instead of misreading
         except _READ_ERRORS as exc:
@@ -232,12 +237,8 @@ class ETReader:
                 buf, filled, eof = self._fill(buf, filled, READ_CHUNK_BYTES, base)
             if pos == filled and eof:
                 return
-            try:
-                with memoryview(buf) as view, view[:filled] as data:
-                    batches, end = codec.decode(data, pos, base, node_index, batch_nodes, eof, threads)
-            except codec.FormatError as exc:
-                message, offset, _msg_offset, index, node_id = exc.args
-                raise ChakraFormatError(self.url, message, offset, node_index=index, node_id=node_id) from None
+            with memoryview(buf) as view, view[:filled] as data:
+                batches, end = self._decode(data, pos, base, node_index, batch_nodes, eof, threads)
             for batch in batches:
                 if batch.num_rows:
                     node_index += batch.num_rows
@@ -247,6 +248,49 @@ class ETReader:
                 # one message larger than what is buffered: read more before decoding again
                 buf, filled, eof = self._fill(buf, filled, max(READ_CHUNK_BYTES, filled), base)
             pos = end
+
+    def _decode(self, data, pos: int, base: int, node_index: int, batch_nodes: int, final: bool, threads: int):
+        try:
+            return codec.decode(data, pos, base, node_index, batch_nodes, final, threads)
+        except codec.FormatError as exc:
+            message, offset, _msg_offset, index, node_id = exc.args
+            raise ChakraFormatError(self.url, message, offset, node_index=index, node_id=node_id) from None
+
+    def _map(self) -> mmap.mmap | None:
+        """A read-only map of the file when it is local and uncompressed, else None."""
+        if isinstance(self._file, gzip.GzipFile):
+            return None
+        try:
+            return mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (AttributeError, OSError, ValueError):  # not a local file (memory://, s3://), or empty
+            return None
+
+    def _iter_mapped(self, mapped: mmap.mmap, batch_nodes: int, threads: int) -> Iterator[pa.RecordBatch]:
+        """iter_batches for a local file: decodes straight from the page cache, no copy.
+
+        Each chunk's pages are dropped from this process once decoded (the batches own their
+        data), so resident memory stays near one chunk however large the file.
+        """
+        total, pos, node_index, released = len(mapped), self._offset, 0, 0
+        try:
+            with memoryview(mapped) as view:
+                while pos < total:
+                    limit = min(total, pos + READ_CHUNK_BYTES)
+                    with view[:limit] as data:
+                        batches, end = self._decode(data, pos, 0, node_index, batch_nodes, limit == total, threads)
+                    if end == pos:  # one message longer than a chunk
+                        batches, end = self._decode(view, pos, 0, node_index, batch_nodes, True, threads)
+                    for batch in batches:
+                        node_index += batch.num_rows
+                        yield batch
+                    batches = batch = None
+                    pos = end
+                    decoded = pos // mmap.PAGESIZE * mmap.PAGESIZE
+                    if decoded > released:
+                        mapped.madvise(mmap.MADV_DONTNEED, released, decoded - released)
+                        released = decoded
+        finally:
+            mapped.close()
 
     def read_table(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> pa.Table:
         batches = list(self.iter_batches(batch_nodes))
