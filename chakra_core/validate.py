@@ -18,7 +18,6 @@ to MESSAGE_IDS node ids; Finding.node_ids holds all of them.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +34,17 @@ from chakra_core.columns import (
 )
 from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.etfile import SOURCE_KEY, read_table, table_metadata
+from chakra_core.graph import (
+    TARJAN_LIMIT,
+    csr,
+    cycle_candidates,
+    flat_list,
+    lookup,
+    one_cycle,
+    strongly_connected,
+    to_numpy,
+    walk_cycle,
+)
 from chakra_core.normalize import normalize_table
 
 ERROR = "error"
@@ -165,35 +175,6 @@ def _nodes_text(ids, verb: str | None = None) -> str:
     return f"node {ids[0]}" + (f" {singular}" if verb else "")
 
 
-def _np(column, fill=None) -> np.ndarray:
-    if fill is not None and column.null_count:
-        column = pc.fill_null(column, fill)
-    return column.to_numpy(zero_copy_only=False) if isinstance(column, pa.Array) else column.to_numpy()
-
-
-def _flat_list(column: pa.ChunkedArray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values, row of each value) of a list<uint64> column."""
-    lengths = _np(pc.list_value_length(column), 0)
-    values = _np(pc.list_flatten(column)) if lengths.sum() else np.zeros(0, np.uint64)
-    return values.astype(np.uint64, copy=False), np.repeat(np.arange(n, dtype=np.int64), lengths)
-
-
-def _lookup(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Position of each value in sorted_unique, -1 where absent."""
-    if not values.size:
-        return np.zeros(0, np.int64)
-    lo, hi = int(sorted_unique[0]), int(sorted_unique[-1])
-    if hi - lo <= 4 * len(sorted_unique) + 4096:  # dense ids: a direct table beats hashing or bisection
-        table = np.full(hi - lo + 1, -1, np.int64)
-        table[(sorted_unique - np.uint64(lo)).astype(np.int64)] = np.arange(len(sorted_unique))
-        inside = (values >= np.uint64(lo)) & (values <= np.uint64(hi))
-        out = np.full(len(values), -1, np.int64)
-        out[inside] = table[(values[inside] - np.uint64(lo)).astype(np.int64)]
-        return out
-    index = pc.index_in(pa.array(values, pa.uint64()), value_set=pa.array(sorted_unique, pa.uint64()))
-    return _np(index, -1).astype(np.int64)
-
-
 def _type_name(t: int) -> str:
     return NODE_TYPES.get(int(t), f"type {t}")
 
@@ -203,7 +184,7 @@ class _OtherAttrs:
 
     def __init__(self, table: pa.Table):
         column = table.column("other_attrs")
-        lengths = _np(pc.list_value_length(column), 0)
+        lengths = to_numpy(pc.list_value_length(column), 0)
         empty = np.zeros(0, np.int64)
         self.rows, self.names, self.kinds = empty, np.zeros(0, object), np.zeros(0, object)
         self.valueless, self.doc, self.ints = np.zeros(0, bool), np.zeros(0, bool), []
@@ -214,7 +195,7 @@ class _OtherAttrs:
         kinds = pc.struct_field(flat, "kind")
         wanted = pc.or_(pc.fill_null(pc.is_in(names, value_set=pa.array([a.name for a in WELL_KNOWN_ATTRIBUTES])),
                                      False), pc.is_null(kinds))
-        idx = np.flatnonzero(_np(wanted))
+        idx = np.flatnonzero(to_numpy(wanted))
         if not idx.size:
             return
         take = pa.array(idx)
@@ -222,9 +203,9 @@ class _OtherAttrs:
         self.rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[idx]
         self.names = np.array(pc.fill_null(pc.struct_field(sub, "name"), "").to_pylist(), object)
         kind = pc.cast(pc.struct_field(sub, "kind"), pa.string())
-        self.valueless = _np(pc.is_null(kind))
+        self.valueless = to_numpy(pc.is_null(kind))
         self.kinds = np.array(pc.fill_null(kind, "").to_pylist(), object)  # "" = no value member set
-        self.doc = _np(pc.is_valid(pc.struct_field(sub, "doc_string")))
+        self.doc = to_numpy(pc.is_valid(pc.struct_field(sub, "doc_string")))
         ints = pc.struct_field(sub, "int").to_pylist()
         uints = pc.struct_field(sub, "uint").to_pylist()
         bools = pc.struct_field(sub, "bool").to_pylist()
@@ -257,8 +238,8 @@ class _Validator:
         t = self.table
         self.check_metadata()
         if self.n:
-            self.ids = _np(t.column("id")).astype(np.uint64, copy=False)
-            self.types = _np(t.column("type")).astype(np.int64)
+            self.ids = to_numpy(t.column("id")).astype(np.uint64, copy=False)
+            self.types = to_numpy(t.column("type")).astype(np.int64)
             self.uniq, self.first, self.inverse, counts = np.unique(
                 self.ids, return_index=True, return_inverse=True, return_counts=True)
             self.check_duplicates(counts)
@@ -301,8 +282,8 @@ class _Validator:
         n_uniq = len(self.uniq)
         kinds = []  # per dependency kind: (name, values, child rows, self mask, found mask, parent vertex)
         for kind in DEP_KINDS:
-            values, rows = _flat_list(self.table.column(kind), self.n)
-            vertex = _lookup(self.uniq, values)
+            values, rows = flat_list(self.table.column(kind), self.n)
+            vertex = lookup(self.uniq, values)
             found = vertex >= 0
             is_self = values == self.ids[rows]
             kinds.append((kind, values, rows, is_self, found, vertex))
@@ -362,22 +343,22 @@ class _Validator:
         start = self.table.column("start_time_micros")
         timed = pc.min_max(start)["min"].as_py() != pc.min_max(start)["max"].as_py()  # else time order = id order
         orders = (None, lambda: self.first) + ((self._time_order,) if timed else ())
-        candidates = _cycle_candidates(n_vertices, src, dst, orders)
+        candidates = cycle_candidates(n_vertices, src, dst, orders)
         verts = np.flatnonzero(candidates)
         if not verts.size:
             return
         keep = candidates[src] & candidates[dst]
         local = np.full(n_vertices, -1, np.int64)
         local[verts] = np.arange(len(verts))
-        off, tgt = _csr(len(verts), local[src[keep]], local[dst[keep]])
+        off, tgt = csr(len(verts), local[src[keep]], local[dst[keep]])
         off_l, tgt_l = off.tolist(), tgt.tolist()
         ids = self.uniq[verts].tolist()
         if len(verts) <= TARJAN_LIMIT:
-            components = _strongly_connected(len(verts), off_l, tgt_l)
-            cycles = [(_one_cycle(comp, label, off_l, tgt_l, ids), len(comp)) for comp, label in components]
+            components = strongly_connected(len(verts), off_l, tgt_l)
+            cycles = [(one_cycle(comp, label, off_l, tgt_l, ids), len(comp)) for comp, label in components]
             tail = ""
         else:  # too many to split into components quickly: report one cycle
-            cycles = [(_walk_cycle(off_l, tgt_l, ids), 0)]
+            cycles = [(walk_cycle(off_l, tgt_l, ids), 0)]
             tail = f"; {len(verts)} nodes lie on or between cycles (only one cycle is reported)"
         for ring, size in sorted(cycles):
             shown = " -> ".join(str(i) for i in ring[:MESSAGE_IDS])
@@ -391,7 +372,7 @@ class _Validator:
 
     def _time_order(self) -> np.ndarray:
         """Position of each unique id when sorted by start time (of its first row), then by id."""
-        start = _np(self.table.column("start_time_micros"), 0)[self.first]
+        start = to_numpy(self.table.column("start_time_micros"), 0)[self.first]
         ranks = np.empty(len(start), np.int64)
         ranks[np.lexsort((np.arange(len(start)), start))] = np.arange(len(start))
         return ranks
@@ -414,14 +395,14 @@ class _Validator:
     def check_zero_length(self) -> None:
         t = self.table
         zero = (self.ids == 0) & (self.types == 0)
-        zero &= _np(pc.equal(pc.binary_length(t.column("name")), 0), False)
+        zero &= to_numpy(pc.equal(pc.binary_length(t.column("name")), 0), False)
         for name in ("ctrl_deps", "data_deps", "other_attrs"):
-            zero &= _np(pc.list_value_length(t.column(name)), 0) == 0
+            zero &= to_numpy(pc.list_value_length(t.column(name)), 0) == 0
         for name in ("start_time_micros", "duration_micros"):
-            zero &= _np(t.column(name), 0) == 0
-        zero &= _np(pc.fill_null(pc.binary_length(t.column("unknown_fields")), 0)) == 0
+            zero &= to_numpy(t.column(name), 0) == 0
+        zero &= to_numpy(pc.fill_null(pc.binary_length(t.column("unknown_fields")), 0)) == 0
         for name in ["inputs", "outputs"] + [a.name for a in WELL_KNOWN_ATTRIBUTES]:
-            zero &= _np(pc.is_null(t.column(name)))
+            zero &= to_numpy(pc.is_null(t.column(name)))
         rows = np.flatnonzero(zero)
         if rows.size:
             self.add(WARNING, "zero-length-node", (0,),
@@ -432,7 +413,7 @@ class _Validator:
     # ------------------------------------------------------------ attributes
 
     def _column_valid(self, name: str) -> np.ndarray:
-        return _np(pc.is_valid(self.table.column(name)))
+        return to_numpy(pc.is_valid(self.table.column(name)))
 
     def readable(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per row: the attribute is readable by feeder_v3; present with another kind; valueless entry."""
@@ -449,7 +430,7 @@ class _Validator:
         """(column values with nulls as 0, {row: value} for rows that have it only in other_attrs)."""
         cls = WELL_KNOWN_BY_NAME[name].value_class
         column = self.table.column(name)
-        values = _np(column, False if cls == ValueClass.BOOL else 0)
+        values = to_numpy(column, False if cls == ValueClass.BOOL else 0)
         valid = self._column_valid(name)
         extra: dict[int, int] = {}
         for e in self.other.select(name, READABLE_KINDS[cls]).tolist():
@@ -567,177 +548,9 @@ class _Validator:
 
     def check_involved_dim(self) -> None:
         column = self.table.column("involved_dim")
-        empty = _np(pc.is_valid(column)) & (_np(pc.list_value_length(column), 0) == 0)
+        empty = to_numpy(pc.is_valid(column)) & (to_numpy(pc.list_value_length(column), 0) == 0)
         ids = np.unique(self.ids[empty])
         if ids.size:
             self.add(WARNING, "empty-involved-dim", ids,
                      f"{_nodes_text(ids.tolist(), 'have')} an empty involved_dim; ASTRA-sim indexes it per network"
                      " dimension without bounds checks")
-
-
-# ---------------------------------------------------------------- graph algorithms
-
-
-def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (n + 1) and targets of the edges src -> dst, grouped by source."""
-    order = np.argsort(src)
-    off = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=off[1:])
-    return off, dst[order]
-
-
-VECTOR_FRONTIER = 512  # below this many ready vertices, Kahn goes on in a plain Python loop
-TARJAN_LIMIT = 100_000  # vertices on or between cycles beyond which only one cycle is reported
-
-
-def _cycle_candidates(n: int, src: np.ndarray, dst: np.ndarray, orders) -> np.ndarray:
-    """Mask of the vertices that lie on a cycle or on a path between two cycles.
-
-    Every vertex of a cycle lies between the two ends of some edge that goes backward in a
-    vertex order (the cycle has to come back down to its lowest vertex). So only vertices
-    covered by a backward edge in one order are kept: the order (each a callable giving every
-    vertex a distinct position; None = vertex number = id order) that covers fewest wins, and
-    real traces, written in dependency order, usually have no backward edge at all. Kahn's
-    sort from the sources, then from the sinks, removes the rest.
-    """
-    cover = None
-    for order in orders:
-        pos = order() if order is not None else None
-        ps, pd = (src, dst) if pos is None else (pos[src], pos[dst])
-        back = ps > pd
-        if not back.any():
-            return np.zeros(n, bool)
-        m = n if pos is None else int(pos.max()) + 1
-        depth = np.cumsum(np.bincount(pd[back], minlength=m + 1) - np.bincount(ps[back] + 1, minlength=m + 1))
-        covered = depth[:m] > 0
-        covered = covered if pos is None else covered[pos]
-        if cover is None or covered.sum() < cover.sum():
-            cover = covered
-    keep = cover[src] & cover[dst]
-    src, dst = src[keep], dst[keep]
-    left = _kahn_leftover(n, src, dst)
-    if not left.any():
-        return left
-    keep = left[src] & left[dst]
-    return _kahn_leftover(n, dst[keep], src[keep])
-
-
-def _kahn_leftover(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Kahn's topological sort; the mask of vertices it cannot order (on or after a cycle)."""
-    off, targets = _csr(n, src, dst)
-    indeg = np.bincount(dst, minlength=n).astype(np.int64)
-    frontier = np.flatnonzero(indeg == 0)
-    # Wide frontiers: one numpy round per level.
-    while frontier.size >= VECTOR_FRONTIER:
-        starts = off[frontier]
-        lengths = off[frontier + 1] - starts
-        total = int(lengths.sum())
-        if not total:
-            return indeg > 0
-        ends = np.cumsum(lengths)
-        index = np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
-        children, counts = np.unique(targets[index], return_counts=True)
-        indeg[children] -= counts
-        frontier = children[indeg[children] == 0]
-    if not frontier.size:
-        return indeg > 0
-    # Narrow frontiers (long chains): a scalar loop beats a numpy call per level.
-    indeg_l, off_l, tgt_l = indeg.tolist(), off.tolist(), targets.tolist()
-    stack = frontier.tolist()
-    pop, push = stack.pop, stack.append
-    while stack:
-        u = pop()
-        for v in tgt_l[off_l[u]:off_l[u + 1]]:
-            d = indeg_l[v] - 1
-            indeg_l[v] = d
-            if not d:
-                push(v)
-    return np.array(indeg_l, np.int64) > 0
-
-
-def _strongly_connected(n: int, off: list[int], tgt: list[int]) -> list[tuple[list[int], list[int]]]:
-    """Tarjan's algorithm without recursion: (component, label) for each component of 2+ vertices;
-    label (one list shared by all) maps every vertex to its component's number, -1 if none."""
-    index = [-1] * n
-    low = [0] * n
-    on_stack = [False] * n
-    label = [-1] * n
-    stack: list[int] = []
-    found: list[list[int]] = []
-    counter = 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        work = [[root, off[root]]]
-        while work:
-            frame = work[-1]
-            v, i = frame
-            if i < off[v + 1]:
-                frame[1] = i + 1
-                w = tgt[i]
-                if index[w] < 0:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack[w] = True
-                    work.append([w, off[w]])
-                elif on_stack[w] and index[w] < low[v]:
-                    low[v] = index[w]
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                if low[v] < low[u]:
-                    low[u] = low[v]
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack[w] = False
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    for w in comp:
-                        label[w] = len(found)
-                    found.append(comp)
-    return [(comp, label) for comp in found]
-
-
-def _one_cycle(comp: list[int], label: list[int], off: list[int], tgt: list[int], ids: list[int]) -> list[int]:
-    """The node ids of a shortest cycle through the component's smallest-id vertex, in edge order."""
-    start = min(comp, key=ids.__getitem__)
-    mine = label[start]
-    prev = {start: -1}
-    queue = deque([start])
-    while queue:
-        u = queue.popleft()
-        for v in tgt[off[u]:off[u + 1]]:
-            if v == start:
-                path = [u]
-                while path[-1] != start:
-                    path.append(prev[path[-1]])
-                return [ids[w] for w in reversed(path)]
-            if label[v] == mine and v not in prev:
-                prev[v] = u
-                queue.append(v)
-    raise AssertionError("a strongly connected component without a cycle")
-
-
-def _walk_cycle(off: list[int], tgt: list[int], ids: list[int]) -> list[int]:
-    """One cycle, found by following first out-edges (inside the candidates every vertex has one),
-    as node ids starting at its smallest id."""
-    seen = [-1] * (len(off) - 1)
-    path: list[int] = []
-    v = 0
-    while seen[v] < 0:
-        seen[v] = len(path)
-        path.append(v)
-        v = tgt[off[v]]
-    ring = [ids[w] for w in path[seen[v]:]]
-    k = ring.index(min(ring))
-    return ring[k:] + ring[:k]
