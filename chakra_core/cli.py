@@ -120,6 +120,33 @@ def cmd_survey(args) -> int:
     return EXIT_OK
 
 
+def cmd_simulate(args) -> int:
+    from rich.table import Table
+
+    from chakra_core.sim.engine import SimulationDeadlock
+    from chakra_core.sim.workload import simulate_files
+
+    try:
+        result = simulate_files(args.workload, args.network, args.system, args.comm_group, args.mode)
+    except SimulationDeadlock as exc:
+        if args.json:
+            _print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
+        print(f"chakra simulate: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    if args.json:
+        _print_json(result.to_dict())
+        return EXIT_OK
+    table = Table("NPU", "finish (ns)", "compute (ns)", "exposed comm (ns)", "communication (ns)", box=None,
+                  pad_edge=False)
+    for npu in result.npus:
+        comm = ", ".join(f"{op} {ns:,}" for op, ns in sorted(npu.comm_ns.items())) or "-"
+        table.add_row(str(npu.npu), f"{npu.finish_ns:,}", f"{npu.compute_ns:,}", f"{npu.exposed_comm_ns:,}", comm)
+    console = _console()
+    console.print(table)
+    console.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chakra",
@@ -167,6 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("roots", nargs="+", metavar="DIR", help="folders or files to survey")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="output folder (local)")
     p.set_defaults(run=cmd_survey)
+
+    p = sub.add_parser("simulate", help="replay one ET per NPU on an ASTRA-sim network/system model",
+                       description="Simulate <PREFIX>.<npu>.et for every NPU of the network (as ASTRA-sim does) "
+                       "with ASTRA-sim's analytical model: network YAML (Ring, FullyConnected, Switch per "
+                       "dimension) and system JSON (collective algorithms, chunking, queues, endpoint delay, "
+                       "roofline). Prints per-NPU finish, compute and exposed communication times. Exit 1 "
+                       "with a report of what each NPU waits for if the job can never finish.")
+    p.add_argument("--workload", required=True, metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
+    p.add_argument("--network", required=True, metavar="NET.yml", help="ASTRA-sim analytical network YAML")
+    p.add_argument("--system", required=True, metavar="SYS.json", help="ASTRA-sim system JSON")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON")
+    p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
+                   help="congestion-unaware (default) or congestion-aware network")
+    p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
+    p.set_defaults(run=cmd_simulate)
     return parser
 
 
@@ -177,6 +219,8 @@ def _run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return run(args)
     except ChakraError as exc:
         print(f"chakra {command}: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # e.g. `chakra info --json x.et | head`: the reader left, nothing to say
+        raise
     except (OSError, ValueError) as exc:
         if os.environ.get("CHAKRA_DEBUG"):
             raise
@@ -190,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run_guarded(args.run, args, args.command)
-    except BrokenPipeError:  # e.g. `chakra info --json x.et | head`
+    except BrokenPipeError:
+        sys.stderr.close()  # no second complaint from the interpreter at exit
         return EXIT_OK
 
 

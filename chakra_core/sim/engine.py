@@ -1,0 +1,383 @@
+"""Replays one Chakra ET per NPU on a modelled system: ASTRA-sim's workload layer.
+
+Event-driven, one GraphFeeder per NPU (ASTRA_SIM_MODEL_FACTS.md section 4):
+- at tick 0 and after every node completion, an NPU visits its dependency-free nodes in
+  ascending id order and issues each one whose hardware slot is free: one CPU op
+  (is_cpu_op), one GPU compute node, and one GPU communication operation (collective,
+  send, memory, metadata) at a time; receives take no slot;
+- a compute node takes duration_micros x 1000 ns (0 becomes 1 ns), or its roofline time;
+- a collective is matched across its group: the k-th collective an NPU issues in a group
+  is the k-th of every member; it runs when the last member has issued it, for the time
+  CollectiveModel gives (exact when the members issue it at the same tick, as ASTRA-sim's
+  symmetric algorithms then finish together; later issuers gate everyone, an
+  approximation of ASTRA-sim's message holding otherwise);
+- a send completes when its message arrives; its receive then, or when it is posted if later;
+- a job that cannot finish stops with a report of what every NPU waits for.
+
+Not modelled yet (SimulationError names it): the congestion-aware network, communicator
+sub-groups smaller than all NPUs, memory nodes, collectives other than all-reduce,
+all-gather, reduce-scatter, all-to-all and broadcast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core.feeder import GraphFeeder
+from chakra_core.sim.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    CollectiveModel,
+    SimulationError,
+)
+from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.network import UnawareNetwork
+
+COMP = NODE_TYPE_VALUES["COMP_NODE"]
+COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
+SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
+RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
+MEM_TYPES = (NODE_TYPE_VALUES["MEM_LOAD_NODE"], NODE_TYPE_VALUES["MEM_STORE_NODE"])
+INSTANT_TYPES = (NODE_TYPE_VALUES["METADATA_NODE"], NODE_TYPE_VALUES["INVALID_NODE"])
+
+COLLECTIVE_OPS = {0: ALL_REDUCE, 2: ALL_GATHER, 6: ALL_TO_ALL, 7: REDUCE_SCATTER}
+BROADCAST = 5
+
+# hardware slots
+CPU, GPU_COMPUTE, GPU_COMM, NO_SLOT = 0, 1, 2, 3
+
+# what a node does when issued
+DO_COMPUTE, DO_COLLECTIVE, DO_REPLAY, DO_SEND, DO_RECV, DO_INSTANT = range(6)
+
+
+class SimulationDeadlock(SimulationError):
+    """The job can never finish; `report` says what each NPU waits for."""
+
+    def __init__(self, report: dict[int, list[str]], partial: SimResult):
+        self.report = report
+        self.partial = partial
+        lines = [f"NPU {npu}: {'; '.join(waits)}" for npu, waits in sorted(report.items())]
+        super().__init__("the job cannot finish (deadlock):\n  " + "\n  ".join(lines))
+
+
+@dataclass
+class NpuResult:
+    npu: int
+    finish_ns: int = 0
+    compute_ns: int = 0  # sum of GPU compute durations (what ASTRA-sim subtracts for "exposed")
+    cpu_ns: int = 0
+    nodes: int = 0
+    comm_ns: dict[str, int] = field(default_factory=dict)  # collective / p2p time by type
+    comm_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def exposed_comm_ns(self) -> int:
+        """ASTRA-sim's "exposed communication": finish time minus GPU compute time."""
+        return self.finish_ns - self.compute_ns
+
+    def to_dict(self) -> dict:
+        return {"npu": self.npu, "finish_ns": self.finish_ns, "compute_ns": self.compute_ns,
+                "exposed_comm_ns": self.exposed_comm_ns, "cpu_ns": self.cpu_ns, "nodes": self.nodes,
+                "comm_ns": dict(self.comm_ns), "comm_bytes": dict(self.comm_bytes)}
+
+
+@dataclass
+class SimResult:
+    mode: str
+    npus: list[NpuResult]
+
+    @property
+    def finish_ns(self) -> int:
+        return max((n.finish_ns for n in self.npus), default=0)
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "finish_ns": self.finish_ns, "npus": [n.to_dict() for n in self.npus]}
+
+
+@dataclass(frozen=True)
+class _Node:
+    """What the engine needs of one node, decoded once from the table (and shared by equal nodes)."""
+
+    action: int
+    slot: int
+    duration: int = 0  # compute / replay ns
+    op: str = ""  # collective op, or "send"/"recv"
+    size: int = 0
+    group: tuple[int, ...] | None = None  # collective members (None: all NPUs)
+    involved: tuple[bool, ...] | None = None
+    peer: int = -1
+    tag: int = 0
+
+
+def _column(table: pa.Table, name: str, fill=None) -> list:
+    if name not in table.column_names:
+        return [fill] * table.num_rows
+    return table.column(name).to_pylist()
+
+
+class Engine:
+    """One simulation run. Build with the per-NPU feeders, then run()."""
+
+    def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
+                 comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
+                 compute_scale: float = 1.0, npu_speed: list[float] | None = None):
+        if mode != "unaware":
+            raise SimulationError(f"mode {mode!r}: only the congestion-unaware model is implemented so far")
+        if len(feeders) != network.npus:
+            raise SimulationError(f"the network has {network.npus} NPUs but {len(feeders)} workload file(s) were given")
+        self.feeders = feeders
+        self.network = network
+        self.system = system
+        self.comm_groups = comm_groups or {}
+        self.collectives = CollectiveModel(network, system)
+        self.links = UnawareNetwork(network)
+        self.compute_scale = compute_scale
+        self.npu_speed = npu_speed or [1.0] * len(feeders)
+        self.nodes = [self._decode(npu, f) for npu, f in enumerate(feeders)]
+
+    # ------------------------------------------------------------------ node decoding
+
+    def _group(self, pg_name: str | None, path: str, node_id: int) -> tuple[int, ...] | None:
+        if pg_name in (None, "", "0"):
+            return None
+        try:
+            members = self.comm_groups[int(pg_name)]
+        except (ValueError, KeyError):
+            raise SimulationError(f"{path}: node {node_id}: communicator group {pg_name!r} not found "
+                                  f"(groups: {sorted(self.comm_groups) or 'none; pass --comm-group'})") from None
+        if len(members) == self.network.npus:
+            return None
+        raise SimulationError(f"{path}: node {node_id}: communicator sub-group {pg_name} "
+                              f"({len(members)} of {self.network.npus} NPUs) is not modelled yet")
+
+    def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, is_cpu: bool, path: str,
+                    node_id: int) -> int:
+        sysc = self.system
+        if sysc.roofline_enabled and not is_cpu and not sysc.replay_only:
+            if num_ops is None or tensor_size is None:
+                raise SimulationError(f"{path}: node {node_id}: roofline needs num_ops and tensor_size")
+            if tensor_size == 0:
+                return 0
+            intensity = num_ops / tensor_size
+            perf = min(sysc.local_mem_bw_gbps * 1e9 * intensity, sysc.peak_perf_tflops * 1e12)
+            ns = math.floor(num_ops / perf * 1e9)
+        else:
+            ns = duration_us * 1000 or 1
+        scale = self.compute_scale / self.npu_speed[npu]
+        return ns if scale == 1.0 else max(1, math.floor(ns * scale))
+
+    def _decode(self, npu: int, feeder: GraphFeeder) -> list[_Node]:
+        t = feeder.table
+        path = feeder.path
+        ids = feeder.ids.tolist()
+        cols = {name: _column(t, name) for name in ("type", "duration_micros", "is_cpu_op", "num_ops", "tensor_size",
+                                                     "comm_type", "comm_size", "pg_name", "involved_dim",
+                                                     "comm_src", "comm_dst", "comm_tag")}
+        cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
+        replay = self.system.replay_only
+        nodes = []
+        interned: dict[tuple, _Node] = {}  # a trace repeats a few node shapes many times
+        for i, node_id in enumerate(ids):
+            shape = tuple(cols[name][i] for name in cols)
+            known = interned.get(shape)
+            if known is not None:
+                nodes.append(known)
+                continue
+            ntype, is_cpu = cols["type"][i], bool(cols["is_cpu_op"][i])
+            duration_us = cols["duration_micros"][i] or 0
+            if ntype in (COLL, SEND, RECV) and is_cpu:
+                raise SimulationError(f"{path}: node {node_id}: communication node with is_cpu_op true "
+                                      "(ASTRA-sim: Comm node should not be on CPU)")
+            slot = CPU if is_cpu else (GPU_COMPUTE if ntype == COMP else (NO_SLOT if ntype == RECV else GPU_COMM))
+            if replay and ntype not in INSTANT_TYPES:
+                nodes.append(_Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1))
+            elif ntype == COMP:
+                nodes.append(_Node(DO_COMPUTE, slot, duration=self._compute_ns(
+                    npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], is_cpu, path, node_id)))
+            elif ntype == COLL:
+                nodes.append(self._collective(cols, i, slot, duration_us, path, node_id))
+            elif ntype in (SEND, RECV):
+                nodes.append(self._point_to_point(cols, i, ntype, npu, path, node_id))
+            elif ntype in INSTANT_TYPES:
+                nodes.append(_Node(DO_INSTANT, slot))
+            elif ntype in MEM_TYPES:
+                raise SimulationError(f"{path}: node {node_id}: memory nodes are not modelled yet")
+            else:
+                raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
+            interned[shape] = nodes[-1]
+        return nodes
+
+    def _collective(self, cols: dict, i: int, slot: int, duration_us: int, path: str, node_id: int) -> _Node:
+        comm_type, size = cols["comm_type"][i], cols["comm_size"][i]
+        if comm_type is None or size is None:
+            raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
+        if comm_type == BROADCAST:  # ASTRA-sim replays broadcasts by their duration
+            return _Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", size=size)
+        op = COLLECTIVE_OPS.get(comm_type)
+        if op is None:
+            name = COMM_TYPES.get(comm_type, f"comm_type {comm_type}")
+            raise SimulationError(f"{path}: node {node_id}: collective {name} is not modelled yet")
+        return _Node(DO_COLLECTIVE, slot, op=op, size=size, group=self._group(cols["pg_name"][i], path, node_id),
+                     involved=cols["involved_dim"][i])
+
+    def _point_to_point(self, cols: dict, i: int, ntype: int, npu: int, path: str, node_id: int) -> _Node:
+        peer_key = "comm_dst" if ntype == SEND else "comm_src"
+        peer, size, tag = cols[peer_key][i], cols["comm_size"][i], cols["comm_tag"][i]
+        if peer is None or size is None or tag is None:
+            kind = "send" if ntype == SEND else "receive"
+            raise SimulationError(f"{path}: node {node_id}: a {kind} needs {peer_key}, comm_size and comm_tag")
+        if not 0 <= peer < self.network.npus:
+            raise SimulationError(f"{path}: node {node_id}: peer NPU {peer} is outside the network's "
+                                  f"{self.network.npus} NPUs")
+        if ntype == SEND:
+            return _Node(DO_SEND, GPU_COMM, op="send", size=size, peer=peer, tag=tag)
+        return _Node(DO_RECV, NO_SLOT, op="recv", size=size, peer=peer, tag=tag)
+
+    # ------------------------------------------------------------------ the event loop
+
+    def run(self) -> SimResult:
+        npus = len(self.feeders)
+        results = [NpuResult(npu) for npu in range(npus)]
+        busy = [[False, False, False, False] for _ in range(npus)]
+        events: list[tuple[int, int, int, int]] = []  # (tick, sequence, npu, node index)
+        sequence = 0
+        # collectives: (group, k) -> {npu: (issue tick, node index)}; issued count per (npu, group)
+        pending: dict[tuple, dict[int, tuple[int, int]]] = {}
+        issued_in_group: dict[tuple[int, tuple | None], int] = defaultdict(int)
+        # point to point, keyed (src, dst, tag): unmatched sends (arrival tick) and receives (npu, index, post tick)
+        sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        feeders, nodes = self.feeders, self.nodes
+
+        def finish_at(tick: int, npu: int, index: int) -> None:
+            nonlocal sequence
+            heapq.heappush(events, (tick, sequence, npu, index))
+            sequence += 1
+
+        def start_collective(key: tuple, members: dict[int, tuple[int, int]]) -> None:
+            first = nodes[next(iter(members))][members[next(iter(members))][1]]
+            for npu, (_, index) in members.items():
+                node = nodes[npu][index]
+                if (node.op, node.size) != (first.op, first.size):
+                    raise SimulationError(
+                        f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
+                        f"{first.op} of {first.size} B on one, {node.op} of {node.size} B on NPU {npu}")
+            start = max(tick for tick, _ in members.values())
+            duration = self.collectives.duration(first.op, first.size, first.involved)
+            for npu, (_, index) in members.items():
+                finish_at(start + duration, npu, index)
+                r = results[npu]
+                r.comm_ns[first.op] = r.comm_ns.get(first.op, 0) + duration
+                r.comm_bytes[first.op] = r.comm_bytes.get(first.op, 0) + first.size
+
+        def issue(npu: int, now: int) -> None:
+            """Visits the free nodes in ascending id order; those whose slot is busy go back."""
+            feeder, npu_nodes, slots = feeders[npu], nodes[npu], busy[npu]
+            deferred = []
+            while True:
+                index = feeder.next_issuable()
+                if index is None:
+                    break
+                node = npu_nodes[index]
+                if slots[node.slot] and node.slot != NO_SLOT:
+                    deferred.append(index)
+                    continue
+                slots[node.slot] = True
+                action = node.action
+                if action == DO_COMPUTE or action == DO_REPLAY:
+                    finish_at(now + node.duration, npu, index)
+                    if action == DO_COMPUTE:
+                        if node.slot == CPU:
+                            results[npu].cpu_ns += node.duration
+                        else:
+                            results[npu].compute_ns += node.duration
+                elif action == DO_COLLECTIVE:
+                    group = node.group
+                    k = issued_in_group[(npu, group)]
+                    issued_in_group[(npu, group)] = k + 1
+                    key = (group, k)
+                    members = pending.setdefault(key, {})
+                    members[npu] = (now, index)
+                    if len(members) == (len(group) if group else npus):
+                        del pending[key]
+                        start_collective(key, members)
+                elif action == DO_SEND:
+                    arrival = now + self.links.delay(npu, node.peer, node.size)
+                    finish_at(arrival, npu, index)
+                    results[npu].comm_bytes["send"] = results[npu].comm_bytes.get("send", 0) + node.size
+                    match = (npu, node.peer, node.tag)
+                    if recvs[match]:
+                        r_npu, r_index, posted = recvs[match].popleft()
+                        finish_at(max(arrival, posted), r_npu, r_index)
+                    else:
+                        sends[match].append(arrival)
+                elif action == DO_RECV:
+                    match = (node.peer, npu, node.tag)
+                    if sends[match]:
+                        finish_at(max(sends[match].popleft(), now), npu, index)
+                    else:
+                        recvs[match].append((npu, index, now))
+                else:  # metadata / invalid: done at once (later in this same tick)
+                    finish_at(now, npu, index)
+            for index in deferred:
+                feeder.push_back(index)
+
+        for npu in range(npus):
+            issue(npu, 0)
+        while events:
+            now, _, npu, index = heapq.heappop(events)
+            node = nodes[npu][index]
+            busy[npu][node.slot] = False
+            feeders[npu].free_children(index)
+            r = results[npu]
+            r.nodes += 1
+            r.finish_ns = now
+            issue(npu, now)
+
+        unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
+        result = SimResult("unaware", results)
+        if unfinished:
+            raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
+        return result
+
+    def _deadlock_report(self, pending: dict, recvs: dict) -> dict[int, list[str]]:
+        npus = len(self.feeders)
+        report: dict[int, list[str]] = defaultdict(list)
+        for (group, k), members in pending.items():
+            everyone = group or tuple(range(npus))
+            missing = [m for m in everyone if m not in members]
+            for npu, (tick, index) in members.items():
+                node = self.nodes[npu][index]
+                node_id = int(self.feeders[npu].ids[index])
+                report[npu].append(f"node {node_id} ({node.op} of {node.size} B, collective #{k} of group "
+                                   f"{'all' if group is None else group}) issued at {tick} ns waits for "
+                                   f"NPU(s) {missing} to issue it")
+        for (src, dst, tag), waiting in recvs.items():
+            for npu, index, tick in waiting:
+                node_id = int(self.feeders[npu].ids[index])
+                report[npu].append(f"receive node {node_id} (from NPU {src}, tag {tag}) posted at {tick} ns "
+                                   "waits for a send that never came")
+        for npu, feeder in enumerate(self.feeders):
+            blocked = feeder.remaining - len(report.get(npu, []))
+            if blocked > 0:
+                report[npu].append(f"{blocked} node(s) wait on unfinished parents")
+        return dict(report)
+
+
+def simulate(tables: list[pa.Table], network: NetworkConfig, system: SystemConfig, **options) -> SimResult:
+    """Simulates one node table per NPU (index = NPU id)."""
+    feeders = [GraphFeeder(t, path=_source(t, npu)) for npu, t in enumerate(tables)]
+    return Engine(feeders, network, system, **options).run()
+
+
+def _source(table: pa.Table, npu: int) -> str:
+    source = (table.schema.metadata or {}).get(b"chakra.source")
+    return source.decode() if source else f"<npu {npu}>"

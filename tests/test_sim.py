@@ -1,0 +1,261 @@
+"""The simulator against ASTRA-sim: reference runs, the facts sheet's worked examples, closed forms."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import chakra_core
+from chakra_core.sim.collectives import CollectiveModel, SimulationError, chunking
+from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
+from chakra_core.sim.engine import SimulationDeadlock, simulate
+from chakra_core.sim.workload import simulate_files
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+REFERENCE = SHARED / "astra-sim-reference"
+MICRO = SHARED / "astra-sim-microbenchmarks"
+CONFIGS = REFERENCE / "configs"
+MiB = 1 << 20
+
+BASE = load_system(CONFIGS / "Ring_4chunks.json")
+RING8 = load_network(CONFIGS / "Ring_8npus.yml")
+FC8 = load_network(CONFIGS / "FullyConnected_8npus.yml")
+SWITCH8 = load_network(CONFIGS / "Switch_8npus.yml")
+
+
+def system(**changes):
+    return BASE.model_copy(update=changes)
+
+
+def network(*dims) -> NetworkConfig:
+    return NetworkConfig(dims=tuple(NetworkDim(topology=t, npus=n, bandwidth_gbps=b, latency_ns=lat)
+                                    for t, n, b, lat in dims))
+
+
+def impls(*names):
+    return tuple(CollectiveImpl.parse(n) for n in names)
+
+
+def reference_rows(backend: str) -> list[dict]:
+    with open(REFERENCE / "results.csv") as f:
+        return [row for row in csv.DictReader(f) if row["backend"] == backend]
+
+
+@pytest.mark.parametrize("row", reference_rows("unaware"), ids=lambda r: f"{r['workload']}-{Path(r['network_config']).stem}")
+def test_every_unaware_reference_run_matches_astra_sim_per_npu(row):
+    op = row["workload"].split("/")[0]
+    prefix = MICRO / row["workload"] / op
+    result = simulate_files(str(prefix), str(REFERENCE / row["network_config"]), str(REFERENCE / row["system_config"]))
+    expected = int(row["finish_ns_every_npu"])
+    assert len(result.npus) == int(row["npus"])
+    for npu in result.npus:
+        assert abs(npu.finish_ns - expected) <= expected * 0.001, (npu.npu, npu.finish_ns, expected)
+        assert npu.finish_ns == expected  # in fact exact: the model is ASTRA-sim's
+
+
+TWO_D = network(("Ring", 4, 200, 500), ("Switch", 4, 50, 1000))
+TWO_D_SYSTEM = system(all_reduce=impls("ring", "ring"), all_gather=impls("ring", "ring"),
+                      reduce_scatter=impls("ring", "ring"), all_to_all=impls("ring", "ring"))
+
+# ASTRA_SIM_MODEL_FACTS.md sections 2-3 and 6-7: (name, network, system, op, bytes, ASTRA-sim's ns)
+WORKED_EXAMPLES = [
+    ("2-D all-reduce pipeline", TWO_D, TWO_D_SYSTEM, "all_reduce", MiB, 61230),
+    ("2-D reduce-scatter", TWO_D, TWO_D_SYSTEM, "reduce_scatter", MiB, 30995),
+    ("2-D all-gather, descending dims", TWO_D, TWO_D_SYSTEM, "all_gather", MiB, 98930),
+    ("2-D all-to-all", TWO_D, TWO_D_SYSTEM, "all_to_all", MiB, 82460),
+    ("2-D baseline all-reduce", TWO_D, TWO_D_SYSTEM.model_copy(update={"collective_optimization": "baseline"}),
+     "all_reduce", MiB, 84260),
+    ("one implementation entry uses dim 0 only", TWO_D, BASE, "all_reduce", MiB, 21040),
+    ("HGX: Switch 8, 2 active chunks", network(("Switch", 8, 400, 936.25)),
+     system(local_mem_bw_gbps=3350, active_chunks_per_dim=2), "all_reduce", MiB, 55222),
+    ("ASTRA-sim regression test", RING8, system(local_mem_bw_gbps=50), "all_reduce", MiB, 117780),
+    ("64 KiB", RING8, BASE, "all_reduce", 64 * 1024, 30812),
+    ("64 MiB", RING8, BASE, "all_reduce", 64 * MiB, 2326112),
+    ("16 B all-reduce: 1 B messages", RING8, BASE, "all_reduce", 16, 28600),
+    ("16 B all-gather: exempt from the minimum chunk", RING8, BASE, "all_gather", 16, 14320),
+    ("1,000,000 B in 3 splits", RING8, system(dataset_splits=3), "all_reduce", 1_000_000, 74240),
+    ("2 splits, 2 active chunks", RING8, system(dataset_splits=2, active_chunks_per_dim=2), "all_reduce", MiB, 25070),
+    ("endpoint delay 100", RING8, system(endpoint_delay_ns=100), "all_reduce", MiB, 69840),
+    ("4 active chunks on Switch 8", SWITCH8, system(active_chunks_per_dim=4), "all_reduce", MiB, 23110),
+    ("FIFO equals LIFO for equal chunks", RING8, system(scheduling_policy="FIFO"), "all_reduce", MiB, 64440),
+    ("2 queues: 1-D localBWAware all-reduce stays on queue 0", RING8,
+     system(num_queues_per_dim=2, active_chunks_per_dim=2), "all_reduce", MiB, 64440),
+    ("2 queues: baseline all-reduce runs 2 chunks", RING8,
+     system(num_queues_per_dim=2, active_chunks_per_dim=2, collective_optimization="baseline"), "all_reduce", MiB,
+     32220),
+    ("2 queues: all-gather runs 2 chunks", RING8, system(num_queues_per_dim=2, active_chunks_per_dim=2),
+     "all_gather", MiB, 75508),
+    ("direct all-to-all, Ring 8", RING8, system(all_to_all=impls("direct")), "all_to_all", MiB, 10520),
+    ("direct all-reduce, Ring 8", RING8, system(all_reduce=impls("direct")), "all_reduce", MiB, 21240),
+    ("direct all-reduce, FC 8: 3e + 2d + p", FC8, system(all_reduce=impls("direct")), "all_reduce", MiB, 9240),
+    ("halvingDoubling all-reduce, Ring 8", RING8, system(all_reduce=impls("halvingDoubling")), "all_reduce", MiB,
+     63168),
+    ("halvingDoubling all-reduce, Ring 16", network(("Ring", 16, 50, 500)), system(all_reduce=impls("halvingDoubling")),
+     "all_reduce", MiB, 97808),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,op,size,expected", WORKED_EXAMPLES, ids=[e[0] for e in WORKED_EXAMPLES])
+def test_worked_examples_of_the_model(name, net, sysc, op, size, expected):
+    assert CollectiveModel(net, sysc).duration(op, size) == expected
+
+
+def test_chunking_rules():
+    assert chunking("all_reduce", 1_000_000, 3, 8) == (333_333, 4)  # no short tail: every chunk is full
+    assert chunking("all_reduce", 16, 4, 8) == (8, 4)  # raised to one byte per NPU
+    assert chunking("all_gather", 16, 4, 8) == (4, 4)  # all-gather is exempt
+
+
+def test_the_two_d_phase_list_and_durations():
+    plan = CollectiveModel(TWO_D, TWO_D_SYSTEM).plan("all_reduce", MiB)
+    assert [(p.op, p.dim, p.bytes_in, p.duration) for p in plan.phases] == [
+        ("reduce_scatter", 0, 262144, 2815), ("all_reduce", 1, 65536, 13990), ("all_gather", 0, 65536, 2455)]
+
+
+@pytest.mark.parametrize("name,sysc", [
+    ("direct with a window below N-1", system(all_reduce=impls("direct3"))),
+    ("doubleBinaryTree", system(all_reduce=impls("doubleBinaryTree"))),
+])
+def test_what_is_not_modelled_yet_is_a_clear_error(name, sysc):
+    with pytest.raises(SimulationError, match="not modelled yet"):
+        CollectiveModel(RING8, sysc).duration("all_reduce", MiB)
+
+
+# ---------------------------------------------------------------- the workload layer
+
+
+def job(*ranks: list[dict]) -> list[pa.Table]:
+    """One table per NPU from node dicts (type names allowed); missing columns default."""
+    tables = []
+    for nodes in ranks:
+        rows = [{"duration_micros": 0, "data_deps": [], **n} for n in nodes]
+        keys = list(dict.fromkeys(k for row in rows for k in row))  # from_pylist reads only the first row's keys
+        tables.append(chakra_core.normalize_table(pa.table({k: [row.get(k) for row in rows] for k in keys})))
+    return tables
+
+
+def comp(node_id, us, *deps, **attrs):
+    return {"id": node_id, "type": "COMP_NODE", "duration_micros": us, "data_deps": list(deps), **attrs}
+
+
+def all_reduce(node_id, size, *deps, **attrs):
+    return {"id": node_id, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": size, "data_deps": list(deps),
+            **attrs}
+
+
+def same_on_every_npu(nodes: list[dict], npus: int = 8) -> list[pa.Table]:
+    return job(*[nodes] * npus)
+
+
+def finish_times(tables, net=RING8, sysc=BASE, **options) -> list[int]:
+    return [n.finish_ns for n in simulate(tables, net, sysc, **options).npus]
+
+
+def test_a_chain_of_compute_nodes_adds_up():
+    tables = same_on_every_npu([comp(1, 5), comp(2, 7, 1), comp(3, 0, 2)])
+    assert finish_times(tables) == [5000 + 7000 + 1] * 8  # 0 us becomes 1 ns, as in ASTRA-sim
+
+
+def test_compute_before_a_collective_delays_it_and_parallel_compute_overlaps():
+    assert finish_times(same_on_every_npu([comp(1, 5), all_reduce(2, MiB, 1)])) == [69440] * 8
+    overlap = simulate(same_on_every_npu([comp(1, 5), all_reduce(2, MiB)]), RING8, BASE)
+    assert [n.finish_ns for n in overlap.npus] == [64440] * 8
+    assert overlap.npus[0].exposed_comm_ns == 64440 - 5000  # ASTRA-sim's definition: finish - GPU compute
+    long_compute = simulate(same_on_every_npu([comp(1, 100), all_reduce(2, MiB)]), RING8, BASE)
+    assert long_compute.npus[0].exposed_comm_ns == 0
+
+
+def test_two_independent_chains_overlap_compute_with_communication():
+    # chain A: compute 30 us then compute 30 us; chain B: two all-reduces back to back
+    tables = same_on_every_npu([comp(1, 30), comp(2, 30, 1), all_reduce(3, MiB), all_reduce(4, MiB, 3)])
+    assert finish_times(tables) == [max(60_000, 2 * 64440)] * 8
+
+
+def test_independent_collectives_serialise_on_the_communication_slot():
+    assert finish_times(same_on_every_npu([all_reduce(1, MiB), all_reduce(2, MiB)])) == [128880] * 8
+    mixed = [all_reduce(1, MiB), {"id": 2, "type": "COMM_COLL_NODE", "comm_type": 2, "comm_size": MiB}]
+    assert finish_times(same_on_every_npu(mixed)) == [64440 + 151016] * 8
+
+
+def test_roofline_compute_time():
+    sysc = system(roofline_enabled=True, peak_perf_tflops=900)
+    tables = same_on_every_npu([comp(1, 0, num_ops=10**9, tensor_size=10**6), all_reduce(2, MiB, 1)])
+    assert finish_times(tables, sysc=sysc) == [1111 + 64440] * 8
+
+
+def test_send_recv_pipeline():
+    # NPU 0 computes 10 us then sends 1 MiB to NPU 1, which receives and computes 10 us, then sends to NPU 2 ...
+    def stage(npu: int, npus: int = 4) -> list[dict]:
+        nodes = []
+        if npu > 0:
+            nodes.append({"id": 1, "type": "COMM_RECV_NODE", "comm_src": npu - 1, "comm_size": MiB, "comm_tag": 7})
+        nodes.append(comp(2, 10, *([1] if npu > 0 else [])))
+        if npu < npus - 1:
+            nodes.append({"id": 3, "type": "COMM_SEND_NODE", "comm_dst": npu + 1, "comm_size": MiB,
+                          "comm_tag": 7, "data_deps": [2]})
+        return nodes
+
+    net4 = load_network(CONFIGS / "Ring_4npus.yml")
+    hop = int(500 + MiB / (50 * 2**30 / 1e9))  # one ring hop: latency + serialization, truncated once
+    times = finish_times(job(*[stage(i) for i in range(4)]), net=net4)
+    assert times == [10_000 + hop, 2 * (10_000 + hop), 3 * (10_000 + hop), 3 * (10_000 + hop) + 10_000]
+
+
+def test_a_receive_posted_late_completes_when_posted():
+    tables = job([{"id": 1, "type": "COMM_SEND_NODE", "comm_dst": 1, "comm_size": 1024, "comm_tag": 1}],
+                 [comp(1, 50), {"id": 2, "type": "COMM_RECV_NODE", "comm_src": 0, "comm_size": 1024, "comm_tag": 1,
+                                "data_deps": [1]}])
+    net2 = network(("Ring", 2, 50, 500))
+    assert finish_times(tables, net=net2) == [int(500 + 1024 / (50 * 2**30 / 1e9)), 50_000]
+
+
+def test_a_collective_issued_by_only_some_ranks_is_reported_not_hung():
+    tables = same_on_every_npu([all_reduce(1, MiB)], npus=4)
+    tables[3] = job([comp(1, 5)])[0]
+    with pytest.raises(SimulationDeadlock) as info:
+        simulate(tables, load_network(CONFIGS / "Ring_4npus.yml"), BASE)
+    report = info.value.report
+    assert set(report) == {0, 1, 2}
+    assert "waits for NPU(s) [3]" in report[0][0]
+    assert info.value.partial.npus[3].finish_ns == 5000
+
+
+def test_a_receive_without_a_send_is_reported():
+    tables = job([{"id": 1, "type": "COMM_RECV_NODE", "comm_src": 1, "comm_size": 8, "comm_tag": 3}], [comp(1, 1)])
+    with pytest.raises(SimulationDeadlock, match="waits for a send that never came"):
+        simulate(tables, network(("Ring", 2, 50, 500)), BASE)
+
+
+def test_mismatched_collectives_across_ranks_are_an_error():
+    tables = [*same_on_every_npu([all_reduce(1, MiB)], npus=3), *job([all_reduce(1, 2 * MiB)])]
+    with pytest.raises(SimulationError, match="differs across NPUs"):
+        simulate(tables, load_network(CONFIGS / "Ring_4npus.yml"), BASE)
+
+
+def test_a_comm_node_on_cpu_is_refused_as_astra_sim_does():
+    with pytest.raises(SimulationError, match="should not be on CPU"):
+        simulate(same_on_every_npu([all_reduce(1, MiB, is_cpu_op=True)]), RING8, BASE)
+
+
+def test_workload_files_must_exist_for_every_npu(tmp_path):
+    prefix = tmp_path / "job"
+    chakra_core.write_table(job([all_reduce(1, MiB)])[0], f"{prefix}.0.et")
+    with pytest.raises(SimulationError, match=r"NPU 1 of 8: .*job\.1\.et: no such file"):
+        simulate_files(str(prefix), str(CONFIGS / "Ring_8npus.yml"), str(CONFIGS / "Ring_4chunks.json"))
+
+
+def test_chakra_simulate_json_gives_finish_ns_per_npu():
+    chakra = Path(sys.executable).parent / "chakra"
+    result = subprocess.run(
+        [str(chakra), "simulate", "--workload", str(MICRO / "all_reduce" / "8npus_1MB" / "all_reduce"),
+         "--network", str(CONFIGS / "Switch_8npus.yml"), "--system", str(CONFIGS / "Ring_4chunks.json"), "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [npu["finish_ns"] for npu in document["npus"]] == [92440] * 8
