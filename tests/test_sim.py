@@ -259,3 +259,31 @@ def test_chakra_simulate_json_gives_finish_ns_per_npu():
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert [npu["finish_ns"] for npu in document["npus"]] == [92440] * 8
+
+
+def test_sub_groups_run_on_their_own_ring_with_a_fixed_endpoint_delay():
+    # facts 2.5: endpoint-delay 100 with 2 groups of 4 on FC 8 still gives 43000, the e = 10 value
+    tables = job(*[[all_reduce(1, MiB, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    groups = {1: (0, 1, 2, 3), 2: (4, 5, 6, 7)}
+    assert finish_times(tables, net=FC8, sysc=system(endpoint_delay_ns=100), comm_groups=groups) == [43000] * 8
+
+
+def test_a_group_of_every_npu_is_the_default_group_and_pg_name_0_too():
+    tables = job(*[[all_reduce(1, MiB, pg_name="1")] for _ in range(8)])
+    assert finish_times(tables, comm_groups={1: tuple(range(8))}) == [64440] * 8
+    assert finish_times(job(*[[all_reduce(1, MiB, pg_name="0")] for _ in range(8)])) == [64440] * 8
+
+
+def test_sub_groups_the_model_cannot_time_exactly_are_refused():
+    # members 0-3 on Ring 8: three neighbours are 1 hop apart, the wrap-around 3 -> 0 is 3 hops
+    tables = job(*[[all_reduce(1, MiB, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    with pytest.raises(SimulationError, match="not all equally far apart"):
+        simulate(tables, RING8, BASE, comm_groups={1: (0, 1, 2, 3), 2: (4, 5, 6, 7)})
+
+
+def test_group_errors_name_the_node():
+    tables = job(*[[all_reduce(1, MiB, pg_name="5")] for _ in range(8)])
+    with pytest.raises(SimulationError, match="communicator group '5' not found"):
+        simulate(tables, RING8, BASE)
+    with pytest.raises(SimulationError, match="NPU 4 runs a collective of communicator group 5"):
+        simulate(tables, RING8, BASE, comm_groups={5: (0, 1, 2, 3)})

@@ -8,9 +8,13 @@ parameters, so it has a closed form (section 3). Chunks move through per-dimensi
 that run at most C chunks at once, ordered by priority (section 2.4): the collective is a
 flow shop, replayed here with a tiny event loop. Everything is in integer ns.
 
+A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
+members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
+
 What this module does not model yet (it raises SimulationError naming it): direct with a
 window below N-1, doubleBinaryTree, oneDirect / oneHalvingDoubling, halvingDoubling on a
-dimension whose size is not a power of two, and all-to-all with halvingDoubling.
+dimension whose size is not a power of two, all-to-all with halvingDoubling, and sub-groups
+whose ring neighbours are not all equally far apart.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from functools import lru_cache
 
 from chakra_core.errors import ChakraError
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
-from chakra_core.sim.network import hops, message_delay
+from chakra_core.sim.network import UnawareNetwork, hops, message_delay
 
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "all_reduce", "reduce_scatter", "all_gather", "all_to_all"
 
@@ -77,8 +81,8 @@ def local_reduction(size: int, local_mem_bw_gbps: float) -> int:
 class PhaseTimer:
     """Closed-form phase durations for one system configuration (section 3)."""
 
-    def __init__(self, system: SystemConfig):
-        self.e = system.endpoint_delay
+    def __init__(self, system: SystemConfig, endpoint_delay: int | None = None):
+        self.e = system.endpoint_delay if endpoint_delay is None else endpoint_delay
         self.mem_bw = system.local_mem_bw_gbps
 
     def p(self, size: int) -> int:
@@ -149,10 +153,16 @@ class CollectiveModel:
     """Plans and times collectives for one network and system configuration, with a cache:
     a training trace repeats the same few collectives thousands of times."""
 
+    # ASTRA-sim runs a sub-group's collective on rings it builds for the group, whose
+    # endpoint delay is fixed, whatever the system file says (facts 2.5)
+    GROUP_ENDPOINT_DELAY = 10
+
     def __init__(self, network: NetworkConfig, system: SystemConfig):
         self.network = network
         self.system = system
         self.timer = PhaseTimer(system)
+        self.group_timer = PhaseTimer(system, self.GROUP_ENDPOINT_DELAY)
+        self.links = UnawareNetwork(network)
         self.plan = lru_cache(maxsize=4096)(self._plan)
         self.duration = lru_cache(maxsize=4096)(self._duration)
 
@@ -188,9 +198,29 @@ class CollectiveModel:
             raise SimulationError("oneRing over a first dimension of size 1 is not modelled yet")
         return hops(dim0, 0, 1)
 
-    def _plan(self, op: str, size: int, involved: tuple[bool, ...] | None = None) -> CollectivePlan:
+    def _group_ring(self, op: str, group: tuple[int, ...]) -> list[tuple[int, CollectiveImpl, int, int]]:
+        """The one logical dimension of a sub-group: a ring over its members in the given order.
+
+        Exact when every neighbour pair of the ring is the same distance apart in the same
+        network dimension (then every member runs the same schedule); other groups are refused.
+        """
+        impl = self.implementations(op)[0]
+        if impl.kind not in ("ring", "oneRing"):
+            raise SimulationError(f"{impl.name!r} on a communicator sub-group is not modelled yet (ring is)")
+        routes = {self.links.route(a, b) for a, b in zip(group, group[1:] + group[:1])}
+        routes |= {self.links.route(b, a) for a, b in zip(group, group[1:] + group[:1])}
+        if len(routes) != 1:
+            raise SimulationError(f"communicator group {list(group)}: its ring's neighbours are not all equally far "
+                                  "apart in the network; such groups are not modelled yet")
+        (dim, hop_count), = routes
+        return [(dim, CollectiveImpl.parse("ring"), len(group), hop_count)]
+
+    def _plan(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
+              group: tuple[int, ...] | None = None) -> CollectivePlan:
+        """The phases of one collective; `group` (members, fewer than all NPUs) runs on its own ring."""
         chunk, count = chunking(op, size, self.system.dataset_splits, self.network.npus)
-        logical = self._logical_dims(op, involved)
+        logical = self._group_ring(op, group) if group else self._logical_dims(op, involved)
+        timer = self.group_timer if group else self.timer
         dims = self.network.dims
         phases: list[Phase] = []
         d = chunk
@@ -198,8 +228,7 @@ class CollectiveModel:
         def add(entry, phase_op: str, half: str) -> None:
             nonlocal d
             net_dim, impl, n, h = entry
-            phases.append(Phase(net_dim, phase_op, n, d, self.timer.duration(impl, phase_op, n, d, dims[net_dim], h),
-                                half))
+            phases.append(Phase(net_dim, phase_op, n, d, timer.duration(impl, phase_op, n, d, dims[net_dim], h), half))
             if phase_op == REDUCE_SCATTER:
                 d //= n
             elif phase_op == ALL_GATHER:
@@ -220,8 +249,9 @@ class CollectiveModel:
                 add(entry, op, "all")
         return CollectivePlan(op, size, chunk, count, tuple(phases))
 
-    def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None) -> int:
-        plan = self.plan(op, size, involved)
+    def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
+                  group: tuple[int, ...] | None = None) -> int:
+        plan = self.plan(op, size, involved, group)
         return run_flow_shop(plan, self.system)
 
 

@@ -14,9 +14,8 @@ Event-driven, one GraphFeeder per NPU (ASTRA_SIM_MODEL_FACTS.md section 4):
 - a send completes when its message arrives; its receive then, or when it is posted if later;
 - a job that cannot finish stops with a report of what every NPU waits for.
 
-Not modelled yet (SimulationError names it): the congestion-aware network, communicator
-sub-groups smaller than all NPUs, memory nodes, collectives other than all-reduce,
-all-gather, reduce-scatter, all-to-all and broadcast.
+Not modelled yet (SimulationError names it): the congestion-aware network, memory nodes,
+collectives other than all-reduce, all-gather, reduce-scatter, all-to-all and broadcast.
 """
 
 from __future__ import annotations
@@ -145,7 +144,7 @@ class Engine:
 
     # ------------------------------------------------------------------ node decoding
 
-    def _group(self, pg_name: str | None, path: str, node_id: int) -> tuple[int, ...] | None:
+    def _group(self, npu: int, pg_name: str | None, path: str, node_id: int) -> tuple[int, ...] | None:
         if pg_name in (None, "", "0"):
             return None
         try:
@@ -153,10 +152,15 @@ class Engine:
         except (ValueError, KeyError):
             raise SimulationError(f"{path}: node {node_id}: communicator group {pg_name!r} not found "
                                   f"(groups: {sorted(self.comm_groups) or 'none; pass --comm-group'})") from None
+        if npu not in members:
+            raise SimulationError(f"{path}: node {node_id}: NPU {npu} runs a collective of communicator group "
+                                  f"{pg_name}, whose members are {list(members)}")
+        if any(not 0 <= m < self.network.npus for m in members):
+            raise SimulationError(f"communicator group {pg_name} {list(members)} names NPUs outside the network's "
+                                  f"{self.network.npus}")
         if len(members) == self.network.npus:
             return None
-        raise SimulationError(f"{path}: node {node_id}: communicator sub-group {pg_name} "
-                              f"({len(members)} of {self.network.npus} NPUs) is not modelled yet")
+        return members
 
     def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, is_cpu: bool, path: str,
                     node_id: int) -> int:
@@ -203,7 +207,7 @@ class Engine:
                 nodes.append(_Node(DO_COMPUTE, slot, duration=self._compute_ns(
                     npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], is_cpu, path, node_id)))
             elif ntype == COLL:
-                nodes.append(self._collective(cols, i, slot, duration_us, path, node_id))
+                nodes.append(self._collective(cols, i, npu, slot, duration_us, path, node_id))
             elif ntype in (SEND, RECV):
                 nodes.append(self._point_to_point(cols, i, ntype, npu, path, node_id))
             elif ntype in INSTANT_TYPES:
@@ -215,7 +219,7 @@ class Engine:
             interned[shape] = nodes[-1]
         return nodes
 
-    def _collective(self, cols: dict, i: int, slot: int, duration_us: int, path: str, node_id: int) -> _Node:
+    def _collective(self, cols: dict, i: int, npu: int, slot: int, duration_us: int, path: str, node_id: int) -> _Node:
         comm_type, size = cols["comm_type"][i], cols["comm_size"][i]
         if comm_type is None or size is None:
             raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
@@ -225,7 +229,7 @@ class Engine:
         if op is None:
             name = COMM_TYPES.get(comm_type, f"comm_type {comm_type}")
             raise SimulationError(f"{path}: node {node_id}: collective {name} is not modelled yet")
-        return _Node(DO_COLLECTIVE, slot, op=op, size=size, group=self._group(cols["pg_name"][i], path, node_id),
+        return _Node(DO_COLLECTIVE, slot, op=op, size=size, group=self._group(npu, cols["pg_name"][i], path, node_id),
                      involved=cols["involved_dim"][i])
 
     def _point_to_point(self, cols: dict, i: int, ntype: int, npu: int, path: str, node_id: int) -> _Node:
@@ -271,7 +275,7 @@ class Engine:
                         f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
                         f"{first.op} of {first.size} B on one, {node.op} of {node.size} B on NPU {npu}")
             start = max(tick for tick, _ in members.values())
-            duration = self.collectives.duration(first.op, first.size, first.involved)
+            duration = self.collectives.duration(first.op, first.size, first.involved, key[0])
             for npu, (_, index) in members.items():
                 finish_at(start + duration, npu, index)
                 r = results[npu]
