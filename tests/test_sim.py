@@ -287,3 +287,15 @@ def test_group_errors_name_the_node():
         simulate(tables, RING8, BASE)
     with pytest.raises(SimulationError, match="NPU 4 runs a collective of communicator group 5"):
         simulate(tables, RING8, BASE, comm_groups={5: (0, 1, 2, 3)})
+
+
+def test_results_as_rows_and_timeline_events():
+    tables = same_on_every_npu([comp(1, 5, name="fwd"), all_reduce(2, MiB, 1, name="grad_sync")])
+    result = simulate(tables, RING8, BASE, record_timeline=True)
+    rows = result.npu_table()
+    assert rows.num_rows == 8 and rows.column("finish_ns").to_pylist() == [69440] * 8
+    assert rows.column("comm_ns").to_pylist()[0] == [("all_reduce", 64440)]
+    timeline = [e for e in result.timeline_table().to_pylist() if e["npu"] == 0]
+    assert [(e["name"], e["track"], e["kind"], e["start_ns"], e["end_ns"]) for e in timeline] == [
+        ("fwd", "compute", "compute", 0, 5000), ("grad_sync", "comm", "all_reduce", 5000, 69440)]
+    assert simulate(tables, RING8, BASE).timeline is None  # recording costs nothing unless asked for

@@ -88,10 +88,25 @@ class NpuResult:
                 "comm_ns": dict(self.comm_ns), "comm_bytes": dict(self.comm_bytes)}
 
 
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One node's run on one NPU, for timelines (Perfetto) and overlap analysis."""
+
+    npu: int
+    node_id: int
+    name: str
+    track: str  # "compute" (GPU), "cpu", or "comm" (collectives, send/recv, metadata)
+    kind: str  # "compute", "all_reduce", ..., "send", "recv", "broadcast", "instant"
+    start_ns: int  # when the NPU issued it
+    end_ns: int
+    bytes: int = 0
+
+
 @dataclass
 class SimResult:
     mode: str
     npus: list[NpuResult]
+    timeline: list[TimelineEvent] | None = None  # with Engine(record_timeline=True)
 
     @property
     def finish_ns(self) -> int:
@@ -99,6 +114,29 @@ class SimResult:
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "finish_ns": self.finish_ns, "npus": [n.to_dict() for n in self.npus]}
+
+    def npu_table(self) -> pa.Table:
+        """One row per NPU, ready for Parquet (communication time and bytes as maps by type)."""
+        rows = [{**n.to_dict(), "comm_ns": list(n.comm_ns.items()), "comm_bytes": list(n.comm_bytes.items())}
+                for n in self.npus]
+        return pa.Table.from_pylist(rows, schema=NPU_RESULT_SCHEMA)
+
+    def timeline_table(self) -> pa.Table:
+        if self.timeline is None:
+            raise ValueError("no timeline was recorded: run the engine with record_timeline=True")
+        return pa.Table.from_pylist([vars(e) for e in self.timeline], schema=TIMELINE_SCHEMA)
+
+
+NPU_RESULT_SCHEMA = pa.schema([
+    ("npu", pa.int32()), ("finish_ns", pa.int64()), ("compute_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
+    ("cpu_ns", pa.int64()), ("nodes", pa.int64()), ("comm_ns", pa.map_(pa.string(), pa.int64())),
+    ("comm_bytes", pa.map_(pa.string(), pa.int64())),
+])
+TIMELINE_SCHEMA = pa.schema([
+    ("npu", pa.int32()), ("node_id", pa.uint64()), ("name", pa.string()), ("track", pa.string()),
+    ("kind", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("bytes", pa.int64()),
+])
+TRACK_OF_SLOT = {CPU: "cpu", GPU_COMPUTE: "compute", GPU_COMM: "comm", NO_SLOT: "comm"}
 
 
 @dataclass(frozen=True)
@@ -127,7 +165,8 @@ class Engine:
 
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
-                 compute_scale: float = 1.0, npu_speed: list[float] | None = None):
+                 compute_scale: float = 1.0, npu_speed: list[float] | None = None,
+                 record_timeline: bool = False):
         if mode != "unaware":
             raise SimulationError(f"mode {mode!r}: only the congestion-unaware model is implemented so far")
         if len(feeders) != network.npus:
@@ -140,6 +179,7 @@ class Engine:
         self.links = UnawareNetwork(network)
         self.compute_scale = compute_scale
         self.npu_speed = npu_speed or [1.0] * len(feeders)
+        self.record_timeline = record_timeline
         self.nodes = [self._decode(npu, f) for npu, f in enumerate(feeders)]
 
     # ------------------------------------------------------------------ node decoding
@@ -189,8 +229,7 @@ class Engine:
         replay = self.system.replay_only
         nodes = []
         interned: dict[tuple, _Node] = {}  # a trace repeats a few node shapes many times
-        for i, node_id in enumerate(ids):
-            shape = tuple(cols[name][i] for name in cols)
+        for i, (node_id, shape) in enumerate(zip(ids, zip(*cols.values()))):
             known = interned.get(shape)
             if known is not None:
                 nodes.append(known)
@@ -260,6 +299,9 @@ class Engine:
         sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
         recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
         feeders, nodes = self.feeders, self.nodes
+        # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
+        issued_at = [[0] * len(n) for n in nodes] if self.record_timeline else None
+        ran: list[tuple[int, int, int]] | None = [] if self.record_timeline else None
 
         def finish_at(tick: int, npu: int, index: int) -> None:
             nonlocal sequence
@@ -295,6 +337,8 @@ class Engine:
                     deferred.append(index)
                     continue
                 slots[node.slot] = True
+                if issued_at is not None:
+                    issued_at[npu][index] = now
                 action = node.action
                 if action == DO_COMPUTE or action == DO_REPLAY:
                     finish_at(now + node.duration, npu, index)
@@ -344,13 +388,27 @@ class Engine:
             r = results[npu]
             r.nodes += 1
             r.finish_ns = now
+            if ran is not None:
+                ran.append((npu, index, now))
             issue(npu, now)
 
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
-        result = SimResult("unaware", results)
+        result = SimResult("unaware", results, self._timeline(ran, issued_at) if ran is not None else None)
         if unfinished:
             raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
         return result
+
+    def _timeline(self, ran: list[tuple[int, int, int]], issued_at: list[list[int]]) -> list[TimelineEvent]:
+        names = [f.table.column("name").to_pylist() if "name" in f.table.column_names else None
+                 for f in self.feeders]
+        events = []
+        for npu, index, end in ran:
+            node = self.nodes[npu][index]
+            kind = "compute" if node.action == DO_COMPUTE else (node.op or "instant")
+            events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
+                                        names[npu][index] if names[npu] else "", TRACK_OF_SLOT[node.slot], kind,
+                                        issued_at[npu][index], end, node.size))
+        return events
 
     def _deadlock_report(self, pending: dict, recvs: dict) -> dict[int, list[str]]:
         npus = len(self.feeders)
