@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import chakra_core
+from chakra_core.sim.aware import AwareCollectiveModel
 from chakra_core.sim.collectives import CollectiveModel, SimulationError, chunking
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
@@ -49,13 +50,23 @@ def reference_rows(backend: str) -> list[dict]:
 
 @pytest.mark.parametrize("row", reference_rows("unaware"), ids=lambda r: f"{r['workload']}-{Path(r['network_config']).stem}")
 def test_every_unaware_reference_run_matches_astra_sim_per_npu(row):
+    check_reference_run(row, "unaware", tolerance=0.001)
+
+
+@pytest.mark.parametrize("row", reference_rows("aware"), ids=lambda r: f"{r['workload']}-{Path(r['network_config']).stem}")
+def test_every_aware_reference_run_matches_astra_sim_per_npu(row):
+    check_reference_run(row, "aware", tolerance=0.01)
+
+
+def check_reference_run(row: dict, mode: str, tolerance: float) -> None:
     op = row["workload"].split("/")[0]
     prefix = MICRO / row["workload"] / op
-    result = simulate_files(str(prefix), str(REFERENCE / row["network_config"]), str(REFERENCE / row["system_config"]))
+    result = simulate_files(str(prefix), str(REFERENCE / row["network_config"]), str(REFERENCE / row["system_config"]),
+                            mode=mode)
     expected = int(row["finish_ns_every_npu"])
     assert len(result.npus) == int(row["npus"])
     for npu in result.npus:
-        assert abs(npu.finish_ns - expected) <= expected * 0.001, (npu.npu, npu.finish_ns, expected)
+        assert abs(npu.finish_ns - expected) <= expected * tolerance, (npu.npu, npu.finish_ns, expected)
         assert npu.finish_ns == expected  # in fact exact: the model is ASTRA-sim's
 
 
@@ -299,3 +310,34 @@ def test_results_as_rows_and_timeline_events():
     assert [(e["name"], e["track"], e["kind"], e["start_ns"], e["end_ns"]) for e in timeline] == [
         ("fwd", "compute", "compute", 0, 5000), ("grad_sync", "comm", "all_reduce", 5000, 69440)]
     assert simulate(tables, RING8, BASE).timeline is None  # recording costs nothing unless asked for
+
+
+AWARE_EXAMPLES = [  # facts section 5: where links are shared, the aware model differs
+    ("HGX: two chunks share each uplink, the second lags 76 ns", network(("Switch", 8, 400, 936.25)),
+     system(local_mem_bw_gbps=3350, active_chunks_per_dim=2), "all_reduce", 57426),
+    ("4 active chunks on Switch 8", SWITCH8, system(active_chunks_per_dim=4), "all_reduce", 35790),
+    ("regression test, aware binary", RING8, system(local_mem_bw_gbps=50), "all_reduce", 117780),
+    ("2 queues: all-gather chunks go opposite ways on disjoint links", RING8,
+     system(num_queues_per_dim=2, active_chunks_per_dim=2), "all_gather", 75508),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,op,expected", AWARE_EXAMPLES, ids=[e[0] for e in AWARE_EXAMPLES])
+def test_congestion_aware_examples(name, net, sysc, op, expected):
+    assert AwareCollectiveModel(net, sysc).member_durations(op, MiB) == (expected,) * net.npus
+
+
+def test_aware_mode_limits_are_clear_errors():
+    with pytest.raises(SimulationError, match="one-dimensional"):
+        AwareCollectiveModel(TWO_D, TWO_D_SYSTEM)
+    with pytest.raises(SimulationError, match="congestion-aware mode yet"):
+        AwareCollectiveModel(RING8, system(all_reduce=impls("direct"))).member_durations("all_reduce", MiB)
+
+
+def test_aware_send_pays_serialization_on_every_hop():
+    tables = job([{"id": 1, "type": "COMM_SEND_NODE", "comm_dst": 1, "comm_size": MiB, "comm_tag": 1}],
+                 [{"id": 1, "type": "COMM_RECV_NODE", "comm_src": 0, "comm_size": MiB, "comm_tag": 1}])
+    switch2 = network(("Switch", 2, 50, 500))
+    per_hop = int(500 + MiB / (50 * 2**30 / 1e9))
+    assert finish_times(tables, net=switch2, mode="aware") == [2 * per_hop] * 2
+    assert finish_times(tables, net=switch2) == [int(1000 + MiB / (50 * 2**30 / 1e9))] * 2

@@ -165,6 +165,7 @@ class CollectiveModel:
         self.links = UnawareNetwork(network)
         self.plan = lru_cache(maxsize=4096)(self._plan)
         self.duration = lru_cache(maxsize=4096)(self._duration)
+        self.member_durations = lru_cache(maxsize=4096)(self._member_durations)
 
     def implementations(self, op: str) -> tuple[CollectiveImpl, ...]:
         return {
@@ -248,6 +249,12 @@ class CollectiveModel:
             for entry in logical:
                 add(entry, op, "all")
         return CollectivePlan(op, size, chunk, count, tuple(phases))
+
+    def _member_durations(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
+                          group: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """ns each member (in group order, or NPU order) takes; the same for all in this model."""
+        members = len(group) if group else self.network.npus
+        return (self.duration(op, size, involved, group),) * members
 
     def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                   group: tuple[int, ...] | None = None) -> int:

@@ -14,8 +14,13 @@ Event-driven, one GraphFeeder per NPU (ASTRA_SIM_MODEL_FACTS.md section 4):
 - a send completes when its message arrives; its receive then, or when it is posted if later;
 - a job that cannot finish stops with a report of what every NPU waits for.
 
-Not modelled yet (SimulationError names it): the congestion-aware network, memory nodes,
-collectives other than all-reduce, all-gather, reduce-scatter, all-to-all and broadcast.
+With mode="aware" collectives are replayed message by message on FIFO links (sim/aware.py;
+one-dimensional networks, ring algorithm) and each member gets its own finish time; a send
+then takes the per-hop store-and-forward time of its route, without contention from other
+traffic.
+
+Not modelled yet (SimulationError names it): memory nodes, collectives other than
+all-reduce, all-gather, reduce-scatter, all-to-all and broadcast.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from chakra_core.sim.collectives import (
     SimulationError,
 )
 from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.aware import AwareCollectiveModel, AwareNetwork
 from chakra_core.sim.network import UnawareNetwork
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
@@ -167,16 +173,17 @@ class Engine:
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
                  compute_scale: float = 1.0, npu_speed: list[float] | None = None,
                  record_timeline: bool = False):
-        if mode != "unaware":
-            raise SimulationError(f"mode {mode!r}: only the congestion-unaware model is implemented so far")
+        if mode not in ("unaware", "aware"):
+            raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
         if len(feeders) != network.npus:
             raise SimulationError(f"the network has {network.npus} NPUs but {len(feeders)} workload file(s) were given")
         self.feeders = feeders
         self.network = network
         self.system = system
         self.comm_groups = comm_groups or {}
-        self.collectives = CollectiveModel(network, system)
-        self.links = UnawareNetwork(network)
+        self.mode = mode
+        self.collectives = (AwareCollectiveModel if mode == "aware" else CollectiveModel)(network, system)
+        self.links = AwareNetwork(network) if mode == "aware" else UnawareNetwork(network)
         self.compute_scale = compute_scale
         self.npu_speed = npu_speed or [1.0] * len(feeders)
         self.record_timeline = record_timeline
@@ -317,8 +324,10 @@ class Engine:
                         f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
                         f"{first.op} of {first.size} B on one, {node.op} of {node.size} B on NPU {npu}")
             start = max(tick for tick, _ in members.values())
-            duration = self.collectives.duration(first.op, first.size, first.involved, key[0])
+            group = key[0]
+            durations = self.collectives.member_durations(first.op, first.size, first.involved, group)
             for npu, (_, index) in members.items():
+                duration = durations[group.index(npu) if group else npu]
                 finish_at(start + duration, npu, index)
                 r = results[npu]
                 r.comm_ns[first.op] = r.comm_ns.get(first.op, 0) + duration
@@ -393,7 +402,7 @@ class Engine:
             issue(npu, now)
 
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
-        result = SimResult("unaware", results, self._timeline(ran, issued_at) if ran is not None else None)
+        result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None)
         if unfinished:
             raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
         return result
