@@ -127,14 +127,17 @@ def cmd_simulate(args) -> int:
     from chakra_core.sim.workload import simulate_files
 
     try:
-        result = simulate_files(args.workload, args.network, args.system, args.comm_group, args.mode)
+        result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group, args.mode,
+                                             args.traced_npus, args.scaling)
     except SimulationDeadlock as exc:
         if args.json:
             _print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
         print(f"chakra simulate: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
+    for line in assumptions:
+        print(f"what-if: {line}", file=sys.stderr)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "what_if": assumptions})
         return EXIT_OK
     table = Table("NPU", "finish (ns)", "compute (ns)", "exposed comm (ns)", "communication (ns)", box=None,
                   pad_edge=False)
@@ -207,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON")
     p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
                    help="congestion-unaware (default) or congestion-aware network")
+    p.add_argument("--traced-npus", type=int, metavar="N",
+                   help="what-if: the workload has files for N NPUs; run it on the network's NPU count "
+                   "(assumptions are printed)")
+    p.add_argument("--scaling", choices=["weak", "strong"], default="weak",
+                   help="what-if: keep each NPU's compute (weak, default) or divide it by M/N (strong)")
     p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
     p.set_defaults(run=cmd_simulate)
     return parser

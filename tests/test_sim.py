@@ -16,6 +16,7 @@ from chakra_core.sim.aware import AwareCollectiveModel
 from chakra_core.sim.collectives import CollectiveModel, SimulationError, chunking
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
+from chakra_core.sim.whatif import scale_job
 from chakra_core.sim.workload import simulate_files
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -61,8 +62,9 @@ def test_every_aware_reference_run_matches_astra_sim_per_npu(row):
 def check_reference_run(row: dict, mode: str, tolerance: float) -> None:
     op = row["workload"].split("/")[0]
     prefix = MICRO / row["workload"] / op
-    result = simulate_files(str(prefix), str(REFERENCE / row["network_config"]), str(REFERENCE / row["system_config"]),
-                            mode=mode)
+    result, assumptions = simulate_files(str(prefix), str(REFERENCE / row["network_config"]),
+                                         str(REFERENCE / row["system_config"]), mode=mode)
+    assert assumptions == []
     expected = int(row["finish_ns_every_npu"])
     assert len(result.npus) == int(row["npus"])
     for npu in result.npus:
@@ -341,3 +343,52 @@ def test_aware_send_pays_serialization_on_every_hop():
     per_hop = int(500 + MiB / (50 * 2**30 / 1e9))
     assert finish_times(tables, net=switch2, mode="aware") == [2 * per_hop] * 2
     assert finish_times(tables, net=switch2) == [int(1000 + MiB / (50 * 2**30 / 1e9))] * 2
+
+
+# ---------------------------------------------------------------- what-if scaling
+
+
+def test_a_job_traced_on_4_npus_runs_on_8():
+    result, assumptions = simulate_files(str(MICRO / "all_reduce" / "4npus_1MB" / "all_reduce"),
+                                         str(CONFIGS / "Ring_8npus.yml"), str(CONFIGS / "Ring_4chunks.json"),
+                                         traced_npus=4)
+    assert [n.finish_ns for n in result.npus] == [64440] * 8  # the 8-NPU ring all-reduce ASTRA-sim reports
+    assert "traced on 4 NPU(s), simulated on 8" in assumptions[0]
+
+
+def test_weak_and_strong_scaling_of_compute():
+    traced = same_on_every_npu([comp(1, 40), all_reduce(2, MiB, 1)], npus=4)
+    weak, _ = scale_job(traced, 8)
+    strong, notes = scale_job(traced, 8, scaling="strong")
+    assert finish_times(weak) == [40_000 + 64440] * 8
+    assert finish_times(strong) == [20_000 + 64440] * 8
+    assert any("strong scaling" in n for n in notes)
+
+
+def test_send_recv_scale_by_whole_blocks_only():
+    pair = job([{"id": 1, "type": "COMM_SEND_NODE", "comm_dst": 1, "comm_size": 1024, "comm_tag": 1}],
+               [{"id": 1, "type": "COMM_RECV_NODE", "comm_src": 0, "comm_size": 1024, "comm_tag": 1}])
+    scaled, notes = scale_job(pair, 4)
+    assert [t.column("comm_dst").to_pylist()[0] for t in scaled[::2]] == [1, 3]  # NPU 2 sends to NPU 3
+    assert [t.column("comm_src").to_pylist()[0] for t in scaled[1::2]] == [0, 2]
+    assert any("block" in n for n in notes)
+    assert len(set(finish_times(scaled, net=load_network(CONFIGS / "Ring_4npus.yml")))) == 1
+    with pytest.raises(SimulationError, match="multiple of its 2 NPUs"):
+        scale_job(pair, 3)
+
+
+def test_what_if_refuses_communicator_sub_groups():
+    with pytest.raises(SimulationError, match="sub-groups"):
+        scale_job(job(*[[all_reduce(1, MiB, pg_name="1")]] * 2), 4)
+
+
+def test_chakra_simulate_what_if_prints_its_assumptions():
+    chakra = Path(sys.executable).parent / "chakra"
+    result = subprocess.run(
+        [str(chakra), "simulate", "--workload", str(MICRO / "all_reduce" / "4npus_1MB" / "all_reduce"),
+         "--network", str(CONFIGS / "Ring_8npus.yml"), "--system", str(CONFIGS / "Ring_4chunks.json"),
+         "--traced-npus", "4", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert len(document["npus"]) == 8 and document["what_if"]
+    assert "what-if: traced on 4 NPU(s)" in result.stderr

@@ -8,6 +8,7 @@ from chakra_core.feeder import GraphFeeder
 from chakra_core.sim.collectives import SimulationError
 from chakra_core.sim.config import load_comm_groups, load_network, load_system
 from chakra_core.sim.engine import Engine, SimResult
+from chakra_core.sim.whatif import scale_job
 
 
 def load_workload(prefix: str, npus: int) -> list[GraphFeeder]:
@@ -23,9 +24,20 @@ def load_workload(prefix: str, npus: int) -> list[GraphFeeder]:
 
 
 def simulate_files(prefix: str, network_url: str, system_url: str, comm_group_url: str | None = None,
-                   mode: str = "unaware") -> SimResult:
-    """`chakra simulate`: the workload files against an ASTRA-sim network YAML and system JSON."""
+                   mode: str = "unaware", traced_npus: int | None = None, scaling: str = "weak",
+                   record_timeline: bool = False) -> tuple[SimResult, list[str]]:
+    """`chakra simulate`: the workload files against an ASTRA-sim network YAML and system JSON.
+
+    With traced_npus (N) different from the network's NPU count (M), the N files are scaled
+    to M NPUs (sim/whatif.py); returns the result and the assumptions made (empty if none).
+    """
     network = load_network(network_url)
     system = load_system(system_url)
     groups = load_comm_groups(comm_group_url) if comm_group_url else None
-    return Engine(load_workload(prefix, network.npus), network, system, comm_groups=groups, mode=mode).run()
+    options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline)
+    if traced_npus is None or traced_npus == network.npus:
+        return Engine(load_workload(prefix, network.npus), network, system, **options).run(), []
+    tables = [feeder.table for feeder in load_workload(prefix, traced_npus)]
+    scaled, assumptions = scale_job(tables, network.npus, scaling)
+    feeders = [GraphFeeder(t, path=f"{prefix}.{npu % traced_npus}.et (as NPU {npu})") for npu, t in enumerate(scaled)]
+    return Engine(feeders, network, system, **options).run(), assumptions
