@@ -120,6 +120,22 @@ def cmd_survey(args) -> int:
     return EXIT_OK
 
 
+def _npu_speeds(spec: list[str] | None, network_url: str) -> list[float] | None:
+    """--npu-speed 3=0.5 --npu-speed 7=0.8 -> one factor per NPU (1.0 elsewhere)."""
+    if not spec:
+        return None
+    from chakra_core.sim.config import load_network
+
+    speeds = [1.0] * load_network(network_url).npus
+    for item in spec:
+        npu, _, factor = item.partition("=")
+        try:
+            speeds[int(npu)] = float(factor)
+        except (ValueError, IndexError):
+            raise ValueError(f"--npu-speed {item!r}: expected NPU=FACTOR with NPU below {len(speeds)}") from None
+    return speeds
+
+
 def cmd_simulate(args) -> int:
     from rich.table import Table
 
@@ -128,7 +144,9 @@ def cmd_simulate(args) -> int:
 
     try:
         result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group, args.mode,
-                                             args.traced_npus, args.scaling)
+                                             args.traced_npus, args.scaling, compute_scale=args.compute_scale,
+                                             comm_scale=args.comm_scale,
+                                             npu_speed=_npu_speeds(args.npu_speed, args.network))
     except SimulationDeadlock as exc:
         if args.json:
             _print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
@@ -215,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(assumptions are printed)")
     p.add_argument("--scaling", choices=["weak", "strong"], default="weak",
                    help="what-if: keep each NPU's compute (weak, default) or divide it by M/N (strong)")
+    p.add_argument("--compute-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every compute time by X (e.g. 0.5: compute twice as fast)")
+    p.add_argument("--comm-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every communication time by X (e.g. 0.5: network twice as fast)")
+    p.add_argument("--npu-speed", action="append", metavar="NPU=FACTOR",
+                   help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
     p.set_defaults(run=cmd_simulate)
     return parser

@@ -392,3 +392,15 @@ def test_chakra_simulate_what_if_prints_its_assumptions():
     document = json.loads(result.stdout)
     assert len(document["npus"]) == 8 and document["what_if"]
     assert "what-if: traced on 4 NPU(s)" in result.stderr
+
+
+def test_stragglers_and_scaling_knobs():
+    tables = same_on_every_npu([comp(1, 40), all_reduce(2, MiB, 1)])
+    slow_npu_3 = [1.0] * 8
+    slow_npu_3[3] = 0.5
+    # the straggler computes 80 us; everyone's all-reduce waits for it
+    assert finish_times(tables, npu_speed=slow_npu_3) == [80_000 + 64440] * 8
+    assert finish_times(tables, compute_scale=0.5) == [20_000 + 64440] * 8
+    assert finish_times(tables, comm_scale=0.5) == [40_000 + 32220] * 8
+    with pytest.raises(SimulationError, match="one positive factor per NPU"):
+        finish_times(tables, npu_speed=[1.0])

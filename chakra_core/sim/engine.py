@@ -171,8 +171,11 @@ class Engine:
 
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
-                 compute_scale: float = 1.0, npu_speed: list[float] | None = None,
+                 compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
                  record_timeline: bool = False):
+        """compute_scale multiplies every compute time, comm_scale every communication time (a
+        what-if knob: 0.5 = twice as fast a network); npu_speed[i] divides NPU i's compute times
+        (0.5 = a straggler at half speed)."""
         if mode not in ("unaware", "aware"):
             raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
         if len(feeders) != network.npus:
@@ -184,10 +187,18 @@ class Engine:
         self.mode = mode
         self.collectives = (AwareCollectiveModel if mode == "aware" else CollectiveModel)(network, system)
         self.links = AwareNetwork(network) if mode == "aware" else UnawareNetwork(network)
+        if compute_scale <= 0 or comm_scale <= 0:
+            raise SimulationError("compute and communication scales must be positive")
         self.compute_scale = compute_scale
+        self.comm_scale = comm_scale
         self.npu_speed = npu_speed or [1.0] * len(feeders)
+        if len(self.npu_speed) != len(feeders) or min(self.npu_speed) <= 0:
+            raise SimulationError(f"npu_speed needs one positive factor per NPU ({len(feeders)})")
         self.record_timeline = record_timeline
         self.nodes = [self._decode(npu, f) for npu, f in enumerate(feeders)]
+
+    def _comm_time(self, ns: int) -> int:
+        return ns if self.comm_scale == 1.0 else math.floor(ns * self.comm_scale)
 
     # ------------------------------------------------------------------ node decoding
 
@@ -327,7 +338,7 @@ class Engine:
             group = key[0]
             durations = self.collectives.member_durations(first.op, first.size, first.involved, group)
             for npu, (_, index) in members.items():
-                duration = durations[group.index(npu) if group else npu]
+                duration = self._comm_time(durations[group.index(npu) if group else npu])
                 finish_at(start + duration, npu, index)
                 r = results[npu]
                 r.comm_ns[first.op] = r.comm_ns.get(first.op, 0) + duration
@@ -367,7 +378,7 @@ class Engine:
                         del pending[key]
                         start_collective(key, members)
                 elif action == DO_SEND:
-                    arrival = now + self.links.delay(npu, node.peer, node.size)
+                    arrival = now + self._comm_time(self.links.delay(npu, node.peer, node.size))
                     finish_at(arrival, npu, index)
                     results[npu].comm_bytes["send"] = results[npu].comm_bytes.get("send", 0) + node.size
                     match = (npu, node.peer, node.tag)

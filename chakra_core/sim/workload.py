@@ -25,16 +25,17 @@ def load_workload(prefix: str, npus: int) -> list[GraphFeeder]:
 
 def simulate_files(prefix: str, network_url: str, system_url: str, comm_group_url: str | None = None,
                    mode: str = "unaware", traced_npus: int | None = None, scaling: str = "weak",
-                   record_timeline: bool = False) -> tuple[SimResult, list[str]]:
+                   record_timeline: bool = False, **knobs) -> tuple[SimResult, list[str]]:
     """`chakra simulate`: the workload files against an ASTRA-sim network YAML and system JSON.
 
     With traced_npus (N) different from the network's NPU count (M), the N files are scaled
     to M NPUs (sim/whatif.py); returns the result and the assumptions made (empty if none).
+    knobs: compute_scale, comm_scale, npu_speed (see Engine).
     """
     network = load_network(network_url)
     system = load_system(system_url)
     groups = load_comm_groups(comm_group_url) if comm_group_url else None
-    options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline)
+    options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
     if traced_npus is None or traced_npus == network.npus:
         return Engine(load_workload(prefix, network.npus), network, system, **options).run(), []
     tables = [feeder.table for feeder in load_workload(prefix, traced_npus)]
