@@ -30,7 +30,7 @@ from chakra_core.sim.collectives import (
     REDUCE_SCATTER,
     CollectiveModel,
     SimulationError,
-    _queue_choices,
+    queue_choices,
 )
 from chakra_core.sim.config import NetworkConfig, NetworkDim, SystemConfig, Topology
 
@@ -118,7 +118,7 @@ class _Replay:
         slots = -(-system.active_chunks_per_dim // system.num_queues_per_dim)
         step = -1 if system.scheduling_policy == "FIFO" else 1
         priority = [step * k for k in range(plan.chunks)]
-        queue_of = [q[0] for q in _queue_choices(plan, system.num_queues_per_dim)]
+        queue_of = [q[0] for q in queue_choices(plan, system.num_queues_per_dim)]
         # with more than one queue, the upper half of the queues runs its rings anticlockwise
         lower = max(1, system.num_queues_per_dim // 2)
         direction = [1 if q < lower else -1 for q in queue_of]

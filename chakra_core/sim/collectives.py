@@ -262,7 +262,7 @@ class CollectiveModel:
         return run_flow_shop(plan, self.system)
 
 
-def _queue_choices(plan: CollectivePlan, queues_per_dim: int) -> list[list[int]]:
+def queue_choices(plan: CollectivePlan, queues_per_dim: int) -> list[list[int]]:
     """The queue of every phase of every chunk, fixed at creation: round robin over the
     dimension's queues, or over the lower (clockwise) / upper (anticlockwise) half."""
     counters: dict[tuple[int, str], int] = {}
@@ -301,7 +301,7 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig, priorities: list[i
         step = -1 if system.scheduling_policy == "FIFO" else 1
         priorities = [step * i for i in range(plan.chunks)] if system.scheduling_policy != "EXPLICIT" \
             else [0] * plan.chunks
-    choices = _queue_choices(plan, q_per_dim)
+    choices = queue_choices(plan, q_per_dim)
     running: dict[tuple[int, int], int] = {}
     waiting: dict[tuple[int, int], list[int]] = {}
     events: list[tuple[int, int, int, int]] = []  # (end tick, sequence, chunk, phase index)
