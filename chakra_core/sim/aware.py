@@ -30,6 +30,7 @@ from chakra_core.sim.collectives import (
     REDUCE_SCATTER,
     CollectiveModel,
     SimulationError,
+    chunk_priorities,
     queue_choices,
 )
 from chakra_core.sim.config import NetworkConfig, NetworkDim, SystemConfig, Topology
@@ -80,7 +81,7 @@ class AwareCollectiveModel(CollectiveModel):
         if group is not None:
             raise SimulationError("communicator sub-groups are not modelled in the congestion-aware mode yet")
         impls = self.implementations(op)
-        if impls[0].kind != "ring":
+        if impls[0].kind != "ring":  # doubleBinaryTree included: its down-sends share uplinks
             raise SimulationError(f"{impls[0].name!r} is not modelled in the congestion-aware mode yet (ring is)")
         plan = self.plan(op, size, involved)
         return _Replay(self, plan).run()
@@ -116,8 +117,7 @@ class _Replay:
         reducing_receives = {ALL_REDUCE: ranks - 1, REDUCE_SCATTER: ranks - 1}.get(op, 0)
         e, p = self.timer.e, self.timer.p(m)
         slots = -(-system.active_chunks_per_dim // system.num_queues_per_dim)
-        step = -1 if system.scheduling_policy == "FIFO" else 1
-        priority = [step * k for k in range(plan.chunks)]
+        priority = chunk_priorities(system, plan.chunks)
         queue_of = [q[0] for q in queue_choices(plan, system.num_queues_per_dim)]
         # with more than one queue, the upper half of the queues runs its rings anticlockwise
         lower = max(1, system.num_queues_per_dim // 2)

@@ -11,8 +11,11 @@ flow shop, replayed here with a tiny event loop. Everything is in integer ns.
 A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
 members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
 
+doubleBinaryTree all-reduce is replayed message by message (sim/tree.py) on one-dimensional
+networks; its members finish at different times (member_durations).
+
 What this module does not model yet (it raises SimulationError naming it): direct with a
-window below N-1, doubleBinaryTree, oneDirect / oneHalvingDoubling, halvingDoubling on a
+window below N-1, doubleBinaryTree elsewhere, oneDirect / oneHalvingDoubling, halvingDoubling on a
 dimension whose size is not a power of two, all-to-all with halvingDoubling, and sub-groups
 whose ring neighbours are not all equally far apart.
 """
@@ -24,15 +27,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from chakra_core.errors import ChakraError
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
+from chakra_core.sim import tree
+from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.network import UnawareNetwork, hops, message_delay
 
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "all_reduce", "reduce_scatter", "all_gather", "all_to_all"
-
-
-class SimulationError(ChakraError):
-    """A workload or configuration the simulator cannot run (named precisely)."""
 
 
 @dataclass(frozen=True)
@@ -185,8 +185,6 @@ class CollectiveModel:
         for i, impl in enumerate(impls):
             if impl.kind.startswith("one"):
                 raise SimulationError(f"{impl.name!r} combined with other dimensions is not modelled yet")
-            if impl.kind == "doubleBinaryTree":
-                raise SimulationError("doubleBinaryTree is not modelled yet")
             if i >= len(dims) or dims[i].npus == 1 or (involved is not None and not involved[i]):
                 continue
             active.append((i, impl, dims[i].npus, hops(dims[i], 0, 1)))
@@ -252,12 +250,33 @@ class CollectiveModel:
 
     def _member_durations(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                           group: tuple[int, ...] | None = None) -> tuple[int, ...]:
-        """ns each member (in group order, or NPU order) takes; the same for all in this model."""
+        """ns each member (in group order, or NPU order) takes: the same for every member of a
+        symmetric algorithm; doubleBinaryTree members finish at different times."""
+        if self._uses_tree(op):
+            return self._tree_durations(op, size, involved, group)
         members = len(group) if group else self.network.npus
         return (self.duration(op, size, involved, group),) * members
 
+    def _uses_tree(self, op: str) -> bool:
+        return any(impl.kind == "doubleBinaryTree" for impl in self.implementations(op))
+
+    def _tree_durations(self, op: str, size: int, involved, group) -> tuple[int, ...]:
+        """doubleBinaryTree (sim/tree.py): an all-reduce over a one-dimensional network, as checked in ASTRA-sim."""
+        if op != ALL_REDUCE:
+            raise SimulationError(f"doubleBinaryTree is an all-reduce algorithm; it cannot run {op}")
+        active = [i for i, d in enumerate(self.network.dims) if d.npus > 1 and (involved is None or involved[i])]
+        if group or len(active) != 1 or len(self.implementations(op)) != 1:
+            raise SimulationError("doubleBinaryTree is modelled on a one-dimensional network without sub-groups only")
+        chunk, count = chunking(op, size, self.system.dataset_splits, self.network.npus)
+        slots = -(-self.system.active_chunks_per_dim // self.system.num_queues_per_dim)
+        return tree.replay(self.network.npus, count, chunk, self.timer.e, self.timer.p(chunk), self.links.delay,
+                           slots, chunk_priorities(self.system, count))
+
     def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                   group: tuple[int, ...] | None = None) -> int:
+        """ns until the last member finishes."""
+        if self._uses_tree(op):
+            return max(self._tree_durations(op, size, involved, group))
         plan = self.plan(op, size, involved, group)
         return run_flow_shop(plan, self.system)
 
@@ -285,6 +304,15 @@ def queue_choices(plan: CollectivePlan, queues_per_dim: int) -> list[list[int]]:
     return choices
 
 
+def chunk_priorities(system: SystemConfig, chunks: int) -> list[int]:
+    """Each new chunk's priority: LIFO counts up, FIFO down (higher runs first); EXPLICIT would
+    take the node's comm_priority, the same for all of a collective's chunks."""
+    if system.scheduling_policy == "EXPLICIT":
+        return [0] * chunks
+    step = -1 if system.scheduling_policy == "FIFO" else 1
+    return [step * i for i in range(chunks)]
+
+
 def run_flow_shop(plan: CollectivePlan, system: SystemConfig, priorities: list[int] | None = None) -> int:
     """ns from issue to the end of the last chunk's last phase, replaying the queues (2.4).
 
@@ -297,10 +325,8 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig, priorities: list[i
         return 0
     q_per_dim = system.num_queues_per_dim
     slots = -(-system.active_chunks_per_dim // q_per_dim)
-    if priorities is None:  # LIFO counts up, FIFO down; EXPLICIT priorities come from the node
-        step = -1 if system.scheduling_policy == "FIFO" else 1
-        priorities = [step * i for i in range(plan.chunks)] if system.scheduling_policy != "EXPLICIT" \
-            else [0] * plan.chunks
+    if priorities is None:
+        priorities = chunk_priorities(system, plan.chunks)
     choices = queue_choices(plan, q_per_dim)
     running: dict[tuple[int, int], int] = {}
     waiting: dict[tuple[int, int], list[int]] = {}
