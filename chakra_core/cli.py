@@ -154,6 +154,8 @@ def cmd_simulate(args) -> int:
         return EXIT_FINDINGS
     for line in assumptions:
         print(f"what-if: {line}", file=sys.stderr)
+    for line in result.notes:
+        print(f"note: {line}", file=sys.stderr)
     if args.json:
         _print_json({**result.to_dict(), "what_if": assumptions})
         return EXIT_OK

@@ -435,3 +435,16 @@ def test_double_binary_tree_in_a_job_gives_per_npu_finish_times():
     tables = same_on_every_npu([all_reduce(1, MiB)])
     times = finish_times(tables, net=FC8, sysc=system(all_reduce=impls("doubleBinaryTree")))
     assert min(times) == 105898 and max(times) == 123052
+
+
+@pytest.mark.parametrize("comm_type,label,as_op,size", [
+    (1, "reduce", "all_reduce", MiB), (3, "gather", "all_gather", MiB), (4, "scatter", "reduce_scatter", MiB),
+    (8, "reduce_scatter_block", "reduce_scatter", MiB), (9, "barrier", "all_reduce", 0),
+])
+def test_collectives_astra_sim_refuses_are_timed_by_their_documented_extension(comm_type, label, as_op, size):
+    tables = same_on_every_npu([{"id": 1, "type": "COMM_COLL_NODE", "comm_type": comm_type, "comm_size": MiB}])
+    result = simulate(tables, RING8, BASE)
+    expected = CollectiveModel(RING8, BASE).duration(as_op, size)
+    assert [n.finish_ns for n in result.npus] == [expected] * 8
+    assert result.npus[0].comm_ns == {label: expected}
+    assert len(result.notes) == 1 and label.upper().split("_")[0] in result.notes[0]

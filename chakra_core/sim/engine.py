@@ -19,8 +19,9 @@ one-dimensional networks, ring algorithm) and each member gets its own finish ti
 then takes the per-hop store-and-forward time of its route, without contention from other
 traffic.
 
-Not modelled yet (SimulationError names it): memory nodes, collectives other than
-all-reduce, all-gather, reduce-scatter, all-to-all and broadcast.
+Collectives ASTRA-sim refuses (REDUCE, GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) are
+timed as the ring-family collective that moves the same data (EXTENSIONS); the result's
+notes say so. Not modelled yet (SimulationError names it): memory nodes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core.columns import NODE_TYPE_VALUES
 from chakra_core.feeder import GraphFeeder
 from chakra_core.sim.collectives import (
     ALL_GATHER,
@@ -53,7 +54,21 @@ RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
 MEM_TYPES = (NODE_TYPE_VALUES["MEM_LOAD_NODE"], NODE_TYPE_VALUES["MEM_STORE_NODE"])
 INSTANT_TYPES = (NODE_TYPE_VALUES["METADATA_NODE"], NODE_TYPE_VALUES["INVALID_NODE"])
 
-COLLECTIVE_OPS = {0: ALL_REDUCE, 2: ALL_GATHER, 6: ALL_TO_ALL, 7: REDUCE_SCATTER}
+# comm_type -> (the collective it is timed as, its name in results). ASTRA-sim refuses REDUCE,
+# GATHER, SCATTER, REDUCE_SCATTER_BLOCK and BARRIER; they are timed here as the ring-family
+# collective that moves the same data along the same steps, and the result says so (EXTENSIONS).
+COLLECTIVE_OPS = {
+    0: (ALL_REDUCE, "all_reduce"), 1: (ALL_REDUCE, "reduce"), 2: (ALL_GATHER, "all_gather"),
+    3: (ALL_GATHER, "gather"), 4: (REDUCE_SCATTER, "scatter"), 6: (ALL_TO_ALL, "all_to_all"),
+    7: (REDUCE_SCATTER, "reduce_scatter"), 8: (REDUCE_SCATTER, "reduce_scatter_block"), 9: (ALL_REDUCE, "barrier"),
+}
+EXTENSIONS = {
+    "reduce": "REDUCE timed as an all-reduce (a pipelined ring reduce to the root takes the same steps)",
+    "gather": "GATHER timed as an all-gather of the same per-NPU size",
+    "scatter": "SCATTER timed as a reduce-scatter (an upper bound: it adds the local reduction cost)",
+    "reduce_scatter_block": "REDUCE_SCATTER_BLOCK timed as a reduce-scatter",
+    "barrier": "BARRIER timed as an all-reduce of the smallest size (one byte per NPU per chunk)",
+}
 BROADCAST = 5
 
 # hardware slots
@@ -113,13 +128,15 @@ class SimResult:
     mode: str
     npus: list[NpuResult]
     timeline: list[TimelineEvent] | None = None  # with Engine(record_timeline=True)
+    notes: list[str] = field(default_factory=list)  # modelling choices beyond ASTRA-sim that this run used
 
     @property
     def finish_ns(self) -> int:
         return max((n.finish_ns for n in self.npus), default=0)
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "finish_ns": self.finish_ns, "npus": [n.to_dict() for n in self.npus]}
+        return {"mode": self.mode, "finish_ns": self.finish_ns, "notes": self.notes,
+                "npus": [n.to_dict() for n in self.npus]}
 
     def npu_table(self) -> pa.Table:
         """One row per NPU, ready for Parquet (communication time and bytes as maps by type)."""
@@ -152,7 +169,8 @@ class _Node:
     action: int
     slot: int
     duration: int = 0  # compute / replay ns
-    op: str = ""  # collective op, or "send"/"recv"
+    op: str = ""  # the collective it is timed as, or "send"/"recv"
+    label: str = ""  # its name in results (differs from op for the EXTENSIONS)
     size: int = 0
     group: tuple[int, ...] | None = None  # collective members (None: all NPUs)
     involved: tuple[bool, ...] | None = None
@@ -281,12 +299,14 @@ class Engine:
         if comm_type is None or size is None:
             raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
         if comm_type == BROADCAST:  # ASTRA-sim replays broadcasts by their duration
-            return _Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", size=size)
-        op = COLLECTIVE_OPS.get(comm_type)
-        if op is None:
-            name = COMM_TYPES.get(comm_type, f"comm_type {comm_type}")
-            raise SimulationError(f"{path}: node {node_id}: collective {name} is not modelled yet")
-        return _Node(DO_COLLECTIVE, slot, op=op, size=size, group=self._group(npu, cols["pg_name"][i], path, node_id),
+            return _Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", label="broadcast", size=size)
+        if comm_type not in COLLECTIVE_OPS:
+            raise SimulationError(f"{path}: node {node_id}: comm_type {comm_type} is not a CollectiveCommType")
+        op, label = COLLECTIVE_OPS[comm_type]
+        if label == "barrier":
+            size = 0
+        return _Node(DO_COLLECTIVE, slot, op=op, label=label, size=size,
+                     group=self._group(npu, cols["pg_name"][i], path, node_id),
                      involved=cols["involved_dim"][i])
 
     def _point_to_point(self, cols: dict, i: int, ntype: int, npu: int, path: str, node_id: int) -> _Node:
@@ -317,6 +337,7 @@ class Engine:
         sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
         recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
         feeders, nodes = self.feeders, self.nodes
+        extensions: set[str] = set()  # collectives ASTRA-sim refuses, timed by EXTENSIONS
         # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
         issued_at = [[0] * len(n) for n in nodes] if self.record_timeline else None
         ran: list[tuple[int, int, int]] | None = [] if self.record_timeline else None
@@ -330,10 +351,10 @@ class Engine:
             first = nodes[next(iter(members))][members[next(iter(members))][1]]
             for npu, (_, index) in members.items():
                 node = nodes[npu][index]
-                if (node.op, node.size) != (first.op, first.size):
+                if (node.label, node.size) != (first.label, first.size):
                     raise SimulationError(
                         f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
-                        f"{first.op} of {first.size} B on one, {node.op} of {node.size} B on NPU {npu}")
+                        f"{first.label} of {first.size} B on one, {node.label} of {node.size} B on NPU {npu}")
             start = max(tick for tick, _ in members.values())
             group = key[0]
             durations = self.collectives.member_durations(first.op, first.size, first.involved, group)
@@ -341,8 +362,10 @@ class Engine:
                 duration = self._comm_time(durations[group.index(npu) if group else npu])
                 finish_at(start + duration, npu, index)
                 r = results[npu]
-                r.comm_ns[first.op] = r.comm_ns.get(first.op, 0) + duration
-                r.comm_bytes[first.op] = r.comm_bytes.get(first.op, 0) + first.size
+                r.comm_ns[first.label] = r.comm_ns.get(first.label, 0) + duration
+                r.comm_bytes[first.label] = r.comm_bytes.get(first.label, 0) + first.size
+            if first.label in EXTENSIONS:
+                extensions.add(first.label)
 
         def issue(npu: int, now: int) -> None:
             """Visits the free nodes in ascending id order; those whose slot is busy go back."""
@@ -413,7 +436,8 @@ class Engine:
             issue(npu, now)
 
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
-        result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None)
+        result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None,
+                           notes=[EXTENSIONS[label] for label in sorted(extensions)])
         if unfinished:
             raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
         return result
@@ -424,7 +448,7 @@ class Engine:
         events = []
         for npu, index, end in ran:
             node = self.nodes[npu][index]
-            kind = "compute" if node.action == DO_COMPUTE else (node.op or "instant")
+            kind = "compute" if node.action == DO_COMPUTE else (node.label or node.op or "instant")
             events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
                                         names[npu][index] if names[npu] else "", TRACK_OF_SLOT[node.slot], kind,
                                         issued_at[npu][index], end, node.size))
