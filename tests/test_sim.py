@@ -448,3 +448,12 @@ def test_collectives_astra_sim_refuses_are_timed_by_their_documented_extension(c
     assert [n.finish_ns for n in result.npus] == [expected] * 8
     assert result.npus[0].comm_ns == {label: expected}
     assert len(result.notes) == 1 and label.upper().split("_")[0] in result.notes[0]
+
+
+def test_memory_nodes_move_tensor_size_at_local_memory_bandwidth():
+    load = {"id": 1, "type": "MEM_LOAD_NODE", "tensor_size": 1_600_000}
+    result = simulate(same_on_every_npu([load, all_reduce(2, MiB, 1)]), RING8, BASE)  # local-mem-bw 1600 GB/s
+    assert [n.finish_ns for n in result.npus] == [1000 + 64440] * 8
+    assert any("memory nodes" in note for note in result.notes)
+    with pytest.raises(SimulationError, match="needs tensor_size"):
+        simulate(same_on_every_npu([{"id": 1, "type": "MEM_STORE_NODE"}]), RING8, BASE)

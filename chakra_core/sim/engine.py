@@ -20,8 +20,8 @@ then takes the per-hop store-and-forward time of its route, without contention f
 traffic.
 
 Collectives ASTRA-sim refuses (REDUCE, GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) are
-timed as the ring-family collective that moves the same data (EXTENSIONS); the result's
-notes say so. Not modelled yet (SimulationError names it): memory nodes.
+timed as the ring-family collective that moves the same data (EXTENSIONS); memory nodes by
+the local memory bandwidth (MEMORY_NOTE); the result's notes say which choices a run used.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ EXTENSIONS = {
     "reduce_scatter_block": "REDUCE_SCATTER_BLOCK timed as a reduce-scatter",
     "barrier": "BARRIER timed as an all-reduce of the smallest size (one byte per NPU per chunk)",
 }
+MEMORY_NOTE = ("memory nodes timed as tensor_size bytes at local-mem-bw (an assumption: ASTRA-sim's remote "
+               "memory timing is not modelled)")
 BROADCAST = 5
 
 # hardware slots
@@ -288,7 +290,7 @@ class Engine:
             elif ntype in INSTANT_TYPES:
                 nodes.append(_Node(DO_INSTANT, slot))
             elif ntype in MEM_TYPES:
-                raise SimulationError(f"{path}: node {node_id}: memory nodes are not modelled yet")
+                nodes.append(self._memory(cols["tensor_size"][i], slot, path, node_id))
             else:
                 raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
             interned[shape] = nodes[-1]
@@ -308,6 +310,13 @@ class Engine:
         return _Node(DO_COLLECTIVE, slot, op=op, label=label, size=size,
                      group=self._group(npu, cols["pg_name"][i], path, node_id),
                      involved=cols["involved_dim"][i])
+
+    def _memory(self, tensor_size, slot: int, path: str, node_id: int) -> _Node:
+        """A memory load/store: tensor_size bytes at the local memory bandwidth (MEMORY_NOTE)."""
+        if tensor_size is None:
+            raise SimulationError(f"{path}: node {node_id}: a memory node needs tensor_size")
+        ns = math.floor(tensor_size / (self.system.local_mem_bw_gbps * 1e9) * 1e9)
+        return _Node(DO_REPLAY, slot, duration=ns, op="memory", label="memory", size=tensor_size)
 
     def _point_to_point(self, cols: dict, i: int, ntype: int, npu: int, path: str, node_id: int) -> _Node:
         peer_key = "comm_dst" if ntype == SEND else "comm_src"
@@ -385,6 +394,8 @@ class Engine:
                 action = node.action
                 if action == DO_COMPUTE or action == DO_REPLAY:
                     finish_at(now + node.duration, npu, index)
+                    if node.op == "memory":
+                        extensions.add("memory")
                     if action == DO_COMPUTE:
                         if node.slot == CPU:
                             results[npu].cpu_ns += node.duration
@@ -437,7 +448,7 @@ class Engine:
 
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
         result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None,
-                           notes=[EXTENSIONS[label] for label in sorted(extensions)])
+                           notes=[EXTENSIONS.get(label, MEMORY_NOTE) for label in sorted(extensions)])
         if unfinished:
             raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
         return result
