@@ -415,8 +415,8 @@ def test_double_binary_tree_shapes():
     assert dict(children) == {7: [3], 3: [1, 5], 1: [0, 2], 5: [4, 6]}
     parent, children = tree(8, root_max=False)
     assert dict(children) == {0: [4], 4: [2, 6], 2: [1, 3], 6: [5, 7]}
-    with pytest.raises(SimulationError, match="not a power of two"):
-        tree(6, root_max=True)
+    parent, children = tree(6, root_max=True)  # beyond ASTRA-sim: any N
+    assert dict(children) == {5: [2], 2: [0, 3], 0: [1], 3: [4]} and len(parent) == 5
 
 
 def test_double_binary_tree_ranks_finish_at_different_times_as_in_astra_sim():
@@ -457,3 +457,27 @@ def test_memory_nodes_move_tensor_size_at_local_memory_bandwidth():
     assert any("memory nodes" in note for note in result.notes)
     with pytest.raises(SimulationError, match="needs tensor_size"):
         simulate(same_on_every_npu([{"id": 1, "type": "MEM_STORE_NODE"}]), RING8, BASE)
+
+
+def test_natural_extensions_where_astra_sim_stops_are_timed_and_noted():
+    e, bw = 10, 50 * 2**30 / 1e9
+    ring6 = network(("Ring", 6, 50, 500))
+    hd = CollectiveModel(ring6, system(all_reduce=impls("halvingDoubling"), dataset_splits=1))
+    d_fold = int(2 * 500 + MiB / bw)  # rank 4 -> rank 0 is 2 hops on a ring of 6
+    core = CollectiveModel(network(("Ring", 4, 50, 500)), system(all_reduce=impls("halvingDoubling"),
+                                                                  dataset_splits=1)).timer
+    expected = 2 * (d_fold + e) + 3 * int(MiB / 1600) + core.halving_doubling("all_reduce", 4, MiB,
+                                                                               ring6.dims[0])
+    assert hd.duration("all_reduce", MiB) == expected
+    assert any("non-power-of-two" in n for n in hd.notes)
+
+    bruck = CollectiveModel(RING8, system(all_to_all=impls("halvingDoubling"), dataset_splits=1))
+    steps = [int(h * 500 + MiB // 2 / bw) + e for h in (1, 2, 4)]
+    assert bruck.duration("all_to_all", MiB) == e + sum(steps)
+    assert any("Bruck" in n for n in bruck.notes)
+
+    dbt6 = CollectiveModel(network(("FullyConnected", 6, 50, 500)), system(all_reduce=impls("doubleBinaryTree")))
+    assert min(dbt6.member_durations("all_reduce", MiB)) > 0 and dbt6.notes
+    result = simulate(job(*[[all_reduce(1, MiB)]] * 6), network(("FullyConnected", 6, 50, 500)),
+                      system(all_reduce=impls("doubleBinaryTree")))
+    assert any("doubleBinaryTree" in n for n in result.notes)

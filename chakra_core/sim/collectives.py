@@ -14,10 +14,13 @@ members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
 doubleBinaryTree all-reduce is replayed message by message (sim/tree.py) on one-dimensional
 networks; its members finish at different times (member_durations).
 
+Where ASTRA-sim stops, natural extensions (recorded in CollectiveModel.notes): all-to-all
+with halvingDoubling as Bruck's algorithm, halvingDoubling on a non-power-of-two N with the
+extra ranks folded in, doubleBinaryTree on any N with the same in-order trees.
+
 What this module does not model yet (it raises SimulationError naming it): direct with a
-window below N-1, doubleBinaryTree elsewhere, oneDirect / oneHalvingDoubling, halvingDoubling on a
-dimension whose size is not a power of two, all-to-all with halvingDoubling, and sub-groups
-whose ring neighbours are not all equally far apart.
+window below N-1, doubleBinaryTree on several dimensions, oneDirect / oneHalvingDoubling,
+and sub-groups whose ring neighbours are not all equally far apart.
 """
 
 from __future__ import annotations
@@ -78,10 +81,20 @@ def local_reduction(size: int, local_mem_bw_gbps: float) -> int:
     return 3 * math.floor(size / (local_mem_bw_gbps * 1e9) * 1e9)
 
 
+HD_ALL_TO_ALL_NOTE = ("all-to-all with halvingDoubling (ASTRA-sim refuses it) timed as Bruck's algorithm: "
+                      "ceil(log2 N) steps of D/2 to the rank 2^k away")
+HD_FOLD_NOTE = ("halvingDoubling on a non-power-of-two N (ASTRA-sim hangs) timed with the extra ranks folded in: "
+                "one exchange of D before and after the power-of-two core")
+DBT_ANY_N_NOTE = "doubleBinaryTree on a non-power-of-two N (ASTRA-sim crashes) uses the same in-order trees"
+
+
 class PhaseTimer:
-    """Closed-form phase durations for one system configuration (section 3)."""
+    """Closed-form phase durations for one system configuration (section 3).
+
+    `notes` collects the modelling choices beyond ASTRA-sim that were used."""
 
     def __init__(self, system: SystemConfig, endpoint_delay: int | None = None):
+        self.notes: set[str] = set()
         self.e = system.endpoint_delay if endpoint_delay is None else endpoint_delay
         self.mem_bw = system.local_mem_bw_gbps
 
@@ -130,11 +143,17 @@ class PhaseTimer:
         return max(max(g, release) + to_peer[j] for j, g in enumerate(ready)) + e
 
     def halving_doubling(self, op: str, n: int, d_in: int, dim: NetworkDim) -> int:
+        e = self.e
+        if op == ALL_TO_ALL:  # beyond ASTRA-sim (it refuses): Bruck's log2 steps of D/2 each
+            self.notes.add(HD_ALL_TO_ALL_NOTE)
+            steps = [(d_in // 2, 1 << k) for k in range((n - 1).bit_length())]
+            return e + sum(message_delay(dim, hops(dim, 0, r), m) + e for m, r in steps)
         levels = n.bit_length() - 1
-        if 1 << levels != n:
-            raise SimulationError(f"halvingDoubling on {n} ranks (not a power of two) is not modelled yet")
-        if op == ALL_TO_ALL:
-            raise SimulationError("all-to-all has no halvingDoubling algorithm (ASTRA-sim rejects it too)")
+        core = 1 << levels
+        if core != n:  # beyond ASTRA-sim (it hangs): fold the extra ranks in, run the core, hand back
+            self.notes.add(HD_FOLD_NOTE)
+            fold = message_delay(dim, hops(dim, 0, core), d_in) + e
+            return 2 * fold + (self.p(d_in) if op != ALL_GATHER else 0) + self.halving_doubling(op, core, d_in, dim)
         halving = [(d_in >> (k + 1), 1 << k) for k in range(levels)]  # (message bytes, partner distance)
         if op == ALL_REDUCE:
             steps = halving + halving[::-1]
@@ -166,6 +185,11 @@ class CollectiveModel:
         self.plan = lru_cache(maxsize=4096)(self._plan)
         self.duration = lru_cache(maxsize=4096)(self._duration)
         self.member_durations = lru_cache(maxsize=4096)(self._member_durations)
+
+    @property
+    def notes(self) -> list[str]:
+        """Choices beyond ASTRA-sim that the collectives timed so far needed."""
+        return sorted(self.timer.notes | self.group_timer.notes)
 
     def implementations(self, op: str) -> tuple[CollectiveImpl, ...]:
         return {
@@ -269,6 +293,8 @@ class CollectiveModel:
             raise SimulationError("doubleBinaryTree is modelled on a one-dimensional network without sub-groups only")
         chunk, count = chunking(op, size, self.system.dataset_splits, self.network.npus)
         slots = -(-self.system.active_chunks_per_dim // self.system.num_queues_per_dim)
+        if self.network.npus & (self.network.npus - 1):
+            self.timer.notes.add(DBT_ANY_N_NOTE)
         return tree.replay(self.network.npus, count, chunk, self.timer.e, self.timer.p(chunk), self.links.delay,
                            slots, chunk_priorities(self.system, count))
 

@@ -448,7 +448,8 @@ class Engine:
 
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
         result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None,
-                           notes=[EXTENSIONS.get(label, MEMORY_NOTE) for label in sorted(extensions)])
+                           notes=[EXTENSIONS.get(label, MEMORY_NOTE) for label in sorted(extensions)]
+                           + self.collectives.notes)
         if unfinished:
             raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
         return result

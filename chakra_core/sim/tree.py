@@ -1,6 +1,6 @@
 """doubleBinaryTree all-reduce (ASTRA_SIM_MODEL_FACTS.md section 3.4), replayed message by message.
 
-Two trees over the N ranks (N a power of two): a top node with a single child, over a
+Two trees over the N ranks: a top node with a single child, over a
 complete binary subtree numbered in order. RootMax puts the top at rank N-1 (its child the
 middle of ranks 0..N-2); RootMin puts it at rank 0 (over ranks 1..N-1). Even chunks use
 RootMax, odd chunks RootMin. Every message carries the whole chunk D.
@@ -12,6 +12,9 @@ data arrives takes e + p, sends to both children at once and ends; the top reduc
 child's data (e + p), sends it back down and ends. Each rank runs its chunks through its own
 queue, so ranks start later chunks at different ticks and finish at different times; data
 that reaches a rank before it has started that chunk waits for the start.
+
+ASTRA-sim builds these trees for powers of two only (it crashes otherwise); the in-order
+construction here is defined for any N and is used as the natural extension.
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from chakra_core.sim.errors import SimulationError
 
 def tree(n: int, root_max: bool) -> tuple[dict[int, int], dict[int, list[int]]]:
     """(parent of each rank, children of each rank) of one of the two trees."""
-    if n < 2 or n & (n - 1):
-        raise SimulationError(f"doubleBinaryTree on {n} ranks (not a power of two) is not modelled "
-                              "(ASTRA-sim crashes on it)")
+    if n < 2:
+        raise SimulationError(f"doubleBinaryTree needs at least 2 ranks, not {n}")
     parent: dict[int, int] = {}
     children: dict[int, list[int]] = defaultdict(list)
 
