@@ -19,7 +19,6 @@ time. Other algorithms are not modelled in this mode yet.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import defaultdict
 
@@ -34,6 +33,7 @@ from chakra_core.sim.collectives import (
     queue_choices,
 )
 from chakra_core.sim.config import NetworkConfig, NetworkDim, SystemConfig, Topology
+from chakra_core.sim.events import EventQueue, insert_by_priority
 
 
 def routes(dim: NetworkDim):
@@ -123,13 +123,8 @@ class _Replay:
         lower = max(1, system.num_queues_per_dim // 2)
         direction = [1 if q < lower else -1 for q in queue_of]
 
-        events: list[tuple] = []
-        seq = 0
-
-        def at(tick: int, *event) -> None:
-            nonlocal seq
-            heapq.heappush(events, (tick, seq, *event))
-            seq += 1
+        events = EventQueue()
+        at = events.at
 
         running = defaultdict(int)  # (npu, queue) -> chunks running
         waiting = defaultdict(list)  # (npu, queue) -> chunks waiting, by priority
@@ -156,13 +151,11 @@ class _Replay:
 
         for npu in range(n):
             for chunk in range(plan.chunks):
-                line = waiting[(npu, queue_of[chunk])]
-                pos = next((i for i, c in enumerate(line) if priority[c] < priority[chunk]), len(line))
-                line.insert(pos, chunk)
+                insert_by_priority(waiting[(npu, queue_of[chunk])], chunk, priority.__getitem__)
                 start_waiters(npu, queue_of[chunk], 0)
 
         while events:
-            now, _, kind, *rest = heapq.heappop(events)
+            now, kind, *rest = events.pop()
             if kind == "ready":
                 npu, chunk = rest
                 key = (npu, chunk)

@@ -25,7 +25,6 @@ and sub-groups whose ring neighbours are not all equally far apart.
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +32,7 @@ from functools import lru_cache
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
 from chakra_core.sim import tree
 from chakra_core.sim.errors import SimulationError
+from chakra_core.sim.events import EventQueue, insert_by_priority
 from chakra_core.sim.network import UnawareNetwork, hops, message_delay
 
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "all_reduce", "reduce_scatter", "all_gather", "all_to_all"
@@ -356,32 +356,28 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig, priorities: list[i
     choices = queue_choices(plan, q_per_dim)
     running: dict[tuple[int, int], int] = {}
     waiting: dict[tuple[int, int], list[int]] = {}
-    events: list[tuple[int, int, int, int]] = []  # (end tick, sequence, chunk, phase index)
-    sequence = 0
+    events = EventQueue()  # phase ends: (tick, chunk, phase index)
     finish = 0
 
     def queue_of(chunk: int, phase: int) -> tuple[int, int]:
         return plan.phases[phase].dim, choices[chunk][phase]
 
     def enqueue(chunk: int, phase: int) -> None:
-        line = waiting.setdefault(queue_of(chunk, phase), [])
-        at = next((i for i, (c, _) in enumerate(line) if priorities[c] < priorities[chunk]), len(line))
-        line.insert(at, (chunk, phase))
+        insert_by_priority(waiting.setdefault(queue_of(chunk, phase), []), (chunk, phase),
+                           lambda entry: priorities[entry[0]])
 
     def start_waiters(queue: tuple[int, int], now: int) -> None:
-        nonlocal sequence
         line = waiting.get(queue, [])
         while line and running.get(queue, 0) < slots:
             chunk, phase = line.pop(0)
             running[queue] = running.get(queue, 0) + 1
-            heapq.heappush(events, (now + plan.phases[phase].duration, sequence, chunk, phase))
-            sequence += 1
+            events.at(now + plan.phases[phase].duration, chunk, phase)
 
     for chunk in range(plan.chunks):
         enqueue(chunk, 0)
         start_waiters(queue_of(chunk, 0), 0)
     while events:
-        now, _, chunk, phase = heapq.heappop(events)
+        now, chunk, phase = events.pop()
         old = queue_of(chunk, phase)
         running[old] -= 1
         if phase + 1 < len(plan.phases):

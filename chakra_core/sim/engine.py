@@ -26,7 +26,6 @@ the local memory bandwidth (MEMORY_NOTE); the result's notes say which choices a
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from chakra_core.sim.collectives import (
     SimulationError,
 )
 from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.events import EventQueue
 from chakra_core.sim.aware import AwareCollectiveModel, AwareNetwork
 from chakra_core.sim.network import UnawareNetwork
 
@@ -337,8 +337,8 @@ class Engine:
         npus = len(self.feeders)
         results = [NpuResult(npu) for npu in range(npus)]
         busy = [[False, False, False, False] for _ in range(npus)]
-        events: list[tuple[int, int, int, int]] = []  # (tick, sequence, npu, node index)
-        sequence = 0
+        events = EventQueue()  # node completions: (tick, npu, node index)
+        finish_at = events.at
         # collectives: (group, k) -> {npu: (issue tick, node index)}; issued count per (npu, group)
         pending: dict[tuple, dict[int, tuple[int, int]]] = {}
         issued_in_group: dict[tuple[int, tuple | None], int] = defaultdict(int)
@@ -350,11 +350,6 @@ class Engine:
         # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
         issued_at = [[0] * len(n) for n in nodes] if self.record_timeline else None
         ran: list[tuple[int, int, int]] | None = [] if self.record_timeline else None
-
-        def finish_at(tick: int, npu: int, index: int) -> None:
-            nonlocal sequence
-            heapq.heappush(events, (tick, sequence, npu, index))
-            sequence += 1
 
         def start_collective(key: tuple, members: dict[int, tuple[int, int]]) -> None:
             first = nodes[next(iter(members))][members[next(iter(members))][1]]
@@ -435,7 +430,7 @@ class Engine:
         for npu in range(npus):
             issue(npu, 0)
         while events:
-            now, _, npu, index = heapq.heappop(events)
+            now, npu, index = events.pop()
             node = nodes[npu][index]
             busy[npu][node.slot] = False
             feeders[npu].free_children(index)

@@ -19,10 +19,10 @@ construction here is defined for any N and is used as the natural extension.
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 
 from chakra_core.sim.errors import SimulationError
+from chakra_core.sim.events import EventQueue, insert_by_priority
 
 
 def tree(n: int, root_max: bool) -> tuple[dict[int, int], dict[int, list[int]]]:
@@ -50,13 +50,8 @@ def replay(n: int, chunks: int, chunk_bytes: int, e: int, p: int, delay, slots: 
            priorities: list[int]) -> tuple[int, ...]:
     """Each rank's finish tick for one all-reduce; delay(src, dst, bytes) -> ns of a message."""
     trees = [tree(n, True), tree(n, False)]
-    events: list[tuple] = []
-    seq = 0
-
-    def at(tick: int, *event) -> None:
-        nonlocal seq
-        heapq.heappush(events, (tick, seq, *event))
-        seq += 1
+    events = EventQueue()
+    at = events.at
 
     started: dict[tuple[int, int], int] = {}  # (rank, chunk) -> start tick
     held: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # data waiting for a start
@@ -89,13 +84,11 @@ def replay(n: int, chunks: int, chunk_bytes: int, e: int, p: int, delay, slots: 
 
     for rank in range(n):
         for chunk in range(chunks):
-            line = waiting[rank]
-            pos = next((i for i, c in enumerate(line) if priorities[c] < priorities[chunk]), len(line))
-            line.insert(pos, chunk)
+            insert_by_priority(waiting[rank], chunk, priorities.__getitem__)
             start_waiters(rank, 0)
 
     while events:
-        now, _, kind, rank, chunk, *rest = heapq.heappop(events)
+        now, kind, rank, chunk, *rest = events.pop()
         if kind == "end":
             end(rank, now)
             continue

@@ -1,0 +1,38 @@
+"""The simulator's discrete-event core: what every replay and the engine schedule on.
+
+Events run in tick order; events of the same tick run in the order they were scheduled,
+and an event scheduled during a tick for that same tick runs later in it, as in ASTRA-sim's
+event queue (ASTRA_SIM_MODEL_FACTS.md section 1).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+
+class EventQueue:
+    __slots__ = ("_heap", "_sequence")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple] = []
+        self._sequence = 0
+
+    def at(self, tick: int, *event) -> None:
+        """Schedules `event` (any tuple of values) for `tick`."""
+        heappush(self._heap, (tick, self._sequence, *event))
+        self._sequence += 1
+
+    def pop(self) -> tuple:
+        """(tick, *event) of the next event."""
+        tick, _, *event = heappop(self._heap)
+        return (tick, *event)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+
+def insert_by_priority(line: list, item, priority_of) -> None:
+    """Queues `item` after every entry of equal or higher priority (higher runs first)."""
+    mine = priority_of(item)
+    at = next((i for i, entry in enumerate(line) if priority_of(entry) < mine), len(line))
+    line.insert(at, item)
