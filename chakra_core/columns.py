@@ -22,12 +22,10 @@ VALUE_KINDS: tuple[str, ...] = tuple(
     f.name for f in sorted(pb.AttributeProto.DESCRIPTOR.oneofs_by_name["value"].fields, key=lambda f: f.number)
 )
 KIND_FIELD: dict[str, int] = {name: i + 3 for i, name in enumerate(VALUE_KINDS)}
-FIRST_KIND_FIELD = 3
 
 NODE_TYPES: dict[int, str] = {v.number: v.name for v in pb.NodeType.DESCRIPTOR.values}
 NODE_TYPE_VALUES: dict[str, int] = {name: number for number, name in NODE_TYPES.items()}
 COMM_TYPES: dict[int, str] = {v.number: v.name for v in pb.CollectiveCommType.DESCRIPTOR.values}
-COMM_TYPE_VALUES: dict[str, int] = {name: number for number, name in COMM_TYPES.items()}
 
 
 class ValueClass(IntEnum):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table
 from chakra_core.info import summarize_table
-from chakra_core.validate import validate_file, validate_table
+from chakra_core.validate import unreadable_finding, validate_table
 
 ET_SUFFIXES = (".et", ".et.gz")
 
@@ -115,7 +115,7 @@ def survey(roots: Iterable[str], out_dir: str, progress: Callable[[int, int, str
         try:
             table = read_table(url)
         except ChakraError as exc:
-            findings = validate_file(url)  # reports the read error as an "unreadable" finding
+            findings = [unreadable_finding(url, exc)]
             trace_rows.append(_trace_row(url, None, str(exc), findings))
         else:
             findings = validate_table(table, url)

@@ -33,7 +33,7 @@ from chakra_core.columns import (
     ValueClass,
 )
 from chakra_core.errors import ChakraError, ChakraFormatError
-from chakra_core.etfile import SOURCE_KEY, read_table, table_metadata
+from chakra_core.etfile import read_table, table_metadata, table_source
 from chakra_core.graph import (
     TARJAN_LIMIT,
     csr,
@@ -140,19 +140,21 @@ def validate_file(url: str) -> list[Finding]:
     """Findings for one .et file; a file that cannot be read gives a single "unreadable" error."""
     try:
         table = read_table(url)
-    except ChakraError as exc:  # ChakraFormatError: its message names the file and the byte offset
-        node_id = getattr(exc, "node_id", None)
-        message = str(exc) if isinstance(exc, ChakraFormatError) else f"{url}: {exc}"
-        return [Finding(ERROR, "unreadable", url, (node_id,) if node_id is not None else (), message)]
+    except ChakraError as exc:
+        return [unreadable_finding(url, exc)]
     return validate_table(table, url)
+
+
+def unreadable_finding(url: str, exc: ChakraError) -> Finding:
+    """The one finding of a file that cannot be read (a ChakraFormatError names file and byte offset)."""
+    node_id = getattr(exc, "node_id", None)
+    message = str(exc) if isinstance(exc, ChakraFormatError) else f"{url}: {exc}"
+    return Finding(ERROR, "unreadable", url, (node_id,) if node_id is not None else (), message)
 
 
 def validate_table(table: pa.Table, path: str | None = None) -> list[Finding]:
     """Every finding for a node table (any subset of the node-table columns is accepted)."""
-    if path is None:
-        source = (table.schema.metadata or {}).get(SOURCE_KEY)
-        path = source.decode() if source is not None else "<table>"
-    return _Validator(normalize_table(table), path).run()
+    return _Validator(normalize_table(table), path or table_source(table, "<table>")).run()
 
 
 # ---------------------------------------------------------------- helpers

@@ -56,10 +56,6 @@ class CollectivePlan:
     chunks: int
     phases: tuple[Phase, ...]  # the phases every chunk runs, in order
 
-    @property
-    def duration_if_alone(self) -> int:
-        return sum(p.duration for p in self.phases)
-
 
 def chunking(op: str, size: int, splits: int, total_npus: int) -> tuple[int, int]:
     """(bytes per chunk, chunk count): every chunk carries the same bytes, the last one too (2.2).
