@@ -144,19 +144,15 @@ def _other_attrs(b: _Buffers, n: int) -> pa.Array:
         "string": b.string("x.string", m),
         "bytes": b.string("x.bytes", m, pa.binary()),
     }
-    list_children = {
-        "int_list": lambda k: _plain(pa.int64(), _last_offset(b, k), b.buf("x.int_list.vals")),
-        "uint_list": lambda k: _plain(pa.uint64(), _last_offset(b, k), b.buf("x.uint_list.vals")),
-        "double_list": lambda k: _plain(pa.float64(), _last_offset(b, k), b.buf("x.double_list.vals")),
-        "float_list": lambda k: _plain(pa.float32(), _last_offset(b, k), b.buf("x.float_list.vals")),
-        "bool_list": lambda k: _plain(pa.bool_(), _last_offset(b, k), b.buf("x.bool_list.vals")),
-        "string_list": lambda k: b.string("x.string_list.item", _last_offset(b, k)),
-        "bytes_list": lambda k: b.string("x.bytes_list.item", _last_offset(b, k), pa.binary()),
-    }
     for name in LIST_VALUE_FIELDS:
         off_key = f"x.{name}.off"
         type_ = OTHER_ATTR_TYPE.field(name).type
-        children[name] = b.list_of(type_, m, off_key, list_children[name](off_key), f"x.{name}.valid")
+        length = _last_offset(b, off_key)
+        if name in ("string_list", "bytes_list"):  # elements with offsets of their own
+            values = b.string(f"x.{name}.item", length, type_.value_type)
+        else:
+            values = _plain(type_.value_type, length, b.buf(f"x.{name}.vals"))
+        children[name] = b.list_of(type_, m, off_key, values, f"x.{name}.valid")
     entries = pa.StructArray.from_arrays(list(children.values()), fields=list(OTHER_ATTR_TYPE))
     return b.list_of(pa.list_(OTHER_ATTR_TYPE), n, "x.off", entries)
 
@@ -206,11 +202,11 @@ def _valid(arr: pa.Array) -> np.ndarray:
 
 
 def _values(arr: pa.Array, dtype) -> np.ndarray:
-    """Values of a primitive array as a contiguous numpy array, nulls as zero."""
+    """Values of a primitive array as a contiguous numpy array, nulls as zero (booleans as bytes)."""
     if arr.null_count:
         arr = pc.fill_null(arr, pa.scalar(0 if dtype != np.bool_ else False, arr.type))
-    out = arr.to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(out, dtype=dtype)
+    out = np.ascontiguousarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+    return out.view(np.uint8) if dtype == np.bool_ else out
 
 
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -305,7 +301,7 @@ def _put_other_attrs(out: dict, column: pa.Array) -> None:
     out["x.uint"] = _values(fields["uint"], np.uint64)
     out["x.double"] = _values(fields["double"], np.float64)
     out["x.float"] = _values(fields["float"], np.float32)
-    out["x.bool"] = _values(fields["bool"], np.bool_).view(np.uint8)
+    out["x.bool"] = _values(fields["bool"], np.bool_)
     _put_string(out, "x.string", fields["string"])
     _put_string(out, "x.bytes", fields["bytes"])
     dtypes = {"int_list": np.int64, "uint_list": np.uint64, "double_list": np.float64,
@@ -314,8 +310,6 @@ def _put_other_attrs(out: dict, column: pa.Array) -> None:
         arr = fields[name]
         if name in dtypes:
             _put_numeric_list(out, f"x.{name}", arr, dtypes[name])
-            if name == "bool_list":
-                out[f"x.{name}.vals"] = out[f"x.{name}.vals"].view(np.uint8)
         else:
             out[f"x.{name}.off"] = _list_offsets(arr)
             _put_string(out, f"x.{name}.item", arr.values)
@@ -344,9 +338,8 @@ def _encode_inputs(batch: pa.RecordBatch) -> dict:
             _put_string(out, attr.name, arr)
         elif attr.value_class == ValueClass.BOOL_LIST:
             _put_numeric_list(out, attr.name, arr, np.bool_)
-            out[f"{attr.name}.vals"] = out[f"{attr.name}.vals"].view(np.uint8)
         elif attr.value_class == ValueClass.BOOL:
-            out[f"{attr.name}.vals"] = _values(arr, np.bool_).view(np.uint8)
+            out[f"{attr.name}.vals"] = _values(arr, np.bool_)
         else:
             out[f"{attr.name}.vals"] = _values(arr, np.int64 if attr.value_class == ValueClass.INT else np.uint64)
     _put_other_attrs(out, col("other_attrs"))
