@@ -137,17 +137,15 @@ class ETReader:
     def __init__(self, url: str):
         self.url = url
         self._stack = contextlib.ExitStack()
-        try:
-            self._file = self._stack.enter_context(open_binary(url))
-            head = self._file.read(64)
-            self._file.seek(0)
-        except FileNotFoundError:
-            self._stack.close()
-            raise ChakraFormatError(url, "no such file") from None
-        except _READ_ERRORS as exc:
-            self._stack.close()
-            raise ChakraFormatError(url, f"cannot read: {exc}") from None
-        try:
+        try:  # whatever goes wrong while opening closes the file again
+            try:
+                self._file = self._stack.enter_context(open_binary(url))
+                head = self._file.read(64)
+                self._file.seek(0)
+            except FileNotFoundError:
+                raise ChakraFormatError(url, "no such file") from None
+            except _READ_ERRORS as exc:
+                raise ChakraFormatError(url, f"cannot read: {exc}") from None
             try:
                 payload, self._offset = self._read_metadata_frame()
                 self.metadata = _parse_metadata(payload, url)
@@ -304,6 +302,12 @@ def with_metadata(schema: pa.Schema, metadata_bytes: bytes, source: str | None =
     if source is not None:
         extra[SOURCE_KEY] = source.encode()
     return schema.with_metadata({**(schema.metadata or {}), **extra})
+
+
+def table_source(table: pa.Table, default: str) -> str:
+    """The URL a table was read from (for messages), or `default` for a table built in memory."""
+    source = (table.schema.metadata or {}).get(SOURCE_KEY)
+    return source.decode() if source is not None else default
 
 
 def table_metadata_bytes(table: pa.Table) -> bytes:

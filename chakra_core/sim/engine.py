@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from chakra_core.columns import NODE_TYPE_VALUES
+from chakra_core.etfile import table_source
 from chakra_core.feeder import GraphFeeder
 from chakra_core.sim.collectives import (
     ALL_GATHER,
@@ -72,6 +73,7 @@ EXTENSIONS = {
 MEMORY_NOTE = ("memory nodes timed as tensor_size bytes at local-mem-bw (an assumption: ASTRA-sim's remote "
                "memory timing is not modelled)")
 BROADCAST = 5
+DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
 
 # hardware slots
 CPU, GPU_COMPUTE, GPU_COMM, NO_SLOT = 0, 1, 2, 3
@@ -99,6 +101,12 @@ class NpuResult:
     nodes: int = 0
     comm_ns: dict[str, int] = field(default_factory=dict)  # collective / p2p time by type
     comm_bytes: dict[str, int] = field(default_factory=dict)
+
+    def add_comm(self, kind: str, nbytes: int, ns: int | None = None) -> None:
+        """Counts bytes (and, for collectives, the time) of one communication of this kind."""
+        if ns is not None:
+            self.comm_ns[kind] = self.comm_ns.get(kind, 0) + ns
+        self.comm_bytes[kind] = self.comm_bytes.get(kind, 0) + nbytes
 
     @property
     def exposed_comm_ns(self) -> int:
@@ -223,7 +231,7 @@ class Engine:
     # ------------------------------------------------------------------ node decoding
 
     def _group(self, npu: int, pg_name: str | None, path: str, node_id: int) -> tuple[int, ...] | None:
-        if pg_name in (None, "", "0"):
+        if pg_name is None or pg_name in DEFAULT_GROUP_NAMES:
             return None
         try:
             members = self.comm_groups[int(pg_name)]
@@ -365,9 +373,7 @@ class Engine:
             for npu, (_, index) in members.items():
                 duration = self._comm_time(durations[group.index(npu) if group else npu])
                 finish_at(start + duration, npu, index)
-                r = results[npu]
-                r.comm_ns[first.label] = r.comm_ns.get(first.label, 0) + duration
-                r.comm_bytes[first.label] = r.comm_bytes.get(first.label, 0) + first.size
+                results[npu].add_comm(first.label, first.size, duration)
             if first.label in EXTENSIONS:
                 extensions.add(first.label)
 
@@ -409,7 +415,7 @@ class Engine:
                 elif action == DO_SEND:
                     arrival = now + self._comm_time(self.links.delay(npu, node.peer, node.size))
                     finish_at(arrival, npu, index)
-                    results[npu].comm_bytes["send"] = results[npu].comm_bytes.get("send", 0) + node.size
+                    results[npu].add_comm("send", node.size)
                     match = (npu, node.peer, node.tag)
                     if recvs[match]:
                         r_npu, r_index, posted = recvs[match].popleft()
@@ -487,10 +493,5 @@ class Engine:
 
 def simulate(tables: list[pa.Table], network: NetworkConfig, system: SystemConfig, **options) -> SimResult:
     """Simulates one node table per NPU (index = NPU id)."""
-    feeders = [GraphFeeder(t, path=_source(t, npu)) for npu, t in enumerate(tables)]
+    feeders = [GraphFeeder(t, path=table_source(t, f"<npu {npu}>")) for npu, t in enumerate(tables)]
     return Engine(feeders, network, system, **options).run()
-
-
-def _source(table: pa.Table, npu: int) -> str:
-    source = (table.schema.metadata or {}).get(b"chakra.source")
-    return source.decode() if source else f"<npu {npu}>"

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from chakra_core.columns import NODE_TYPE_VALUES
 from chakra_core.normalize import normalize_table
 from chakra_core.sim.collectives import SimulationError
+from chakra_core.sim.engine import DEFAULT_GROUP_NAMES
 
 SEND, RECV = NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
@@ -34,7 +35,7 @@ COMP = NODE_TYPE_VALUES["COMP_NODE"]
 
 def _uses_sub_groups(table: pa.Table) -> bool:
     pg = table.column("pg_name")
-    named = pc.and_(pc.is_valid(pg), pc.invert(pc.is_in(pg, pa.array(["", "0"]))))
+    named = pc.and_(pc.is_valid(pg), pc.invert(pc.is_in(pg, pa.array(DEFAULT_GROUP_NAMES))))
     return bool(pc.any(named).as_py())
 
 

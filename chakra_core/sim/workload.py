@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table
 from chakra_core.feeder import GraphFeeder
@@ -11,13 +13,23 @@ from chakra_core.sim.engine import Engine, SimResult
 from chakra_core.sim.whatif import scale_job
 
 
-def load_workload(prefix: str, npus: int) -> list[GraphFeeder]:
-    """The feeders of NPUs 0..npus-1, read from `<prefix>.<npu>.et` (any fsspec URL)."""
-    feeders = []
+def load_tables(prefix: str, npus: int) -> list[pa.Table]:
+    """The node tables of NPUs 0..npus-1, read from `<prefix>.<npu>.et` (any fsspec URL)."""
+    tables = []
     for npu in range(npus):
-        url = f"{prefix}.{npu}.et"
         try:
-            feeders.append(GraphFeeder(read_table(url), path=url))
+            tables.append(read_table(f"{prefix}.{npu}.et"))
+        except ChakraError as exc:
+            raise SimulationError(f"workload for NPU {npu} of {npus}: {exc}") from None
+    return tables
+
+
+def load_workload(prefix: str, npus: int) -> list[GraphFeeder]:
+    """The feeders of NPUs 0..npus-1 (load_tables, then each graph checked and indexed)."""
+    feeders = []
+    for npu, table in enumerate(load_tables(prefix, npus)):
+        try:
+            feeders.append(GraphFeeder(table, path=f"{prefix}.{npu}.et"))
         except ChakraError as exc:
             raise SimulationError(f"workload for NPU {npu} of {npus}: {exc}") from None
     return feeders
@@ -38,7 +50,6 @@ def simulate_files(prefix: str, network_url: str, system_url: str, comm_group_ur
     options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
     if traced_npus is None or traced_npus == network.npus:
         return Engine(load_workload(prefix, network.npus), network, system, **options).run(), []
-    tables = [feeder.table for feeder in load_workload(prefix, traced_npus)]
-    scaled, assumptions = scale_job(tables, network.npus, scaling)
+    scaled, assumptions = scale_job(load_tables(prefix, traced_npus), network.npus, scaling)
     feeders = [GraphFeeder(t, path=f"{prefix}.{npu % traced_npus}.et (as NPU {npu})") for npu, t in enumerate(scaled)]
     return Engine(feeders, network, system, **options).run(), assumptions
