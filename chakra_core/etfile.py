@@ -59,7 +59,7 @@ def open_binary(url: str, mode: str = "rb") -> Iterator[BinaryIO]:
 
 # What reading a damaged stream raises: I/O errors, a gzip stream cut short (EOFError) or
 # corrupt inside (zlib.error, which is not an OSError).
-_READ_ERRORS = (OSError, EOFError, zlib.error)
+READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 def _looks_like_json(head: bytes) -> bool:
@@ -144,7 +144,7 @@ class ETReader:
                 self._file.seek(0)
             except FileNotFoundError:
                 raise ChakraFormatError(url, "no such file") from None
-            except _READ_ERRORS as exc:
+            except READ_ERRORS as exc:
                 raise ChakraFormatError(url, f"cannot read: {exc}") from None
             try:
                 payload, self._offset = self._read_metadata_frame()
@@ -164,7 +164,7 @@ class ETReader:
     def _read_metadata_frame(self) -> tuple[bytes, int]:
         try:
             payload, offset = _read_frame(self._file, self.url, 0, "global metadata")
-        except _READ_ERRORS as exc:  # e.g. a damaged gzip stream
+        except READ_ERRORS as exc:  # e.g. a damaged gzip stream
             raise ChakraFormatError(self.url, f"cannot read: {exc}", 0) from None
         if payload is None:
             raise ChakraFormatError(self.url, "empty file: a Chakra ET starts with a global metadata message", 0)
@@ -196,7 +196,7 @@ class ETReader:
                 data = self._file.read(want)
                 n = len(data)
                 buf[filled:] = data
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", base + filled) from None
         return buf, filled + n, not n
 
@@ -217,7 +217,7 @@ class ETReader:
             return
         try:
             self._file.seek(self._offset)  # a second call starts over instead of misreading
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             raise ChakraFormatError(self.url, f"cannot read (damaged compression?): {exc}", self._offset) from None
         buf = bytearray()
         filled = 0  # buf[:filled] holds the file's bytes from offset `base`; the rest is room
@@ -384,7 +384,7 @@ def iter_nodes(url: str) -> Iterator[pb.Node]:
             frame_offset = offset
             try:
                 payload, offset = _read_frame(f, url, offset, "node")
-            except _READ_ERRORS as exc:
+            except READ_ERRORS as exc:
                 raise ChakraFormatError(url, f"cannot read: {exc}", frame_offset) from None
             if payload is None:
                 return

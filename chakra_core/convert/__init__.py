@@ -1,0 +1,1 @@
+"""PyTorch execution traces (+ Kineto) to Chakra ETs: reading, linking, conversion, splitting."""

@@ -1,0 +1,208 @@
+"""Stream one large JSON document whose bulk is a single array, in bounded batches.
+
+A PyTorch execution trace is `{"schema": ..., "nodes": [ ...hundreds of thousands... ],
+"finish_ts": ...}` and a Kineto trace is `{..., "traceEvents": [...]}`. `json.load` of such a
+file holds the whole document as Python objects (about ten times the file size). Here a C
+scanner (chakra_core/_native/jsonscan.c) finds where the array's elements end, and orjson
+parses a batch of whole elements at a time from the read buffer, so memory stays at one
+read chunk plus one batch of objects. Gzip is detected by its magic bytes; any fsspec URL.
+
+Errors name the file and the byte offset (in the uncompressed stream) and, inside the
+array, the index of the element.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import orjson
+
+from chakra_core._native import _jsonscan
+from chakra_core.errors import ChakraError
+from chakra_core.etfile import READ_ERRORS, open_binary
+
+READ_CHUNK = 4 << 20
+BATCH_ITEMS = 4096
+
+
+class TraceJSONError(ChakraError):
+    """A JSON trace file that cannot be read: not JSON, truncated, or not the expected shape."""
+
+    def __init__(self, path: str, message: str, offset: int | None = None, element: int | None = None):
+        self.path, self.message, self.offset, self.element = path, message, offset, element
+        where = [path]
+        if offset is not None:
+            where.append(f"byte {offset}")
+        if element is not None:
+            where.append(f"element {element}")
+        super().__init__(f"{': '.join(where)}: {message}")
+
+
+def parse_json(data, path: str = "<json>", offset: int = 0, element: int | None = None):
+    """orjson, falling back to the json module for the NaN/Infinity tokens orjson refuses."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(bytes(data))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        at = getattr(exc, "pos", 0) or 0
+        raise TraceJSONError(path, f"malformed JSON: {getattr(exc, 'msg', exc)}", offset + at, element) from None
+
+
+class StreamedDocument:
+    """A top-level JSON object read once, front to back.
+
+    `batches()` yields lists of the elements of `array_key`, at most `batch_items` at a time;
+    every other top-level member lands in `fields` as it is passed (members after the array
+    are there once `batches()` is exhausted). `progress(file_bytes_read)` is called per batch
+    (compressed bytes for gzip, so it can be compared with the file size).
+    """
+
+    def __init__(self, url: str, array_key: str, *, batch_items: int = BATCH_ITEMS,
+                 progress: Callable[[int], None] | None = None):
+        self.url = url
+        self.array_key = array_key
+        self.batch_items = batch_items
+        self.progress = progress
+        self.fields: dict = {}
+        self.array_seen = False
+        self.elements = 0
+        self._buf = bytearray()
+        self._base = 0  # stream offset of _buf[0]
+        self._eof = False
+        self._file = None
+
+    # -- buffer management ------------------------------------------------------------
+    def _fill(self) -> bool:
+        """Append one chunk; False at end of stream."""
+        if self._eof:
+            return False
+        try:
+            chunk = self._file.read(READ_CHUNK)
+        except READ_ERRORS as exc:
+            raise TraceJSONError(self.url, f"cannot read: {exc}", self._base + len(self._buf)) from None
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    def _discard(self, upto: int) -> None:
+        """Drop the consumed bytes before `upto`."""
+        if upto > 0:
+            del self._buf[:upto]
+            self._base += upto
+
+    def _raw_position(self) -> int:
+        """Bytes of the file (compressed, for gzip) read so far, for progress against its size."""
+        raw = getattr(self._file, "fileobj", None) or self._file
+        try:
+            return raw.tell()
+        except (OSError, AttributeError, ValueError):
+            return self._base + len(self._buf)
+
+    def _skip_space(self, pos: int) -> int:
+        while True:
+            buf = self._buf
+            while pos < len(buf) and buf[pos] in b" \t\r\n":
+                pos += 1
+            if pos < len(buf) or not self._fill():
+                return pos
+
+    def _expect(self, pos: int, chars: bytes, what: str) -> int:
+        pos = self._skip_space(pos)
+        if pos >= len(self._buf):
+            raise self._truncated(what)
+        if self._buf[pos] not in chars:
+            found = bytes(self._buf[pos:pos + 20]).decode("utf-8", "replace")
+            raise TraceJSONError(self.url, f"expected {what}, found {found!r}", self._base + pos)
+        return pos
+
+    def _value(self, pos: int):
+        """Parse the value at pos; returns (value, position after it)."""
+        pos = self._skip_space(pos)
+        while True:
+            try:
+                end = _jsonscan.value_end(self._buf, pos)
+            except _jsonscan.ScanError:
+                raise TraceJSONError(self.url, "expected a JSON value", self._base + pos) from None
+            if end >= 0 and (end < len(self._buf) or self._eof):
+                return parse_json(memoryview(self._buf)[pos:end], self.url, self._base + pos), end
+            if not self._fill():
+                if end >= 0:
+                    continue
+                raise self._truncated("a complete value")
+
+    def _truncated(self, what: str) -> TraceJSONError:
+        inside = f" inside {self.array_key!r} after {self.elements} elements" if self.array_seen and self.elements else ""
+        return TraceJSONError(self.url, f"file ends early (truncated?): expected {what}{inside}",
+                              self._base + len(self._buf))
+
+    # -- the document -----------------------------------------------------------------
+    def batches(self) -> Iterator[list]:
+        with open_binary(self.url) as f:
+            self._file = f
+            try:
+                yield from self._walk_object()
+            finally:
+                self._file = None
+                self._buf = bytearray()
+        if not self.array_seen:
+            raise TraceJSONError(self.url, f"no {self.array_key!r} array in the top-level object")
+
+    def _walk_object(self) -> Iterator[list]:
+        pos = self._expect(0, b"{", "a JSON object ('{')") + 1
+        pos = self._skip_space(pos)
+        if pos < len(self._buf) and self._buf[pos] == ord("}"):
+            return
+        while True:
+            pos = self._expect(pos, b'"', "a member name")
+            key, pos = self._value(pos)
+            pos = self._expect(pos, b":", "':'") + 1
+            if key == self.array_key:
+                pos = self._expect(pos, b"[", f"an array for {key!r}") + 1
+                self.array_seen = True
+                pos = yield from self._walk_array(pos)
+            else:
+                self.fields[key], pos = self._value(pos)
+            pos = self._expect(pos, b",}", "',' or '}'")
+            if self._buf[pos] == ord("}"):
+                return
+            self._discard(pos + 1)
+            pos = 0
+
+    def _walk_array(self, pos: int) -> Iterator[list]:
+        """Yield batches of elements; `pos` is just after '['. Returns the position after ']'."""
+        while True:
+            try:
+                items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items)
+            except _jsonscan.ScanError as exc:
+                raise TraceJSONError(self.url, f"malformed JSON: {exc}", self._base, self.elements) from None
+            if items:
+                start = pos - 1  # the '[' or ',' before the first element
+                self._buf[start] = ord("[")
+                self._buf[last_end] = ord("]")
+                batch = parse_json(memoryview(self._buf)[start:last_end + 1], self.url, self._base + start,
+                                   self.elements)
+                self.elements += items
+                yield batch
+                if self.progress:
+                    self.progress(self._raw_position())
+            if closed:
+                return next_pos
+            if items:
+                self._discard(next_pos - 1)  # keep the ',' before the next element: it becomes '['
+                pos = 1
+                continue
+            if not self._fill():
+                raise self._truncated(f"the rest of {self.array_key!r}")
+
+
+def read_document(url: str, array_key: str) -> tuple[dict, list]:
+    """Small files: the top-level fields and the whole array (tests, tiny traces)."""
+    doc = StreamedDocument(url, array_key)
+    elements = [element for batch in doc.batches() for element in batch]
+    return doc.fields, elements

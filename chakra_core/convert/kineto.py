@@ -1,0 +1,304 @@
+"""Read a Kineto trace (Chrome trace JSON from torch.profiler) and link it to a host trace.
+
+Linking (PYTORCH_TRACE_FACTS.md, CHAKRA_ET_FACTS.md section 4.1):
+- host node <-> Kineto CPU event (cat cpu_op / user_annotation): the ET `rf_id` equals the
+  event's "Record function id" where the Kineto file carries it (torch >= 2.1); older files
+  (the 1.0.1 era) carry only "External id", which then equals the ET rf_id; a pair whose names
+  differ is not linked.
+- device event (cat kernel / gpu_memcpy / gpu_memset) -> the CPU event that launched it: both
+  carry the same "External id" (directly, or through the runtime launch event that shares the
+  device event's "correlation").
+- exclusive CPU time of an event = its duration minus the durations of the events directly
+  nested in it on the same thread.
+What cannot be linked is counted in LinkReport; conversion goes on without that detail.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from chakra_core.convert.jsonstream import StreamedDocument
+
+CPU_CATEGORIES = ("cpu_op", "user_annotation")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime")
+
+
+@dataclass
+class CpuEvent:
+    name: str
+    tid: int
+    ts: float
+    dur: float
+    external_id: int | None
+    rf_id: int | None
+    exclusive: float = 0.0
+
+
+@dataclass
+class DeviceEvent:
+    name: str
+    category: str
+    ts: float
+    dur: float
+    stream: int
+    external_id: int | None
+    correlation: int | None = None
+
+
+@dataclass
+class RuntimeEvent:
+    """A launch on the host (cudaLaunchKernel, cudaMemcpyAsync, ...)."""
+
+    tid: int
+    ts: float
+    correlation: int
+    external_id: int | None
+
+
+@dataclass
+class KinetoTrace:
+    path: str
+    fields: dict
+    cpu: list[CpuEvent] = field(default_factory=list)
+    device: list[DeviceEvent] = field(default_factory=list)
+    runtime: list[RuntimeEvent] = field(default_factory=list)
+    has_rf_ids: bool = False
+    has_profiler_steps: bool = False
+
+    @property
+    def distributed_info(self) -> dict:
+        info = self.fields.get("distributedInfo")
+        return info if isinstance(info, dict) else {}
+
+
+def _int_or_none(value) -> int | None:
+    return value if type(value) is int else None
+
+
+def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> KinetoTrace:
+    doc = StreamedDocument(url, "traceEvents", progress=progress)
+    trace = KinetoTrace(url, doc.fields)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for batch in doc.batches():
+            for event in batch:
+                if not isinstance(event, dict) or event.get("ph") != "X":
+                    continue
+                category = event.get("cat")
+                args = event.get("args") or {}
+                if category in CPU_CATEGORIES:
+                    name = event.get("name", "")
+                    if name.startswith("ProfilerStep#"):
+                        trace.has_profiler_steps = True
+                    rf_id = _int_or_none(args.get("Record function id"))
+                    trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
+                    trace.cpu.append(CpuEvent(name, event.get("tid", 0), float(event.get("ts", 0)),
+                                              float(event.get("dur", 0)), _int_or_none(args.get("External id")), rf_id))
+                elif category in RUNTIME_CATEGORIES:
+                    correlation = _int_or_none(args.get("correlation"))
+                    if correlation is not None:
+                        trace.runtime.append(RuntimeEvent(event.get("tid", 0), float(event.get("ts", 0)), correlation,
+                                                          _int_or_none(args.get("External id"))))
+                elif category in DEVICE_CATEGORIES:
+                    stream = args.get("stream", event.get("tid", 0))
+                    trace.device.append(DeviceEvent(event.get("name", ""), category, float(event.get("ts", 0)),
+                                                    float(event.get("dur", 0)), stream if type(stream) is int else 0,
+                                                    _int_or_none(args.get("External id")),
+                                                    _int_or_none(args.get("correlation"))))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    _exclusive_times(trace.cpu)
+    return trace
+
+
+def _exclusive_times(events: list[CpuEvent]) -> None:
+    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
+    for e in events:
+        by_thread[e.tid].append(e)
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e.ts, -e.dur))
+        stack: list[CpuEvent] = []
+        for e in thread_events:
+            e.exclusive = e.dur
+            while stack and stack[-1].ts + stack[-1].dur <= e.ts:
+                stack.pop()
+            if stack:
+                stack[-1].exclusive -= e.dur
+            stack.append(e)
+        for e in thread_events:
+            e.exclusive = max(e.exclusive, 0.0)
+
+
+@dataclass
+class LinkReport:
+    matched_by: str = ""  # "Record function id" or "External id"
+    host_nodes_with_rf_id: int = 0
+    host_nodes_linked: int = 0
+    name_mismatches: int = 0
+    device_events: int = 0
+    device_events_linked: int = 0
+    profiler_steps: bool = False
+
+    def lines(self) -> list[str]:
+        out = [f"linked {self.host_nodes_linked:,} of {self.host_nodes_with_rf_id:,} host nodes to Kineto CPU events"
+               f" by {self.matched_by}"]
+        if self.name_mismatches:
+            out.append(f"{self.name_mismatches:,} id matches had different names and were not linked")
+        if self.device_events:
+            out.append(f"attached {self.device_events_linked:,} of {self.device_events:,} device events to host"
+                       " nodes (the rest were launched outside the host trace's steps)")
+        if not self.profiler_steps:
+            out.append("the Kineto trace has no ProfilerStep annotations: linked by ids alone")
+        return out
+
+
+@dataclass
+class Linked:
+    """Per host node index: its Kineto CPU event, and the device events it launched."""
+
+    cpu: dict[int, CpuEvent]
+    device: dict[int, list[DeviceEvent]]
+    by_rf_id: dict[int, CpuEvent]
+    report: LinkReport
+
+
+ALIGN_LOOKAHEAD = 256
+SEED_RUN = 8
+
+
+def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
+    """Link host nodes (parallel lists: names, rf_ids, ET thread ids, node ids) to Kineto events."""
+    report = LinkReport(matched_by="Record function id" if kineto.has_rf_ids else "External id and operator order",
+                        profiler_steps=kineto.has_profiler_steps)
+    if kineto.has_rf_ids:
+        cpu = _link_by_rf_id(names, rf_ids, kineto, report)
+    else:
+        cpu = _link_by_order(names, rf_ids, tids, ids, kineto, report)
+    by_rf_id = {rf_ids[i]: e for i, e in cpu.items()}
+    report.host_nodes_with_rf_id = sum(1 for r in rf_ids if r)
+    report.host_nodes_linked = len(cpu)
+    index_of_event = {id(e): i for i, e in cpu.items()}
+    launchers = _launchers(kineto)
+    device: dict[int, list[DeviceEvent]] = defaultdict(list)
+    report.device_events = len(kineto.device)
+    for d in sorted(kineto.device, key=lambda d: d.ts):
+        launcher = launchers.get(d.correlation) if d.correlation is not None else None
+        index = index_of_event.get(id(launcher)) if launcher is not None else None
+        if index is not None:
+            device[index].append(d)
+            report.device_events_linked += 1
+    return Linked(cpu, dict(device), by_rf_id, report)
+
+
+def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
+    """correlation -> the CPU operator whose code made the launch: the innermost operator open
+    on the launching thread at the launch (newer traces also share an External id, older ones
+    reuse the correlation number as External id, so containment is the one rule for both)."""
+    by_thread: dict[int, list] = defaultdict(list)
+    for e in kineto.cpu:
+        by_thread[e.tid].append((e.ts, 0, -e.dur, e))
+    for r in kineto.runtime:
+        by_thread[r.tid].append((r.ts, 1, 0.0, r))
+    launchers: dict[int, CpuEvent] = {}
+    for items in by_thread.values():
+        items.sort(key=lambda x: (x[0], x[1], x[2]))
+        stack: list[CpuEvent] = []
+        for ts, is_launch, _, item in items:
+            while stack and stack[-1].ts + stack[-1].dur < ts:
+                stack.pop()
+            if is_launch:
+                if stack:
+                    launchers[item.correlation] = stack[-1]
+            else:
+                stack.append(item)
+    return launchers
+
+
+def _link_by_rf_id(names, rf_ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:
+    by_rf = {e.rf_id: e for e in kineto.cpu if e.rf_id is not None}
+    cpu = {}
+    for index, (name, rf_id) in enumerate(zip(names, rf_ids)):
+        event = by_rf.get(rf_id) if rf_id else None
+        if event is None:
+            continue
+        if event.name != name:
+            report.name_mismatches += 1
+            continue
+        cpu[index] = event
+    return cpu
+
+
+def _link_by_order(names, rf_ids, tids, ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:
+    """Older traces: the ET rf_id equals the Kineto External id only until the two recorders'
+    counters drift apart, and the Kineto trace may span many more iterations than the ET.
+    Each ET thread is aligned in order with the Kineto thread and start that match the most
+    operators by name (Kineto may have extra events in between); the start is where the ids
+    still agree, or else the start of the recorded steps."""
+    by_external = {e.external_id: e for e in kineto.cpu if e.external_id is not None}
+    kineto_threads: dict[int, list[CpuEvent]] = defaultdict(list)
+    for e in sorted(kineto.cpu, key=lambda e: (e.ts, -e.dur)):
+        kineto_threads[e.tid].append(e)
+    position = {tid: {id(e): k for k, e in enumerate(events)} for tid, events in kineto_threads.items()}
+    et_threads: dict[int, list[int]] = defaultdict(list)
+    for index in sorted(range(len(names)), key=lambda i: ids[i]):
+        if rf_ids[index]:
+            et_threads[tids[index]].append(index)
+    def id_match(i: int) -> CpuEvent | None:
+        event = by_external.get(rf_ids[i])
+        return event if event is not None and event.name == names[i] else None
+
+    cpu: dict[int, CpuEvent] = {}
+    seeds = {}
+    for et_tid, indices in et_threads.items():
+        seed = _seed(indices, id_match)
+        if seed is not None:
+            seeds[et_tid] = seed
+    earliest = min((event.ts for _, event in seeds.values()), default=None)
+    for et_tid, indices in et_threads.items():
+        # candidates: from the seed where ids agree, and from the start of the steps on every thread
+        candidates = []
+        if et_tid in seeds:
+            k0, event = seeds[et_tid]
+            candidates.append(_align(names, indices[k0:], kineto_threads[event.tid], position[event.tid][id(event)]))
+        for events in kineto_threads.values():
+            start = next((k for k, e in enumerate(events) if earliest is None or e.ts >= earliest), len(events))
+            candidates.append(_align(names, indices, events, start))
+        cpu.update(max(candidates, key=len, default={}))
+    return cpu
+
+
+def _seed(indices: list[int], id_match) -> tuple[int, CpuEvent] | None:
+    """Where ids still agree: the longest run of consecutive operators whose ids match events of
+    the same names on one Kineto thread (short runs are coincidences of repeated op names)."""
+    best_start, best_length, k = None, 0, 0
+    while k < len(indices):
+        first = id_match(indices[k])
+        length = 0
+        while first is not None and k + length < len(indices):
+            event = id_match(indices[k + length])
+            if event is None or event.tid != first.tid:
+                break
+            length += 1
+        if length > best_length:
+            best_start, best_length = k, length
+        k += max(length, 1)
+    if best_start is None or best_length < min(SEED_RUN, len(indices)):
+        return None
+    return best_start, id_match(indices[best_start])
+
+
+def _align(names, indices, events: list[CpuEvent], pointer: int) -> dict[int, CpuEvent]:
+    matched = {}
+    for i in indices:
+        for p in range(pointer, min(len(events), pointer + ALIGN_LOOKAHEAD)):
+            if events[p].name == names[i]:
+                matched[i] = events[p]
+                pointer = p + 1
+                break
+    return matched
