@@ -170,6 +170,105 @@ def cmd_simulate(args) -> int:
     return EXIT_OK
 
 
+class _Progress:
+    """A progress bar on stderr for long conversions (silent when stderr is not a terminal)."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        console = Console(stderr=True)
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=console,
+                                  transient=True, disable=not console.is_terminal)
+        self._tasks = {}
+
+    def __enter__(self):
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._progress.__exit__(*exc)
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(f"reading {label}", total=total or None)
+        self._progress.update(self._tasks[label], completed=done)
+
+
+def _print_conversion(result, as_json: bool) -> int:
+    from rich.table import Table
+
+    if as_json:
+        _print_json(result.summary())
+    else:
+        console = _console()
+        table = Table("rank", "host nodes", "operators", "communication", "kernels", "collapsed", "cut/notes",
+                      box=None, pad_edge=False)
+        for report in result.reports:
+            counts = report["counts"]
+            comm = ", ".join(f"{k.split(': ', 1)[1]} {v}" for k, v in sorted(counts.items())
+                             if k.startswith("communication: ")) or "-"
+            collapsed = sum(v for k, v in counts.items() if "collapsed" in k or "dropped" in k)
+            cut = counts.get("parent cycle cut", 0)
+            table.add_row(str(report["rank"]), f"{report['host_nodes']:,}", f"{counts.get('operators', 0):,}", comm,
+                          f"{counts.get('device kernels', 0):,}", f"{collapsed:,}", f"{cut} cut, {len(report['notes'])} notes")
+        console.print(table)
+        for report in result.reports:
+            for note in report["notes"]:
+                print(f"rank {report['rank']}: {note}", file=sys.stderr)
+        for note in result.inference_notes:
+            print(f"groups: {note}", file=sys.stderr)
+        console.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
+                      f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
+                      f" report in {result.report_file}")
+        if len(result.ranks) > 1 and not result.mismatches:
+            console.print("collectives match across ranks")
+    for problem in result.mismatches:
+        print(f"mismatch: {problem}", file=sys.stderr)
+    return EXIT_FINDINGS if result.mismatches else EXIT_OK
+
+
+def cmd_convert(args) -> int:
+    from chakra_core.convert.job import convert_job
+
+    with _Progress() as progress:
+        result = convert_job(args.src, args.out, args.prefix, progress=progress)
+    return _print_conversion(result, args.json)
+
+
+def cmd_split(args) -> int:
+    from chakra_core.convert.job import JobInputError, convert_job
+
+    with _Progress() as progress:
+        result = convert_job(args.src, args.out, args.prefix, progress=progress)
+    if len(result.ranks) < 2:
+        raise JobInputError(f"{args.src} describes one rank; `chakra convert` converts a single trace")
+    return _print_conversion(result, args.json)
+
+
+def cmd_link(args) -> int:
+    from chakra_core.convert.kineto import read_kineto
+    from chakra_core.convert.pytorch import RankConversion
+    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.etfile import write_table
+
+    host = read_host_trace(args.host)
+    kineto = read_kineto(args.kineto)
+    rank = args.rank if args.rank is not None else kineto.distributed_info.get("rank", 0)
+    conversion = RankConversion(host, kineto, int(rank))
+    table, metadata = conversion.emit()
+    write_table(table, args.output, metadata)
+    report = conversion.linked.report
+    if args.json:
+        _print_json({"output": args.output, "nodes": table.num_rows, **report.__dict__,
+                     "conversion": conversion.report.to_dict()})
+    else:
+        for line in report.lines():
+            print(line)
+        print(f"wrote {table.num_rows:,} nodes to {args.output}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chakra",
@@ -243,6 +342,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
     p.set_defaults(run=cmd_simulate)
+
+    def add_job_arguments(p) -> None:
+        p.add_argument("src", metavar="SRC")
+        p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")
+        p.add_argument("--prefix", default="trace", metavar="NAME", help="output names NAME.<rank>.et (default trace)")
+        p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+
+    p = sub.add_parser("convert", help="convert PyTorch execution traces (+ Kineto) to one Chakra ET per rank",
+                       description="Convert SRC, one PyTorch ET JSON file (any schema seen in the wild, gzip ok) or "
+                       "a folder / .tar / .zip holding rank<R>.et.json[.gz] with optional rank<R>.kineto.json[.gz] "
+                       "beside them, or a multi-rank JSON {\"<rank>\": <ET>}, into DSTDIR/NAME.<R>.et per rank, "
+                       "DSTDIR/NAME.comm_groups.json (ASTRA-sim --comm-group-configuration) and "
+                       "DSTDIR/NAME.report.json. Prints what was kept, collapsed and cut per rank. Exit 1 when "
+                       "collectives do not match across ranks, 2 on unreadable input.")
+    add_job_arguments(p)
+    p.set_defaults(run=cmd_convert)
+
+    p = sub.add_parser("split", help="split a multi-rank input into one Chakra ET per NPU, checking collectives",
+                       description="Like convert, for an input that describes several ranks (a folder of per-rank "
+                       "traces, a multi-rank JSON, a .tar/.zip job bundle): writes DSTDIR/NAME.<R>.et per NPU and "
+                       "checks that every process group's members issue the same collectives in the same order, "
+                       "type and size, and that sends meet receives; the first mismatch per group is printed. "
+                       "Exit 1 on a mismatch.")
+    add_job_arguments(p)
+    p.set_defaults(run=cmd_split)
+
+    p = sub.add_parser("link", help="link one rank's PyTorch ET with its Kineto trace into a Chakra ET",
+                       description="Match host operators to Kineto CPU events (record-function id, or External id "
+                       "and operator order in older traces), attach the device kernels each launched (by "
+                       "correlation), and write one Chakra ET with measured CPU and kernel durations. Prints how "
+                       "much was linked.")
+    p.add_argument("host", metavar="HOST.et.json")
+    p.add_argument("kineto", metavar="KINETO.json")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.et")
+    p.add_argument("--rank", type=int, help="the rank (default: Kineto's distributedInfo, else 0)")
+    p.add_argument("--json", action="store_true", help="print the link report as JSON")
+    p.set_defaults(run=cmd_link)
     return parser
 
 

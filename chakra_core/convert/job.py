@@ -1,0 +1,355 @@
+"""Convert a whole job: find its ranks, convert each, infer process groups, check collectives.
+
+Inputs (`find_ranks`): one PyTorch ET file; a folder (or .tar/.tar.gz/.zip bundle of one)
+holding `rank<R>.et.json[.gz]` with optional `rank<R>.kineto.json[.gz]` beside them; or a
+multi-rank JSON `{"<rank>": <PyTorch ET document>, ...}`. Output: `<prefix>.<R>.et` per rank
+(what ASTRA-sim's --workload-configuration=<prefix> opens), `<prefix>.comm_groups.json`
+(its --comm-group-configuration) and `<prefix>.report.json` (what was kept, collapsed, cut,
+inferred, and the cross-rank check).
+
+Cross-rank check: within each process group every member must issue the same collectives in
+the same order, type and size (all_to_all sizes may differ: uneven splits); every send must
+meet a recv with the same source, destination, tag and size. The first mismatch is reported
+precisely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import fsspec
+
+from chakra_core.convert import comms
+from chakra_core.convert.groups import COMM_GROUP_SUFFIX, WORLD, ProcessGroups, comm_group_document
+from chakra_core.convert.jsonstream import TraceJSONError
+from chakra_core.convert.kineto import read_kineto
+from chakra_core.convert.pytorch import CommRecord, RankConversion
+from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.errors import ChakraError
+from chakra_core.etfile import write_table
+
+RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
+RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
+
+
+class JobInputError(ChakraError):
+    """An input that does not describe a job this converter can read."""
+
+
+@dataclass
+class RankInput:
+    rank: int
+    host: str
+    kineto: str | None
+
+
+@dataclass
+class JobResult:
+    prefix: str
+    out_dir: str
+    ranks: list[int]
+    et_files: list[str]
+    comm_group_file: str
+    report_file: str
+    reports: list[dict]
+    mismatches: list[str]
+    inference_notes: list[str]
+    nodes: int = 0
+    host_nodes: int = 0
+
+    def summary(self) -> dict:
+        return {"prefix": self.prefix, "out_dir": self.out_dir, "ranks": self.ranks, "et_files": self.et_files,
+                "comm_group_file": self.comm_group_file, "nodes": self.nodes, "host_nodes": self.host_nodes,
+                "collectives_match": not self.mismatches, "mismatches": self.mismatches,
+                "inference": self.inference_notes, "ranks_report": self.reports}
+
+
+# ---------------------------------------------------------------------------- inputs
+def find_ranks(src: str, workdir: str) -> list[RankInput]:
+    """The per-rank inputs `src` describes (archives and multi-rank JSON unpack into workdir)."""
+    fs, path = fsspec.core.url_to_fs(src)
+    if not fs.exists(path):
+        raise JobInputError(f"{src}: no such file or folder")
+    if fs.isdir(path):
+        return _ranks_in_folder(fs, path, src)
+    lower = path.lower()
+    if lower.endswith((".tar", ".tar.gz", ".tgz", ".zip")):
+        return _ranks_in_folder(*fsspec.core.url_to_fs(_unpack(src, workdir)), src)
+    if _is_multi_rank_json(src):
+        return _split_multi_rank_json(src, workdir)
+    match = RANK_IN_NAME.search(os.path.basename(path))
+    kineto = _kineto_beside(fs, path)
+    return [RankInput(int(match.group(1)) if match else -1, src, kineto)]
+
+
+def _ranks_in_folder(fs, path: str, src: str) -> list[RankInput]:
+    ranks = []
+    for entry in sorted(fs.ls(path, detail=False)):
+        match = RANK_FILE.match(os.path.basename(entry))
+        if match:
+            ranks.append(RankInput(int(match.group(1)), fs.unstrip_protocol(entry), _kineto_beside(fs, entry)))
+    if not ranks:
+        raise JobInputError(f"{src}: no rank<R>.et.json[.gz] files in this folder")
+    ranks.sort(key=lambda r: r.rank)
+    seen = [r.rank for r in ranks]
+    if len(set(seen)) != len(seen):
+        raise JobInputError(f"{src}: a rank has both a plain and a gzipped trace")
+    return ranks
+
+
+def _kineto_beside(fs, et_path: str) -> str | None:
+    base = os.path.basename(et_path)
+    match = re.match(r"^(.*)\.et\.json(\.gz)?$", base)
+    if not match:
+        return None
+    folder = os.path.dirname(et_path)
+    for suffix in (".kineto.json", ".kineto.json.gz"):
+        candidate = f"{folder}/{match.group(1)}{suffix}" if folder else match.group(1) + suffix
+        if fs.exists(candidate):
+            return fs.unstrip_protocol(candidate)
+    return None
+
+
+def _unpack(src: str, workdir: str) -> str:
+    target = os.path.join(workdir, "bundle")
+    os.makedirs(target, exist_ok=True)
+    with fsspec.open(src, "rb") as f:
+        local = os.path.join(workdir, "bundle.archive")
+        with open(local, "wb") as out:
+            shutil.copyfileobj(f, out)
+    try:
+        if zipfile.is_zipfile(local):
+            with zipfile.ZipFile(local) as z:
+                members = [m for m in z.namelist() if RANK_FILE.match(os.path.basename(m)) or ".kineto.json" in m]
+                for m in members:
+                    with z.open(m) as fin, open(os.path.join(target, os.path.basename(m)), "wb") as fout:
+                        shutil.copyfileobj(fin, fout)
+        else:
+            with tarfile.open(local) as t:
+                for m in t.getmembers():
+                    name = os.path.basename(m.name)
+                    if m.isfile() and (RANK_FILE.match(name) or ".kineto.json" in name):
+                        with t.extractfile(m) as fin, open(os.path.join(target, name), "wb") as fout:
+                            shutil.copyfileobj(fin, fout)
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise JobInputError(f"{src}: cannot unpack the job bundle: {exc}") from None
+    return target
+
+
+def _is_multi_rank_json(src: str) -> bool:
+    from chakra_core.etfile import open_binary
+
+    with open_binary(src) as f:
+        head = f.read(4096).lstrip()
+    return re.match(rb'^\{\s*"\d+"\s*:', head) is not None
+
+
+def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
+    """A multi-rank JSON is read whole (it is meant for small jobs) and written per rank."""
+    import orjson
+
+    from chakra_core.etfile import open_binary
+
+    with open_binary(src) as f:
+        try:
+            document = orjson.loads(f.read())
+        except orjson.JSONDecodeError as exc:
+            raise TraceJSONError(src, f"malformed JSON: {exc}") from None
+    ranks = []
+    for key, trace in document.items():
+        if not key.isdigit() or not isinstance(trace, dict):
+            raise JobInputError(f"{src}: member {key!r} is not '<rank>': <PyTorch ET document>")
+        path = os.path.join(workdir, f"rank{int(key)}.et.json")
+        with open(path, "wb") as out:
+            out.write(orjson.dumps(trace))
+        ranks.append(RankInput(int(key), path, None))
+    return sorted(ranks, key=lambda r: r.rank)
+
+
+# ---------------------------------------------------------------------------- conversion
+def convert_job(src: str, out_dir: str, prefix: str = "trace",
+                progress: Callable[[str, int, int], None] | None = None) -> JobResult:
+    """Convert every rank of `src` into `out_dir`; see the module docstring."""
+    with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
+        inputs = find_ranks(src, workdir)
+        if len(inputs) == 1 and inputs[0].rank < 0:
+            inputs[0].rank = _rank_from_kineto(inputs[0]) or 0
+        conversions = []
+        for k, item in enumerate(inputs):
+            step = (lambda done, total, label=f"rank {item.rank}": progress(label, done, total)) if progress else None
+            total = _size(item.host)
+            host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
+            kineto = read_kineto(item.kineto) if item.kineto else None
+            conversions.append(RankConversion(host, kineto, item.rank))
+        job_groups = ProcessGroups()
+        for c in conversions:
+            job_groups.merge(c.groups)
+        resolved, inference_notes = infer_groups(conversions, job_groups)
+        inference_notes.extend(job_groups.problems)
+        fs, root = fsspec.core.url_to_fs(out_dir)
+        fs.makedirs(root, exist_ok=True)
+        result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], f"{out_dir}/{prefix}.{COMM_GROUP_SUFFIX}",
+                           f"{out_dir}/{prefix}.report.json", [], [], inference_notes)
+        for c in conversions:
+            table, metadata = c.emit(resolved.get(c.rank), job_groups)
+            url = f"{out_dir}/{prefix}.{c.rank}.et"
+            write_table(table, url, metadata)
+            result.et_files.append(url)
+            result.reports.append(c.report.to_dict())
+            result.nodes += table.num_rows
+            result.host_nodes += c.report.host_nodes
+        result.mismatches = check_collectives(conversions, job_groups)
+        with fsspec.open(result.comm_group_file, "w") as f:
+            json.dump(comm_group_document(job_groups), f, indent=1)
+        with fsspec.open(result.report_file, "w") as f:
+            json.dump(result.summary(), f, indent=1)
+        return result
+
+
+def _size(url: str) -> int:
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        return int(fs.size(path) or 0)
+    except OSError:
+        return 0
+
+
+def _rank_from_kineto(item: RankInput) -> int | None:
+    if not item.kineto:
+        return None
+    rank = read_kineto(item.kineto).distributed_info.get("rank")
+    return rank if type(rank) is int else None
+
+
+# ---------------------------------------------------------------------------- groups
+def _compatible(a: CommRecord, b: CommRecord) -> bool:
+    return a.kind == b.kind and (a.size == b.size or a.kind == comms.ALL_TO_ALL)
+
+
+def infer_groups(conversions: list[RankConversion], groups: ProcessGroups
+                 ) -> tuple[dict[int, dict[int, tuple[str, str]]], list[str]]:
+    """Process groups of collectives the traces do not name (gloo ops issued from C++, e.g. by
+    DDP): replay every rank's collectives in order; a collective whose group is unknown is
+    assigned the largest of its rank's groups whose members all have a matching collective
+    next. Returns rank -> {anchor index: (pg_name, "inferred")} and notes."""
+    notes: list[str] = []
+    by_rank = {c.rank: [r for r in c.records if r.kind not in (comms.SEND, comms.RECV)] for c in conversions}
+    if not any(r.pg_name is None for records in by_rank.values() for r in records):
+        return {}, notes
+    if len(conversions) < 2:
+        notes.append("collectives without a recorded process group and a single rank: nothing to infer from")
+        return {}, notes
+    name_of_members: dict[tuple[int, ...], str] = {}
+    for name, group in sorted(groups.groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        name_of_members.setdefault(tuple(group.ranks), name)
+    heads = {rank: 0 for rank in by_rank}
+    resolved: dict[int, dict[int, tuple[str, str]]] = defaultdict(dict)
+    assigned: dict[tuple[int, int], str] = {}
+
+    def head(rank: int) -> CommRecord | None:
+        records = by_rank.get(rank)
+        return records[heads[rank]] if records is not None and heads[rank] < len(records) else None
+
+    def group_of(rank: int, record: CommRecord) -> str | None:
+        return record.pg_name or assigned.get((rank, record.index))
+
+    progressed = True
+    while progressed:
+        progressed = False
+        for rank in by_rank:
+            record = head(rank)
+            if record is None:
+                continue
+            known = group_of(rank, record)
+            candidates = [known] if known else [name_of_members[m] for m in
+                                                sorted(name_of_members, key=len, reverse=True) if rank in m]
+            for pg in candidates:
+                members = groups.members(pg)
+                if not members or any(m not in by_rank for m in members):
+                    continue
+                others = [(m, head(m)) for m in members]
+                if all(h is not None and _compatible(h, record) and group_of(m, h) in (None, pg) for m, h in others):
+                    for m, h in others:
+                        if group_of(m, h) is None:
+                            assigned[(m, h.index)] = pg
+                            resolved[m][h.index] = (pg, "inferred")
+                        heads[m] += 1
+                    progressed = True
+                    break
+    stuck = sum(len(records) - heads[rank] for rank, records in by_rank.items())
+    if stuck:
+        notes.append(f"process-group inference stopped with {stuck} collective(s) unmatched; unresolved ones are"
+                     " assumed to use the world group")
+    inferred = sum(len(v) for v in resolved.values())
+    if inferred:
+        notes.append(f"inferred the process group of {inferred} collective(s) by matching ranks' collective order")
+    return dict(resolved), notes
+
+
+# ---------------------------------------------------------------------------- checks
+def _describe(record: CommRecord) -> str:
+    kind = record.kind if isinstance(record.kind, str) else comms_name(record.kind)
+    return f"{kind} of {record.size:,} B (node {record.node_id})"
+
+
+def comms_name(kind: int) -> str:
+    from chakra_core.schema import et_def_pb2 as pb
+
+    return pb.CollectiveCommType.Name(kind).lower()
+
+
+def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:
+    """Every mismatch between ranks, the first one per process group / peer pair."""
+    if len(conversions) < 2:
+        return []
+    ranks = {c.rank for c in conversions}
+    per_group: dict[str, dict[int, list[CommRecord]]] = defaultdict(lambda: defaultdict(list))
+    sends: dict[tuple, list[CommRecord]] = defaultdict(list)
+    recvs: dict[tuple, list[CommRecord]] = defaultdict(list)
+    for c in conversions:
+        for record in c.records:
+            if record.kind == comms.SEND or record.kind == comms.RECV:
+                members = groups.members(record.pg_name) or sorted(ranks)
+                peer = members[record.peer] if record.peer is not None and 0 <= record.peer < len(members) else record.peer
+                key = (c.rank, peer, record.tag) if record.kind == comms.SEND else (peer, c.rank, record.tag)
+                (sends if record.kind == comms.SEND else recvs)[key].append(record)
+            else:
+                per_group[record.pg_name or WORLD][c.rank].append(record)
+    problems = []
+    for pg, lists in sorted(per_group.items()):
+        members = [m for m in (groups.members(pg) or sorted(ranks)) if m in ranks]
+        reference_rank = members[0] if members else min(lists)
+        reference = lists.get(reference_rank, [])
+        for m in members[1:]:
+            other = lists.get(m, [])
+            for k in range(max(len(reference), len(other))):
+                a = reference[k] if k < len(reference) else None
+                b = other[k] if k < len(other) else None
+                if a is None or b is None or not _compatible(a, b):
+                    problems.append(f"process group {pg} (ranks {members}): collective #{k + 1}: rank {reference_rank}"
+                                    f" has {_describe(a) if a else 'nothing'}, rank {m} has"
+                                    f" {_describe(b) if b else 'nothing'}")
+                    break
+    for key in sorted(set(sends) | set(recvs), key=str):
+        s, r = sends.get(key, []), recvs.get(key, [])
+        src, dst, tag = key
+        if dst not in ranks or src not in ranks:
+            continue
+        for k in range(max(len(s), len(r))):
+            a = s[k] if k < len(s) else None
+            b = r[k] if k < len(r) else None
+            if a is None or b is None or a.size != b.size:
+                problems.append(f"point-to-point {src} -> {dst} tag {tag}: message #{k + 1}: rank {src} sends"
+                                f" {f'{a.size:,} B (node {a.node_id})' if a else 'nothing'}, rank {dst} receives"
+                                f" {f'{b.size:,} B (node {b.node_id})' if b else 'nothing'}")
+                break
+    return problems
