@@ -1,0 +1,223 @@
+"""PyTorch ET (+ Kineto) -> Chakra conversion on the real traces in ../shared/data/pytorch-et."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from chakra_core.cli import main
+from chakra_core.convert.job import convert_job
+from chakra_core.convert.jsonstream import TraceJSONError
+from chakra_core.convert.kineto import read_kineto
+from chakra_core.convert.pytorch import RankConversion
+from chakra_core.convert.pytorch_et import KNOWN_SCHEMAS, read_host_trace
+from chakra_core.etfile import read_metadata, read_table
+from chakra_core.validate import validate_file
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pytorch-et"
+RESNET = DATA / "resnet_ddp.rank0.et.json.gz"
+ALLGATHER = DATA / "allgather_2ranks.rank0.et.json"
+LINEAR, LINEAR_KINETO = DATA / "linear.et.json.gz", DATA / "linear.kineto.json.gz"
+COMP, COLL, SEND, RECV, METADATA = 4, 7, 5, 6, 1
+
+
+def _convert(tmp_path, src, prefix="t"):
+    result = convert_job(str(src), str(tmp_path / "out"), prefix)
+    return result, read_table(result.et_files[0])
+
+
+def _errors(url):
+    return [f for f in validate_file(url) if f.severity == "error"]
+
+
+def test_resnet_ddp_has_exactly_its_21_collectives_once_each(tmp_path):
+    result, table = _convert(tmp_path, RESNET)
+    rows = table.to_pylist()
+    coll = [r for r in rows if r["type"] == COLL]
+    kinds = Counter(r["comm_type"] for r in coll)
+    assert kinds == {5: 6, 0: 15}  # BROADCAST, ALL_REDUCE
+    by_id = {r["id"]: r for r in coll}
+    # by hand from the trace: c10d::broadcast_ of 53,120 floats, of 53 longs; all_reduce of 2,049,000 floats
+    assert by_id[436]["comm_size"] == 53120 * 4 and by_id[436]["name"] == "c10d::broadcast_"
+    assert by_id[601]["comm_size"] == 53 * 8
+    assert by_id[3247]["comm_size"] == 2049000 * 4 and by_id[3247]["comm_type"] == 0
+    assert by_id[3480]["comm_size"] == 7875584 * 4
+    assert all(r["pg_name"] == "0" and r["is_cpu_op"] is False for r in coll)
+    # the wrappers collapsed: no record_param_comms / nccl:* node is a communication node
+    assert not any(r["name"].startswith(("nccl:", "record_param_comms")) for r in coll)
+    assert not _errors(result.et_files[0])
+    # the 'wait' record_param_comms waits for its broadcast (matched by sequence number)
+    wait = next(r for r in rows if r["id"] == 604)
+    assert 436 in wait["data_deps"]
+
+
+def test_allgather_trace_sizes_are_per_rank_contributions(tmp_path):
+    result, table = _convert(tmp_path, ALLGATHER)
+    coll = [r for r in table.to_pylist() if r["type"] == COLL]
+    assert len(coll) == 10 and {r["comm_type"] for r in coll} == {2}
+    trace = json.loads(ALLGATHER.read_text())
+    c10d = sorted((n for n in trace["nodes"] if n["name"] == "c10d::allgather_"), key=lambda n: n["id"])
+    expected = [sum(t[3] * t[4] for t in n["inputs"]["values"][1]) for n in c10d]
+    assert [r["comm_size"] for r in sorted(coll, key=lambda r: r["id"])] == expected
+    assert not _errors(result.et_files[0])
+
+
+def test_linear_pair_links_kernels_with_measured_durations(tmp_path):
+    host, kineto = read_host_trace(str(LINEAR)), read_kineto(str(LINEAR_KINETO))
+    conversion = RankConversion(host, kineto, 0)
+    table, _ = conversion.emit()
+    rows = table.to_pylist()
+    by_id = {r["id"]: r for r in rows}
+    kernels = [r for r in rows if r["type"] == COMP and not r["is_cpu_op"]]
+    assert len(kernels) > 200
+    # the first GEMM of the first aten::addmm (node 14): 139 us in the Kineto trace (correlation 2457)
+    gemm = next(r for r in kernels if r["name"] == "volta_sgemm_64x64_tn")
+    assert gemm["duration_micros"] == 139 and gemm["data_deps"] == [14] and by_id[14]["name"] == "aten::addmm"
+    assert gemm["start_time_micros"] == 1689180448554878
+    # kernels of one stream run in order
+    second = next(r for r in kernels if r["ctrl_deps"] == [gemm["id"]])
+    assert second["name"].startswith("void at::native::vectorized_elementwise_kernel") and second["duration_micros"] == 5
+    assert by_id[second["data_deps"][0]]["name"] == "aten::clamp_min"
+    assert conversion.linked.report.host_nodes_linked > 850
+    # CPU operators get their exclusive time, and matmuls an operation count (aten::addmm 512x1024 @ 1024x1024)
+    assert by_id[14]["num_ops"] == 2 * 512 * 1024 * 1024 and by_id[9]["num_ops"] is None  # aten::linear wraps it
+    assert sum(r["duration_micros"] for r in rows if r["is_cpu_op"]) > 0
+
+
+def test_every_known_schema_and_an_unknown_one_convert(tmp_path):
+    trace = json.loads(ALLGATHER.read_text())
+    for schema in list(KNOWN_SCHEMAS)[1:] + ["1.2.0-chakra.0.0.5"]:
+        trace["schema"] = schema
+        src = tmp_path / f"{schema}.et.json"
+        src.write_text(json.dumps(trace))
+        conversion = RankConversion(read_host_trace(str(src)), None, 0)
+        table, meta = conversion.emit()
+        assert sum(1 for t in table.column("type").to_pylist() if t == COLL) == 10
+        notes = " ".join(conversion.report.notes)
+        assert ("not a known PyTorch ET schema" in notes) == (schema not in KNOWN_SCHEMAS)
+    assert "1.0.1" in KNOWN_SCHEMAS and read_host_trace(str(LINEAR)).layout == "flat"
+
+
+def test_bad_inputs_give_clear_errors_not_tracebacks(tmp_path, capsys):
+    raw = ALLGATHER.read_bytes()
+    cases = {
+        "malformed.et.json": raw.replace(b'"ctrl_deps": ', b'"ctrl_deps": ,', 1),
+        "truncated.et.json": raw[: len(raw) // 2],
+        "truncated.et.json.gz": gzip.compress(raw)[:3000],
+        "not_a_trace.et.json": b'{"hello": [1, 2, 3]}',
+        "empty.et.json": b"",
+    }
+    expected = {
+        "malformed.et.json": "malformed JSON",
+        "truncated.et.json": "file ends early",
+        "truncated.et.json.gz": "cannot read",
+        "not_a_trace.et.json": "no 'nodes' array",
+        "empty.et.json": "expected a JSON object",
+    }
+    for name, content in cases.items():
+        src = tmp_path / name
+        src.write_bytes(content)
+        code = main(["convert", str(src), "-o", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2, name
+        assert str(src) in err and expected[name] in err and "Traceback" not in err, (name, err)
+
+
+def test_parent_cycle_is_cut_and_reported(tmp_path):
+    trace = json.loads(ALLGATHER.read_text())
+    nodes = {n["id"]: n for n in trace["nodes"]}
+    c10d = min((n for n in trace["nodes"] if n["name"] == "c10d::allgather_"), key=lambda n: n["id"])
+    child = next(n for n in trace["nodes"] if n["ctrl_deps"] == c10d["id"])
+    c10d["ctrl_deps"] = child["id"]  # c10d -> child -> c10d
+    src = tmp_path / "cycle.et.json"
+    src.write_text(json.dumps(trace))
+    result, table = _convert(tmp_path, src)
+    report = result.reports[0]
+    assert report["counts"]["parent cycle cut"] == 1
+    assert any("cycle" in n for n in report["notes"])
+    assert not _errors(result.et_files[0])
+    assert nodes  # the rest converted
+    assert table.num_rows > 100
+
+
+def test_convert_writes_prefix_files_comm_groups_and_metadata(tmp_path):
+    out = tmp_path / "out"
+    assert main(["convert", str(RESNET), "-o", str(out), "--prefix", "resnet"]) == 0
+    assert (out / "resnet.0.et").exists()
+    assert json.loads((out / "resnet.comm_groups.json").read_text()) == {}
+    meta = read_metadata(str(out / "resnet.0.et"))
+    attrs = {a.name: a for a in meta.attr}
+    assert attrs["schema"].string_val == "1.1.0-chakra.0.0.4"
+    assert json.loads(attrs["conversion_report"].string_val)["counts"]["communication: all_reduce"] == 15
+    table = read_table(str(out / "resnet.0.et")).to_pylist()
+    metadata_node = next(r for r in table if r["type"] == METADATA)
+    values = metadata_node["inputs"]["values"]
+    # what ASTRA-sim parses: strip two characters at each end, the rest is a JSON list of groups
+    assert json.loads(values[2:-2])[0]["pg_name"] == "0"
+
+
+def test_link_command_reports_and_writes(tmp_path, capsys):
+    out = tmp_path / "linear.et"
+    assert main(["link", str(LINEAR), str(LINEAR_KINETO), "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["device_events_linked"] > 200 and report["nodes"] > 1000
+    assert not _errors(str(out))
+
+
+@pytest.mark.parametrize("bundle", ["tar", "zip", "multi_json"])
+def test_split_reads_bundles_and_multi_rank_json(tmp_path, bundle):
+    import tarfile
+    import zipfile
+
+    trace = json.loads(ALLGATHER.read_text())
+    if bundle == "tar":
+        src = tmp_path / "job.tar.gz"
+        with tarfile.open(src, "w:gz") as t:
+            for r in (0, 1):
+                t.add(ALLGATHER, arcname=f"job/rank{r}.et.json")
+    elif bundle == "zip":
+        src = tmp_path / "job.zip"
+        with zipfile.ZipFile(src, "w") as z:
+            for r in (0, 1):
+                z.write(ALLGATHER, arcname=f"rank{r}.et.json")
+    else:
+        src = tmp_path / "job.json"
+        src.write_text(json.dumps({"0": trace, "1": trace}))
+    out = tmp_path / "out"
+    assert main(["split", str(src), "-o", str(out), "--prefix", "ag"]) == 0
+    assert sorted(p.name for p in out.glob("ag.*.et")) == ["ag.0.et", "ag.1.et"]
+
+
+def test_split_reports_the_first_collective_mismatch(tmp_path, capsys):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    trace = json.loads(ALLGATHER.read_text())
+    (folder / "rank0.et.json").write_text(json.dumps(trace))
+    victim = sorted((n for n in trace["nodes"] if n["name"] == "c10d::allgather_"), key=lambda n: n["id"])[3]
+    victim["inputs"]["values"][1][0][3] *= 2  # rank 1's 4th all_gather sends twice the elements
+    (folder / "rank1.et.json").write_text(json.dumps(trace))
+    assert main(["split", str(folder), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "collective #4" in err and f"node {victim['id']}" in err
+
+
+def test_jsonstream_handles_tricky_strings_small_chunks_and_nan(tmp_path, monkeypatch):
+    from chakra_core.convert import jsonstream
+
+    monkeypatch.setattr(jsonstream, "READ_CHUNK", 7)
+    nodes = [{"id": i, "name": 'op "%d" ]}[{,\\' % i, "v": [1.5, [2, [3]]]} for i in range(50)]
+    text = json.dumps({"schema": "x", "nodes": nodes, "after": {"k": [1]}}).replace("1.5", "NaN", 1)
+    src = tmp_path / "t.json"
+    src.write_text(text)
+    doc = jsonstream.StreamedDocument(str(src), "nodes", batch_items=3)
+    got = [n for batch in doc.batches() for n in batch]
+    assert [n["name"] for n in got] == [n["name"] for n in nodes]
+    assert got[0]["v"][0] != got[0]["v"][0]  # NaN
+    assert doc.fields == {"schema": "x", "after": {"k": [1]}}
+    with pytest.raises(TraceJSONError, match="element"):
+        src.write_text(text.replace('"id": 7,', '"id": 7,,'))
+        list(jsonstream.StreamedDocument(str(src), "nodes", batch_items=3).batches())
