@@ -221,3 +221,50 @@ def test_jsonstream_handles_tricky_strings_small_chunks_and_nan(tmp_path, monkey
     with pytest.raises(TraceJSONError, match="element"):
         src.write_text(text.replace('"id": 7,', '"id": 7,,'))
         list(jsonstream.StreamedDocument(str(src), "nodes", batch_items=3).batches())
+
+
+# ---------------------------------------------------------------- the recorded gloo runs (datasets/)
+GLOO_RUNS = sorted((Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo").glob("*-w*"))
+# program.json op -> (node type, comm_type or None)
+PROGRAM_OPS = {
+    "all_reduce": (COLL, 0), "reduce": (COLL, 1), "all_gather": (COLL, 2), "all_gather_into_tensor": (COLL, 2),
+    "gather": (COLL, 3), "scatter": (COLL, 4), "broadcast": (COLL, 5), "all_to_all": (COLL, 6),
+    "all_to_all_single": (COLL, 6), "reduce_scatter": (COLL, 7), "reduce_scatter_tensor": (COLL, 7),
+    "barrier": (COLL, 9), "send": (SEND, None), "isend": (SEND, None), "recv": (RECV, None), "irecv": (RECV, None),
+}
+
+
+def _matches(call: dict, node: dict, rank: int, groups: dict) -> bool:
+    node_type, comm_type = PROGRAM_OPS[call["op"]]
+    size = call["bytes"] * (len(call["group_ranks"]) if call["op"] == "scatter" else 1)
+    members = groups.get(node["pg_name"], None) if node["pg_name"] not in ("", "0") else None
+    same_group = (members or call["group_ranks"]) == call["group_ranks"] and (
+        members is not None or call["pg_name"] == "0" or len(call["group_ranks"]) == len(groups.get("world", [])))
+    if node["type"] != node_type or node["comm_size"] != size or not same_group:
+        return False
+    if node_type == COLL:
+        return node["comm_type"] == comm_type
+    src, dst = (rank, call["peer"]) if node_type == SEND else (call["peer"], rank)
+    return (node["comm_src"], node["comm_dst"], node["comm_tag"]) == (src, dst, call["tag"])
+
+
+@pytest.mark.parametrize("run", GLOO_RUNS, ids=lambda p: p.name)
+def test_recorded_gloo_runs_convert_with_every_program_call_once(tmp_path, run):
+    assert GLOO_RUNS, "datasets/pytorch-gloo is missing"
+    result = convert_job(str(run), str(tmp_path / "out"), "job")
+    assert result.mismatches == []
+    groups = {k: v for k, v in json.loads(Path(result.comm_group_file).read_text()).items()}
+    groups["world"] = sorted(result.ranks)
+    for rank, et in zip(result.ranks, result.et_files):
+        assert not _errors(et)
+        comm = sorted((r for r in read_table(et).to_pylist() if r["type"] in (COLL, SEND, RECV)), key=lambda r: r["id"])
+        calls = json.loads((run / f"rank{rank}.program.json").read_text())
+        k, unmatched = 0, []
+        for node in comm:  # the program's calls are the comm nodes in order, each once
+            if k < len(calls) and _matches(calls[k], node, rank, groups):
+                k += 1
+            else:
+                unmatched.append(node)
+        assert k == len(calls), f"rank {rank}: program call #{k + 1} {calls[k] if k < len(calls) else ''} not found"
+        # the only communication the program did not issue itself: DDP's own broadcasts in forward
+        assert all(n["comm_type"] == 5 for n in unmatched), [(n["id"], n["name"]) for n in unmatched]

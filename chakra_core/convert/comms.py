@@ -71,8 +71,9 @@ class CommOp:
     source: str = ""  # which node named the kind: c10d op, record_param_comms, nccl:/gloo:
 
 
-def _tensor_bytes(values) -> int:
-    return sum(map(tensor_nbytes, tensors_in(values if isinstance(values, list) else [values], [])))
+def _tensor_bytes(value) -> int:
+    """Bytes of the tensors in one argument: a tensor, or a (nested) list of tensors."""
+    return sum(map(tensor_nbytes, tensors_in([value], [])))
 
 
 def _bool_args(node: dict) -> list[bool]:
