@@ -268,3 +268,14 @@ def test_recorded_gloo_runs_convert_with_every_program_call_once(tmp_path, run):
         assert k == len(calls), f"rank {rank}: program call #{k + 1} {calls[k] if k < len(calls) else ''} not found"
         # the only communication the program did not issue itself: DDP's own broadcasts in forward
         assert all(n["comm_type"] == 5 for n in unmatched), [(n["id"], n["name"]) for n in unmatched]
+
+
+@pytest.mark.parametrize("run", [r for r in GLOO_RUNS if r.name.endswith("-w4")][:2], ids=lambda p: p.name)
+def test_converted_gloo_runs_simulate_to_completion(tmp_path, run):
+    from chakra_core.sim.workload import simulate_files
+
+    configs = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-reference" / "configs"
+    result = convert_job(str(run), str(tmp_path / "out"), "job")
+    sim, _ = simulate_files(str(tmp_path / "out" / "job"), str(configs / "Ring_4npus.yml"),
+                            str(configs / "Ring_4chunks.json"), result.comm_group_file)
+    assert len(sim.npus) == 4 and all(npu.finish_ns > 0 for npu in sim.npus)

@@ -69,6 +69,8 @@ EXTENSIONS = {
     "scatter": "SCATTER timed as a reduce-scatter (an upper bound: it adds the local reduction cost)",
     "reduce_scatter_block": "REDUCE_SCATTER_BLOCK timed as a reduce-scatter",
     "barrier": "BARRIER timed as an all-reduce of the smallest size (one byte per NPU per chunk)",
+    "uneven_all_to_all": "an all-to-all whose NPUs send different amounts (uneven splits) is timed at the largest"
+                         " NPU's size",
 }
 MEMORY_NOTE = ("memory nodes timed as tensor_size bytes at local-mem-bw (an assumption: ASTRA-sim's remote "
                "memory timing is not modelled)")
@@ -361,19 +363,24 @@ class Engine:
 
         def start_collective(key: tuple, members: dict[int, tuple[int, int]]) -> None:
             first = nodes[next(iter(members))][members[next(iter(members))][1]]
+            size = first.size
             for npu, (_, index) in members.items():
                 node = nodes[npu][index]
-                if (node.label, node.size) != (first.label, first.size):
+                if node.label == first.label == "all_to_all":  # uneven splits: the largest buffer bounds it
+                    size = max(size, node.size)
+                    if node.size != first.size:
+                        extensions.add("uneven_all_to_all")
+                elif (node.label, node.size) != (first.label, first.size):
                     raise SimulationError(
                         f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
                         f"{first.label} of {first.size} B on one, {node.label} of {node.size} B on NPU {npu}")
             start = max(tick for tick, _ in members.values())
             group = key[0]
-            durations = self.collectives.member_durations(first.op, first.size, first.involved, group)
+            durations = self.collectives.member_durations(first.op, size, first.involved, group)
             for npu, (_, index) in members.items():
                 duration = self._comm_time(durations[group.index(npu) if group else npu])
                 finish_at(start + duration, npu, index)
-                results[npu].add_comm(first.label, first.size, duration)
+                results[npu].add_comm(first.label, nodes[npu][index].size, duration)
             if first.label in EXTENSIONS:
                 extensions.add(first.label)
 

@@ -1,0 +1,536 @@
+#!/usr/bin/env python
+"""Record real multi-process PyTorch training runs (gloo, 127.0.0.1) as PyTorch ETs + Kineto.
+
+Usage::
+
+    python datasets/collect.py --out datasets/pytorch-gloo \
+        [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4]
+
+Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/`:
+
+- `rank<R>.et.json.gz`, `rank<R>.kineto.json.gz`: written by
+  `chakra_core.collect.TraceRecorder` (warmup=1, active=2), so steps 1 and 2 (0-based) are
+  recorded and appear as `ProfilerStep#1` / `ProfilerStep#2`;
+- `rank<R>.program.json`: ground truth written by the program itself: every collective and
+  point-to-point call it issued during the recorded steps, in issue order (see
+  `ProgramLog` and datasets/pytorch-gloo/README.md for the fields and the byte definitions);
+- `job.json`: what the run is.
+
+All collectives are called as `dist.<name>(...)` (attribute access at call time) so that the
+recorder's process-group annotation (`chakra::pg=<pg_name>`) wraps them. DDP's gradient
+all_reduces go through a communication hook that calls `dist.all_reduce` and logs the bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import shutil
+import socket
+import sys
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python datasets/collect.py` puts datasets/ first, not the repo
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch import nn  # noqa: E402
+
+from chakra_core.collect import TraceRecorder  # noqa: E402
+
+WARMUP = 1
+ACTIVE = 2
+STEPS = WARMUP + ACTIVE + 1  # one more step after the recorded window
+# The profiler schedule is wait=0, warmup=WARMUP, active=ACTIVE and `rec.step()` ends each
+# step, so the steps with these 0-based indices are the recorded ones (ProfilerStep#N, N=index).
+RECORDED_STEPS = range(WARMUP, WARMUP + ACTIVE)
+SEED = 1234
+
+SCENARIOS = ("mlp_ddp", "transformer_ddp", "dlrm", "collectives")
+DESCRIPTIONS = {
+    "mlp_ddp": ("MLP 32-256-128-64-10 (Linear+ReLU), DDP, SGD", "data parallel (DDP)"),
+    "transformer_ddp": ("Transformer encoder LM (d_model 64, 2 layers, 4 heads, ff 128, seq 16, "
+                        "batch 4, vocab 256), DDP, SGD", "data parallel (DDP)"),
+    "dlrm": ("DLRM-like: embedding-bag tables sharded by rank (model parallel, all_to_all), "
+             "bottom/top MLPs in DDP, SGD", "hybrid: model-parallel embeddings + data-parallel dense (DDP)"),
+    "collectives": ("explicit collectives and point-to-point calls on the world and on subgroups "
+                    "(no model; one small matmul per step)", "none (communication benchmark)"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Ground truth: what the program issued
+# --------------------------------------------------------------------------------------------
+
+def _nbytes(tensors) -> int:
+    if tensors is None:
+        return 0
+    if isinstance(tensors, torch.Tensor):
+        return tensors.numel() * tensors.element_size()
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _dtype_name(tensor) -> str | None:
+    if tensor is None:
+        return None
+    if not isinstance(tensor, torch.Tensor):
+        tensor = tensor[0]
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+class ProgramLog:
+    """Logs every collective / p2p call the program issues during the recorded steps.
+
+    The helper methods log and then call `dist.<name>` by attribute, so the recorder's
+    annotation applies. `bytes` is defined per op (see the README): the bytes of the tensor(s)
+    this rank passes as the op's input, except for `recv`/`irecv` and `scatter`, where it is the
+    tensor that receives, and `barrier` (0).
+    """
+
+    def __init__(self, rank: int, world: int):
+        self.rank = rank
+        self.world = world
+        self.step = -1
+        self.entries: list[dict] = []
+
+    @property
+    def active(self) -> bool:
+        return self.step in RECORDED_STEPS
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+
+    def log(self, op: str, group, *, nbytes: int, dtype: str | None, peer: int | None = None,
+            tag: int | None = None, **extra) -> None:
+        if not self.active:
+            return
+        group = group if group is not None else dist.group.WORLD
+        entry = {
+            "op": op,
+            "bytes": nbytes,
+            "dtype": dtype,
+            "group_ranks": dist.get_process_group_ranks(group),
+            "pg_name": dist.distributed_c10d._get_process_group_name(group),
+            "peer": peer,
+            "tag": tag,
+            "step": self.step,
+        }
+        entry.update(extra)
+        self.entries.append(entry)
+
+    def write(self, path: Path) -> None:
+        # one entry per line: small, and diffs/greps stay readable
+        body = ",\n".join(json.dumps(e) for e in self.entries)
+        path.write_text(f"[\n{body}\n]\n" if body else "[]\n")
+
+    # -- collectives -----------------------------------------------------------------------
+    def all_reduce(self, t, group=None, async_op=False, via=None):
+        self.log("all_reduce", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(),
+                 **({"via": via} if via else {}))
+        return dist.all_reduce(t, group=group, async_op=async_op)
+
+    def broadcast(self, t, src, group=None, via=None):
+        self.log("broadcast", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(),
+                 root=src, **({"via": via} if via else {}))
+        return dist.broadcast(t, src=src, group=group)
+
+    def reduce(self, t, dst, group=None):
+        self.log("reduce", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), root=dst)
+        return dist.reduce(t, dst=dst, group=group)
+
+    def all_gather(self, outs, t, group=None):
+        self.log("all_gather", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(),
+                 out_bytes=_nbytes(outs))
+        return dist.all_gather(outs, t, group=group)
+
+    def all_gather_into_tensor(self, out, t, group=None):
+        self.log("all_gather_into_tensor", group, nbytes=_nbytes(t), dtype=_dtype_name(t),
+                 numel=t.numel(), out_bytes=_nbytes(out))
+        return dist.all_gather_into_tensor(out, t, group=group)
+
+    def reduce_scatter(self, out, ins, group=None):
+        self.log("reduce_scatter", group, nbytes=_nbytes(ins), dtype=_dtype_name(out),
+                 numel=sum(t.numel() for t in ins), out_bytes=_nbytes(out))
+        return dist.reduce_scatter(out, ins, group=group)
+
+    def reduce_scatter_tensor(self, out, t, group=None):
+        self.log("reduce_scatter_tensor", group, nbytes=_nbytes(t), dtype=_dtype_name(t),
+                 numel=t.numel(), out_bytes=_nbytes(out))
+        return dist.reduce_scatter_tensor(out, t, group=group)
+
+    def all_to_all_single(self, out, t, out_splits=None, in_splits=None, group=None, via=None):
+        self.log("all_to_all_single", group, nbytes=_nbytes(t), dtype=_dtype_name(t),
+                 numel=t.numel(), out_bytes=_nbytes(out), in_splits=in_splits,
+                 out_splits=out_splits, **({"via": via} if via else {}))
+        return dist.all_to_all_single(out, t, output_split_sizes=out_splits,
+                                      input_split_sizes=in_splits, group=group)
+
+    def all_to_all(self, outs, ins, group=None):
+        self.log("all_to_all", group, nbytes=_nbytes(ins), dtype=_dtype_name(ins),
+                 numel=sum(t.numel() for t in ins), out_bytes=_nbytes(outs),
+                 in_numels=[t.numel() for t in ins], out_numels=[t.numel() for t in outs])
+        return dist.all_to_all(outs, ins, group=group)
+
+    def gather(self, t, gather_list, dst, group=None):
+        self.log("gather", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(),
+                 root=dst, out_bytes=_nbytes(gather_list) if gather_list is not None else None)
+        return dist.gather(t, gather_list, dst=dst, group=group)
+
+    def scatter(self, out, scatter_list, src, group=None):
+        self.log("scatter", group, nbytes=_nbytes(out), dtype=_dtype_name(out), numel=out.numel(),
+                 root=src, in_bytes=_nbytes(scatter_list) if scatter_list is not None else None)
+        return dist.scatter(out, scatter_list, src=src, group=group)
+
+    def barrier(self, group=None):
+        self.log("barrier", group, nbytes=0, dtype=None, numel=0)
+        return dist.barrier(group=group)
+
+    # -- point to point (peer = GLOBAL rank) -------------------------------------------------
+    def send(self, t, dst, group=None, tag=0):
+        self.log("send", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=dst, tag=tag)
+        return dist.send(t, dst, group=group, tag=tag)
+
+    def recv(self, t, src, group=None, tag=0):
+        self.log("recv", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=src, tag=tag)
+        return dist.recv(t, src, group=group, tag=tag)
+
+    def isend(self, t, dst, group=None, tag=0):
+        self.log("isend", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=dst, tag=tag)
+        return dist.isend(t, dst, group=group, tag=tag)
+
+    def irecv(self, t, src, group=None, tag=0):
+        self.log("irecv", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=src, tag=tag)
+        return dist.irecv(t, src, group=group, tag=tag)
+
+    def batch_isend_irecv(self, ops: list[tuple[str, torch.Tensor, int]], group=None, tag=0):
+        """ops: [("isend"|"irecv", tensor, global peer)]; one entry per op, in list order."""
+        p2p = []
+        for kind, t, peer in ops:
+            self.log(kind, group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(),
+                     peer=peer, tag=tag, via="batch_isend_irecv")
+            fn = dist.isend if kind == "isend" else dist.irecv
+            p2p.append(dist.P2POp(fn, t, peer, group=group, tag=tag))
+        return dist.batch_isend_irecv(p2p)
+
+
+def ddp_allreduce_hook(state, bucket):
+    """DDP communication hook: all_reduce the bucket through the Python API and log it."""
+    log, group, world = state
+    buf = bucket.buffer()
+    fut = log.all_reduce(buf, group=group, async_op=True,
+                         via=f"ddp_comm_hook:bucket{bucket.index()}").get_future()
+    return fut.then(lambda f: f.value()[0].div_(world))
+
+
+# --------------------------------------------------------------------------------------------
+# Scenarios: build(rank, world, log) -> step_fn(step)
+# --------------------------------------------------------------------------------------------
+
+def _ddp(module, log, world, bucket_cap_mb):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(module, bucket_cap_mb=bucket_cap_mb)
+    model.register_comm_hook((log, None, world), ddp_allreduce_hook)
+    return model
+
+
+def build_mlp_ddp(rank, world, log):
+    torch.manual_seed(SEED)  # same initial weights on every rank (DDP broadcasts them anyway)
+    net = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                        nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = _ddp(net, log, world, bucket_cap_mb=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(SEED + rank)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(i):
+        x = torch.randn(16, 32, generator=gen)
+        y = torch.randint(0, 10, (16,), generator=gen)
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=256, d_model=64, nhead=4, layers=2, ff=128, seq=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.zeros(seq, d_model))
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=ff, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens):
+        h = self.tok(tokens) + self.pos[: tokens.shape[1]]
+        return self.head(self.encoder(h))
+
+
+def build_transformer_ddp(rank, world, log):
+    torch.manual_seed(SEED)
+    vocab, seq, batch = 256, 16, 4
+    model = _ddp(TinyLM(vocab=vocab, seq=seq), log, world, bucket_cap_mb=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(SEED + rank)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(i):
+        tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+        opt.zero_grad()
+        logits = model(tokens[:, :-1])
+        loss = loss_fn(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+    return step
+
+
+class _AllToAll(torch.autograd.Function):
+    """Even all_to_all_single along dim 0 (one slice per rank); its gradient is the reverse one."""
+
+    @staticmethod
+    def forward(ctx, x, log, via):
+        ctx.log, ctx.via = log, via
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        log.all_to_all_single(out, x, via=via + ":fwd")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        ctx.log.all_to_all_single(out, grad, via=ctx.via + ":bwd")
+        return out, None, None
+
+
+class DenseArch(nn.Module):
+    """DLRM dense part: bottom MLP, dot interaction, top MLP."""
+
+    def __init__(self, num_dense, dim, num_tables):
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(num_dense, 64), nn.ReLU(), nn.Linear(64, dim), nn.ReLU())
+        n = num_tables + 1
+        self.top = nn.Sequential(nn.Linear(dim + n * (n - 1) // 2, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.n = n  # no buffers: DDP would broadcast them from rank 0 in every forward
+
+    def forward(self, dense, emb):  # dense [B, num_dense], emb [B, T, D]
+        b = self.bottom(dense)
+        z = torch.cat([b.unsqueeze(1), emb], dim=1)  # [B, T+1, D]
+        iu = torch.triu_indices(self.n, self.n, offset=1)
+        inter = torch.bmm(z, z.transpose(1, 2))[:, iu[0], iu[1]]
+        return self.top(torch.cat([b, inter], dim=1)).squeeze(1)
+
+
+def build_dlrm(rank, world, log):
+    tables_per_rank, dim, batch, bag, num_dense = 2, 16, 8, 4, 13
+    num_tables = tables_per_rank * world
+    rows = [200 + 150 * t for t in range(num_tables)]  # table t is owned by rank t // tables_per_rank
+    torch.manual_seed(SEED)
+    dense = DenseArch(num_dense, dim, num_tables)
+    model = _ddp(dense, log, world, bucket_cap_mb=0.01)
+    torch.manual_seed(SEED + 100 + rank)  # each rank initialises its own shard
+    mine = range(rank * tables_per_rank, (rank + 1) * tables_per_rank)
+    tables = nn.ModuleList(nn.EmbeddingBag(rows[t], dim, mode="sum") for t in mine)
+    opt = torch.optim.SGD(list(model.parameters()) + list(tables.parameters()), lr=0.01)
+    gen = torch.Generator().manual_seed(SEED + rank)
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    def step(i):
+        x = torch.randn(batch, num_dense, generator=gen)
+        y = torch.randint(0, 2, (batch,), generator=gen).float()
+        # local batch's sparse features for every table: [num_tables, batch, bag]
+        idx = torch.stack([torch.randint(0, rows[t], (batch, bag), generator=gen)
+                           for t in range(num_tables)])
+        # input dist: send each owner the indices of its tables -> [W(src), T_local, B, L]
+        idx_recv = torch.empty_like(idx)
+        log.all_to_all_single(idx_recv, idx, via="dlrm_indices")
+        idx_recv = idx_recv.view(world, tables_per_rank, batch, bag)
+        opt.zero_grad()
+        pooled = torch.stack([tables[t](idx_recv[:, t].reshape(world * batch, bag))
+                              for t in range(tables_per_rank)])  # [T_local, W*B, D]
+        pooled = pooled.view(tables_per_rank, world, batch, dim).transpose(0, 1)  # [W(dst), T_l, B, D]
+        # output dist: every rank gets its batch's pooled vectors of all tables
+        got = _AllToAll.apply(pooled, log, "dlrm_embeddings")  # [W(owner), T_l, B, D]
+        emb = got.reshape(num_tables, batch, dim).transpose(0, 1)  # [B, T, D]
+        loss = loss_fn(model(x, emb), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def build_collectives(rank, world, log):
+    # subgroups: every rank creates every group, in the same order, before recording
+    # pairs [0,1], [2,3], ... (at w2 the single pair [0,1] spans the whole world)
+    pairs = [[k, k + 1] for k in range(0, world, 2)]
+    groups = [dist.new_group(p) for p in pairs]
+    mine, sub_ranks = groups[rank // 2], pairs[rank // 2]
+    W, r = world, rank
+    gen = torch.Generator().manual_seed(SEED + rank)
+    a = torch.randn(24, 24, generator=gen)
+
+    def f32(n):
+        return torch.randn(n, generator=gen)
+
+    def step(i):
+        torch.mm(a, a)  # a little compute between communication
+        log.all_reduce(f32(257))
+        log.all_reduce(torch.arange(33, dtype=torch.int64))
+        log.all_reduce(torch.ones(101, dtype=torch.bfloat16))
+        log.all_reduce(torch.ones(77, dtype=torch.float16))
+        log.all_gather([torch.empty(64) for _ in range(W)], f32(64))
+        log.all_gather_into_tensor(torch.empty(40 * W, dtype=torch.int64), torch.arange(40, dtype=torch.int64))
+        log.reduce_scatter(torch.empty(24), [f32(24) for _ in range(W)])
+        log.reduce_scatter_tensor(torch.empty(48), f32(48 * W))
+        log.all_to_all_single(torch.empty(20 * W), f32(20 * W))
+        # uneven: rank r sends r+j+1 rows to rank j, so it receives j+r+1 rows from rank j
+        in_splits = [r + j + 1 for j in range(W)]
+        out_splits = [j + r + 1 for j in range(W)]
+        log.all_to_all_single(torch.empty(sum(out_splits), 3, dtype=torch.float16),
+                              torch.ones(sum(in_splits), 3, dtype=torch.float16),
+                              out_splits=out_splits, in_splits=in_splits)
+        log.all_to_all([torch.empty(12, dtype=torch.int64) for _ in range(W)],
+                       [torch.full((12,), r, dtype=torch.int64) for _ in range(W)])
+        log.broadcast(f32(96), src=0)
+        log.broadcast(torch.arange(18, dtype=torch.int64), src=W - 1)
+        log.reduce(f32(80), dst=W - 1)
+        log.gather(f32(28), [torch.empty(28) for _ in range(W)] if r == 0 else None, dst=0)
+        log.scatter(torch.empty(36), [f32(36) for _ in range(W)] if r == 0 else None, src=0)
+        log.barrier()
+        # blocking send/recv on the world: partner r + W/2 (w4: 0<->2, 1<->3; w2: 0<->1)
+        partner = (r + W // 2) % W
+        t = f32(50)
+        if r < partner:
+            log.send(t, partner, tag=1)
+            log.recv(torch.empty(50), partner, tag=1)
+        else:
+            log.recv(torch.empty(50), partner, tag=1)
+            log.send(t, partner, tag=1)
+        # isend/irecv ring
+        works = [log.isend(torch.arange(30, dtype=torch.int64), (r + 1) % W, tag=2),
+                 log.irecv(torch.empty(30, dtype=torch.int64), (r - 1) % W, tag=2)]
+        for w in works:
+            w.wait()
+        # batch_isend_irecv ring, the other direction
+        for w in log.batch_isend_irecv([("isend", torch.ones(70, dtype=torch.float16), (r - 1) % W),
+                                        ("irecv", torch.empty(70, dtype=torch.float16), (r + 1) % W)],
+                                       tag=3):
+            w.wait()
+        # subgroup collectives, and send/recv inside the subgroup (GLOBAL ranks as dst/src)
+        log.all_reduce(f32(120), group=mine)
+        log.broadcast(torch.arange(14, dtype=torch.int64), src=sub_ranks[0], group=mine)
+        other = sub_ranks[1] if r == sub_ranks[0] else sub_ranks[0]
+        if r == sub_ranks[0]:
+            log.send(torch.arange(22, dtype=torch.int64), other, group=mine, tag=4)
+            log.recv(torch.empty(22, dtype=torch.int64), other, group=mine, tag=4)
+        else:
+            log.recv(torch.empty(22, dtype=torch.int64), other, group=mine, tag=4)
+            log.send(torch.arange(22, dtype=torch.int64), other, group=mine, tag=4)
+        log.all_reduce(f32(9), group=mine)
+    return step
+
+
+BUILDERS = {
+    "mlp_ddp": build_mlp_ddp,
+    "transformer_ddp": build_transformer_ddp,
+    "dlrm": build_dlrm,
+    "collectives": build_collectives,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
+                      RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    # all_gather_into_tensor / reduce_scatter_tensor are deprecated in 2.13 (FutureWarning)
+    # but are the names this dataset exercises; keep the progress output readable.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+    random.seed(SEED + rank)
+    torch.manual_seed(SEED + rank)
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=300))
+    try:
+        log = ProgramLog(rank, world)
+        step_fn = BUILDERS[scenario](rank, world, log)  # creates subgroups before recording
+        out = Path(run_dir)
+        with TraceRecorder(out, warmup=WARMUP, active=ACTIVE, compress=True) as rec:
+            for step in range(STEPS):
+                log.begin_step(step)
+                step_fn(step)
+                rec.step()
+        log.begin_step(-1)
+        log.write(out / f"rank{rank}.program.json")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(scenario: str, world: int, out_root: Path) -> Path:
+    run_dir = out_root / f"{scenario}-w{world}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir)), nprocs=world, join=True)
+    model, parallelism = DESCRIPTIONS[scenario]
+    job = {"job_id": f"{scenario}-w{world}", "model": model, "world_size": world,
+           "backend": "gloo", "parallelism": parallelism, "steps_recorded": ACTIVE,
+           "torch_version": torch.__version__, "scenario": scenario,
+           "recorded_step_indices": list(RECORDED_STEPS)}
+    (run_dir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
+    return run_dir
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "pytorch-gloo")
+    parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
+    args = parser.parse_args(argv)
+    for w in args.world_sizes:
+        if w < 2 or (w > 2 and w % 2):
+            parser.error(f"world size {w}: use 2 or an even number >= 4")
+
+    started = time.monotonic()
+    rows = []
+    for scenario in args.scenario:
+        for world in args.world_sizes:
+            t0 = time.monotonic()
+            print(f"[collect] {scenario} world_size={world} ...", flush=True)
+            run_dir = run(scenario, world, args.out)
+            files = sorted(p for p in run_dir.iterdir() if p.is_file())
+            size = sum(p.stat().st_size for p in files)
+            print(f"[collect]   -> {run_dir} ({len(files)} files, {size / 1024:.1f} KiB, "
+                  f"{time.monotonic() - t0:.1f} s)", flush=True)
+            rows.append((run_dir, files, size))
+
+    print("\nsummary:")
+    total = 0
+    for run_dir, files, size in rows:
+        total += size
+        print(f"  {run_dir}  {size / 1024:8.1f} KiB")
+        for p in files:
+            print(f"    {p.name:28s} {p.stat().st_size:>9,d} B")
+    print(f"  total {total / 1024:.1f} KiB in {len(rows)} runs, {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
