@@ -38,8 +38,8 @@ PG_ANNOTATION_PREFIX = "chakra::pg="
 
 # torch.distributed functions whose process group is annotated while recording.
 ANNOTATED_FUNCTIONS = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce",
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
+    "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single", "broadcast", "reduce",
     "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
     "batch_isend_irecv",
 )
@@ -111,10 +111,13 @@ class _ProcessGroupAnnotations:
                            if hasattr(c10d, name)}
 
     def __enter__(self):
-        for name, original in self._originals.items():
-            wrapped = _annotated(original)
+        wrapped = {name: _annotated(original) for name, original in self._originals.items()}
+        if "batch_isend_irecv" in wrapped:
+            wrapped["batch_isend_irecv"] = _batch_with_current_functions(wrapped["batch_isend_irecv"], self._originals,
+                                                                         wrapped)
+        for name, function in wrapped.items():
             for namespace in self._namespaces:
-                setattr(namespace, name, wrapped)
+                setattr(namespace, name, function)
         return self
 
     def __exit__(self, *exc_info):
@@ -135,6 +138,29 @@ def _annotated(function):
             return function(*args, **kwargs)
         with record_function(PG_ANNOTATION_PREFIX + pg_name):
             return function(*args, **kwargs)
+
+    return call
+
+
+def _batch_with_current_functions(batch, originals: dict, wrapped: dict):
+    """torch's batch_isend_irecv tells sends from receives by `op.op is isend`: a P2POp built
+    with the function not currently installed (before or during recording) must be pointed
+    at the installed one for the call."""
+    swap = {}
+    for name in ("isend", "irecv"):
+        if name in originals:
+            swap[originals[name]] = wrapped[name]
+
+    @functools.wraps(batch)
+    def call(p2p_op_list, *args, **kwargs):
+        saved = [op.op for op in p2p_op_list]
+        for op in p2p_op_list:
+            op.op = swap.get(op.op, op.op)
+        try:
+            return batch(p2p_op_list, *args, **kwargs)
+        finally:
+            for op, function in zip(p2p_op_list, saved):
+                op.op = function
 
     return call
 
