@@ -450,7 +450,8 @@ class _Rows:
         self.names.append(name)
         self.types.append(node_type)
         self.ctrl.append([ctrl] if ctrl is not None else [])
-        self.data.append(sorted(d for d in data if d != ctrl))
+        data.discard(ctrl)
+        self.data.append(sorted(data) if len(data) > 1 else list(data))
         self.start.append(start)
         self.duration.append(duration)
         self.is_cpu.append(is_cpu)
@@ -479,11 +480,9 @@ class _Rows:
             outputs = taken.field("outputs")
         else:
             inputs = outputs = pa.nulls(0, _IO)
-        if self.inputs_override:
-            inputs_list = inputs.to_pylist()
-            for row, (values, shapes, types) in self.inputs_override.items():
-                inputs_list[row] = {"values": values, "shapes": shapes, "types": types}
-            inputs = pa.array(inputs_list, _IO)
+        for row, (values, shapes, types) in sorted(self.inputs_override.items()):  # a row or two: splice
+            replacement = pa.array([{"values": values, "shapes": shapes, "types": types}], _IO)
+            inputs = pa.concat_arrays([inputs.slice(0, row).cast(_IO), replacement, inputs.slice(row + 1).cast(_IO)])
         pad = n - n_host_rows
         if pad:
             inputs = pa.concat_arrays([inputs.cast(_IO), pa.nulls(pad, _IO)])

@@ -178,9 +178,14 @@ def _append_batch(trace: HostTrace, batch: list, seen_ids: set) -> None:
     base = len(ids)
     for offset, raw in enumerate(batch):
         try:
-            node = normalize_node(raw, layout)
-            nid = node["id"]
-            name = node["name"]
+            if layout == ATTRS:  # the common case, without building a normalized copy
+                nid, name, parent = raw["id"], raw["name"], raw.get("ctrl_deps")
+                attrs = {a["name"]: a.get("value") for a in raw.get("attrs") or ()}
+                inputs, outputs = raw.get("inputs") or {}, raw.get("outputs") or {}
+            else:
+                node = normalize_node(raw, layout)
+                nid, name, parent, attrs = node["id"], node["name"], node["ctrl_deps"], node["attrs"]
+                inputs, outputs = node["inputs"], node["outputs"]
         except (KeyError, TypeError, AttributeError):
             raise TraceJSONError(trace.path, "node lacks id/name or has the wrong shape", element=base + offset) from None
         if type(nid) is not int or type(name) is not str:
@@ -189,8 +194,6 @@ def _append_batch(trace: HostTrace, batch: list, seen_ids: set) -> None:
         if nid in seen_ids:
             raise TraceJSONError(trace.path, f"node id {nid} appears twice", element=base + offset)
         seen_ids.add(nid)
-        parent = node["ctrl_deps"]
-        attrs = node["attrs"]
         ids.append(nid)
         parents.append(parent if type(parent) is int else -1)
         names.append(name)
@@ -198,16 +201,14 @@ def _append_batch(trace: HostTrace, batch: list, seen_ids: set) -> None:
             value = attrs.get(key)
             cols[key].append(value if type(value) is int else 0)
         trace.op_schemas.append(attrs.get("op_schema") or "")
-        inputs, outputs = node["inputs"], node["outputs"]
         in_tensors = tensors_in(inputs.get("values") or (), [])
         out_tensors = tensors_in(outputs.get("values") or (), [])
         for t in in_tensors:
             reads.append(storage_key(t))
         for t in out_tensors:
             writes.append(storage_key(t))
-        whole = is_kept_whole(name)
-        if whole:
-            trace.whole[base + offset] = node
+        if is_kept_whole(name):
+            trace.whole[base + offset] = normalize_node(raw, layout)
             if name.startswith("c10d::"):  # collectives fill their inputs in place
                 for t in in_tensors:
                     writes.append(storage_key(t))
