@@ -8,7 +8,8 @@ class ChakraError(Exception):
 
 
 class ChakraFormatError(ChakraError):
-    """Bytes that are not a well-formed Chakra ET: truncated, corrupt, or another format."""
+    """Bytes that are not well-formed input (a Chakra ET, or a JSON trace being converted):
+    truncated, corrupt, or another format."""
 
     def __init__(self, path: str, message: str, offset: int | None = None, node_index: int | None = None,
                  node_id: int | None = None):

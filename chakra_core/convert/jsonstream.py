@@ -19,24 +19,20 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from chakra_core._native import _jsonscan
-from chakra_core.errors import ChakraError
+from chakra_core.errors import ChakraFormatError
 from chakra_core.etfile import READ_ERRORS, open_binary
 
 READ_CHUNK = 4 << 20
 BATCH_ITEMS = 4096
 
 
-class TraceJSONError(ChakraError):
+class TraceJSONError(ChakraFormatError):
     """A JSON trace file that cannot be read: not JSON, truncated, or not the expected shape."""
 
     def __init__(self, path: str, message: str, offset: int | None = None, element: int | None = None):
-        self.path, self.message, self.offset, self.element = path, message, offset, element
-        where = [path]
-        if offset is not None:
-            where.append(f"byte {offset}")
-        if element is not None:
-            where.append(f"element {element}")
-        super().__init__(f"{': '.join(where)}: {message}")
+        self.element = element
+        super().__init__(path, message if element is None else f"element {element}: {message}", offset,
+                         node_index=element)
 
 
 def parse_json(data, path: str = "<json>", offset: int = 0, element: int | None = None):
