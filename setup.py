@@ -1,4 +1,4 @@
-"""Builds the C extensions (ET codec, JSON scanner); all other metadata lives in pyproject.toml."""
+"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node digest); all other metadata lives in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -13,6 +13,13 @@ setup(
         Extension(
             "chakra_core._native._jsonscan",
             sources=["chakra_core/_native/jsonscan.c"],
+            depends=["chakra_core/_native/jsonscan.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
+        ),
+        Extension(
+            "chakra_core._native._ptdigest",
+            sources=["chakra_core/_native/ptdigest.c"],
+            depends=["chakra_core/_native/jsonscan.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
         ),
     ]

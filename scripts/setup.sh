@@ -18,7 +18,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.chakra-install-stamp
-want=$(cat pyproject.toml setup.py chakra_core/_native/*.c | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py chakra_core/_native/*.c chakra_core/_native/*.h | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; then
     echo "setup: installing the project into .venv (first run takes a minute)" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel 2> >(grep -v "^WARNING: Location" >&2)

@@ -54,12 +54,16 @@ class StreamedDocument:
     `batches()` yields lists of the elements of `array_key`, at most `batch_items` at a time;
     every other top-level member lands in `fields` as it is passed (members after the array
     are there once `batches()` is exhausted). `progress(file_bytes_read)` is called per batch
-    (compressed bytes for gzip, so it can be compared with the file size).
+    (compressed bytes for gzip, so it can be compared with the file size). `decode(buf, start,
+    end, first_element)`, if given, replaces JSON parsing: buf[start:end] is the batch as a
+    JSON array ('[' ... ']'), valid only during the call, and what it returns is yielded.
     """
 
     def __init__(self, url: str, array_key: str, *, batch_items: int = BATCH_ITEMS,
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None,
+                 decode: Callable[[bytearray, int, int, int], object] | None = None):
         self.url = url
+        self.decode = decode
         self.array_key = array_key
         self.batch_items = batch_items
         self.progress = progress
@@ -91,6 +95,10 @@ class StreamedDocument:
         if upto > 0:
             del self._buf[:upto]
             self._base += upto
+
+    def stream_offset(self, buffer_position: int) -> int:
+        """The offset in the (uncompressed) stream of a position in the buffer `decode` sees."""
+        return self._base + buffer_position
 
     def _raw_position(self) -> int:
         """Bytes of the file (compressed, for gzip) read so far, for progress against its size."""
@@ -181,8 +189,11 @@ class StreamedDocument:
                 start = pos - 1  # the '[' or ',' before the first element
                 self._buf[start] = ord("[")
                 self._buf[last_end] = ord("]")
-                batch = parse_json(memoryview(self._buf)[start:last_end + 1], self.url, self._base + start,
-                                   self.elements)
+                if self.decode is not None:
+                    batch = self.decode(self._buf, start, last_end + 1, self.elements)
+                else:
+                    batch = parse_json(memoryview(self._buf)[start:last_end + 1], self.url, self._base + start,
+                                       self.elements)
                 self.elements += items
                 yield batch
                 if self.progress:

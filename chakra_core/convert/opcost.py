@@ -52,14 +52,15 @@ def _conv(inputs: list, outputs: list, backward: bool) -> int:
     return 2 * forward if backward else forward
 
 
+COST_OPS = frozenset("aten::" + op for op in (
+    "mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward", "mkldnn_convolution",
+    "cudnn_convolution", "_slow_conv2d_forward", "mkldnn_linear", "miopen_convolution", "_mkldnn_convolution"))
+
+
 def compute_cost(name: str, inputs: dict, outputs: dict) -> int:
     """num_ops of one operator, or NO_ESTIMATE."""
-    if not name.startswith("aten::"):
-        return NO_ESTIMATE
-    op = name[6:]
-    if op in ("mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward",
-              "mkldnn_convolution", "cudnn_convolution", "_slow_conv2d_forward", "mkldnn_linear",
-              "miopen_convolution", "_mkldnn_convolution"):
+    if name in COST_OPS:
+        op = name[6:]
         shapes = _shapes(inputs)
         dims = [_dims(s) for s in shapes]
         if op == "mm":

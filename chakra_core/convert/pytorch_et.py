@@ -23,11 +23,12 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import orjson
+import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError
-from chakra_core.convert.opcost import compute_cost
+from chakra_core._native import _jsonscan, _ptdigest
+from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError, parse_json
+from chakra_core.convert.opcost import COST_OPS, NO_ESTIMATE, compute_cost
 
 FLAT, ATTRS = "flat", "attrs"
 KNOWN_SCHEMAS = {
@@ -123,41 +124,96 @@ def tensors_in(values, found: list) -> list:
     return found
 
 
-def storage_key(tensor: list) -> int:
-    """Views share a storage; dependencies follow storages, so a write through one view is
-    seen by reads through another (DDP's gradient buckets are views of one flat buffer)."""
-    return tensor[1] if tensor[1] else -1 - tensor[0]
-
-
 def tensor_nbytes(tensor: list) -> int:
     return tensor[3] * tensor[4]
 
 
 def read_host_trace(url: str, progress: Callable[[int], None] | None = None) -> HostTrace:
-    doc = StreamedDocument(url, "nodes", progress=progress)
-    trace: HostTrace | None = None
-    seen_ids: set[int] = set()
+    reader = _HostReader(url)
+    doc = StreamedDocument(url, "nodes", progress=progress, decode=reader.digest_batch)
+    reader.doc = doc
     gc_was_enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived containers; the cyclic collector only slows this down
+    gc.disable()  # many short-lived containers; the cyclic collector only slows this down
     try:
-        for batch in doc.batches():
-            if trace is None:
-                trace = _start(doc, batch)
-            _append_batch(trace, batch, seen_ids)
+        for _ in doc.batches():
+            pass
     finally:
         if gc_was_enabled:
             gc.enable()
-    if trace is None:  # an empty nodes array
-        trace = HostTrace(url, str(doc.fields.get("schema", "")), ATTRS, doc.fields)
+    trace = reader.trace or HostTrace(url, str(doc.fields.get("schema", "")), ATTRS, doc.fields)  # no nodes
     trace.fields = doc.fields
+    _check_unique_ids(trace)
     return trace
 
 
-def _start(doc: StreamedDocument, batch: list) -> HostTrace:
+class _HostReader:
+    """Digests each batch of nodes in C (chakra_core/_native/ptdigest.c) into HostTrace columns;
+    only communication / metadata nodes and operators with a cost estimate are parsed whole."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.doc: StreamedDocument | None = None
+        self.trace: HostTrace | None = None
+
+    def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
+        if self.trace is None:
+            end_of_first = _jsonscan.value_end(buf, start + 1)
+            first = parse_json(memoryview(buf)[start + 1:end_of_first], self.url, self.doc.stream_offset(start + 1),
+                               first_element)
+            self.trace = _start(self.doc, first)
+        trace = self.trace
+        try:
+            d = _ptdigest.digest(buf, start, end, trace.layout == FLAT)
+        except ValueError as exc:  # "node K at byte B: what"
+            found = re.match(r"node (\d+) at byte (\d+): (.*)", str(exc))
+            if not found:
+                raise TraceJSONError(trace.path, str(exc), element=first_element) from None
+            raise TraceJSONError(trace.path, found.group(3), self.doc.stream_offset(int(found.group(2))),
+                                 first_element + int(found.group(1))) from None
+        base = len(trace.ids)
+        names = d["names"]
+        trace.ids.frombytes(d["ids"])
+        trace.parents.frombytes(d["parents"])
+        for key in ID_ATTRS:
+            trace.attr_columns[key].frombytes(d[key])
+        trace.names.extend(names)
+        trace.op_schemas.extend(d["op_schemas"])
+        trace.tensor_bytes.frombytes(d["tensor_bytes"])
+        for column, ends, values in ((trace.read_ends, d["read_ends"], d["reads"]),
+                                     (trace.write_ends, d["write_ends"], d["writes"])):
+            target = trace.reads if column is trace.read_ends else trace.writes
+            column.frombytes((np.frombuffer(ends, np.int64) + len(target)).tobytes())
+            target.frombytes(values)
+        num_ops = np.full(len(names), NO_ESTIMATE, np.int64)
+        starts, ends = np.frombuffer(d["node_starts"], np.int64), np.frombuffer(d["node_ends"], np.int64)
+        view = memoryview(buf)
+        for k, name in enumerate(names):
+            if name in COST_OPS or is_kept_whole(name):
+                node = normalize_node(parse_json(view[starts[k]:ends[k]], trace.path,
+                                                 self.doc.stream_offset(int(starts[k])), first_element + k),
+                                      trace.layout)
+                if is_kept_whole(name):
+                    trace.whole[base + k] = node
+                else:
+                    num_ops[k] = compute_cost(name, node["inputs"], node["outputs"])
+        trace.num_ops.frombytes(num_ops.tobytes())
+        trace.io_chunks.append(_io_array(len(names), d["io"], d["inputs_present"], d["outputs_present"]))
+
+
+def _check_unique_ids(trace: HostTrace) -> None:
+    ids = np.frombuffer(trace.ids, np.int64) if len(trace.ids) else np.zeros(0, np.int64)
+    values, counts = np.unique(ids, return_counts=True)
+    if len(values) != len(ids):
+        duplicate = int(values[np.argmax(counts > 1)])
+        second = int(np.flatnonzero(ids == duplicate)[1])
+        raise TraceJSONError(trace.path, f"node id {duplicate} appears twice", element=second)
+
+
+def _start(doc: StreamedDocument, first_node) -> HostTrace:
     schema = doc.fields.get("schema")
     if not isinstance(schema, str):
         raise TraceJSONError(doc.url, "no 'schema' string before the nodes: not a PyTorch execution trace")
-    layout = _layout_of(batch[0], doc.url)
+    layout = _layout_of(first_node, doc.url)
     trace = HostTrace(doc.url, schema, layout, doc.fields)
     known = KNOWN_SCHEMAS.get(schema)
     if known is None:
@@ -169,74 +225,16 @@ def _start(doc: StreamedDocument, batch: list) -> HostTrace:
     return trace
 
 
-def _append_batch(trace: HostTrace, batch: list, seen_ids: set) -> None:
-    layout = trace.layout
-    ids, parents, names = trace.ids, trace.parents, trace.names
-    cols = trace.attr_columns
-    reads, writes = trace.reads, trace.writes
-    io_in, io_out = [], []
-    base = len(ids)
-    for offset, raw in enumerate(batch):
-        try:
-            if layout == ATTRS:  # the common case, without building a normalized copy
-                nid, name, parent = raw["id"], raw["name"], raw.get("ctrl_deps")
-                attrs = {a["name"]: a.get("value") for a in raw.get("attrs") or ()}
-                inputs, outputs = raw.get("inputs") or {}, raw.get("outputs") or {}
-            else:
-                node = normalize_node(raw, layout)
-                nid, name, parent, attrs = node["id"], node["name"], node["ctrl_deps"], node["attrs"]
-                inputs, outputs = node["inputs"], node["outputs"]
-        except (KeyError, TypeError, AttributeError):
-            raise TraceJSONError(trace.path, "node lacks id/name or has the wrong shape", element=base + offset) from None
-        if type(nid) is not int or type(name) is not str:
-            raise TraceJSONError(trace.path, f"node id {nid!r}: id must be an integer and name a string",
-                                 element=base + offset)
-        if nid in seen_ids:
-            raise TraceJSONError(trace.path, f"node id {nid} appears twice", element=base + offset)
-        seen_ids.add(nid)
-        ids.append(nid)
-        parents.append(parent if type(parent) is int else -1)
-        names.append(name)
-        for key in ID_ATTRS:
-            value = attrs.get(key)
-            cols[key].append(value if type(value) is int else 0)
-        trace.op_schemas.append(attrs.get("op_schema") or "")
-        in_tensors = tensors_in(inputs.get("values") or (), [])
-        out_tensors = tensors_in(outputs.get("values") or (), [])
-        for t in in_tensors:
-            reads.append(storage_key(t))
-        for t in out_tensors:
-            writes.append(storage_key(t))
-        if is_kept_whole(name):
-            trace.whole[base + offset] = normalize_node(raw, layout)
-            if name.startswith("c10d::"):  # collectives fill their inputs in place
-                for t in in_tensors:
-                    writes.append(storage_key(t))
-        trace.read_ends.append(len(reads))
-        trace.write_ends.append(len(writes))
-        ops = compute_cost(name, inputs, outputs)
-        trace.num_ops.append(ops)
-        trace.tensor_bytes.append(sum(map(tensor_nbytes, in_tensors)) + sum(map(tensor_nbytes, out_tensors)))
-        io_in.append(_io_text(inputs))
-        io_out.append(_io_text(outputs))
-    trace.io_chunks.append(_io_array(io_in, io_out))
-
-
-def _io_text(io: dict) -> tuple[str, str, str] | None:
-    if not io:
-        return None
-    return (orjson.dumps(io.get("values", [])).decode(), orjson.dumps(io.get("shapes", [])).decode(),
-            orjson.dumps(io.get("types", [])).decode())
-
-
 IO_STRUCT = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.string())])
 
 
-def _io_array(io_in: list, io_out: list) -> pa.StructArray:
-    def column(rows: list) -> pa.StructArray:
-        present = [r is not None for r in rows]
-        parts = [pa.array([r[k] if r is not None else None for r in rows], pa.string()) for k in range(3)]
-        mask = pa.array([not p for p in present], pa.bool_())
-        return pa.StructArray.from_arrays(parts, fields=list(IO_STRUCT), mask=mask)
+def _io_array(n: int, io: tuple, inputs_present: bytes, outputs_present: bytes) -> pa.StructArray:
+    def strings(offsets: bytes, data: bytes) -> pa.Array:
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 
-    return pa.StructArray.from_arrays([column(io_in), column(io_out)], names=["inputs", "outputs"])
+    def struct(parts: tuple, present: bytes) -> pa.StructArray:
+        mask = pa.array(np.frombuffer(present, np.uint8) == 0)
+        return pa.StructArray.from_arrays([strings(*p) for p in parts], fields=list(IO_STRUCT), mask=mask)
+
+    return pa.StructArray.from_arrays([struct(io[:3], inputs_present), struct(io[3:], outputs_present)],
+                                      names=["inputs", "outputs"])

@@ -1,0 +1,554 @@
+/* Digest a batch of PyTorch execution-trace nodes straight from their JSON bytes.
+ *
+ * Why: parsing a node into Python objects (about 120 of them per node: attrs dicts, tensor
+ * lists, shape lists) costs more than everything conversion does with it. Conversion needs
+ * only a few fields of most nodes, so this walks the JSON once and fills columns:
+ *
+ *   digest(buf, start, end, flat) -> dict
+ *     buf[start:end] is a JSON array of node objects; flat selects the "1.0.1" layout
+ *     (rf_id, parent, ... as members; inputs / input_shapes / input_types lists) instead of
+ *     the attrs layout (ctrl_deps; inputs = {values, shapes, types}; attrs = [{name, value}]).
+ *   Result (n nodes, int64 columns as bytes):
+ *     "ids", "parents" (-1: none), "rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid",
+ *     "node_starts", "node_ends" (byte offsets of each node object in buf),
+ *     "tensor_bytes" (bytes of tensors read + written), "reads", "read_ends", "writes",
+ *     "write_ends" (storage keys, CSR by node), "names", "op_schemas" (lists of str),
+ *     "io": for inputs values/shapes/types then outputs values/shapes/types, each
+ *     (int32 offsets bytes, data bytes) of the text with whitespace outside strings removed,
+ *     and "inputs_present", "outputs_present" (bytes of 0/1).
+ *   A tensor value is [tensor_id, storage_id, offset, numel, itemsize, device]; its storage
+ *   key is storage_id, or -1 - tensor_id when storage_id is 0. Nodes named c10d::* also
+ *   write their input tensors (collectives fill them in place). Raises ValueError naming
+ *   the node's index in the batch and the byte offset on a malformed or incomplete node.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "jsonscan.h"
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} buf_t;
+
+static int buf_reserve(buf_t *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = PyMem_Realloc(b->data, (size_t)cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(buf_t *b, const void *src, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->data + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int put_i64(buf_t *b, int64_t v) { return buf_put(b, &v, 8); }
+
+static PyObject *buf_bytes(buf_t *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len); }
+
+/* ---------------------------------------------------------------- parsing primitives */
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n, pos;
+} cur_t;
+
+static inline void ws(cur_t *c) { c->pos = skip_space(c->s, c->pos, c->n); }
+
+/* An integer token; *is_int = 0 for other numbers (fraction, exponent, overflow). */
+static int parse_number(cur_t *c, int64_t *out, int *is_int) {
+    Py_ssize_t p = c->pos, n = c->n;
+    int neg = 0, digits = 0, overflow = 0;
+    uint64_t v = 0;
+    if (p < n && c->s[p] == '-') { neg = 1; p++; }
+    while (p < n && c->s[p] >= '0' && c->s[p] <= '9') {
+        unsigned d = c->s[p] - '0';
+        if (v > (UINT64_MAX - d) / 10) overflow = 1; else v = v * 10 + d;
+        p++; digits++;
+    }
+    *is_int = digits > 0 && !overflow && (p >= n || (c->s[p] != '.' && c->s[p] != 'e' && c->s[p] != 'E'));
+    if (*is_int && !neg && v > (uint64_t)INT64_MAX) *is_int = 0;
+    *out = *is_int ? (neg ? -(int64_t)v : (int64_t)v) : 0;
+    Py_ssize_t end = find_value_end(c->s, c->pos, n);
+    if (end < 0) return -1;
+    c->pos = end;
+    return 0;
+}
+
+static int skip(cur_t *c) {
+    Py_ssize_t end = find_value_end(c->s, c->pos, c->n);
+    if (end < 0) return -1;
+    c->pos = end;
+    return 0;
+}
+
+/* A string token: its content span (without quotes) and whether it has escapes. */
+static int string_span(cur_t *c, Py_ssize_t *a, Py_ssize_t *b, int *escaped) {
+    if (c->pos >= c->n || c->s[c->pos] != '"') return -1;
+    Py_ssize_t end = find_value_end(c->s, c->pos, c->n);
+    if (end < 0) return -1;
+    *a = c->pos + 1;
+    *b = end - 1;
+    *escaped = memchr(c->s + *a, '\\', (size_t)(*b - *a)) != NULL;
+    c->pos = end;
+    return 0;
+}
+
+static int hex4(const unsigned char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char h = p[i];
+        v <<= 4;
+        if (h >= '0' && h <= '9') v |= h - '0';
+        else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
+        else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int put_utf8(buf_t *b, unsigned cp) {
+    unsigned char u[4];
+    int n;
+    if (cp < 0x80) { u[0] = (unsigned char)cp; n = 1; }
+    else if (cp < 0x800) { u[0] = 0xC0 | (cp >> 6); u[1] = 0x80 | (cp & 0x3F); n = 2; }
+    else if (cp < 0x10000) { u[0] = 0xE0 | (cp >> 12); u[1] = 0x80 | ((cp >> 6) & 0x3F); u[2] = 0x80 | (cp & 0x3F); n = 3; }
+    else { u[0] = 0xF0 | (cp >> 18); u[1] = 0x80 | ((cp >> 12) & 0x3F); u[2] = 0x80 | ((cp >> 6) & 0x3F); u[3] = 0x80 | (cp & 0x3F); n = 4; }
+    return buf_put(b, u, n);
+}
+
+/* A Python str from a JSON string's content span. */
+static PyObject *decode_string(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, int escaped, buf_t *tmp) {
+    if (!escaped) return PyUnicode_DecodeUTF8((const char *)s + a, b - a, "replace");
+    tmp->len = 0;
+    for (Py_ssize_t p = a; p < b; p++) {
+        unsigned char ch = s[p];
+        if (ch != '\\' || p + 1 >= b) { if (buf_put(tmp, &ch, 1) < 0) return NULL; continue; }
+        unsigned char e = s[++p];
+        unsigned cp;
+        switch (e) {
+        case 'n': ch = '\n'; break;
+        case 't': ch = '\t'; break;
+        case 'r': ch = '\r'; break;
+        case 'b': ch = '\b'; break;
+        case 'f': ch = '\f'; break;
+        case 'u':
+            if (p + 4 >= b || hex4(s + p + 1, &cp) < 0) { ch = 'u'; break; }
+            p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && p + 6 < b && s[p + 1] == '\\' && s[p + 2] == 'u') {
+                unsigned lo;
+                if (hex4(s + p + 3, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    p += 6;
+                }
+            }
+            if (put_utf8(tmp, cp) < 0) return NULL;
+            continue;
+        default: ch = e; /* \" \\ \/ */
+        }
+        if (buf_put(tmp, &ch, 1) < 0) return NULL;
+    }
+    return PyUnicode_DecodeUTF8(tmp->data ? tmp->data : "", tmp->len, "replace");
+}
+
+static int key_is(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const char *key) {
+    size_t k = strlen(key);
+    return (size_t)(b - a) == k && memcmp(s + a, key, k) == 0;
+}
+
+/* Copy a value's text without whitespace outside strings (the same text orjson.dumps gives
+ * for integer and string content). */
+static int put_compact(buf_t *out, const unsigned char *s, Py_ssize_t a, Py_ssize_t b) {
+    if (buf_reserve(out, b - a) < 0) return -1;
+    int in_string = 0;
+    for (Py_ssize_t p = a; p < b; p++) {
+        unsigned char ch = s[p];
+        if (in_string) {
+            out->data[out->len++] = (char)ch;
+            if (ch == '\\' && p + 1 < b) out->data[out->len++] = (char)s[++p];
+            else if (ch == '"') in_string = 0;
+        } else if (!is_space(ch)) {
+            out->data[out->len++] = (char)ch;
+            if (ch == '"') in_string = 1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tensors in a values list */
+typedef struct {
+    buf_t keys;  /* int64 storage keys */
+    int64_t bytes;
+} tensors_t;
+
+static int walk_values(cur_t *c, tensors_t *t, int depth) {
+    ws(c);
+    if (c->pos >= c->n) return -1;
+    if (c->s[c->pos] != '[' || depth > 64) return skip(c);
+    c->pos++;
+    int64_t v[5] = {0, 0, 0, 0, 0};
+    int count = 0, pattern = 1;
+    ws(c);
+    if (c->pos < c->n && c->s[c->pos] == ']') { c->pos++; return 0; }
+    for (;;) {
+        ws(c);
+        if (c->pos >= c->n) return -1;
+        unsigned char ch = c->s[c->pos];
+        if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            int64_t x;
+            int is_int;
+            if (parse_number(c, &x, &is_int) < 0) return -1;
+            if (count < 5 && is_int) v[count] = x; else pattern = 0;
+        } else if (ch == '"') {
+            if (skip(c) < 0) return -1;
+            if (count != 5) pattern = 0;
+        } else if (ch == '[') {
+            pattern = 0;
+            if (walk_values(c, t, depth + 1) < 0) return -1;
+        } else {
+            pattern = 0;
+            if (skip(c) < 0) return -1;
+        }
+        count++;
+        ws(c);
+        if (c->pos >= c->n) return -1;
+        if (c->s[c->pos] == ',') { c->pos++; continue; }
+        if (c->s[c->pos] == ']') { c->pos++; break; }
+        return -1;
+    }
+    if (pattern && count == 6) {
+        int64_t key = v[1] ? v[1] : -1 - v[0];
+        if (put_i64(&t->keys, key) < 0) return -2;
+        t->bytes += v[3] * v[4];
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one node */
+enum { A_RF_ID, A_FW_PARENT, A_SEQ_ID, A_SCOPE, A_TID, A_FW_TID, N_ID_ATTRS };
+static const char *ID_ATTR_NAMES[N_ID_ATTRS] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid"};
+enum { IO_IN_VALUES, IO_IN_SHAPES, IO_IN_TYPES, IO_OUT_VALUES, IO_OUT_SHAPES, IO_OUT_TYPES, N_IO };
+
+typedef struct {
+    buf_t ids, parents, attrs[N_ID_ATTRS], starts, ends, tensor_bytes, reads, read_ends, writes, write_ends;
+    buf_t io_offsets[N_IO], io_data[N_IO], in_present, out_present, tmp;
+    PyObject *names, *op_schemas, *empty;
+} out_t;
+
+typedef struct {
+    Py_ssize_t span[N_IO][2];  /* value spans, -1 when absent */
+    int in_present, out_present;
+} io_t;
+
+static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o) {
+    /* [{"name": ..., "type": ..., "value": ...}, ...] */
+    ws(c);
+    if (c->pos >= c->n || c->s[c->pos] != '[') return skip(c);
+    c->pos++;
+    ws(c);
+    if (c->pos < c->n && c->s[c->pos] == ']') { c->pos++; return 0; }
+    for (;;) {
+        ws(c);
+        if (c->pos >= c->n || c->s[c->pos] != '{') return -1;
+        c->pos++;
+        Py_ssize_t na = -1, nb = -1, va = -1;
+        for (;;) {
+            ws(c);
+            if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+            Py_ssize_t ka, kb;
+            int esc;
+            if (string_span(c, &ka, &kb, &esc) < 0) return -1;
+            ws(c);
+            if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+            c->pos++;
+            ws(c);
+            if (key_is(c->s, ka, kb, "name")) {
+                if (string_span(c, &na, &nb, &esc) < 0) return -1;
+            } else {
+                if (key_is(c->s, ka, kb, "value")) va = c->pos;
+                if (skip(c) < 0) return -1;
+            }
+            ws(c);
+            if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
+            if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+            return -1;
+        }
+        if (na >= 0 && va >= 0) {
+            cur_t vc = {c->s, c->n, va};
+            for (int k = 0; k < N_ID_ATTRS; k++) {
+                if (key_is(c->s, na, nb, ID_ATTR_NAMES[k])) {
+                    int is_int;
+                    int64_t x;
+                    unsigned char ch = c->s[va];
+                    if ((ch == '-' || (ch >= '0' && ch <= '9')) && parse_number(&vc, &x, &is_int) == 0 && is_int)
+                        attrs[k] = x;
+                }
+            }
+            if (key_is(c->s, na, nb, "op_schema") && c->s[va] == '"') {
+                Py_ssize_t a, b;
+                int esc;
+                if (string_span(&vc, &a, &b, &esc) == 0 && b > a) {
+                    PyObject *str = decode_string(c->s, a, b, esc, &o->tmp);
+                    if (!str) return -2;
+                    Py_XSETREF(*op_schema, str);
+                }
+            }
+        }
+        ws(c);
+        if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
+        if (c->pos < c->n && c->s[c->pos] == ']') { c->pos++; return 0; }
+        return -1;
+    }
+}
+
+static int digest_io_object(cur_t *c, io_t *io, int base) {
+    /* {"values": [...], "shapes": [...], "types": [...], "strides": [...]} */
+    ws(c);
+    if (c->pos >= c->n || c->s[c->pos] != '{') return skip(c);
+    c->pos++;
+    for (;;) {
+        ws(c);
+        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+        Py_ssize_t ka, kb;
+        int esc;
+        if (string_span(c, &ka, &kb, &esc) < 0) return -1;
+        ws(c);
+        if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+        c->pos++;
+        ws(c);
+        int slot = key_is(c->s, ka, kb, "values") ? 0 : key_is(c->s, ka, kb, "shapes") ? 1
+                 : key_is(c->s, ka, kb, "types") ? 2 : -1;
+        Py_ssize_t a = c->pos;
+        if (skip(c) < 0) return -1;
+        if (slot >= 0) { io->span[base + slot][0] = a; io->span[base + slot][1] = c->pos; }
+        ws(c);
+        if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
+        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+        return -1;
+    }
+}
+
+static int name_starts(PyObject *name, const char *prefix) {
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(name, &len);
+    size_t k = strlen(prefix);
+    return u && (size_t)len >= k && memcmp(u, prefix, k) == 0;
+}
+
+static int collect_tensors(const unsigned char *s, Py_ssize_t n, Py_ssize_t a, tensors_t *t) {
+    if (a < 0) return 0;
+    cur_t vc = {s, n, a};
+    return walk_values(&vc, t, 0);
+}
+
+static int append_keys(buf_t *dst, buf_t *keys) { return buf_put(dst, keys->data ? keys->data : "", keys->len); }
+
+static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *tout) {
+    Py_ssize_t start = c->pos;
+    if (c->pos >= c->n || c->s[c->pos] != '{') return -1;
+    c->pos++;
+    int64_t id = 0, parent = -1, attrs[N_ID_ATTRS] = {0, 0, 0, 0, 0, 0};
+    int have_id = 0;
+    PyObject *name = NULL, *op_schema = NULL;
+    io_t io;
+    for (int k = 0; k < N_IO; k++) io.span[k][0] = io.span[k][1] = -1;
+    io.in_present = io.out_present = 0;
+    int status = -1;
+    for (;;) {
+        ws(c);
+        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+        Py_ssize_t ka, kb;
+        int esc;
+        if (string_span(c, &ka, &kb, &esc) < 0) goto done;
+        ws(c);
+        if (c->pos >= c->n || c->s[c->pos] != ':') goto done;
+        c->pos++;
+        ws(c);
+        const unsigned char *s = c->s;
+        unsigned char ch = c->pos < c->n ? s[c->pos] : 0;
+        int is_number = ch == '-' || (ch >= '0' && ch <= '9');
+        if (key_is(s, ka, kb, "id") && is_number) {
+            int is_int;
+            if (parse_number(c, &id, &is_int) < 0) goto done;
+            have_id = is_int;
+        } else if (key_is(s, ka, kb, "name") && ch == '"') {
+            Py_ssize_t a, b;
+            if (string_span(c, &a, &b, &esc) < 0) goto done;
+            Py_XSETREF(name, decode_string(s, a, b, esc, &o->tmp));
+            if (!name) { status = -2; goto done; }
+        } else if (key_is(s, ka, kb, flat ? "parent" : "ctrl_deps") && is_number) {
+            int is_int;
+            if (parse_number(c, &parent, &is_int) < 0) goto done;
+            if (!is_int) parent = -1;
+        } else if (!flat && key_is(s, ka, kb, "attrs")) {
+            int r = digest_attrs(c, attrs, &op_schema, o);
+            if (r < 0) { status = r; goto done; }
+        } else if (!flat && (key_is(s, ka, kb, "inputs") || key_is(s, ka, kb, "outputs"))) {
+            int is_in = key_is(s, ka, kb, "inputs");
+            if (is_in) io.in_present = 1; else io.out_present = 1;
+            if (digest_io_object(c, &io, is_in ? IO_IN_VALUES : IO_OUT_VALUES) < 0) goto done;
+        } else {
+            int slot = -1, attr = -1;
+            if (flat) {
+                static const char *flat_io[N_IO] = {"inputs", "input_shapes", "input_types", "outputs",
+                                                    "output_shapes", "output_types"};
+                for (int k = 0; k < N_IO; k++) if (key_is(s, ka, kb, flat_io[k])) slot = k;
+                for (int k = 0; k < N_ID_ATTRS; k++) if (key_is(s, ka, kb, ID_ATTR_NAMES[k])) attr = k;
+            }
+            if (attr >= 0 && is_number) {
+                int is_int;
+                int64_t x;
+                if (parse_number(c, &x, &is_int) < 0) goto done;
+                if (is_int) attrs[attr] = x;
+            } else if (flat && key_is(s, ka, kb, "op_schema") && ch == '"') {
+                Py_ssize_t a, b;
+                if (string_span(c, &a, &b, &esc) < 0) goto done;
+                if (b > a) {
+                    Py_XSETREF(op_schema, decode_string(s, a, b, esc, &o->tmp));
+                    if (!op_schema) { status = -2; goto done; }
+                }
+            } else {
+                Py_ssize_t a = c->pos;
+                if (skip(c) < 0) goto done;
+                if (slot >= 0) {
+                    io.span[slot][0] = a;
+                    io.span[slot][1] = c->pos;
+                    if (slot < IO_OUT_VALUES) io.in_present = 1; else io.out_present = 1;
+                }
+            }
+        }
+        ws(c);
+        if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
+        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+        goto done;
+    }
+    if (!have_id || !name) { status = -3; goto done; }
+    tin->keys.len = tout->keys.len = 0;
+    tin->bytes = tout->bytes = 0;
+    if (collect_tensors(c->s, c->n, io.span[IO_IN_VALUES][0], tin) < 0 ||
+        collect_tensors(c->s, c->n, io.span[IO_OUT_VALUES][0], tout) < 0) goto done;
+    int writes_inputs = name_starts(name, "c10d::");
+    if (put_i64(&o->ids, id) < 0 || put_i64(&o->parents, parent) < 0 || put_i64(&o->starts, start) < 0 ||
+        put_i64(&o->ends, c->pos) < 0 || put_i64(&o->tensor_bytes, tin->bytes + tout->bytes) < 0 ||
+        append_keys(&o->reads, &tin->keys) < 0 || put_i64(&o->read_ends, o->reads.len / 8) < 0 ||
+        append_keys(&o->writes, &tout->keys) < 0 ||
+        (writes_inputs && append_keys(&o->writes, &tin->keys) < 0) ||
+        put_i64(&o->write_ends, o->writes.len / 8) < 0) { status = -2; goto done; }
+    for (int k = 0; k < N_ID_ATTRS; k++) if (put_i64(&o->attrs[k], attrs[k]) < 0) { status = -2; goto done; }
+    for (int k = 0; k < N_IO; k++) {
+        int present = k < IO_OUT_VALUES ? io.in_present : io.out_present;
+        if (present) {
+            if (io.span[k][0] >= 0) { if (put_compact(&o->io_data[k], c->s, io.span[k][0], io.span[k][1]) < 0) { status = -2; goto done; } }
+            else if (buf_put(&o->io_data[k], "[]", 2) < 0) { status = -2; goto done; }
+        }
+        int32_t off = (int32_t)o->io_data[k].len;
+        if (buf_put(&o->io_offsets[k], &off, 4) < 0) { status = -2; goto done; }
+    }
+    char pin = (char)io.in_present, pout = (char)io.out_present;
+    if (buf_put(&o->in_present, &pin, 1) < 0 || buf_put(&o->out_present, &pout, 1) < 0) { status = -2; goto done; }
+    if (PyList_Append(o->names, name) < 0 || PyList_Append(o->op_schemas, op_schema ? op_schema : o->empty) < 0) {
+        status = -2;
+        goto done;
+    }
+    status = 0;
+done:
+    Py_XDECREF(name);
+    Py_XDECREF(op_schema);
+    return status;
+}
+
+/* ---------------------------------------------------------------- entry point */
+static void out_free(out_t *o) {
+    buf_t *all[] = {&o->ids, &o->parents, &o->starts, &o->ends, &o->tensor_bytes, &o->reads, &o->read_ends,
+                    &o->writes, &o->write_ends, &o->in_present, &o->out_present, &o->tmp};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) PyMem_Free(all[k]->data);
+    for (int k = 0; k < N_ID_ATTRS; k++) PyMem_Free(o->attrs[k].data);
+    for (int k = 0; k < N_IO; k++) { PyMem_Free(o->io_offsets[k].data); PyMem_Free(o->io_data[k].data); }
+    Py_XDECREF(o->names);
+    Py_XDECREF(o->op_schemas);
+    Py_XDECREF(o->empty);
+}
+
+static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, end;
+    int flat;
+    if (!PyArg_ParseTuple(args, "Onnp", &obj, &start, &end, &flat)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    out_t o;
+    memset(&o, 0, sizeof o);
+    tensors_t tin, tout;
+    memset(&tin, 0, sizeof tin);
+    memset(&tout, 0, sizeof tout);
+    PyObject *result = NULL;
+    o.names = PyList_New(0);
+    o.op_schemas = PyList_New(0);
+    o.empty = PyUnicode_FromString("");
+    if (!o.names || !o.op_schemas || !o.empty) goto fail;
+    int32_t zero = 0;
+    for (int k = 0; k < N_IO; k++) if (buf_put(&o.io_offsets[k], &zero, 4) < 0) goto fail;
+    if (end > view.len || start < 0) { PyErr_SetString(PyExc_ValueError, "digest: span outside the buffer"); goto fail; }
+    cur_t c = {(const unsigned char *)view.buf, end, start};
+    ws(&c);
+    if (c.pos >= c.n || c.s[c.pos] != '[') { PyErr_SetString(PyExc_ValueError, "digest: expected '['"); goto fail; }
+    c.pos++;
+    ws(&c);
+    Py_ssize_t index = 0;
+    if (c.pos < c.n && c.s[c.pos] == ']') c.pos++;
+    else for (;;) {
+        ws(&c);
+        Py_ssize_t at = c.pos;
+        int r = digest_node(&c, flat, &o, &tin, &tout);
+        if (r == -2) goto fail;
+        if (r == -3) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: no integer id or no name", index, at); goto fail; }
+        if (r < 0) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: not a well-formed node object", index, at); goto fail; }
+        index++;
+        ws(&c);
+        if (c.pos < c.n && c.s[c.pos] == ',') { c.pos++; continue; }
+        if (c.pos < c.n && c.s[c.pos] == ']') break;
+        PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: expected ',' or ']' after it", index, c.pos);
+        goto fail;
+    }
+    PyObject *io = PyTuple_New(N_IO);
+    if (!io) goto fail;
+    for (int k = 0; k < N_IO; k++) {
+        PyObject *pair = Py_BuildValue("(NN)", buf_bytes(&o.io_offsets[k]), buf_bytes(&o.io_data[k]));
+        if (!pair) { Py_DECREF(io); goto fail; }
+        PyTuple_SET_ITEM(io, k, pair);
+    }
+    result = Py_BuildValue(
+        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:O,s:O,s:N,s:N,s:N}",
+        "ids", buf_bytes(&o.ids), "parents", buf_bytes(&o.parents),
+        "rf_id", buf_bytes(&o.attrs[A_RF_ID]), "fw_parent", buf_bytes(&o.attrs[A_FW_PARENT]),
+        "seq_id", buf_bytes(&o.attrs[A_SEQ_ID]), "scope", buf_bytes(&o.attrs[A_SCOPE]),
+        "tid", buf_bytes(&o.attrs[A_TID]), "fw_tid", buf_bytes(&o.attrs[A_FW_TID]),
+        "node_starts", buf_bytes(&o.starts), "node_ends", buf_bytes(&o.ends),
+        "tensor_bytes", buf_bytes(&o.tensor_bytes), "reads", buf_bytes(&o.reads), "read_ends", buf_bytes(&o.read_ends),
+        "writes", buf_bytes(&o.writes), "write_ends", buf_bytes(&o.write_ends),
+        "names", o.names, "op_schemas", o.op_schemas, "io", io,
+        "inputs_present", buf_bytes(&o.in_present), "outputs_present", buf_bytes(&o.out_present));
+fail:
+    PyMem_Free(tin.keys.data);
+    PyMem_Free(tout.keys.data);
+    out_free(&o);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"digest", py_digest, METH_VARARGS, "Digest a JSON array of PyTorch ET nodes into columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ptdigest", "PyTorch ET node digest.", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__ptdigest(void) { return PyModule_Create(&module); }
