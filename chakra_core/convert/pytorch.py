@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 
 from chakra_core.columns import NODE_TYPE_VALUES
-from chakra_core.convert import comms
+from chakra_core.convert import comms, deps
 from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init, simulator_names
 from chakra_core.convert.kineto import KinetoTrace, Linked, link
-from chakra_core.convert.pytorch_et import PG_INIT_NAME, ROOT_NAME, HostTrace
+from chakra_core.convert.pytorch_et import ID_ATTRS, PG_INIT_NAME, ROOT_NAME, HostTrace
 from chakra_core.schema import et_def_pb2 as pb
 
 COMP, METADATA = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["METADATA_NODE"]
@@ -90,7 +90,7 @@ class RankConversion:
         ids = np.frombuffer(host.ids, dtype=np.int64) if n else np.zeros(0, np.int64)
         self.order = np.argsort(ids, kind="stable")
         self.index_of_id = {nid: i for i, nid in enumerate(host.ids)}
-        self.parent = self._parents()
+        self.parent = self._parents(ids)
         self.role = [OP] * n
         self.anchor_of = [-1] * n
         self.comm: dict[int, comms.CommOp] = {}
@@ -108,47 +108,61 @@ class RankConversion:
         self.records = self._comm_records()
 
     # ---------------------------------------------------------------- structure
-    def _parents(self) -> list[int]:
-        host = self.host
-        parent = [-1] * len(host)
-        dangling = 0
-        for i, p in enumerate(host.parents):
-            if p < 0 or p == host.ids[i]:  # the process root names itself as its parent
-                continue
-            j = self.index_of_id.get(p, -1)
-            if j < 0:
-                dangling += 1
-            parent[i] = j
+    def _parents(self, ids: np.ndarray) -> list[int]:
+        """Host index of each node's parent (-1: none), found with one sorted search."""
+        parents = np.frombuffer(self.host.parents, np.int64) if len(ids) else np.zeros(0, np.int64)
+        has_parent = (parents >= 0) & (parents != ids)  # the process root names itself as its parent
+        sorted_ids = ids[self.order]
+        at = np.clip(np.searchsorted(sorted_ids, parents), 0, max(len(ids) - 1, 0))
+        found = has_parent & (sorted_ids[at] == parents) if len(ids) else has_parent
+        index = np.where(found, self.order[at] if len(ids) else at, -1)
+        dangling = int(np.count_nonzero(has_parent & ~found))
         if dangling:
             self.report.notes.append(f"{dangling:,} nodes name a parent (ctrl_deps) that is not in the trace;"
                                      " they are treated as top-level")
-        cut = _cut_parent_cycles(parent)
-        for i in cut:
-            self.report.counts["parent cycle cut"] += 1
-        if cut:
-            ids = ", ".join(str(self.host.ids[i]) for i in cut[:5])
-            self.report.notes.append(f"the parent (ctrl_deps) links form {len(cut)} cycle(s); cut at node(s) {ids}")
+        parent = index.tolist()
+        # parents are entered before their children, so a cycle needs a parent with a larger id
+        if np.any(found & (parents > ids)):
+            cut = _cut_parent_cycles(parent)
+            self.report.counts["parent cycle cut"] += len(cut)
+            if cut:
+                cut_ids = ", ".join(str(self.host.ids[i]) for i in cut[:5])
+                self.report.notes.append(f"the parent (ctrl_deps) links form {len(cut)} cycle(s); cut at node(s)"
+                                         f" {cut_ids}")
         return parent
 
     def _classify(self) -> None:
         host, role, anchor_of, parent = self.host, self.role, self.anchor_of, self.parent
         gloo_nodes = []
+        kind_of_name: dict[str, int] = {}  # names repeat: classify each distinct name once
+        for name in set(host.names):
+            if ROOT_NAME.match(name):
+                kind_of_name[name] = ROOT
+            elif name.startswith(PG_ANNOTATION_PREFIX):
+                kind_of_name[name] = ANNOTATION
+            elif name == PG_INIT_NAME:
+                kind_of_name[name] = META
+            elif name.startswith("gloo:"):
+                kind_of_name[name] = GLOO
+            elif name.startswith(("c10d::", "nccl:", "record_param_comms")):
+                kind_of_name[name] = ANCHOR  # a candidate: _describe decides
+        names = host.names
         for i in self.order.tolist():
-            name = host.names[i]
             p = parent[i]
             inherited = anchor_of[p] if p >= 0 else -1
-            if ROOT_NAME.match(name):
-                role[i] = ROOT
-            elif name.startswith(PG_ANNOTATION_PREFIX):
-                role[i] = ANNOTATION
-            elif name == PG_INIT_NAME:
+            kind = kind_of_name.get(names[i], OP)
+            if kind == OP and inherited < 0:
+                continue
+            if kind in (ROOT, ANNOTATION):
+                role[i] = kind
+            elif kind == META:
                 role[i] = META
                 self._read_pg_init(i)
             elif inherited >= 0:
                 role[i] = WRAPPED
                 anchor_of[i] = inherited
                 self._absorb(inherited, i)
-            elif name.startswith("gloo:"):
+            elif kind == GLOO:
                 role[i] = GLOO
                 gloo_nodes.append(i)
             else:
@@ -157,7 +171,7 @@ class RankConversion:
                     role[i] = ANCHOR
                     anchor_of[i] = i
                     self.comm[i] = op
-                elif name == "record_param_comms":
+                elif names[i] == "record_param_comms":
                     seq = comms.wait_sequence(host.whole[i])
                     if seq is not None:
                         self.waits[i] = seq
@@ -250,13 +264,6 @@ class RankConversion:
         return [r for r in self.records if r.pg_name is None]
 
     # ---------------------------------------------------------------- timing
-    def _cpu_time(self, i: int) -> tuple[int, int]:
-        """(start, exclusive duration) in microseconds from Kineto, (0, 0) when not linked."""
-        event = self.linked.cpu.get(i) if self.linked else None
-        if event is None:
-            return 0, 0
-        return int(event.ts), int(round(event.exclusive))
-
     def _comm_time(self, anchor: int) -> tuple[int, int, bool | None]:
         """(start, duration, blocking) of a communication op: the span of its gloo work or device
         kernels; blocking when its CPU op lasted until that work ended."""
@@ -300,84 +307,85 @@ class RankConversion:
         if sources.get("assumed world"):
             self.report.notes.append(f"{sources['assumed world']} communication op(s) did not say their process"
                                      " group and none could be inferred: assumed the world group")
-        rows = _Rows()
         host, counts = self.host, self.report.counts
-        tid = host.attr_columns["tid"]
-        chain: dict[int, int] = {}  # thread id -> id of the last node its next node must follow
-        writer: dict[int, int] = {}  # storage key -> id of the last node that wrote it
-        seq_node: dict[int, int] = {}  # record_param_comms sequence number -> comm node id
-        record_of = {r.index: r for r in self.records}
-        host_rows: list[int] = []
+        role = np.asarray(self.role, np.int8)
+        kept = (role == OP) | (role == META) | (role == ANCHOR)
+        rows = _Rows(self.order[kept[self.order]])
+        index = rows.host_index
+        row_of_host = np.full(len(host), -1, np.int64)
+        row_of_host[index] = np.arange(len(index))
+        types = np.full(len(index), COMP, np.int32)
+        advances = np.ones(len(index), bool)
+        start, duration = np.zeros(len(index), np.int64), np.zeros(len(index), np.int64)
+        if self.linked:
+            for i, event in self.linked.cpu.items():
+                row = row_of_host[i]
+                if row >= 0:
+                    start[row], duration[row] = int(event.ts), int(round(event.exclusive))
+        if self.pg_init_index is not None and row_of_host[self.pg_init_index] >= 0:
+            row = row_of_host[self.pg_init_index]
+            types[row] = METADATA
+            rows.inputs_override[row] = self._metadata_inputs(sim_names)
+            counts["metadata nodes"] += 1
         comm_roles = Counter()
-        reads, read_ends, writes, write_ends = host.reads, host.read_ends, host.writes, host.write_ends
-        for i in self.order.tolist():
-            role = self.role[i]
-            if role in (ROOT, ANNOTATION, WRAPPED, GLOO):
-                counts[{ROOT: "thread/process roots dropped", ANNOTATION: "process-group annotations dropped",
-                        WRAPPED: "nodes inside communication ops collapsed", GLOO: "nodes inside communication ops collapsed"}[role]] += 1
-                continue
-            nid = host.ids[i]
-            r0 = read_ends[i - 1] if i else 0
-            data = {writer[s] for s in reads[r0:read_ends[i]] if s in writer}
-            ctrl = chain.get(tid[i])
-            if role == META:
-                rows.add_host(i, host, METADATA, ctrl, data, 0, 0, is_cpu=True)
-                rows.inputs_override[len(rows.ids) - 1] = self._metadata_inputs(sim_names)
-                chain[tid[i]] = nid
-                counts["metadata nodes"] += 1
-            elif role == ANCHOR:
-                op, record = self.comm[i], record_of[i]
-                start, duration, measured_blocking = self._comm_time(i)
-                blocking = op.blocking if op.blocking is not None else bool(measured_blocking)
-                self._add_comm(rows, i, op, record, ctrl, data, start, duration, sim_names, groups)
-                if op.seq is not None:
-                    seq_node[op.seq] = nid
-                if blocking:
-                    chain[tid[i]] = nid
-                comm_roles[_comm_label(op.kind)] += 1
-            else:
-                start, duration = self._cpu_time(i)
-                if i in self.waits and self.waits[i] in seq_node:
-                    data.add(seq_node[self.waits[i]])
-                rows.add_host(i, host, COMP, ctrl, data, start, duration, is_cpu=True)
-                chain[tid[i]] = nid
-                counts["operators"] += 1
-            host_rows.append(i)
-            w0 = write_ends[i - 1] if i else 0
-            for s in writes[w0:write_ends[i]]:
-                writer[s] = nid
+        seq_row: dict[int, int] = {}  # record_param_comms sequence number -> row of its collective
+        for record in self.records:
+            i, row = record.index, row_of_host[record.index]
+            op = self.comm[i]
+            start[row], duration[row], measured_blocking = self._comm_time(i)
+            types[row] = self._add_comm(rows, row, i, op, record, sim_names, groups)
+            advances[row] = bool(op.blocking if op.blocking is not None else measured_blocking)
+            if op.seq is not None:
+                seq_row[op.seq] = row
+            comm_roles[_comm_label(op.kind)] += 1
+        rows.types, rows.start, rows.duration = types, start, duration
+        rows.ctrl = deps.program_order(np.frombuffer(host.attr_columns["tid"], np.int64)[index]
+                                       if len(index) else np.zeros(0, np.int64), advances)
+        read_rows, read_keys = deps.csr_rows(np.frombuffer(host.read_ends, np.int64), row_of_host,
+                                             np.frombuffer(host.reads, np.int64))
+        write_rows, write_keys = deps.csr_rows(np.frombuffer(host.write_ends, np.int64), row_of_host,
+                                               np.frombuffer(host.writes, np.int64))
+        readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
+        waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
+                 if seq in seq_row and row_of_host[i] > seq_row[seq]]
+        if waits:
+            readers = np.r_[readers, [w[0] for w in waits]]
+            writers = np.r_[writers, [w[1] for w in waits]]
+        rows.data = (readers, writers)
+        counts["operators"] = int(np.count_nonzero(types == COMP))
+        dropped = Counter(self.role)
+        for role_kind, label in ((ROOT, "thread/process roots dropped"),
+                                 (ANNOTATION, "process-group annotations dropped")):
+            if dropped[role_kind]:
+                counts[label] = dropped[role_kind]
+        if dropped[WRAPPED] + dropped[GLOO]:
+            counts["nodes inside communication ops collapsed"] = dropped[WRAPPED] + dropped[GLOO]
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
-        n_host_rows = len(rows.ids)
         self._add_kernels(rows, counts)
-        _keep_innermost_num_ops(rows, self.parent)
-        table = rows.table(host, host_rows, n_host_rows)
-        return table, self._metadata(sim_names)
+        _keep_innermost_num_ops(rows, self.parent, host)
+        return rows.table(host), self._metadata(sim_names)
 
-    def _add_comm(self, rows: "_Rows", i: int, op: comms.CommOp, record: CommRecord, ctrl, data, start, duration,
-                  sim_names: dict[str, str], groups: ProcessGroups) -> None:
+    def _add_comm(self, rows: "_Rows", row: int, i: int, op: comms.CommOp, record: CommRecord,
+                  sim_names: dict[str, str], groups: ProcessGroups) -> int:
+        """The communication attributes of row `row`; returns its node type."""
         members = groups.members(record.pg_name)
-        size = op.size
-        if op.kind == comms.SCATTER and members:
-            size = op.size * len(members)
+        size = op.size * len(members) if op.kind == comms.SCATTER and members else op.size
         node_type = SEND if op.kind == comms.SEND else RECV if op.kind == comms.RECV else COLL
-        rows.add_host(i, self.host, node_type, ctrl, data, start, duration, is_cpu=False)
-        row = len(rows.ids) - 1
-        rows.comm_size[row] = size
-        rows.pg_name[row] = sim_names.get(record.pg_name, record.pg_name)
-        rows.num_ops[row] = None
-        rows.tensor_size[row] = None
+        attrs = {"comm_size": size, "pg_name": sim_names.get(record.pg_name, record.pg_name)}
         if node_type == COLL:
-            rows.comm_type[row] = op.kind
-            return
-        peer = None
-        if op.peer is not None:
-            peer = members[op.peer] if members and 0 <= op.peer < len(members) else op.peer
-        if peer is None:
-            self.report.notes.append(f"node {record.node_id}: {self.host.names[i]} does not name its peer")
-            peer = -1
-        src, dst = (self.rank, peer) if node_type == SEND else (peer, self.rank)
-        rows.comm_src[row], rows.comm_dst[row], rows.comm_tag[row] = src, dst, op.tag
+            attrs["comm_type"] = op.kind
+        else:
+            peer = None
+            if op.peer is not None:
+                peer = members[op.peer] if members and 0 <= op.peer < len(members) else op.peer
+            if peer is None:
+                self.report.notes.append(f"node {record.node_id}: {self.host.names[i]} does not name its peer")
+                peer = -1
+            src, dst = (self.rank, peer) if node_type == SEND else (peer, self.rank)
+            attrs.update(comm_src=src, comm_dst=dst, comm_tag=op.tag)
+        rows.comm[row] = attrs
+        return node_type
 
     def _add_kernels(self, rows: "_Rows", counts: Counter) -> None:
         if not self.linked:
@@ -394,8 +402,7 @@ class RankConversion:
         next_id = (max(self.host.ids) + 1) if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:
-            ctrl = last_on_stream.get(d.stream)
-            rows.add_kernel(next_id, d, launcher_id, ctrl)
+            rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))
             last_on_stream[d.stream] = next_id
             next_id += 1
         if launched:
@@ -435,82 +442,91 @@ class RankConversion:
 
 
 class _Rows:
-    """Column lists of the output table."""
+    """The output rows: the kept host nodes (columns over host indices, in id order), then the
+    device kernels. Everything that comes from the host trace is gathered by index."""
 
-    def __init__(self):
-        self.ids, self.names, self.types = [], [], []
-        self.ctrl, self.data, self.start, self.duration = [], [], [], []
-        self.is_cpu, self.num_ops, self.tensor_size = [], [], []
-        self.comm_type, self.comm_size, self.comm_src, self.comm_dst, self.comm_tag, self.pg_name = [], [], [], [], [], []
-        self.host_index, self.stream, self.kernel_rows = [], [], []
+    def __init__(self, host_index: np.ndarray):
+        self.host_index = host_index
+        self.types = self.start = self.duration = self.ctrl = None  # numpy columns, set by emit
+        self.data: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # (row, row)
+        self.comm: dict[int, dict] = {}  # row -> comm_type/comm_size/comm_src/comm_dst/comm_tag/pg_name
         self.inputs_override: dict[int, tuple[str, str, str]] = {}
+        self.kernels: list[tuple] = []  # (id, DeviceEvent, launcher id, previous id on its stream)
+        self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
 
-    def _add(self, nid, name, node_type, ctrl, data, start, duration, is_cpu, stream=None, host_index=-1):
-        self.ids.append(nid)
-        self.names.append(name)
-        self.types.append(node_type)
-        self.ctrl.append([ctrl] if ctrl is not None else [])
-        data.discard(ctrl)
-        self.data.append(sorted(data) if len(data) > 1 else list(data))
-        self.start.append(start)
-        self.duration.append(duration)
-        self.is_cpu.append(is_cpu)
-        self.host_index.append(host_index)
-        self.stream.append(stream)
-        for column in (self.comm_type, self.comm_size, self.comm_src, self.comm_dst, self.comm_tag, self.pg_name):
-            column.append(None)
+    def table(self, host: HostTrace) -> pa.Table:
+        index, kernels = self.host_index, self.kernels
+        n_host, n_kernels = len(index), len(kernels)
+        types = self.types
+        host_ids = np.frombuffer(host.ids, np.int64)[index] if n_host else np.zeros(0, np.int64)
 
-    def add_host(self, i, host: HostTrace, node_type, ctrl, data, start, duration, is_cpu):
-        self._add(host.ids[i], host.names[i], node_type, ctrl, data, start, duration, is_cpu, host_index=i)
-        ops = host.num_ops[i]
-        self.num_ops.append(ops if ops >= 0 and node_type == COMP else None)
-        self.tensor_size.append(host.tensor_bytes[i] if node_type == COMP and ops >= 0 else None)
+        def gather(values) -> np.ndarray:
+            return np.frombuffer(values, np.int64)[index] if n_host else np.zeros(0, np.int64)
 
-    def add_kernel(self, nid, d, launcher_id, ctrl):
-        self._add(nid, d.name, COMP, ctrl, {launcher_id}, int(d.ts), max(0, int(round(d.dur))), False, stream=d.stream)
-        self.num_ops.append(None)
-        self.tensor_size.append(None)
+        def with_kernels(array: pa.Array, kernel_values=None) -> pa.Array:
+            tail = pa.array(kernel_values, array.type) if kernel_values is not None else pa.nulls(n_kernels, array.type)
+            return pa.concat_arrays([array, tail])
 
-    def table(self, host: HostTrace, host_rows: list[int], n_host_rows: int) -> pa.Table:
-        n = len(self.ids)
-        io = pa.concat_arrays(host.io_chunks) if host.io_chunks else None
-        if io is not None and host_rows:
-            taken = io.take(pa.array(host_rows, pa.int64()))
-            inputs = taken.field("inputs")
-            outputs = taken.field("outputs")
-        else:
-            inputs = outputs = pa.nulls(0, _IO)
-        for row, (values, shapes, types) in sorted(self.inputs_override.items()):  # a row or two: splice
-            replacement = pa.array([{"values": values, "shapes": shapes, "types": types}], _IO)
-            inputs = pa.concat_arrays([inputs.slice(0, row).cast(_IO), replacement, inputs.slice(row + 1).cast(_IO)])
-        pad = n - n_host_rows
-        if pad:
-            inputs = pa.concat_arrays([inputs.cast(_IO), pa.nulls(pad, _IO)])
-            outputs = pa.concat_arrays([outputs.cast(_IO), pa.nulls(pad, _IO)])
-        cols = host.attr_columns
-        host_attr = lambda values: [values[i] if i >= 0 else None for i in self.host_index]  # noqa: E731
+        def comm_column(key: str, arrow_type) -> pa.Array:
+            values = [None] * (n_host + n_kernels)
+            for row, attrs in self.comm.items():
+                values[row] = attrs.get(key)
+            return pa.array(values, arrow_type)
+
+        num_ops = gather(host.num_ops)
+        counted = (num_ops >= 0) & (types == COMP)
+        if self.no_num_ops:
+            counted &= ~np.isin(index, np.fromiter(self.no_num_ops, np.int64))
+        # ctrl_deps: at most one per host row; kernels follow their stream
+        has_ctrl = self.ctrl >= 0
+        ctrl_offsets = np.r_[0, np.cumsum(has_ctrl)]
+        ctrl_values = host_ids[self.ctrl[has_ctrl]]
+        kernel_ctrl = [[k[3]] if k[3] is not None else [] for k in kernels]
+        ctrl_deps = pa.concat_arrays([
+            pa.ListArray.from_arrays(pa.array(ctrl_offsets, pa.int32()), pa.array(ctrl_values, pa.uint64())),
+            pa.array(kernel_ctrl, pa.list_(pa.uint64()))])
+        # data_deps: tensor flow and waits, minus what ctrl_deps already says
+        readers, writers = self.data
+        keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
+        unique = np.unique(readers[keep] * (n_host + 1) + writers[keep])
+        readers, writers = unique // (n_host + 1), unique % (n_host + 1)
+        order = np.lexsort((host_ids[writers], readers))
+        readers, writers = readers[order], writers[order]
+        data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
+        data_deps = pa.concat_arrays([
+            pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(host_ids[writers], pa.uint64())),
+            pa.array([[k[2]] for k in kernels], pa.list_(pa.uint64()))])
+        io = pa.concat_arrays(host.io_chunks).take(pa.array(index)) if host.io_chunks and n_host else None
+        inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
+        outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
+        for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
+            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
+            inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
+        names = host.names
+        on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
         return pa.table({
-            "id": pa.array(self.ids, pa.uint64()),
-            "name": pa.array(self.names, pa.string()),
-            "type": pa.array(self.types, pa.int32()),
-            "ctrl_deps": pa.array(self.ctrl, pa.list_(pa.uint64())),
-            "data_deps": pa.array(self.data, pa.list_(pa.uint64())),
-            "start_time_micros": pa.array(self.start, pa.uint64()),
-            "duration_micros": pa.array(self.duration, pa.uint64()),
-            "inputs": inputs.cast(_IO),
-            "outputs": outputs.cast(_IO),
-            "is_cpu_op": pa.array(self.is_cpu, pa.bool_()),
-            "num_ops": pa.array(self.num_ops, pa.int64()),
-            "tensor_size": pa.array(self.tensor_size, pa.uint64()),
-            "comm_type": pa.array(self.comm_type, pa.int64()),
-            "comm_size": pa.array(self.comm_size, pa.int64()),
-            "comm_src": pa.array(self.comm_src, pa.int64()),
-            "comm_dst": pa.array(self.comm_dst, pa.int64()),
-            "comm_tag": pa.array(self.comm_tag, pa.int64()),
-            "pg_name": pa.array(self.pg_name, pa.string()),
-            **{k: pa.array(host_attr(cols[k]), pa.int64()) for k in ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid")},
-            "stream": pa.array(self.stream, pa.int64()),
-            "op_schema": pa.array(host_attr(host.op_schemas), pa.string()),
+            "id": with_kernels(pa.array(host_ids, pa.uint64()), [k[0] for k in kernels]),
+            "name": pa.array([names[i] for i in index.tolist()] + [k[1].name for k in kernels], pa.string()),
+            "type": with_kernels(pa.array(types, pa.int32()), [COMP] * n_kernels),
+            "ctrl_deps": ctrl_deps,
+            "data_deps": data_deps,
+            "start_time_micros": with_kernels(pa.array(self.start, pa.uint64()), [int(k[1].ts) for k in kernels]),
+            "duration_micros": with_kernels(pa.array(self.duration, pa.uint64()),
+                                            [max(0, int(round(k[1].dur))) for k in kernels]),
+            "inputs": with_kernels(inputs),
+            "outputs": with_kernels(outputs),
+            "is_cpu_op": with_kernels(pa.array(on_cpu, pa.bool_()), [False] * n_kernels),
+            "num_ops": with_kernels(pa.array(num_ops, pa.int64(), mask=~counted)),
+            "tensor_size": with_kernels(pa.array(gather(host.tensor_bytes), pa.uint64(), mask=~counted)),
+            "comm_type": comm_column("comm_type", pa.int64()),
+            "comm_size": comm_column("comm_size", pa.int64()),
+            "comm_src": comm_column("comm_src", pa.int64()),
+            "comm_dst": comm_column("comm_dst", pa.int64()),
+            "comm_tag": comm_column("comm_tag", pa.int64()),
+            "pg_name": comm_column("pg_name", pa.string()),
+            **{k: with_kernels(pa.array(gather(host.attr_columns[k]), pa.int64())) for k in ID_ATTRS},
+            "stream": pa.concat_arrays([pa.nulls(n_host, pa.int64()), pa.array([k[1].stream for k in kernels], pa.int64())]),
+            "op_schema": with_kernels(pa.array([host.op_schemas[i] for i in index.tolist()], pa.string())),
         })
 
 
@@ -552,18 +568,12 @@ def _cut_parent_cycles(parent: list[int]) -> list[int]:
     return cut
 
 
-def _keep_innermost_num_ops(rows: _Rows, parent: list[int]) -> None:
+def _keep_innermost_num_ops(rows: _Rows, parent: list[int], host: HostTrace) -> None:
     """aten::linear wraps aten::addmm: only the innermost op with an estimate keeps num_ops."""
-    counted = {rows.host_index[r] for r, ops in enumerate(rows.num_ops) if ops is not None}
-    covered = set()
+    counted = {i for i, ops in enumerate(host.num_ops) if ops >= 0}
     for i in counted:
         p, steps = parent[i], 0
         while p >= 0 and steps < MAX_ANCESTOR_WALK:
             if p in counted:
-                covered.add(p)
+                rows.no_num_ops.add(p)
             p, steps = parent[p], steps + 1
-    if covered:
-        for r, i in enumerate(rows.host_index):
-            if i in covered:
-                rows.num_ops[r] = None
-                rows.tensor_size[r] = None
