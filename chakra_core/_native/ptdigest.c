@@ -454,6 +454,9 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
     }
     char pin = (char)io.in_present, pout = (char)io.out_present;
     if (buf_put(&o->in_present, &pin, 1) < 0 || buf_put(&o->out_present, &pout, 1) < 0) { status = -2; goto done; }
+    /* names and schemas repeat on most nodes: keep one object per distinct text */
+    PyUnicode_InternInPlace(&name);
+    if (op_schema) PyUnicode_InternInPlace(&op_schema);
     if (PyList_Append(o->names, name) < 0 || PyList_Append(o->op_schemas, op_schema ? op_schema : o->empty) < 0) {
         status = -2;
         goto done;

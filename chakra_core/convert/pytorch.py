@@ -89,7 +89,6 @@ class RankConversion:
         n = len(host)
         ids = np.frombuffer(host.ids, dtype=np.int64) if n else np.zeros(0, np.int64)
         self.order = np.argsort(ids, kind="stable")
-        self.index_of_id = {nid: i for i, nid in enumerate(host.ids)}
         self.parent = self._parents(ids)
         self.role = [OP] * n
         self.anchor_of = [-1] * n
@@ -496,7 +495,8 @@ class _Rows:
         data_deps = pa.concat_arrays([
             pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(host_ids[writers], pa.uint64())),
             pa.array([[k[2]] for k in kernels], pa.list_(pa.uint64()))])
-        io = pa.concat_arrays(host.io_chunks).take(pa.array(index)) if host.io_chunks and n_host else None
+        # gathered chunk by chunk (no concatenated copy of all the text first)
+        io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and n_host else None
         inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
         outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
         for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice

@@ -187,8 +187,9 @@ class _HostReader:
         num_ops = np.full(len(names), NO_ESTIMATE, np.int64)
         starts, ends = np.frombuffer(d["node_starts"], np.int64), np.frombuffer(d["node_ends"], np.int64)
         view = memoryview(buf)
+        interesting = {name for name in set(names) if name in COST_OPS or is_kept_whole(name)}
         for k, name in enumerate(names):
-            if name in COST_OPS or is_kept_whole(name):
+            if name in interesting:
                 node = normalize_node(parse_json(view[starts[k]:ends[k]], trace.path,
                                                  self.doc.stream_offset(int(starts[k])), first_element + k),
                                       trace.layout)
