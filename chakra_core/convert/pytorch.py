@@ -466,11 +466,14 @@ class _Rows:
             tail = pa.array(kernel_values, array.type) if kernel_values is not None else pa.nulls(n_kernels, array.type)
             return pa.concat_arrays([array, tail])
 
+        comm_rows = np.fromiter(self.comm, np.int64, len(self.comm))
+        position = np.full(n_host + n_kernels, -1, np.int64)  # row -> its entry in self.comm, -1: none
+        position[comm_rows] = np.arange(len(comm_rows))
+        position = pa.array(position, mask=position < 0)
+
         def comm_column(key: str, arrow_type) -> pa.Array:
-            values = [None] * (n_host + n_kernels)
-            for row, attrs in self.comm.items():
-                values[row] = attrs.get(key)
-            return pa.array(values, arrow_type)
+            """A column null everywhere but on the (few) communication rows."""
+            return pa.array([attrs.get(key) for attrs in self.comm.values()], arrow_type).take(position)
 
         num_ops = gather(host.num_ops)
         counted = (num_ops >= 0) & (types == COMP)
