@@ -48,7 +48,7 @@ def tensor_flow(read_rows: np.ndarray, read_keys: np.ndarray, write_rows: np.nda
     """(reader row, writer row) pairs, unique: each read's latest earlier write of its storage."""
     if len(read_rows) == 0 or len(write_rows) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keys, codes = np.unique(np.r_[read_keys, write_keys], return_inverse=True)
+    codes = _dense_codes(np.r_[read_keys, write_keys])
     read_code, write_code = codes[: len(read_keys)], codes[len(read_keys):]
     span = int(max(read_rows.max(), write_rows.max())) + 1
     write_order = np.argsort(write_code * span + write_rows, kind="stable")
@@ -56,5 +56,20 @@ def tensor_flow(read_rows: np.ndarray, read_keys: np.ndarray, write_rows: np.nda
     found = np.searchsorted(sorted_write, read_code * span + read_rows, side="left") - 1
     ok = found >= 0
     ok[ok] = write_code[write_order[found[ok]]] == read_code[ok]
-    pairs = np.unique(read_rows[ok] * span + write_rows[write_order[found[ok]]])  # sorted by reader
+    pairs = sorted_unique(read_rows[ok] * span + write_rows[write_order[found[ok]]])  # sorted by reader
     return pairs // span, pairs % span
+
+
+def _dense_codes(keys: np.ndarray) -> np.ndarray:
+    """0..k-1 per distinct key (np.unique's inverse, by one sort: its hash path is slower here)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    codes = np.empty(len(keys), np.int64)
+    codes[order] = np.r_[0, np.cumsum(ordered[1:] != ordered[:-1])]
+    return codes
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique by one sort."""
+    values = np.sort(values)
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values

@@ -462,9 +462,10 @@ class _Rows:
         def gather(values) -> np.ndarray:
             return np.frombuffer(values, np.int64)[index] if n_host else np.zeros(0, np.int64)
 
-        def with_kernels(array: pa.Array, kernel_values=None) -> pa.Array:
+        def with_kernels(array: pa.Array, kernel_values=None) -> pa.ChunkedArray:
+            """Host rows then kernel rows, as two chunks (no copy of the host column)."""
             tail = pa.array(kernel_values, array.type) if kernel_values is not None else pa.nulls(n_kernels, array.type)
-            return pa.concat_arrays([array, tail])
+            return pa.chunked_array([array, tail], array.type)
 
         comm_rows = np.fromiter(self.comm, np.int64, len(self.comm))
         position = np.full(n_host + n_kernels, -1, np.int64)  # row -> its entry in self.comm, -1: none
@@ -484,20 +485,20 @@ class _Rows:
         ctrl_offsets = np.r_[0, np.cumsum(has_ctrl)]
         ctrl_values = host_ids[self.ctrl[has_ctrl]]
         kernel_ctrl = [[k[3]] if k[3] is not None else [] for k in kernels]
-        ctrl_deps = pa.concat_arrays([
+        ctrl_deps = with_kernels(
             pa.ListArray.from_arrays(pa.array(ctrl_offsets, pa.int32()), pa.array(ctrl_values, pa.uint64())),
-            pa.array(kernel_ctrl, pa.list_(pa.uint64()))])
+            kernel_ctrl)
         # data_deps: tensor flow and waits, minus what ctrl_deps already says
         readers, writers = self.data
         keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
-        unique = np.unique(readers[keep] * (n_host + 1) + writers[keep])
+        unique = deps.sorted_unique(readers[keep] * (n_host + 1) + writers[keep])
         readers, writers = unique // (n_host + 1), unique % (n_host + 1)
         order = np.lexsort((host_ids[writers], readers))
         readers, writers = readers[order], writers[order]
         data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
-        data_deps = pa.concat_arrays([
+        data_deps = with_kernels(
             pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(host_ids[writers], pa.uint64())),
-            pa.array([[k[2]] for k in kernels], pa.list_(pa.uint64()))])
+            [[k[2]] for k in kernels])
         # gathered chunk by chunk (no concatenated copy of all the text first)
         io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and n_host else None
         inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
@@ -505,11 +506,10 @@ class _Rows:
         for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
             replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
             inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
-        names = host.names
         on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
         return pa.table({
             "id": with_kernels(pa.array(host_ids, pa.uint64()), [k[0] for k in kernels]),
-            "name": pa.array([names[i] for i in index.tolist()] + [k[1].name for k in kernels], pa.string()),
+            "name": with_kernels(pa.array(host.names, pa.string()).take(pa.array(index)), [k[1].name for k in kernels]),
             "type": with_kernels(pa.array(types, pa.int32()), [COMP] * n_kernels),
             "ctrl_deps": ctrl_deps,
             "data_deps": data_deps,
@@ -528,8 +528,8 @@ class _Rows:
             "comm_tag": comm_column("comm_tag", pa.int64()),
             "pg_name": comm_column("pg_name", pa.string()),
             **{k: with_kernels(pa.array(gather(host.attr_columns[k]), pa.int64())) for k in ID_ATTRS},
-            "stream": pa.concat_arrays([pa.nulls(n_host, pa.int64()), pa.array([k[1].stream for k in kernels], pa.int64())]),
-            "op_schema": with_kernels(pa.array([host.op_schemas[i] for i in index.tolist()], pa.string())),
+            "stream": with_kernels(pa.nulls(n_host, pa.int64()), [k[1].stream for k in kernels]),
+            "op_schema": with_kernels(pa.array(host.op_schemas, pa.string()).take(pa.array(index))),
         })
 
 

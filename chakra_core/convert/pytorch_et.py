@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from chakra_core._native import _jsonscan, _ptdigest
@@ -154,6 +155,7 @@ class _HostReader:
         self.url = url
         self.doc: StreamedDocument | None = None
         self.trace: HostTrace | None = None
+        self.costs: dict[tuple, int] = {}  # (op, input shapes text, output shapes text) -> num_ops
 
     def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
         if self.trace is None:
@@ -179,26 +181,40 @@ class _HostReader:
         trace.names.extend(names)
         trace.op_schemas.extend(d["op_schemas"])
         trace.tensor_bytes.frombytes(d["tensor_bytes"])
-        for column, ends, values in ((trace.read_ends, d["read_ends"], d["reads"]),
-                                     (trace.write_ends, d["write_ends"], d["writes"])):
-            target = trace.reads if column is trace.read_ends else trace.writes
-            column.frombytes((np.frombuffer(ends, np.int64) + len(target)).tobytes())
+        for column, batch_ends, values, target in ((trace.read_ends, d["read_ends"], d["reads"], trace.reads),
+                                                   (trace.write_ends, d["write_ends"], d["writes"], trace.writes)):
+            column.frombytes((np.frombuffer(batch_ends, np.int64) + len(target)).tobytes())  # batch -> trace offsets
             target.frombytes(values)
         num_ops = np.full(len(names), NO_ESTIMATE, np.int64)
         starts, ends = np.frombuffer(d["node_starts"], np.int64), np.frombuffer(d["node_ends"], np.int64)
         view = memoryview(buf)
-        interesting = {name for name in set(names) if name in COST_OPS or is_kept_whole(name)}
-        for k, name in enumerate(names):
-            if name in interesting:
-                node = normalize_node(parse_json(view[starts[k]:ends[k]], trace.path,
-                                                 self.doc.stream_offset(int(starts[k])), first_element + k),
-                                      trace.layout)
-                if is_kept_whole(name):
-                    trace.whole[base + k] = node
-                else:
-                    num_ops[k] = compute_cost(name, node["inputs"], node["outputs"])
+        distinct = set(names)
+        whole_names = {name for name in distinct if is_kept_whole(name)}
+        if whole_names:  # communication and metadata nodes: few, kept whole
+            for k, name in enumerate(names):
+                if name in whole_names:
+                    trace.whole[base + k] = normalize_node(
+                        parse_json(view[starts[k]:ends[k]], trace.path, self.doc.stream_offset(int(starts[k])),
+                                   first_element + k), trace.layout)
+        costed = distinct & COST_OPS
+        if costed:
+            in_offsets, in_shapes = d["io"][1]
+            out_offsets, out_shapes = d["io"][4]
+            in_at, out_at = np.frombuffer(in_offsets, np.int32), np.frombuffer(out_offsets, np.int32)
+            for k, name in enumerate(names):
+                if name in costed:  # iterations repeat shapes: each (op, shapes) is costed once
+                    key = (name, in_shapes[in_at[k]:in_at[k + 1]], out_shapes[out_at[k]:out_at[k + 1]])
+                    ops = self.costs.get(key)
+                    if ops is None:
+                        ops = self.costs[key] = compute_cost(name, {"shapes": _json_or_empty(key[1])},
+                                                             {"shapes": _json_or_empty(key[2])})
+                    num_ops[k] = ops
         trace.num_ops.frombytes(num_ops.tobytes())
         trace.io_chunks.append(_io_array(len(names), d["io"], d["inputs_present"], d["outputs_present"]))
+
+
+def _json_or_empty(text: bytes) -> list:
+    return orjson.loads(text) if text else []
 
 
 def _check_unique_ids(trace: HostTrace) -> None:
