@@ -518,7 +518,7 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
         ws(&c);
         if (c.pos < c.n && c.s[c.pos] == ',') { c.pos++; continue; }
         if (c.pos < c.n && c.s[c.pos] == ']') break;
-        PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: expected ',' or ']' after it", index, c.pos);
+        PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: expected ',' or ']' after it", index - 1, c.pos);
         goto fail;
     }
     PyObject *io = PyTuple_New(N_IO);
