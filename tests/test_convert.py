@@ -279,3 +279,18 @@ def test_converted_gloo_runs_simulate_to_completion(tmp_path, run):
     sim, _ = simulate_files(str(tmp_path / "out" / "job"), str(configs / "Ring_4npus.yml"),
                             str(configs / "Ring_4chunks.json"), result.comm_group_file)
     assert len(sim.npus) == 4 and all(npu.finish_ns > 0 for npu in sim.npus)
+
+
+@pytest.mark.parametrize("src", [RESNET, ALLGATHER, LINEAR], ids=lambda p: p.name.split(".")[0])
+def test_converted_shared_traces_simulate_to_completion(tmp_path, src):
+    """Each is one rank of its job: replayed on 4 NPUs with the simulator's what-if replication."""
+    from chakra_core.sim.workload import simulate_files
+
+    configs = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-reference" / "configs"
+    if src == LINEAR:
+        assert main(["link", str(LINEAR), str(LINEAR_KINETO), "-o", str(tmp_path / "out" / "t.0.et")]) == 0
+    else:
+        convert_job(str(src), str(tmp_path / "out"), "t")
+    sim, _ = simulate_files(str(tmp_path / "out" / "t"), str(configs / "Ring_4npus.yml"),
+                            str(configs / "Ring_4chunks.json"), traced_npus=1)
+    assert all(npu.finish_ns > 0 for npu in sim.npus)
