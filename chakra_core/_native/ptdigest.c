@@ -183,6 +183,34 @@ static int put_compact(buf_t *out, const unsigned char *s, Py_ssize_t a, Py_ssiz
     return 0;
 }
 
+/* Object members: `"key": ` up to the value, and what follows a value. */
+static int member_key(cur_t *c, Py_ssize_t *ka, Py_ssize_t *kb) {
+    int esc;
+    ws(c);
+    if (string_span(c, ka, kb, &esc) < 0) return -1;
+    ws(c);
+    if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+    c->pos++;
+    ws(c);
+    return 0;
+}
+
+/* After a member's value: 1 if another member follows (','), 0 at the closing '}', -1 otherwise. */
+static int member_next(cur_t *c) {
+    ws(c);
+    if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; return 1; }
+    if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+    return -1;
+}
+
+/* At an object's '{': 1 if it has members, 0 if it is empty ('{}' consumed). */
+static int object_open(cur_t *c) {
+    c->pos++;
+    ws(c);
+    if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- tensors in a values list */
 typedef struct {
     buf_t keys;  /* int64 storage keys */
@@ -258,28 +286,18 @@ static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o
     for (;;) {
         ws(c);
         if (c->pos >= c->n || c->s[c->pos] != '{') return -1;
-        c->pos++;
         Py_ssize_t na = -1, nb = -1, va = -1;
-        for (;;) {
-            ws(c);
-            if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+        for (int more = object_open(c); more; ) {
             Py_ssize_t ka, kb;
             int esc;
-            if (string_span(c, &ka, &kb, &esc) < 0) return -1;
-            ws(c);
-            if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
-            c->pos++;
-            ws(c);
+            if (member_key(c, &ka, &kb) < 0) return -1;
             if (key_is(c->s, ka, kb, "name")) {
                 if (string_span(c, &na, &nb, &esc) < 0) return -1;
             } else {
                 if (key_is(c->s, ka, kb, "value")) va = c->pos;
                 if (skip(c) < 0) return -1;
             }
-            ws(c);
-            if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
-            if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
-            return -1;
+            if ((more = member_next(c)) < 0) return -1;
         }
         if (na >= 0 && va >= 0) {
             cur_t vc = {c->s, c->n, va};
@@ -313,27 +331,17 @@ static int digest_io_object(cur_t *c, io_t *io, int base) {
     /* {"values": [...], "shapes": [...], "types": [...], "strides": [...]} */
     ws(c);
     if (c->pos >= c->n || c->s[c->pos] != '{') return skip(c);
-    c->pos++;
-    for (;;) {
-        ws(c);
-        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+    for (int more = object_open(c); more; ) {
         Py_ssize_t ka, kb;
-        int esc;
-        if (string_span(c, &ka, &kb, &esc) < 0) return -1;
-        ws(c);
-        if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
-        c->pos++;
-        ws(c);
+        if (member_key(c, &ka, &kb) < 0) return -1;
         int slot = key_is(c->s, ka, kb, "values") ? 0 : key_is(c->s, ka, kb, "shapes") ? 1
                  : key_is(c->s, ka, kb, "types") ? 2 : -1;
         Py_ssize_t a = c->pos;
         if (skip(c) < 0) return -1;
         if (slot >= 0) { io->span[base + slot][0] = a; io->span[base + slot][1] = c->pos; }
-        ws(c);
-        if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
-        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
-        return -1;
+        if ((more = member_next(c)) < 0) return -1;
     }
+    return 0;
 }
 
 static int name_starts(PyObject *name, const char *prefix) {
@@ -354,7 +362,7 @@ static int append_keys(buf_t *dst, buf_t *keys) { return buf_put(dst, keys->data
 static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *tout) {
     Py_ssize_t start = c->pos;
     if (c->pos >= c->n || c->s[c->pos] != '{') return -1;
-    c->pos++;
+    int more = object_open(c);
     int64_t id = 0, parent = -1, attrs[N_ID_ATTRS] = {0, 0, 0, 0, 0, 0};
     int have_id = 0;
     PyObject *name = NULL, *op_schema = NULL;
@@ -362,16 +370,10 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
     for (int k = 0; k < N_IO; k++) io.span[k][0] = io.span[k][1] = -1;
     io.in_present = io.out_present = 0;
     int status = -1;
-    for (;;) {
-        ws(c);
-        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
+    while (more) {
         Py_ssize_t ka, kb;
         int esc;
-        if (string_span(c, &ka, &kb, &esc) < 0) goto done;
-        ws(c);
-        if (c->pos >= c->n || c->s[c->pos] != ':') goto done;
-        c->pos++;
-        ws(c);
+        if (member_key(c, &ka, &kb) < 0) goto done;
         const unsigned char *s = c->s;
         unsigned char ch = c->pos < c->n ? s[c->pos] : 0;
         int is_number = ch == '-' || (ch >= '0' && ch <= '9');
@@ -425,10 +427,7 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
                 }
             }
         }
-        ws(c);
-        if (c->pos < c->n && c->s[c->pos] == ',') { c->pos++; continue; }
-        if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; break; }
-        goto done;
+        if ((more = member_next(c)) < 0) goto done;
     }
     if (!have_id || !name) { status = -3; goto done; }
     tin->keys.len = tout->keys.len = 0;
