@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine: a .venv at the repository root with the project
-# (and its C codec) installed editable, with the dev and torch extras. Re-runs are quick: the install
+# (and its C codec) installed editable, with the dev, torch and fleet extras. Re-runs are quick: the install
 # is redone only when the packaging files or the C source change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,6 @@ want=$(cat pyproject.toml setup.py chakra_core/_native/*.c chakra_core/_native/*
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; then
     echo "setup: installing the project into .venv (first run takes a minute)" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel 2> >(grep -v "^WARNING: Location" >&2)
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[dev,torch]" 2> >(grep -v "^WARNING: Location" >&2)
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[dev,torch,fleet]" 2> >(grep -v "^WARNING: Location" >&2)
     echo "$want" > "$stamp"
 fi

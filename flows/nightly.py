@@ -1,0 +1,108 @@
+"""The nightly flow: a day's drop of traces becomes Parquet tables.
+
+    python -m flows.nightly --date YYYY-MM-DD --source URL --warehouse URL [--sweep FILE] [--num-cpus N]
+
+Defaults: today (UTC), a local object-store folder under the project (out/object-store/drops),
+the warehouse out/warehouse, the default sweep (pipeline/sweeps/default.yaml), local Ray with
+every CPU, Prefect's ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray
+cluster when RAY_ADDRESS is). Steps: list the day -> per job on Ray: hash, convert, split per
+NPU, statistics -> per job x system on Ray: simulate -> write each table for the day
+atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+from pipeline import tables  # noqa: E402
+from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
+from pipeline.sweep import load_sweep  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = (PROJECT / "out" / "object-store" / "drops").as_uri()
+DEFAULT_WAREHOUSE = (PROJECT / "out" / "warehouse").as_uri()
+STORAGE_RETRIES = 3
+
+
+@task(name="process day on Ray", cache_policy=NO_CACHE)  # inputs: a callback; outputs: tables
+def process_day(date: str, source: str, warehouse: str, sweep: str | None, progress=None) -> DayResult:
+    return run_day(date, source, warehouse, load_sweep(sweep), progress)
+
+
+@task(name="write table", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
+def write_table(warehouse: str, table: str, date: str, data) -> str:
+    return tables.write_day(warehouse, table, date, data)
+
+
+@flow(name="nightly")
+def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: str = DEFAULT_WAREHOUSE,
+            sweep: str | None = None, num_cpus: int | None = None, progress=None) -> dict:
+    """Process one day's drop; returns the summary (also logged)."""
+    date = date or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    start_ray(num_cpus)
+    day = process_day(date, source, warehouse, sweep, progress)
+    paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
+    summary = {
+        "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
+        "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,
+        "rejects": day.tables["rejects"].num_rows, "simulations": day.tables["sim_results"].num_rows,
+        "best_system": {job: {"system": s, "finish_ns": ns} for job, (s, ns) in sorted(day.best_systems().items())},
+        "tables": paths,
+    }
+    get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
+                          summary["rejects"])
+    return summary
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]nightly {summary['date']}[/bold] (run {summary['run_id']}): {summary['jobs']} jobs, "
+                  f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
+                  f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
+                  f"{summary['simulations']} simulations")
+    best = Table("job", "best system", "finish (ms)", box=None, pad_edge=False)
+    for job, row in summary["best_system"].items():
+        best.add_row(job, row["system"], f"{row['finish_ns'] / 1e6:,.3f}")
+    console.print(best)
+    console.print("tables:")
+    for name, path in summary["tables"].items():
+        console.print(f"  {name:12} {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
+    parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: today, UTC)")
+    parser.add_argument("--source", default=DEFAULT_SOURCE, help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
+    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="traces and tables (any fsspec URL)")
+    parser.add_argument("--sweep", help="sweep file (default: pipeline/sweeps/default.yaml)")
+    parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    args = parser.parse_args(argv)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress)
+    _print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""A day of work on Ray: every job converted and summarised, every converted job simulated on
+every system of the sweep. Tasks read and write object storage themselves and return rows
+(small), so traces never pass through the driver.
+
+Ray: `start_ray()` connects to the cluster named by RAY_ADDRESS, or starts a local one with
+`num_cpus` CPUs. Tasks are retried by Ray when their worker process dies (max_retries); bad
+input is not an exception of the task but reject rows, so it is never retried.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from pipeline.ingest import JobInput, list_day, sha256
+from pipeline.jobs import JobOutcome, process_job
+from pipeline.sweep import SystemSpec, simulate_row
+from pipeline.tables import SCHEMAS, empty, from_rows
+
+WORKER_RETRIES = 3
+FAULT_KILL_ONCE = "CHAKRA_FAULT_KILL_WORKER_ONCE"  # test hook: a marker file path (see tests)
+
+
+def start_ray(num_cpus: int | None = None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+@dataclass
+class DayResult:
+    date: str
+    run_id: str
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    jobs: int = 0
+    jobs_converted: int = 0
+    ranks: int = 0
+    nodes: int = 0
+
+    def best_systems(self) -> dict[str, tuple[str, int]]:
+        """job -> (system, finish_ns) with the earliest finish."""
+        best: dict[str, tuple[str, int]] = {}
+        for row in self.tables["sim_results"].to_pylist():
+            if row["status"] == "ok" and (row["job_id"] not in best or row["finish_ns"] < best[row["job_id"]][1]):
+                best[row["job_id"]] = (row["system"], row["finish_ns"])
+        return best
+
+
+def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOutcome:
+    marker = os.environ.get(FAULT_KILL_ONCE)
+    if marker and not os.path.exists(marker):  # fault injection for the retry test: die once
+        open(marker, "w").close()
+        os._exit(1)
+    return process_job(job, date, warehouse, run_id)
+
+
+def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
+            progress: Callable[[str, int, int], None] | None = None) -> DayResult:
+    """Everything for one day, as tables (not yet written)."""
+    import ray
+
+    run_id = uuid.uuid4().hex[:12]
+    jobs, loose = list_day(source, date)
+    result = DayResult(date, run_id, jobs=len(jobs))
+    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": sha256(f.url), "stage": "ingest",
+                "reason": "not inside a job folder", "run_id": run_id} for f in loose]
+    process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
+    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
+    pending = {process.remote(job, date, warehouse, run_id): job for job in jobs}
+    sims: list = []
+    ingest, traces, collectives = [], [], []
+    total_steps, done_steps = len(jobs), 0
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        job = pending.pop(ready[0])
+        outcome: JobOutcome = ray.get(ready[0])
+        done_steps += 1
+        ingest += outcome.ingest
+        rejects += outcome.rejects
+        traces += outcome.traces
+        if outcome.collectives is not None:
+            collectives.append(outcome.collectives)
+        if outcome.prefix:
+            result.jobs_converted += 1
+            result.ranks += outcome.ranks
+            result.nodes += sum(t["nodes"] for t in outcome.traces)
+            sims += [simulate.remote(job.job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, spec)
+                     for spec in systems]
+            total_steps += len(systems)
+        if progress:
+            progress("jobs and simulations", done_steps, total_steps)
+    sim_rows = []
+    while sims:
+        ready, sims = ray.wait(sims, num_returns=1)
+        sim_rows.append(ray.get(ready[0]))
+        done_steps += 1
+        if progress:
+            progress("jobs and simulations", done_steps, total_steps)
+    result.tables = {
+        "ingest_log": from_rows("ingest_log", _mark_duplicates(ingest)),
+        "rejects": from_rows("rejects", rejects),
+        "traces": from_rows("traces", traces),
+        "collectives": pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else empty("collectives"),
+        "sim_results": from_rows("sim_results", sorted(sim_rows, key=lambda r: (r["job_id"], r["system"]))),
+    }
+    return result
+
+
+def _mark_duplicates(rows: list[dict]) -> list[dict]:
+    """A file whose content appeared earlier in the day (another job's identical copy) is
+    still processed with its job, and says which file it duplicates."""
+    first: dict[str, str] = {}
+    rows = sorted(rows, key=lambda r: (r["job_id"], r["file"]))
+    for row in rows:
+        if row["sha256"] in first:
+            row["duplicate_of"] = first[row["sha256"]]
+        else:
+            first[row["sha256"]] = row["file"]
+    return rows
+

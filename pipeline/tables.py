@@ -1,0 +1,81 @@
+"""The warehouse's Parquet tables: their schemas and an atomic per-day write.
+
+Each table and day is ONE Parquet object, `tables/<table>/date=<d>/part-0.parquet`: written
+under a temporary name beside it, then moved over the old one. On a local disk the move is a
+rename; on S3 it is a copy onto the key, and a key is replaced whole. Either way a reader sees
+the previous day's version or the new one, never half of it, and a re-run replaces the day
+instead of adding rows. Every table is written for every day, empty ones included, so that a
+re-run with fewer rejects clears the old ones. Columns are documented in the README.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.layout import filesystem, join, table_dir
+
+PART = "part-0.parquet"
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "ingest_log": pa.schema([
+        ("job_id", pa.string()), ("file", pa.string()), ("kind", pa.string()), ("bytes", pa.int64()),
+        ("sha256", pa.string()), ("status", pa.string()), ("duplicate_of", pa.string()), ("run_id", pa.string()),
+    ]),
+    "rejects": pa.schema([
+        ("job_id", pa.string()), ("file", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()),
+        ("stage", pa.string()), ("reason", pa.string()), ("run_id", pa.string()),
+    ]),
+    "traces": pa.schema([
+        ("job_id", pa.string()), ("rank", pa.int32()), ("path", pa.string()), ("source_format", pa.string()),
+        ("nodes", pa.int64()), ("comp_nodes", pa.int64()), ("collective_nodes", pa.int64()),
+        ("p2p_nodes", pa.int64()), ("dependencies", pa.int64()), ("compute_micros", pa.int64()),
+        ("npu_compute_micros", pa.int64()), ("num_ops", pa.int64()), ("collective_bytes", pa.int64()),
+        ("p2p_bytes", pa.int64()),
+    ]),
+    "collectives": pa.schema([
+        ("job_id", pa.string()), ("rank", pa.int32()), ("node_id", pa.uint64()), ("name", pa.string()),
+        ("kind", pa.string()), ("comm_size", pa.int64()), ("pg_name", pa.string()), ("comm_src", pa.int64()),
+        ("comm_dst", pa.int64()), ("comm_tag", pa.int64()), ("duration_micros", pa.uint64()),
+    ]),
+    "sim_results": pa.schema([
+        ("job_id", pa.string()), ("system", pa.string()), ("topology", pa.string()), ("npus", pa.int32()),
+        ("traced_npus", pa.int32()), ("status", pa.string()), ("error", pa.string()), ("finish_ns", pa.int64()),
+        ("max_compute_ns", pa.int64()), ("max_exposed_comm_ns", pa.int64()), ("comm_ns", pa.int64()),
+        ("what_if", pa.string()),
+    ]),
+}
+
+
+def empty(table: str) -> pa.Table:
+    return SCHEMAS[table].empty_table()
+
+
+def from_rows(table: str, rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SCHEMAS[table])
+
+
+def write_day(warehouse: str, table: str, date: str, data: pa.Table) -> str:
+    """Replace `table` for `date` atomically; returns the object's URL."""
+    data = data.cast(SCHEMAS[table])
+    directory = table_dir(warehouse, table, date)
+    fs, path = filesystem(directory)
+    fs.makedirs(path, exist_ok=True)
+    final = join(path, PART)
+    temporary = join(path, f".{PART}.{uuid.uuid4().hex}.tmp")  # not *.parquet: globs skip it
+    try:
+        with fs.open(temporary, "wb") as f:
+            pq.write_table(data, f, compression="zstd")
+        fs.mv(temporary, final)
+    finally:
+        if fs.exists(temporary):
+            fs.rm(temporary)
+    return join(directory, PART)
+
+
+def read_day(warehouse: str, table: str, date: str) -> pa.Table:
+    fs, path = filesystem(join(table_dir(warehouse, table, date), PART))
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f)

@@ -1,0 +1,142 @@
+"""The fleet pipeline with its real parts: Ray local (2 CPUs), Prefect's ephemeral API, local files.
+
+(S3 is in test_pipeline_s3.py.) A small day's drop: two recorded gloo jobs, a truncated trace,
+an unknown file and a file outside any job folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("prefect")
+
+from pipeline import tables  # noqa: E402
+from pipeline.run import FAULT_KILL_ONCE, run_day, start_ray  # noqa: E402
+from pipeline.sweep import load_sweep  # noqa: E402
+
+GLOO = Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo"
+DATE = "2026-11-20"
+pytestmark = pytest.mark.slow
+
+
+def make_small_drop(root: Path, date: str = DATE) -> set[str]:
+    """The drop's files, relative to the day folder."""
+    day = root / date
+    for job, run in (("mlp", "mlp_ddp-w2"), ("coll", "collectives-w2")):
+        (day / job).mkdir(parents=True)
+        for f in (GLOO / run).glob("rank*.json.gz"):
+            shutil.copy(f, day / job / f.name)
+        shutil.copy(GLOO / run / "job.json", day / job / "job.json")
+    (day / "broken").mkdir()
+    data = (GLOO / "mlp_ddp-w2" / "rank0.et.json.gz").read_bytes()
+    (day / "broken" / "rank0.et.json.gz").write_bytes(data[: len(data) // 2])
+    (day / "mlp" / "notes.txt").write_text("not a trace")
+    (day / "stray.bin").write_bytes(b"\x00" * 10)
+    return {str(p.relative_to(day)) for p in day.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.shutdown()
+    start_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _count(warehouse: Path, table: str) -> int:
+    return duckdb.sql(f"SELECT count(*) FROM read_parquet('{warehouse}/tables/{table}/*/*.parquet',"
+                      " hive_partitioning=true)").fetchall()[0][0]
+
+
+def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
+    from flows.nightly import nightly
+
+    files = make_small_drop(tmp_path / "source")
+    warehouse = tmp_path / "warehouse"
+    summary = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
+    assert summary["jobs"] == 3 and summary["jobs_converted"] == 2 and summary["ranks"] == 4
+    # every input file in exactly one of ingest_log and rejects
+    ingest = tables.read_day(warehouse.as_uri(), "ingest_log", DATE).to_pylist()
+    rejects = tables.read_day(warehouse.as_uri(), "rejects", DATE).to_pylist()
+    logged = [r["file"] for r in ingest] + [r["file"] for r in rejects]
+    assert sorted(logged) == sorted(files)
+    reasons = {r["file"]: r["reason"] for r in rejects}
+    assert "ends early" in reasons["broken/rank0.et.json.gz"] or "cannot read" in reasons["broken/rank0.et.json.gz"]
+    assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
+    counts = {t: _count(warehouse, t) for t in tables.SCHEMAS}
+    assert counts["traces"] == 4 and counts["sim_results"] == 2 * len(load_sweep())
+    assert counts["collectives"] > 50
+    # every converted job is simulated at least once (on a ring of its own size)
+    sims = tables.read_day(warehouse.as_uri(), "sim_results", DATE).to_pylist()
+    assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll"}
+    assert set(summary["best_system"]) == {"mlp", "coll"}
+
+    again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
+    assert again["run_id"] != summary["run_id"]
+    assert {t: _count(warehouse, t) for t in tables.SCHEMAS} == counts  # replaced, not appended
+    files_on_disk = sorted(p.name for p in (warehouse / "tables" / "traces").rglob("*") if p.is_file())
+    assert files_on_disk == ["part-0.parquet"]
+
+
+def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):
+    make_small_drop(tmp_path / "source")
+    marker = tmp_path / "killed-once"
+    ray.shutdown()
+    os.environ[FAULT_KILL_ONCE] = str(marker)  # the first job task kills its worker process
+    try:
+        start_ray(num_cpus=2)
+        day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), load_sweep()[:1])
+    finally:
+        del os.environ[FAULT_KILL_ONCE]
+        ray.shutdown()
+        start_ray(num_cpus=2)
+    assert marker.exists()  # a worker did die
+    assert day.jobs_converted == 2 and day.tables["traces"].num_rows == 4
+    assert day.tables["sim_results"].num_rows == 2
+
+
+def test_a_transient_storage_error_is_retried(tmp_path, ray_local, monkeypatch):
+    from flows import nightly as nightly_module
+
+    make_small_drop(tmp_path / "source")
+    real_write, failures = tables.write_day, []
+
+    def flaky_write(warehouse, table, date, data):
+        if table == "traces" and not failures:
+            failures.append(table)
+            raise ConnectionResetError("connection reset by peer (injected)")
+        return real_write(warehouse, table, date, data)
+
+    monkeypatch.setattr(nightly_module.tables, "write_day", flaky_write)
+    monkeypatch.setattr(nightly_module.write_table, "retry_delay_seconds", [0])
+    summary = nightly_module.nightly(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri())
+    assert failures == ["traces"]
+    assert tables.read_day((tmp_path / "wh").as_uri(), "traces", DATE).num_rows == summary["ranks"] == 4
+
+
+def test_an_interrupted_write_leaves_the_previous_day_intact(tmp_path, monkeypatch):
+    warehouse = (tmp_path / "wh").as_uri()
+    first = tables.from_rows("rejects", [{"job_id": "a", "file": "a/x", "bytes": 1, "sha256": "0", "stage": "ingest",
+                                          "reason": "r", "run_id": "1"}])
+    tables.write_day(warehouse, "rejects", DATE, first)
+    import fsspec.implementations.local as local
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt("killed while replacing the table")
+
+    monkeypatch.setattr(local.LocalFileSystem, "mv", interrupted)
+    second = tables.from_rows("rejects", [])
+    with pytest.raises(KeyboardInterrupt):
+        tables.write_day(warehouse, "rejects", DATE, second)
+    monkeypatch.undo()
+    assert tables.read_day(warehouse, "rejects", DATE).to_pylist() == first.to_pylist()
+    day_dir = tmp_path / "wh" / "tables" / "rejects" / f"date={DATE}"
+    assert [p.name for p in day_dir.iterdir()] == ["part-0.parquet"]  # the temporary was removed
+    assert pq.read_table(day_dir / "part-0.parquet").num_rows == 1

@@ -1,0 +1,44 @@
+"""The nightly flow with source and warehouse both in S3 buckets (moto's server on 127.0.0.1),
+Ray local (2 CPUs, its workers configured for the endpoint by the environment), Prefect
+ephemeral; then DuckDB reads the tables through s3fs."""
+
+from __future__ import annotations
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("prefect")
+
+from pipeline import tables  # noqa: E402
+from pipeline.run import start_ray  # noqa: E402
+from test_pipeline import DATE, make_small_drop  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_nightly_on_s3_buckets(tmp_path, s3):
+    import duckdb
+
+    from flows.nightly import nightly
+
+    for bucket in ("chakra-drops", "chakra-warehouse"):
+        s3.mkdir(bucket)
+    files = make_small_drop(tmp_path / "source")
+    s3.put(str(tmp_path / "source") + "/", "s3://chakra-drops/fleet/", recursive=True)
+    ray.shutdown()  # workers inherit the environment that points s3:// at the test endpoint
+    start_ray(num_cpus=2)
+    try:
+        summary = nightly(DATE, "s3://chakra-drops/fleet", "s3://chakra-warehouse/wh")
+    finally:
+        ray.shutdown()
+    assert summary["jobs_converted"] == 2 and summary["rejects"] == 3
+    assert summary["tables"]["traces"] == f"s3://chakra-warehouse/wh/tables/traces/date={DATE}/part-0.parquet"
+    ingest = tables.read_day("s3://chakra-warehouse/wh", "ingest_log", DATE)
+    rejects = tables.read_day("s3://chakra-warehouse/wh", "rejects", DATE)
+    assert ingest.num_rows + rejects.num_rows == len(files)
+    assert s3.ls(f"chakra-warehouse/wh/traces/date={DATE}/job=mlp")  # the converted rank traces
+    con = duckdb.connect()
+    con.register_filesystem(s3)
+    rows = con.execute("SELECT job_id, count(*) FROM read_parquet('s3://chakra-warehouse/wh/tables/traces/*/*.parquet',"
+                       " hive_partitioning=true) GROUP BY job_id ORDER BY job_id").fetchall()
+    assert rows == [("coll", 2), ("mlp", 2)]
