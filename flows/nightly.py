@@ -2,7 +2,7 @@
 
     python -m flows.nightly --date YYYY-MM-DD --source URL --warehouse URL [--sweep FILE] [--num-cpus N]
 
-Defaults: today (UTC), a local object-store folder under the project (out/object-store/drops),
+Defaults: yesterday (UTC: the nightly run processes the day that just ended), a local object-store folder under the project (out/object-store/drops),
 the warehouse out/warehouse, the default sweep (pipeline/sweeps/default.yaml), local Ray with
 every CPU, Prefect's ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray
 cluster when RAY_ADDRESS is). Steps: list the day -> per job on Ray: hash, convert, split per
@@ -47,7 +47,7 @@ def write_table(warehouse: str, table: str, date: str, data) -> str:
 def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: str = DEFAULT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None) -> dict:
     """Process one day's drop; returns the summary (also logged)."""
-    date = date or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     start_ray(num_cpus)
     day = process_day(date, source, warehouse, sweep, progress)
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
@@ -83,7 +83,7 @@ def _print_summary(summary: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
-    parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: today, UTC)")
+    parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: yesterday, UTC)")
     parser.add_argument("--source", default=DEFAULT_SOURCE, help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
     parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="traces and tables (any fsspec URL)")
     parser.add_argument("--sweep", help="sweep file (default: pipeline/sweeps/default.yaml)")

@@ -21,9 +21,12 @@ NATIVE_RING = "native-ring"  # a sweep entry's network: a Ring with exactly the 
 
 @dataclass(frozen=True)
 class SystemSpec:
+    """A system of the sweep, carrying its files' contents so that a Ray worker on any node can
+    simulate it without the driver's checkout."""
+
     name: str
-    network: str  # ASTRA-sim analytical network YAML, or NATIVE_RING
-    system: str  # ASTRA-sim system JSON
+    network: str  # ASTRA-sim analytical network YAML text, or NATIVE_RING
+    system: str  # ASTRA-sim system JSON text
 
 
 def load_sweep(path: str | None = None) -> list[SystemSpec]:
@@ -35,22 +38,34 @@ def load_sweep(path: str | None = None) -> list[SystemSpec]:
     systems = document.get("systems") if isinstance(document, dict) else None
     if not systems:
         raise ValueError(f"{path}: expected `systems: [{{name, network, system}}, ...]`")
-    return [SystemSpec(s["name"], s["network"] if s["network"] == NATIVE_RING else os.path.join(base, s["network"]),
-                       os.path.join(base, s["system"])) for s in systems]
+
+    def text(name: str) -> str:
+        with open(os.path.join(base, name)) as f:
+            return f.read()
+
+    return [SystemSpec(s["name"], NATIVE_RING if s["network"] == NATIVE_RING else text(s["network"]), text(s["system"]))
+            for s in systems]
+
+
+def _materialise(name: str, text: str) -> str:
+    """A worker-local memory:// URL holding `text` (the simulator reads configs by URL)."""
+    url = f"memory://chakra-sweep/{name}"
+    with fsspec.open(url, "w") as f:
+        f.write(text)
+    return url
 
 
 def _native_ring(npus: int) -> str:
     """A Ring of the job's own size (50 GB/s, 500 ns), so that every job, even one whose
     process groups cannot be scaled to another NPU count, is simulated at least once."""
-    url = f"memory://chakra-sweep/native_ring_{npus}npus.yml"
-    with fsspec.open(url, "w") as f:
-        f.write(f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
-    return url
+    return f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
 
 
 def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, spec: SystemSpec) -> dict:
     """One sim_results row: the job's traces (scaled to the network's NPU count) on one system."""
-    network_url = _native_ring(ranks) if spec.network == NATIVE_RING else spec.network
+    network_url = _materialise(f"{spec.name}-{ranks}.yml", _native_ring(ranks) if spec.network == NATIVE_RING
+                               else spec.network)
+    system_url = _materialise(f"{spec.name}.json", spec.system)
     network = load_network(network_url)
     npus = network.npus
     row = {"job_id": job_id, "system": spec.name, "topology": "x".join(d.topology.value for d in network.dims),
@@ -58,7 +73,7 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
            "max_compute_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None}
     groups = comm_groups if comm_groups and _has_groups(comm_groups) else None
     try:
-        result, assumptions = simulate_files(prefix, network_url, spec.system, groups,
+        result, assumptions = simulate_files(prefix, network_url, system_url, groups,
                                              traced_npus=ranks if ranks != npus else None)
     except (ChakraError, ValueError) as exc:  # what the model cannot run is a result, not a crash
         row.update(status="not simulated", error=str(exc))
