@@ -1,0 +1,684 @@
+#!/usr/bin/env python
+"""Make one day's drop for the nightly pipeline: real PyTorch runs, generated Chakra jobs, bad files.
+
+Usage::
+
+    python datasets/make_drop.py --root URL --date YYYY-MM-DD [--generated-jobs N]
+        [--copies-of-real K] [--no-corrupt] [--seed S] [--min-rank-traces N] [--json]
+
+or, from Python, ``make_drop(root, date, generated_jobs=6, copies_of_real=1, corrupt=True,
+seed=0)``. ROOT is any fsspec URL (a local path, ``file://``, ``memory://``,
+``s3://bucket/prefix``). The drop is written as ``ROOT/<date>/<job_id>/...``, one folder per
+job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism``, ``npus``,
+``source``, ``expected``, ...) and either
+
+- per-rank PyTorch traces ``rank<R>.et.json.gz`` + ``rank<R>.kineto.json.gz``
+  (``source: "pytorch-gloo"``): every run recorded in ``datasets/pytorch-gloo/`` copied as job
+  ``gloo-<run>``, ``copies_of_real`` times (extra copies are ``gloo-<run>-c1``, ``-c2``, ...;
+  byte-identical rank files, separate jobs); ``program.json`` files are not copied;
+- per-rank Chakra ETs ``<job_id>.<R>.et`` (``source: "generated"``), written with
+  ``chakra_core.etfile.write_table``, deterministic from the seed. Five families cycle through
+  the jobs: data_parallel (DDP-style per-layer gradient all-reduces overlapping backward),
+  tensor_parallel (all-gather / reduce-scatter of activations around every layer),
+  pipeline_parallel (GPipe micro-batches, activations and gradients exchanged with matching
+  send/recv pairs), dlrm (embedding all-to-alls + data-parallel MLP all-reduces) and moe
+  (expert dispatch / combine all-to-alls + dense-gradient all-reduces). NPU counts 4, 8 and
+  16 (pipeline_parallel only 4 and 8: what-if scaling of send/recv needs the simulated NPU
+  count to be a multiple of the traced one).
+
+With corrupt=True, four jobs the pipeline must reject, each marked ``"expected": "reject"``
+with a ``reason`` and the ``bad_files`` in its job.json: ``bad-truncated-gzip`` (a real rank
+ET cut in half), ``bad-malformed-json`` (a valid gzip of text that is not JSON),
+``bad-truncated-et`` (a generated Chakra ET cut in the middle of a node message) and
+``bad-unknown-file`` (a valid generated job with a ``notes.txt`` beside its traces).
+
+Existing files of the same names are overwritten; nothing else under ROOT is removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python datasets/make_drop.py` puts datasets/ first, not the repo
+    sys.path.insert(0, str(REPO))
+
+import fsspec  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from chakra_core.etfile import write_table  # noqa: E402
+from chakra_core.schema import et_def_pb2 as pb  # noqa: E402
+
+REAL_DIR = Path(__file__).resolve().parent / "pytorch-gloo"
+
+COMP, SEND, RECV, COLL = 4, 5, 6, 7
+ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7
+WORLD = "0"  # pg_name of the default (world) process group
+
+FAMILIES = ("data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe")
+SHORT = {"data_parallel": "dp", "tensor_parallel": "tp", "pipeline_parallel": "pp", "dlrm": "dlrm", "moe": "moe"}
+# NPU counts per family, taken in turn: job i is family FAMILIES[i % 5] with the (i // 5)-th
+# size of its cycle, so the first five jobs (one per family) are all at 4 or 8 NPUs.
+SIZE_CYCLE = {
+    "data_parallel": (8, 16, 4),
+    "tensor_parallel": (4, 16, 8),
+    "pipeline_parallel": (4, 8),
+    "dlrm": (8, 4, 16),
+    "moe": (8, 16, 4),
+}
+# Recorded runs: scenario -> family (job.json already has model and parallelism).
+REAL_FAMILY = {"mlp_ddp": "data_parallel", "transformer_ddp": "data_parallel", "dlrm": "dlrm",
+               "collectives": "collectives"}
+RANK_TRACE = re.compile(r"^(rank\d+\.et\.json\.gz|.+\.\d+\.et)$")
+REAL_FILE = re.compile(r"^rank\d+\.(et|kineto)\.json\.gz$")
+
+STEPS = 2
+BUCKET_BYTES = 16 << 20  # gradient all-reduces larger than this are split into buckets (like DDP's)
+MIN_US, MAX_US = 10, 950  # compute durations are clamped to tens .. hundreds of microseconds
+
+
+# ------------------------------------------------------------------ node tables
+
+
+class _Graph:
+    """One rank's nodes, ids 0, 1, 2, ... in creation order (dependencies always point back)."""
+
+    COLUMNS = {
+        "id": pa.uint64(), "name": pa.string(), "type": pa.int32(), "ctrl_deps": pa.list_(pa.uint64()),
+        "data_deps": pa.list_(pa.uint64()), "duration_micros": pa.uint64(), "is_cpu_op": pa.bool_(),
+        "num_ops": pa.int64(), "tensor_size": pa.uint64(), "comm_type": pa.int64(), "comm_size": pa.int64(),
+        "comm_src": pa.int64(), "comm_dst": pa.int64(), "comm_tag": pa.int64(), "pg_name": pa.string(),
+    }
+
+    def __init__(self, rate_flops: float):
+        self.rows: dict[str, list] = {name: [] for name in self.COLUMNS}
+        self.rate = rate_flops  # effective FLOP/s that turns num_ops into a duration
+
+    def _add(self, name: str, type_: int, deps, ctrl=(), **values) -> int:
+        node_id = len(self.rows["id"])
+        values.update(id=node_id, name=name, type=type_, data_deps=sorted({d for d in deps if d is not None}),
+                      ctrl_deps=sorted({d for d in ctrl if d is not None}))
+        values.setdefault("duration_micros", 0)
+        values.setdefault("is_cpu_op", False)
+        for column, cells in self.rows.items():
+            cells.append(values.get(column))
+        return node_id
+
+    def comp(self, name: str, deps, flops: float, nbytes: int, ctrl=()) -> int:
+        """An NPU compute node: num_ops FLOPs touching nbytes, timed at the job's effective rate."""
+        us = int(min(MAX_US, max(MIN_US, round(flops / self.rate * 1e6))))
+        return self._add(name, COMP, deps, ctrl, duration_micros=us, num_ops=int(flops), tensor_size=int(nbytes))
+
+    def cpu(self, name: str, deps, us: int) -> int:
+        """A host-side operator (data loading): is_cpu_op true, replayed by its duration."""
+        return self._add(name, COMP, deps, duration_micros=us, is_cpu_op=True)
+
+    def coll(self, name: str, deps, comm_type: int, size: int) -> int:
+        return self._add(name, COLL, deps, comm_type=comm_type, comm_size=int(size), pg_name=WORLD)
+
+    def all_reduce(self, name: str, deps, size: int) -> list[int]:
+        """Gradient all-reduce(s) of size bytes: one node, or equal buckets of at most BUCKET_BYTES."""
+        n = -(-size // BUCKET_BYTES)
+        if n <= 1:
+            return [self.coll(name, deps, ALL_REDUCE, size)]
+        return [self.coll(f"{name}/bucket{b}", deps, ALL_REDUCE, size // n + (b < size % n)) for b in range(n)]
+
+    def send(self, name: str, deps, src: int, dst: int, tag: int, size: int) -> int:
+        return self._add(name, SEND, deps, comm_src=src, comm_dst=dst, comm_tag=tag, comm_size=int(size),
+                         pg_name=WORLD)
+
+    def recv(self, name: str, deps, src: int, dst: int, tag: int, size: int) -> int:
+        return self._add(name, RECV, deps, comm_src=src, comm_dst=dst, comm_tag=tag, comm_size=int(size),
+                         pg_name=WORLD)
+
+    def table(self) -> pa.Table:
+        return pa.table({name: pa.array(self.rows[name], type_) for name, type_ in self.COLUMNS.items()})
+
+
+@dataclass
+class GeneratedJob:
+    job_id: str
+    family: str
+    npus: int
+    info: dict  # job.json fields beyond the common ones
+    tables: list[pa.Table] = field(default_factory=list)
+
+
+def _rng(seed: int, key: str) -> random.Random:
+    return random.Random(f"make_drop:{seed}:{key}")  # str seeds hash with sha512: stable across runs
+
+
+def _data_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
+    """DDP: forward chain, backward chain with one all-reduce per layer's gradients, optimizer."""
+    layers = rng.randint(4, 24)
+    widths = [rng.choice((256, 512, 1024, 2048)) for _ in range(layers + 1)]
+    tokens = rng.choice((1024, 2048, 4096))  # samples (or tokens) per rank per step
+    rate = rng.uniform(30e12, 80e12)
+    params = [widths[i] * widths[i + 1] for i in range(layers)]
+    g = _Graph(rate)
+    prev = None
+    for s in range(STEPS):
+        load = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        x = load
+        for l in range(layers):
+            x = g.comp(f"step{s}/fwd/layer{l}/linear", [x], 2 * tokens * params[l],
+                       4 * (params[l] + tokens * (widths[l] + widths[l + 1])))
+        x = g.comp(f"step{s}/loss", [x], 4 * tokens * widths[-1], 8 * tokens * widths[-1])
+        reduces = []
+        for l in reversed(range(layers)):
+            x = g.comp(f"step{s}/bwd/layer{l}/linear", [x], 4 * tokens * params[l],
+                       4 * (2 * params[l] + tokens * (widths[l] + widths[l + 1])))
+            reduces += g.all_reduce(f"step{s}/ddp/all_reduce/layer{l}", [x], 4 * params[l])
+        prev = g.comp(f"step{s}/optimizer/sgd", reduces + [x], 3 * sum(params), 12 * sum(params))
+    info = {"model": f"synthetic MLP, {layers} linear layers (widths {widths[0]}..{widths[-1]}), fp32, SGD",
+            "parallelism": "data parallel (DDP, gradient all-reduce per layer)",
+            "layers": layers, "tokens_per_rank": tokens, "gradient_bytes": 4 * sum(params)}
+    table = g.table()
+    return info, [table] * npus
+
+
+def _tensor_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
+    """Megatron-style sequence/tensor parallel: all-gather before and reduce-scatter after each block."""
+    layers = rng.randint(2, 12)
+    hidden = rng.choice((1024, 2048, 4096))
+    tokens = rng.choice((256, 512, 1024))
+    rate = rng.uniform(60e12, 150e12)
+    act = 2 * tokens * hidden  # bf16 activations of the whole sequence
+    attn, mlp = 4 * hidden * hidden // npus, 8 * hidden * hidden // npus  # parameters per rank
+    g = _Graph(rate)
+    prev = None
+    for s in range(STEPS):
+        x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        x = g.comp(f"step{s}/fwd/embedding", [x], 2 * tokens * hidden, act)
+        for l in range(layers):
+            x = g.coll(f"step{s}/fwd/layer{l}/attn/all_gather", [x], ALL_GATHER, act)
+            x = g.comp(f"step{s}/fwd/layer{l}/attn", [x], 2 * tokens * attn + 4 * tokens * tokens * hidden // npus,
+                       2 * attn + 3 * act)
+            x = g.coll(f"step{s}/fwd/layer{l}/attn/reduce_scatter", [x], REDUCE_SCATTER, act)
+            x = g.coll(f"step{s}/fwd/layer{l}/mlp/all_gather", [x], ALL_GATHER, act)
+            x = g.comp(f"step{s}/fwd/layer{l}/mlp", [x], 2 * tokens * mlp, 2 * mlp + 3 * act)
+            x = g.coll(f"step{s}/fwd/layer{l}/mlp/reduce_scatter", [x], REDUCE_SCATTER, act)
+        x = g.comp(f"step{s}/loss", [x], 2 * tokens * hidden, act)
+        for l in reversed(range(layers)):
+            x = g.coll(f"step{s}/bwd/layer{l}/mlp/all_gather", [x], ALL_GATHER, act)
+            x = g.comp(f"step{s}/bwd/layer{l}/mlp", [x], 4 * tokens * mlp, 4 * mlp + 3 * act)
+            x = g.coll(f"step{s}/bwd/layer{l}/mlp/reduce_scatter", [x], REDUCE_SCATTER, act)
+            x = g.coll(f"step{s}/bwd/layer{l}/attn/all_gather", [x], ALL_GATHER, act)
+            x = g.comp(f"step{s}/bwd/layer{l}/attn", [x], 4 * tokens * attn + 8 * tokens * tokens * hidden // npus,
+                       4 * attn + 3 * act)
+            x = g.coll(f"step{s}/bwd/layer{l}/attn/reduce_scatter", [x], REDUCE_SCATTER, act)
+        per_rank = layers * (attn + mlp)
+        prev = g.comp(f"step{s}/optimizer/adam", [x], 10 * per_rank, 16 * per_rank)
+    info = {"model": f"synthetic transformer, {layers} layers, hidden {hidden}, {tokens} tokens, bf16",
+            "parallelism": f"tensor parallel ({npus}-way, sequence parallel: all-gather / reduce-scatter)",
+            "layers": layers, "hidden": hidden, "tokens": tokens, "activation_bytes": act}
+    table = g.table()
+    return info, [table] * npus
+
+
+def _pipeline_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
+    """GPipe: one stage per rank, all forward micro-batches then all backward, send/recv between stages."""
+    per_stage = [rng.randint(1, 6) for _ in range(npus)]
+    hidden = rng.choice((1024, 2048))
+    mb_tokens = rng.choice((128, 256, 512))
+    micro = rng.choice((4, 6, 8))
+    rate = rng.uniform(80e12, 200e12)
+    act = 2 * mb_tokens * hidden  # bf16 activations (and their gradients) of one micro-batch
+    layer_params = 12 * hidden * hidden
+    fwd_flops = 2 * mb_tokens * layer_params
+    tables = []
+    for stage in range(npus):
+        g = _Graph(rate)
+        prev, x = None, None
+        for s in range(STEPS):
+            base = s * 100_000
+            x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40)) if stage == 0 else prev
+            for m in range(micro):
+                deps = [x]
+                if stage > 0:
+                    deps.append(g.recv(f"step{s}/fwd/mb{m}/recv_act", [prev], stage - 1, stage, base + m, act))
+                for l in range(per_stage[stage]):
+                    x = g.comp(f"step{s}/fwd/mb{m}/layer{l}", deps, fwd_flops, 2 * layer_params + 3 * act)
+                    deps = [x]
+                if stage < npus - 1:
+                    g.send(f"step{s}/fwd/mb{m}/send_act", [x], stage, stage + 1, base + m, act)
+            for m in reversed(range(micro)):
+                deps = [x]
+                if stage < npus - 1:
+                    deps.append(g.recv(f"step{s}/bwd/mb{m}/recv_grad", [prev], stage + 1, stage, base + 50_000 + m,
+                                       act))
+                for l in reversed(range(per_stage[stage])):
+                    x = g.comp(f"step{s}/bwd/mb{m}/layer{l}", deps, 2 * fwd_flops, 4 * layer_params + 3 * act)
+                    deps = [x]
+                if stage > 0:
+                    g.send(f"step{s}/bwd/mb{m}/send_grad", [x], stage, stage - 1, base + 50_000 + m, act)
+            params = per_stage[stage] * layer_params
+            prev = x = g.comp(f"step{s}/optimizer/adam", [x], 10 * params, 16 * params)
+        tables.append(g.table())
+    info = {"model": f"synthetic transformer, {sum(per_stage)} layers over {npus} stages ({per_stage}), "
+                     f"hidden {hidden}, {micro} micro-batches of {mb_tokens} tokens, bf16",
+            "parallelism": f"pipeline parallel ({npus} stages, GPipe schedule, {micro} micro-batches)",
+            "layers": sum(per_stage), "layers_per_stage": per_stage, "micro_batches": micro,
+            "activation_bytes": act}
+    return info, tables
+
+
+def _mlp(g: _Graph, prefix: str, x: int, dims: list[int], batch: int) -> int:
+    for l in range(len(dims) - 1):
+        p = dims[l] * dims[l + 1]
+        x = g.comp(f"{prefix}/layer{l}", [x], 2 * batch * p, 4 * (p + batch * (dims[l] + dims[l + 1])))
+    return x
+
+
+def _mlp_backward(g: _Graph, prefix: str, x: int, dims: list[int], batch: int, reduces: list[int]) -> int:
+    for l in reversed(range(len(dims) - 1)):
+        p = dims[l] * dims[l + 1]
+        x = g.comp(f"{prefix}/layer{l}", [x], 4 * batch * p, 4 * (2 * p + batch * (dims[l] + dims[l + 1])))
+        reduces += g.all_reduce(f"{prefix}/layer{l}/all_reduce", [x], 4 * p)
+    return x
+
+
+def _dlrm(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
+    """DLRM: sharded embedding tables (all-to-all of indices and pooled vectors), DDP MLPs."""
+    tables_per_rank = rng.randint(1, 4)
+    n_tables = tables_per_rank * npus
+    dim = rng.choice((32, 64))
+    batch = rng.choice((256, 512, 1024))
+    pooling = rng.choice((8, 16, 32))
+    bottom = [13] + [rng.choice((256, 512)) for _ in range(rng.randint(1, 3))] + [dim]
+    top = [dim * (n_tables + 1)] + [rng.choice((256, 512, 1024)) for _ in range(rng.randint(2, 4))] + [1]
+    rate = rng.uniform(20e12, 60e12)
+    indices = 8 * batch * n_tables * pooling  # int64 indices of the local batch, to the table owners
+    pooled = 4 * batch * n_tables * dim  # fp32 pooled vectors, back from the owners
+    g = _Graph(rate)
+    prev = None
+    for s in range(STEPS):
+        load = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        a2a = g.coll(f"step{s}/fwd/indices/all_to_all", [load], ALL_TO_ALL, indices)
+        emb = g.comp(f"step{s}/fwd/embedding_bag", [a2a], 2 * batch * n_tables * pooling * dim,
+                     indices + pooled)
+        a2a = g.coll(f"step{s}/fwd/pooled/all_to_all", [emb], ALL_TO_ALL, pooled)
+        dense = _mlp(g, f"step{s}/fwd/bottom_mlp", load, bottom, batch)
+        x = g.comp(f"step{s}/fwd/interaction", [a2a, dense], 2 * batch * (n_tables + 1) ** 2 * dim,
+                   pooled + 4 * batch * dim)
+        x = _mlp(g, f"step{s}/fwd/top_mlp", x, top, batch)
+        x = g.comp(f"step{s}/loss", [x], 10 * batch, 8 * batch)
+        reduces: list[int] = []
+        x = _mlp_backward(g, f"step{s}/bwd/top_mlp", x, top, batch, reduces)
+        x = g.comp(f"step{s}/bwd/interaction", [x], 4 * batch * (n_tables + 1) ** 2 * dim, 2 * pooled)
+        a2a = g.coll(f"step{s}/bwd/pooled/all_to_all", [x], ALL_TO_ALL, pooled)
+        x = _mlp_backward(g, f"step{s}/bwd/bottom_mlp", x, bottom, batch, reduces)
+        upd = g.comp(f"step{s}/bwd/embedding_update", [a2a], 2 * batch * n_tables * pooling * dim,
+                     2 * pooled + indices)
+        prev = g.comp(f"step{s}/optimizer/sgd", reduces + [x, upd], 3 * 4096 * 1024, 12 * 4096 * 1024)
+    info = {"model": f"synthetic DLRM, {n_tables} embedding tables (dim {dim}, pooling {pooling}), "
+                     f"bottom MLP {bottom}, top MLP {top}, batch {batch}/rank",
+            "parallelism": "hybrid: model-parallel embeddings (all-to-all) + data-parallel MLPs (all-reduce)",
+            "layers": len(bottom) + len(top) - 2, "embedding_tables": n_tables, "batch_per_rank": batch}
+    table = g.table()
+    return info, [table] * npus
+
+
+def _moe(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
+    """Mixture of experts (expert parallel): all-to-all dispatch and combine around every expert layer."""
+    layers = rng.randint(2, 12)
+    every = rng.choice((1, 2))  # an MoE block every layer or every other layer
+    hidden = rng.choice((512, 1024, 2048))
+    tokens = rng.choice((512, 1024, 2048))
+    top_k = rng.choice((1, 2))
+    rate = rng.uniform(60e12, 150e12)
+    act = 2 * tokens * hidden
+    routed = act * top_k
+    attn, ffn = 4 * hidden * hidden, 8 * hidden * hidden
+    g = _Graph(rate)
+    prev = None
+    for s in range(STEPS):
+        x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        moe_layers = []
+        for l in range(layers):
+            x = g.comp(f"step{s}/fwd/layer{l}/attn", [x], 2 * tokens * attn + 4 * tokens * tokens * hidden,
+                       2 * attn + 3 * act)
+            if l % every == 0:
+                moe_layers.append(l)
+                x = g.comp(f"step{s}/fwd/layer{l}/router", [x], 2 * tokens * hidden * npus, act)
+                x = g.coll(f"step{s}/fwd/layer{l}/dispatch/all_to_all", [x], ALL_TO_ALL, routed)
+                x = g.comp(f"step{s}/fwd/layer{l}/experts", [x], 2 * tokens * top_k * ffn, 2 * ffn + 2 * routed)
+                x = g.coll(f"step{s}/fwd/layer{l}/combine/all_to_all", [x], ALL_TO_ALL, routed)
+            else:
+                x = g.comp(f"step{s}/fwd/layer{l}/ffn", [x], 2 * tokens * ffn, 2 * ffn + 2 * act)
+        x = g.comp(f"step{s}/loss", [x], 2 * tokens * hidden, act)
+        reduces = []
+        for l in reversed(range(layers)):
+            if l in moe_layers:
+                x = g.coll(f"step{s}/bwd/layer{l}/combine/all_to_all", [x], ALL_TO_ALL, routed)
+                x = g.comp(f"step{s}/bwd/layer{l}/experts", [x], 4 * tokens * top_k * ffn, 4 * ffn + 2 * routed)
+                x = g.coll(f"step{s}/bwd/layer{l}/dispatch/all_to_all", [x], ALL_TO_ALL, routed)
+                dense = attn
+            else:
+                x = g.comp(f"step{s}/bwd/layer{l}/ffn", [x], 4 * tokens * ffn, 4 * ffn + 2 * act)
+                dense = attn + ffn
+            x = g.comp(f"step{s}/bwd/layer{l}/attn", [x], 4 * tokens * attn + 8 * tokens * tokens * hidden,
+                       4 * attn + 3 * act)
+            reduces += g.all_reduce(f"step{s}/bwd/layer{l}/dense_grads/all_reduce", [x], 2 * dense)
+        params = layers * (attn + ffn)
+        prev = g.comp(f"step{s}/optimizer/adam", reduces + [x], 10 * params, 16 * params)
+    info = {"model": f"synthetic MoE transformer, {layers} layers ({len(range(0, layers, every))} with experts, "
+                     f"top-{top_k}, one expert per rank), hidden {hidden}, {tokens} tokens/rank, bf16",
+            "parallelism": f"expert parallel ({npus} experts, all-to-all) + data-parallel dense layers (all-reduce)",
+            "layers": layers, "hidden": hidden, "tokens_per_rank": tokens, "top_k": top_k}
+    table = g.table()
+    return info, [table] * npus
+
+
+BUILDERS = {"data_parallel": _data_parallel, "tensor_parallel": _tensor_parallel,
+            "pipeline_parallel": _pipeline_parallel, "dlrm": _dlrm, "moe": _moe}
+
+
+def plan_generated(index: int) -> tuple[str, int]:
+    """(family, npus) of generated job `index` (independent of the seed)."""
+    family = FAMILIES[index % len(FAMILIES)]
+    cycle = SIZE_CYCLE[family]
+    return family, cycle[(index // len(FAMILIES)) % len(cycle)]
+
+
+def generate_job(index: int, seed: int = 0) -> GeneratedJob:
+    """Generated job `index` of a drop made with `seed`: its id, job.json fields and one table per rank."""
+    family, npus = plan_generated(index)
+    job_id = f"gen-{SHORT[family]}-{index:03d}-n{npus}"
+    info, tables = BUILDERS[family](_rng(seed, f"job{index}"), npus)
+    return GeneratedJob(job_id, family, npus, info, tables)
+
+
+def check_send_recv(tables: list[pa.Table]) -> list[str]:
+    """Problems with point-to-point pairs across ranks: every send needs one recv (same tag and size)."""
+    sends, recvs = {}, {}
+    for rank, t in enumerate(tables):
+        rows = t.select(["id", "type", "comm_src", "comm_dst", "comm_tag", "comm_size"]).to_pylist()
+        for r in rows:
+            if r["type"] == SEND:
+                if r["comm_src"] != rank:
+                    return [f"rank {rank}: send node {r['id']} has comm_src {r['comm_src']}"]
+                sends.setdefault((r["comm_src"], r["comm_dst"], r["comm_tag"]), []).append(r["comm_size"])
+            elif r["type"] == RECV:
+                if r["comm_dst"] != rank:
+                    return [f"rank {rank}: recv node {r['id']} has comm_dst {r['comm_dst']}"]
+                recvs.setdefault((r["comm_src"], r["comm_dst"], r["comm_tag"]), []).append(r["comm_size"])
+    problems = []
+    for key in sorted(set(sends) | set(recvs)):
+        if sends.get(key) != recvs.get(key):
+            problems.append(f"src {key[0]} -> dst {key[1]} tag {key[2]}: sends {sends.get(key)}, "
+                            f"recvs {recvs.get(key)}")
+    return problems
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _metadata() -> pb.GlobalMetadata:
+    return pb.GlobalMetadata(version="0.0.4")
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def _json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=1) + "\n").encode()
+
+
+def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def truncate_mid_message(data: bytes) -> bytes:
+    """The .et bytes cut in the middle of the payload of the middle node message."""
+    frames, pos = [], 0
+    while pos < len(data):
+        length, start = _varint_at(data, pos)
+        frames.append((start, length))
+        pos = start + length
+    start, length = frames[max(1, len(frames) // 2)]
+    return data[:start + max(1, length // 2)]
+
+
+class _Drop:
+    """Writes files under ROOT/<date>/ and keeps the counts for the summary."""
+
+    def __init__(self, root: str, date: str):
+        self.fs, base = fsspec.core.url_to_fs(root)
+        self.base = f"{base.rstrip('/')}/{date}" if base.rstrip("/") else date
+        self.jobs: list[dict] = []
+        self.files = 0
+        self.bytes = 0
+        self.rank_traces = 0
+        self.accepted_rank_traces = 0
+
+    def job_dir(self, job_id: str) -> str:
+        path = f"{self.base}/{job_id}"
+        self.fs.makedirs(path, exist_ok=True)
+        return path
+
+    def _count(self, name: str, size: int) -> None:
+        self.files += 1
+        self.bytes += size
+        if RANK_TRACE.match(name):
+            self.rank_traces += 1
+
+    def put(self, job_dir: str, name: str, data: bytes) -> None:
+        self.fs.pipe_file(f"{job_dir}/{name}", data)
+        self._count(name, len(data))
+
+    def put_table(self, job_dir: str, name: str, table: pa.Table) -> None:
+        path = f"{job_dir}/{name}"
+        write_table(table, self.fs.unstrip_protocol(path), _metadata())
+        self._count(name, self.fs.size(path))
+
+    def finish_job(self, info: dict, rank_traces: int) -> None:
+        if info.get("expected") != "reject":
+            self.accepted_rank_traces += rank_traces
+        self.jobs.append(info)
+
+
+def _real_runs(real_dir: Path) -> list[Path]:
+    return sorted(p for p in real_dir.iterdir() if p.is_dir() and (p / "job.json").is_file())
+
+
+def _real_files(run: Path) -> list[Path]:
+    def key(p: Path):
+        rank = int(re.match(r"rank(\d+)", p.name).group(1))
+        return rank, p.name
+    return sorted((p for p in run.iterdir() if REAL_FILE.match(p.name)), key=key)
+
+
+def _real_info(run: Path, job_id: str, copy: int) -> dict:
+    original = json.loads((run / "job.json").read_text())
+    scenario = original.get("scenario", run.name.rsplit("-w", 1)[0])
+    info = {"job_id": job_id, "model": original.get("model", ""), "family": REAL_FAMILY.get(scenario, scenario),
+            "parallelism": original.get("parallelism", ""), "npus": original["world_size"],
+            "source": "pytorch-gloo", "expected": "accept", "recorded_run": run.name, "copy": copy}
+    info.update({k: v for k, v in original.items() if k not in info and k != "job_id"})
+    return info
+
+
+def _write_real(drop: _Drop, run: Path, job_id: str, copy: int) -> None:
+    d = drop.job_dir(job_id)
+    files = _real_files(run)
+    for p in files:
+        drop.put(d, p.name, p.read_bytes())
+    info = _real_info(run, job_id, copy)
+    drop.put(d, "job.json", _json_bytes(info))
+    drop.finish_job(info, sum(1 for p in files if RANK_TRACE.match(p.name)))
+
+
+def _generated_info(job: GeneratedJob, seed: int, index: int) -> dict:
+    return {"job_id": job.job_id, "model": job.info["model"], "family": job.family,
+            "parallelism": job.info["parallelism"], "npus": job.npus, "source": "generated", "expected": "accept",
+            "generator": "datasets/make_drop.py", "seed": seed, "index": index, "steps": STEPS,
+            **{k: v for k, v in job.info.items() if k not in ("model", "parallelism")}}
+
+
+def _write_generated(drop: _Drop, job: GeneratedJob, info: dict, extra: dict[str, bytes] | None = None,
+                     truncate_rank: int | None = None) -> None:
+    d = drop.job_dir(job.job_id)
+    for rank, table in enumerate(job.tables):
+        name = f"{job.job_id}.{rank}.et"
+        drop.put_table(d, name, table)
+        if rank == truncate_rank:
+            path = f"{d}/{name}"
+            whole = drop.fs.cat_file(path)
+            cut = truncate_mid_message(whole)
+            drop.fs.pipe_file(path, cut)
+            drop.bytes += len(cut) - len(whole)
+    for name, data in (extra or {}).items():
+        drop.put(d, name, data)
+    drop.put(d, "job.json", _json_bytes(info))
+    drop.finish_job(info, job.npus)
+
+
+def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
+    run = real_dir / "mlp_ddp-w2"
+    if not run.is_dir():
+        run = _real_runs(real_dir)[0]
+    files = _real_files(run)
+
+    def real_based(job_id: str, bad_name: str, bad_data: bytes, reason: str) -> None:
+        d = drop.job_dir(job_id)
+        for p in files:
+            drop.put(d, p.name, bad_data if p.name == bad_name else p.read_bytes())
+        info = _real_info(run, job_id, 0)
+        info.update(expected="reject", reason=reason, bad_files=[bad_name])
+        drop.put(d, "job.json", _json_bytes(info))
+        drop.finish_job(info, sum(1 for p in files if RANK_TRACE.match(p.name)))
+
+    rank0 = (run / "rank0.et.json.gz").read_bytes()
+    real_based("bad-truncated-gzip", "rank0.et.json.gz", rank0[:len(rank0) // 2],
+               "rank0.et.json.gz: gzip stream truncated (the file was cut in half)")
+    not_json = ("rank 1 crashed while writing its execution trace\n"
+                "Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+                "RuntimeError: [gloo] Connection closed by peer\n{\"nodes\": [").encode()
+    real_based("bad-malformed-json", "rank1.et.json.gz", _gzip(not_json),
+               "rank1.et.json.gz: valid gzip, but the text is not JSON")
+
+    # Chakra-format bad jobs, generated like index 0 / 1 jobs but on 4 NPUs and their own seeds
+    info, tables = _data_parallel(_rng(seed, "bad-truncated-et"), 4)
+    job = GeneratedJob("bad-truncated-et", "data_parallel", 4, info, tables)
+    ji = _generated_info(job, seed, -1)
+    ji.update(expected="reject", reason="bad-truncated-et.1.et: truncated in the middle of a node message",
+              bad_files=["bad-truncated-et.1.et"])
+    _write_generated(drop, job, ji, truncate_rank=1)
+
+    info, tables = _tensor_parallel(_rng(seed, "bad-unknown-file"), 4)
+    job = GeneratedJob("bad-unknown-file", "tensor_parallel", 4, info, tables)
+    ji = _generated_info(job, seed, -1)
+    ji.update(expected="reject", reason="notes.txt: unknown file type next to the rank traces",
+              bad_files=["notes.txt"])
+    notes = b"operator notes: rerun this job with NCCL_DEBUG=INFO if it hangs again\n"
+    _write_generated(drop, job, ji, extra={"notes.txt": notes})
+
+
+def count_real_rank_traces(real_dir: Path = REAL_DIR) -> int:
+    return sum(1 for run in _real_runs(real_dir) for p in _real_files(run) if RANK_TRACE.match(p.name))
+
+
+def generated_jobs_for(min_rank_traces: int, copies_of_real: int = 1, real_dir: Path = REAL_DIR) -> int:
+    """The fewest generated jobs that bring the accepted rank trace files to at least min_rank_traces."""
+    have = count_real_rank_traces(real_dir) * copies_of_real if copies_of_real else 0
+    jobs = 0
+    while have < min_rank_traces:
+        have += plan_generated(jobs)[1]
+        jobs += 1
+    return jobs
+
+
+def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: int = 1, corrupt: bool = True,
+              seed: int = 0, real_dir: str | Path | None = None) -> dict:
+    """Writes one day's drop under ROOT/<date>/ and returns a summary (see the module docstring)."""
+    date = datetime.date.fromisoformat(date).isoformat()
+    if generated_jobs < 0 or copies_of_real < 0:
+        raise ValueError("generated_jobs and copies_of_real must be >= 0")
+    real = Path(real_dir) if real_dir is not None else REAL_DIR
+    started = time.perf_counter()
+    drop = _Drop(root, date)
+    runs = _real_runs(real) if copies_of_real or corrupt else []
+    if (copies_of_real or corrupt) and not runs:
+        raise FileNotFoundError(f"no recorded runs (folders with job.json) under {real}")
+    for run in runs if copies_of_real else []:
+        for copy in range(copies_of_real):
+            _write_real(drop, run, f"gloo-{run.name}" + (f"-c{copy}" if copy else ""), copy)
+    for index in range(generated_jobs):
+        job = generate_job(index, seed)
+        _write_generated(drop, job, _generated_info(job, seed, index))
+    if corrupt:
+        _write_corrupt(drop, real, seed)
+    by_source: dict[str, int] = {}
+    by_family: dict[str, int] = {}
+    rejects = 0
+    for info in drop.jobs:
+        if info["expected"] == "reject":
+            rejects += 1
+            continue
+        by_source[info["source"]] = by_source.get(info["source"], 0) + 1
+        key = f"{info['family']}/{info['npus']}"
+        by_family[key] = by_family.get(key, 0) + 1
+    return {
+        "root": root, "date": date, "path": drop.fs.unstrip_protocol(drop.base), "seed": seed,
+        "jobs": len(drop.jobs), "accepted_jobs": len(drop.jobs) - rejects, "reject_jobs": rejects,
+        "jobs_by_source": by_source, "jobs_by_family_npus": dict(sorted(by_family.items())),
+        "rank_traces": drop.rank_traces, "accepted_rank_traces": drop.accepted_rank_traces,
+        "files": drop.files, "bytes": drop.bytes, "seconds": round(time.perf_counter() - started, 3),
+        "job_ids": [info["job_id"] for info in drop.jobs],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", required=True, help="fsspec URL of the drop root (the day goes under ROOT/<date>/)")
+    p.add_argument("--date", required=True, help="YYYY-MM-DD")
+    p.add_argument("--generated-jobs", type=int, default=6, help="generated Chakra jobs (default 6)")
+    p.add_argument("--copies-of-real", type=int, default=1,
+                   help="copies of every recorded run in datasets/pytorch-gloo (default 1; 0 for none)")
+    p.add_argument("--no-corrupt", action="store_true", help="leave out the four jobs that must be rejected")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-rank-traces", type=int, default=0,
+                   help="raise --generated-jobs until the accepted jobs hold at least N rank trace files")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = p.parse_args(argv)
+    generated = max(args.generated_jobs, generated_jobs_for(args.min_rank_traces, args.copies_of_real))
+    try:
+        summary = make_drop(args.root, args.date, generated_jobs=generated, copies_of_real=args.copies_of_real,
+                            corrupt=not args.no_corrupt, seed=args.seed)
+    except (ValueError, OSError) as exc:
+        print(f"make_drop: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    src = summary["jobs_by_source"]
+    print(f"drop {summary['path']}: {summary['jobs']} jobs ({src.get('pytorch-gloo', 0)} real, "
+          f"{src.get('generated', 0)} generated, {summary['reject_jobs']} to reject)")
+    print(f"  rank trace files: {summary['rank_traces']} ({summary['accepted_rank_traces']} in accepted jobs)")
+    print(f"  files: {summary['files']}, bytes: {summary['bytes']:,} ({summary['bytes'] / 2**20:.1f} MiB), "
+          f"written in {summary['seconds']:.1f} s")
+    families = summary["jobs_by_family_npus"]
+    print("  accepted jobs by family/npus: " + ", ".join(f"{k} x{v}" for k, v in families.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
