@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# The main job (until the nightly flow exists): set up; convert every recorded PyTorch run in
-# datasets/pytorch-gloo/ to one Chakra ET per rank under out/converted/<run>/; then decode,
-# validate and summarise every trace shipped in datasets/, the converted ones (and the shared
-# reference traces when ../shared is beside the checkout) into Parquet tables under out/survey/.
+# The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a few corrupt
+# files) into the local object-store folder out/object-store/drops/<day>/; run the nightly
+# flow on it (local Ray, Prefect's ephemeral API, the default sweep) into out/warehouse/;
+# end with its summary, the table paths, and one DuckDB query over the tables.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
-for run in datasets/pytorch-gloo/*/; do
-    name=$(basename "$run")
-    mkdir -p out/converted
-    .venv/bin/chakra convert "$run" -o "out/converted/$name" --prefix "$name" > "out/converted/$name.log" 2>&1 \
-        || { cat "out/converted/$name.log" >&2; exit 1; }
-    echo "converted $run -> out/converted/$name/$name.<rank>.et" >&2
-done
-roots=(datasets out/converted)
-[ -d ../shared/data/astra-sim-microbenchmarks ] && roots+=(../shared/data/astra-sim-microbenchmarks)
-exec .venv/bin/chakra survey "${roots[@]}" --out out/survey
+day=$(date -u -d yesterday +%F 2>/dev/null || date -u -v-1d +%F)
+source_url="file://$PWD/out/object-store/drops"
+warehouse_url="file://$PWD/out/warehouse"
+.venv/bin/python datasets/make_drop.py --root "$source_url" --date "$day"
+.venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
+.venv/bin/python scripts/example_query.py out/warehouse

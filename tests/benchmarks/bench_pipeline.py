@@ -1,0 +1,71 @@
+"""Benchmark: the nightly flow's convert + stats + sweep part on Ray, with 1 worker CPU and with 2.
+
+    .venv/bin/python tests/benchmarks/bench_pipeline.py [--min-rank-traces 200] [--systems 6]
+
+Builds a day's drop with datasets/make_drop.py (recorded gloo jobs, generated jobs, corrupt
+files; at least --min-rank-traces rank traces), then runs pipeline.run.run_day on it twice,
+each time in a fresh local Ray instance: num_cpus=1, then num_cpus=2. Prints rank traces per
+minute, nodes per second and simulations per minute for each, and the speed-up (target
+>= 1.7x on this 2-core machine). Exit status 0 whatever the figures (a report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "datasets"))
+
+SPEEDUP_TARGET = 1.7
+DATE = "2026-11-20"
+
+
+def run(num_cpus: int, source: str, warehouse: str, systems) -> tuple[float, object]:
+    import ray
+
+    from pipeline.run import run_day, start_ray
+
+    ray.shutdown()
+    start_ray(num_cpus=num_cpus)
+    ray.get([ray.remote(lambda: None).remote() for _ in range(num_cpus)])  # workers up before the clock starts
+    start = time.perf_counter()
+    day = run_day(DATE, source, warehouse, systems)
+    elapsed = time.perf_counter() - start
+    ray.shutdown()
+    return elapsed, day
+
+
+def main() -> None:
+    from make_drop import generated_jobs_for, make_drop
+
+    from pipeline.sweep import load_sweep
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--min-rank-traces", type=int, default=200)
+    parser.add_argument("--systems", type=int, default=None, help="use the first N systems of the default sweep")
+    args = parser.parse_args()
+    systems = load_sweep()[: args.systems] if args.systems else load_sweep()
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp, "source").as_uri()
+        drop = make_drop(source, DATE, generated_jobs=generated_jobs_for(args.min_rank_traces))
+        print(f"drop: {drop}")
+        results = {}
+        for cpus in (1, 2):
+            elapsed, day = run(cpus, source, Path(tmp, f"wh{cpus}").as_uri(), systems)
+            sims = day.tables["sim_results"].num_rows
+            results[cpus] = elapsed
+            print(f"{cpus} Ray CPU(s): {elapsed:.1f} s for {day.ranks} rank traces ({day.nodes:,} nodes) and {sims}"
+                  f" simulations: {day.ranks / elapsed * 60:,.0f} traces/min, {day.nodes / elapsed:,.0f} nodes/s,"
+                  f" {sims / elapsed * 60:,.0f} simulations/min; {day.tables['rejects'].num_rows} rejects")
+        speedup = results[1] / results[2]
+        print(f"speed-up with 2 CPUs: {speedup:.2f}x [{'PASS' if speedup >= SPEEDUP_TARGET else 'FAIL'} >= "
+              f"{SPEEDUP_TARGET}x]")
+
+
+if __name__ == "__main__":
+    main()
