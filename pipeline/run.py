@@ -115,6 +115,23 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
     return result
 
 
+def sweep_day(date: str, warehouse: str, systems: list[SystemSpec]) -> pa.Table:
+    """Simulate a processed day's converted jobs (from its `traces` table) on other systems."""
+    import ray
+
+    from pipeline.tables import read_day
+
+    jobs: dict[str, tuple[str, int]] = {}
+    for row in read_day(warehouse, "traces", date).to_pylist():
+        prefix = row["path"].rsplit(".", 2)[0]  # .../<job>.<R>.et -> .../<job>
+        jobs[row["job_id"]] = (prefix, jobs.get(row["job_id"], (prefix, 0))[1] + 1)
+    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
+    pending = [simulate.remote(job, prefix, ranks, f"{prefix}.comm_groups.json", spec)
+               for job, (prefix, ranks) in sorted(jobs.items()) for spec in systems]
+    rows = ray.get(pending)
+    return from_rows("sweep_results", sorted(rows, key=lambda r: (r["job_id"], r["system"])))
+
+
 def _mark_duplicates(rows: list[dict]) -> list[dict]:
     """A file whose content appeared earlier in the day (another job's identical copy) is
     still processed with its job, and says which file it duplicates."""

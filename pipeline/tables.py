@@ -47,6 +47,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("what_if", pa.string()),
     ]),
 }
+# an ad hoc sweep's results: sim_results' columns, under tables/sweep_results/sweep=<name>/date=<d>/
+SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]
 
 
 def empty(table: str) -> pa.Table:
@@ -57,10 +59,10 @@ def from_rows(table: str, rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS[table])
 
 
-def write_day(warehouse: str, table: str, date: str, data: pa.Table) -> str:
-    """Replace `table` for `date` atomically; returns the object's URL."""
+def write_day(warehouse: str, table: str, date: str, data: pa.Table, sweep: str | None = None) -> str:
+    """Replace `table` for `date` (and `sweep`, for sweep_results) atomically; returns the object's URL."""
     data = data.cast(SCHEMAS[table])
-    directory = table_dir(warehouse, table, date)
+    directory = table_dir(warehouse, table, date, sweep)
     fs, path = filesystem(directory)
     fs.makedirs(path, exist_ok=True)
     final = join(path, PART)
@@ -75,7 +77,7 @@ def write_day(warehouse: str, table: str, date: str, data: pa.Table) -> str:
     return join(directory, PART)
 
 
-def read_day(warehouse: str, table: str, date: str) -> pa.Table:
-    fs, path = filesystem(join(table_dir(warehouse, table, date), PART))
+def read_day(warehouse: str, table: str, date: str, sweep: str | None = None) -> pa.Table:
+    fs, path = filesystem(join(table_dir(warehouse, table, date, sweep), PART))
     with fs.open(path, "rb") as f:
         return pq.read_table(f)

@@ -140,3 +140,20 @@ def test_an_interrupted_write_leaves_the_previous_day_intact(tmp_path, monkeypat
     day_dir = tmp_path / "wh" / "tables" / "rejects" / f"date={DATE}"
     assert [p.name for p in day_dir.iterdir()] == ["part-0.parquet"]  # the temporary was removed
     assert pq.read_table(day_dir / "part-0.parquet").num_rows == 1
+
+
+def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
+    from flows.sweep import sweep
+
+    make_small_drop(tmp_path / "source")
+    warehouse = (tmp_path / "wh").as_uri()
+    day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse, load_sweep()[:1])
+    tables.write_day(warehouse, "traces", DATE, day.tables["traces"])
+    sweep_file = tmp_path / "mine.yaml"
+    sweep_file.write_text("systems:\n  - {name: fc-native, network: native-ring, system: %s}\n"
+                          % (Path(__file__).resolve().parents[1] / "pipeline" / "sweeps" / "ring_system.json"))
+    result = sweep(DATE, str(sweep_file), warehouse=warehouse)
+    assert result["rows"] == 2 and result["ok"] == 2
+    assert result["table"].endswith(f"tables/sweep_results/sweep=mine/date={DATE}/part-0.parquet")
+    rows = tables.read_day(warehouse, "sweep_results", DATE, sweep="mine").to_pylist()
+    assert {r["job_id"] for r in rows} == {"mlp", "coll"} and all(r["finish_ns"] > 0 for r in rows)
