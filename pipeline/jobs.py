@@ -54,11 +54,12 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
         else:
             et_files = _copy_chakra(job, out_dir)
             outcome.comm_groups = None
-    except (ChakraError, OSError, ValueError) as exc:
-        culprit = next((f for f in usable if f.url.split("://")[-1] in str(exc) or f.name.split("/")[-1] in str(exc)),
+    except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
+        message = str(exc) if isinstance(exc, (ChakraError, OSError, ValueError)) else f"{type(exc).__name__}: {exc}"
+        culprit = next((f for f in usable if f.url.split("://")[-1] in message or f.name.split("/")[-1] in message),
                        None)
         for f in usable:
-            reason = str(exc) if f is culprit or culprit is None else f"{culprit.name} of this job was rejected"
+            reason = message if f is culprit or culprit is None else f"{culprit.name} of this job was rejected"
             outcome.rejects.append(_reject(job, f, hashes, "convert", reason, run_id))
         return outcome
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(et_files)

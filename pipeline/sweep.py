@@ -78,6 +78,9 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
     except (ChakraError, ValueError) as exc:  # what the model cannot run is a result, not a crash
         row.update(status="not simulated", error=str(exc))
         return row
+    except Exception as exc:  # noqa: BLE001 - a simulator fault is recorded, the sweep goes on
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        return row
     row.update(finish_ns=result.finish_ns, max_compute_ns=max(n.compute_ns for n in result.npus),
                max_exposed_comm_ns=max(n.exposed_comm_ns for n in result.npus),
                comm_ns=max(sum(n.comm_ns.values()) for n in result.npus),
