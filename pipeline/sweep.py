@@ -70,7 +70,7 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
     npus = network.npus
     row = {"job_id": job_id, "system": spec.name, "topology": "x".join(d.topology.value for d in network.dims),
            "npus": npus, "traced_npus": ranks, "status": "ok", "error": None, "finish_ns": None,
-           "max_compute_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None}
+           "max_compute_ns": None, "max_cpu_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None}
     groups = comm_groups if comm_groups and _has_groups(comm_groups) else None
     try:
         result, assumptions = simulate_files(prefix, network_url, system_url, groups,
@@ -82,6 +82,7 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         return row
     row.update(finish_ns=result.finish_ns, max_compute_ns=max(n.compute_ns for n in result.npus),
+               max_cpu_ns=max(n.cpu_ns for n in result.npus),
                max_exposed_comm_ns=max(n.exposed_comm_ns for n in result.npus),
                comm_ns=max(sum(n.comm_ns.values()) for n in result.npus),
                what_if="; ".join(assumptions) or None)

@@ -43,7 +43,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "sim_results": pa.schema([
         ("job_id", pa.string()), ("system", pa.string()), ("topology", pa.string()), ("npus", pa.int32()),
         ("traced_npus", pa.int32()), ("status", pa.string()), ("error", pa.string()), ("finish_ns", pa.int64()),
-        ("max_compute_ns", pa.int64()), ("max_exposed_comm_ns", pa.int64()), ("comm_ns", pa.int64()),
+        ("max_compute_ns", pa.int64()), ("max_cpu_ns", pa.int64()), ("max_exposed_comm_ns", pa.int64()),
+        ("comm_ns", pa.int64()),
         ("what_if", pa.string()),
     ]),
 }
