@@ -1,4 +1,4 @@
-"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node digest); all other metadata lives in pyproject.toml."""
+"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node digest, DAG critical path); all other metadata lives in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -14,6 +14,11 @@ setup(
             "chakra_core._native._jsonscan",
             sources=["chakra_core/_native/jsonscan.c"],
             depends=["chakra_core/_native/jsonscan.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
+        ),
+        Extension(
+            "chakra_core._native._graphpath",
+            sources=["chakra_core/_native/graphpath.c"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
         ),
         Extension(

@@ -170,6 +170,50 @@ def cmd_simulate(args) -> int:
     return EXIT_OK
 
 
+def cmd_stats(args) -> int:
+    import csv
+    import re
+
+    from rich.table import Table
+
+    from chakra_core.etfile import read_table
+    from chakra_core.stats import collective_rows, job_stats, trace_row
+
+    rows, by_job = [], {}
+    for url in args.inputs:
+        table = read_table(url)
+        row = {"path": url, **trace_row(table)}
+        rows.append(row)
+        match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
+        if match:
+            by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collective_rows(table))
+    jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()})}
+            for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]
+    if args.json:
+        _print_json({"traces": rows, "jobs": jobs})
+        return EXIT_OK
+    if args.csv:
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        return EXIT_OK
+    console = _console()
+    table = Table("trace", "nodes", "compute (µs)", "collectives", "bytes", "msg p50/p99 (B)", "critical path (µs)",
+                  "comm share", "depth", "width", box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(row["path"], f"{row['nodes']:,}", f"{row['compute_micros']:,}",
+                      f"{row['collective_nodes'] + row['p2p_nodes']:,}", _human_bytes(row["collective_bytes"] + row["p2p_bytes"]),
+                      f"{row['message_p50']:,} / {row['message_p99']:,}", f"{row['critical_path_micros']:,}",
+                      f"{row['critical_path_comm_share']:.0%}", f"{row['depth']:,}", f"{row['width']:,}")
+    console.print(table)
+    for job in jobs:
+        b, c = job["bytes_imbalance"], job["count_imbalance"]
+        console.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
+                      f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
+                      f"{job['stragglers'] or 'none'}")
+    return EXIT_OK
+
+
 class _Progress:
     """A progress bar on stderr for long conversions (silent when stderr is not a terminal)."""
 
@@ -342,6 +386,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
     p.set_defaults(run=cmd_simulate)
+
+    p = sub.add_parser("stats", help="statistics per trace (and per job for <prefix>.<rank>.et files)",
+                       description="Per trace: node counts by type, compute time and operations by operator "
+                       "class, communication counts and bytes by type and process group, message-size quantiles, "
+                       "the critical path (length, share of compute and communication) and the graph's depth and "
+                       "width. For several <prefix>.<rank>.et files of one job: communication imbalance across "
+                       "ranks and straggler ranks. A readable table by default.")
+    p.add_argument("inputs", nargs="+", metavar="IN.et")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="one JSON document {traces: [...], jobs: [...]}")
+    form.add_argument("--csv", action="store_true", help="one CSV row per trace")
+    p.set_defaults(run=cmd_stats)
 
     def add_job_arguments(p) -> None:
         p.add_argument("src", metavar="SRC")

@@ -1,22 +1,50 @@
-"""Per-trace and per-communication-node statistics of a node table, as rows ready for Parquet.
+"""Statistics of node tables, as rows ready for Parquet and as readable reports.
 
-`trace_row(table)` summarises one rank trace (node counts by type, compute time and
-operations, communication counts and bytes); `collective_rows(table)` gives one row per
-communication node. Both work column-wise on the Arrow table.
+- `trace_row(table)`: one rank trace: node counts by type, compute time and operations (by
+  operator class too), communication counts and bytes (by collective type and process group),
+  message-size quantiles, the critical path (its length in time, its nodes, the share of
+  compute and communication on it) and the graph's depth and width (available parallelism).
+- `collective_rows(table)`: one row per communication node.
+- `job_stats(rows_by_rank, collectives_by_rank)`: across the ranks of a job: the imbalance of
+  communication bytes and counts (max / mean, max / min), and straggler ranks by compute time.
+
+The critical path is the heaviest dependency path (ctrl and data deps) by duration_micros;
+communication nodes count with their recorded duration (0 when the trace did not measure it);
+a trace without any duration gets the longest path by node count (and a length of 0 µs).
+Column-wise with pyarrow/numpy; the topological pass is C (_native/graphpath.c).
 """
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core._native import _graphpath
+from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
+from chakra_core.graph import csr, flat_list, lookup, to_numpy
 from chakra_core.normalize import normalize_table
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
 COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
 SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
 RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
+COMM_NODE_TYPES = (COLL, SEND, RECV)
+STRAGGLER_FACTOR = 1.1  # compute time this much above the job's median marks a straggler rank
+
+# Operator classes by name keyword, first match wins (host operators and device kernels alike).
+OP_CLASSES = (
+    ("gemm", ("gemm", "matmul", "addmm", "bmm", "::mm", "linear")),
+    ("convolution", ("conv",)),
+    ("attention", ("attention", "softmax", "sdpa", "flash")),
+    ("normalization", ("norm",)),
+    ("embedding", ("embedding",)),
+    ("memory", ("copy", "memcpy", "memset", "::to", "::cat", "::empty", "::zero", "::fill", "contiguous")),
+    ("optimizer", ("optimizer", "adam", "sgd")),
+    ("elementwise", ("elementwise", "::add", "::mul", "::relu", "::gelu", "::sigmoid", "::tanh", "::div", "::sub")),
+)
 
 COLLECTIVE_FIELDS = (
     ("node_id", pa.uint64()), ("name", pa.string()), ("kind", pa.string()), ("comm_size", pa.int64()),
@@ -25,40 +53,113 @@ COLLECTIVE_FIELDS = (
 )
 
 
-def _sum(values: pa.ChunkedArray) -> int:
-    total = pc.sum(values).as_py()
-    return int(total or 0)
+def op_class(name: str) -> str:
+    lowered = name.lower()
+    return next((cls for cls, keys in OP_CLASSES if any(k in lowered for k in keys)), "other")
+
+
+def _sum(values) -> int:
+    return int(pc.sum(values).as_py() or 0)
+
+
+def _grouped_sums(keys: pa.Array, values: pa.Array) -> dict:
+    """{key: [count, sum]} (nulls in keys grouped as "")."""
+    if len(keys) == 0:
+        return {}
+    t = pa.table({"k": pc.fill_null(keys.cast(pa.string()), ""), "v": pc.fill_null(values, 0)})
+    g = t.group_by("k", use_threads=False).aggregate([([], "count_all"), ("v", "sum")])
+    return {k: [c, int(s or 0)] for k, c, s in zip(g.column("k").to_pylist(), g.column("count_all").to_pylist(),
+                                                       g.column("v_sum").to_pylist())}
+
+
+def critical_path(table: pa.Table) -> dict:
+    """Heaviest dependency path by duration: its length, node ids, compute / communication share,
+    and the graph's depth (longest path in nodes) and width (most nodes on one depth level)."""
+    n = table.num_rows
+    if n == 0:
+        return {"micros": 0, "nodes": [], "compute_share": 0.0, "comm_share": 0.0, "depth": 0, "width": 0}
+    ids = to_numpy(table.column("id")).astype(np.uint64)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    src, dst = [], []
+    for column in ("ctrl_deps", "data_deps"):
+        parents, child = flat_list(table.column(column), n)
+        at = lookup(sorted_ids, parents)
+        ok = at >= 0
+        src.append(order[at[ok]])
+        dst.append(child[ok])
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    off, tgt = csr(n, src, dst)
+    weight = to_numpy(table.column("duration_micros"), 0).astype(np.int64)
+    timed = bool(weight.any())
+    # without durations the longest path by node count is the informative one
+    found = _graphpath.critical_path(off.astype(np.int64), tgt.astype(np.int64),
+                                     weight if timed else np.ones(n, np.int64))
+    if found is None:
+        raise ValueError("the dependency graph has a cycle: no critical path (chakra validate names it)")
+    path_bytes, length, depth_bytes = found
+    length = length if timed else 0
+    path = np.frombuffer(path_bytes, np.int64)
+    depth = np.frombuffer(depth_bytes, np.int64)
+    types = to_numpy(table.column("type"))[path]
+    on_path = weight[path]
+    comm = int(on_path[np.isin(types, COMM_NODE_TYPES)].sum())
+    compute = int(on_path[types == COMP].sum())
+    return {"micros": int(length), "nodes": ids[path].tolist(),
+            "compute_share": compute / length if length else 0.0, "comm_share": comm / length if length else 0.0,
+            "depth": int(depth.max()) + 1, "width": int(np.bincount(depth).max())}
 
 
 def trace_row(table: pa.Table) -> dict:
-    """One row describing a rank trace."""
+    """One row describing a rank trace (maps as JSON text, so the row stays flat for Parquet)."""
     table = normalize_table(table)
     types = table.column("type")
     is_comp = pc.equal(types, COMP)
     is_coll = pc.equal(types, COLL)
-    is_p2p = pc.or_(pc.equal(types, SEND), pc.equal(types, RECV))
+    is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
     on_npu = pc.and_(is_comp, pc.invert(pc.fill_null(table.column("is_cpu_op"), False)))
+    comp = table.filter(is_comp)
+    names = comp.column("name").combine_chunks().dictionary_encode()
+    classes = pa.array([op_class(n) for n in names.dictionary.to_pylist()], pa.string()).take(names.indices)
+    comm = table.filter(is_comm)
+    sizes = to_numpy(comm.column("comm_size"), 0)
+    kinds = pa.array([COMM_TYPES.get(c, "UNSET").lower() if t == COLL else ("send" if t == SEND else "recv")
+                      for t, c in zip(comm.column("type").to_pylist(), comm.column("comm_type").to_pylist())],
+                     pa.string())
+    path = critical_path(table)
+    quantiles = np.quantile(sizes, [0.5, 0.9, 0.99]).astype(np.int64).tolist() if len(sizes) else [0, 0, 0]
+    type_values, type_counts = np.unique(to_numpy(types), return_counts=True)
+    node_types = {NODE_TYPES.get(int(t), str(t)): int(c) for t, c in zip(type_values, type_counts)}
     return {
         "nodes": table.num_rows,
-        "comp_nodes": _sum(pc.cast(is_comp, pa.int64())),
+        "comp_nodes": comp.num_rows,
         "collective_nodes": _sum(pc.cast(is_coll, pa.int64())),
-        "p2p_nodes": _sum(pc.cast(is_p2p, pa.int64())),
+        "p2p_nodes": comm.num_rows - _sum(pc.cast(is_coll, pa.int64())),
         "dependencies": _sum(pc.list_value_length(table.column("ctrl_deps"))) +
                         _sum(pc.list_value_length(table.column("data_deps"))),
-        "compute_micros": _sum(pc.filter(table.column("duration_micros"), is_comp)),
+        "compute_micros": _sum(comp.column("duration_micros")),
         "npu_compute_micros": _sum(pc.filter(table.column("duration_micros"), on_npu)),
-        "num_ops": _sum(pc.filter(table.column("num_ops"), is_comp)),
+        "num_ops": _sum(comp.column("num_ops")),
         "collective_bytes": _sum(pc.filter(table.column("comm_size"), is_coll)),
         "p2p_bytes": _sum(pc.filter(table.column("comm_size"), pc.equal(types, SEND))),
+        "message_p50": quantiles[0], "message_p90": quantiles[1], "message_p99": quantiles[2],
+        "message_max": int(sizes.max()) if len(sizes) else 0,
+        "critical_path_micros": path["micros"], "critical_path_nodes": len(path["nodes"]),
+        "critical_path_compute_share": path["compute_share"], "critical_path_comm_share": path["comm_share"],
+        "depth": path["depth"], "width": path["width"],
+        "node_types": json.dumps(node_types, sort_keys=True),
+        "compute_by_class": json.dumps(_grouped_sums(classes, comp.column("duration_micros").combine_chunks()),
+                                       sort_keys=True),
+        "comm_by_kind": json.dumps(_grouped_sums(kinds, comm.column("comm_size").combine_chunks()), sort_keys=True),
+        "comm_by_group": json.dumps(_grouped_sums(comm.column("pg_name").combine_chunks(),
+                                                  comm.column("comm_size").combine_chunks()), sort_keys=True),
     }
 
 
 def collective_rows(table: pa.Table) -> pa.Table:
     """One row per communication node (collectives, sends, receives)."""
     table = normalize_table(table)
-    types = table.column("type")
-    mask = pc.or_(pc.equal(types, COLL), pc.or_(pc.equal(types, SEND), pc.equal(types, RECV)))
-    comm = table.filter(mask)
+    comm = table.filter(pc.is_in(table.column("type"), value_set=pa.array(COMM_NODE_TYPES, pa.int32())))
     kinds = [COMM_TYPES.get(c, f"UNKNOWN_{c}").lower() if t == COLL else ("send" if t == SEND else "recv")
              for t, c in zip(comm.column("type").to_pylist(), comm.column("comm_type").to_pylist())]
     return pa.table({
@@ -72,3 +173,34 @@ def collective_rows(table: pa.Table) -> pa.Table:
         "comm_tag": comm.column("comm_tag"),
         "duration_micros": comm.column("duration_micros"),
     }, schema=pa.schema(COLLECTIVE_FIELDS))
+
+
+def _ratios(values: dict[int, int]) -> dict:
+    v = np.array(list(values.values()), np.float64)
+    mean = v.mean() if len(v) else 0.0
+    return {"max_over_mean": float(v.max() / mean) if mean else 0.0,
+            "max_over_min": float(v.max() / v.min()) if len(v) and v.min() else (float("inf") if len(v) and v.max() else 0.0),
+            "max_rank": int(max(values, key=values.get)) if values else None}
+
+
+def job_stats(rows_by_rank: dict[int, dict], collectives_by_rank: dict[int, pa.Table]) -> dict:
+    """Across a job's ranks: imbalance of communication bytes and counts (overall and per
+    collective kind), and straggler ranks (compute time above STRAGGLER_FACTOR x the median)."""
+    ranks = sorted(rows_by_rank)
+    comm_bytes = {r: _sum(collectives_by_rank[r].column("comm_size")) for r in ranks}
+    comm_counts = {r: collectives_by_rank[r].num_rows for r in ranks}
+    by_kind: dict[str, dict[int, int]] = {}
+    for r in ranks:
+        for kind, (count, total) in _grouped_sums(collectives_by_rank[r].column("kind").combine_chunks(),
+                                                  collectives_by_rank[r].column("comm_size").combine_chunks()).items():
+            by_kind.setdefault(kind, {q: 0 for q in ranks})[r] = total
+    compute = {r: rows_by_rank[r]["compute_micros"] for r in ranks}
+    median = float(np.median(list(compute.values()))) if compute else 0.0
+    return {
+        "ranks": len(ranks),
+        "bytes_imbalance": _ratios(comm_bytes), "count_imbalance": _ratios(comm_counts),
+        "bytes_imbalance_by_kind": {k: _ratios(v) for k, v in sorted(by_kind.items())},
+        "compute_median_micros": median,
+        "stragglers": [r for r in ranks if median and compute[r] > STRAGGLER_FACTOR * median],
+        "bytes_by_rank": comm_bytes, "compute_by_rank": compute,
+    }

@@ -33,7 +33,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("nodes", pa.int64()), ("comp_nodes", pa.int64()), ("collective_nodes", pa.int64()),
         ("p2p_nodes", pa.int64()), ("dependencies", pa.int64()), ("compute_micros", pa.int64()),
         ("npu_compute_micros", pa.int64()), ("num_ops", pa.int64()), ("collective_bytes", pa.int64()),
-        ("p2p_bytes", pa.int64()),
+        ("p2p_bytes", pa.int64()), ("message_p50", pa.int64()), ("message_p90", pa.int64()),
+        ("message_p99", pa.int64()), ("message_max", pa.int64()), ("critical_path_micros", pa.int64()),
+        ("critical_path_nodes", pa.int64()), ("critical_path_compute_share", pa.float64()),
+        ("critical_path_comm_share", pa.float64()), ("depth", pa.int64()), ("width", pa.int64()),
+        ("node_types", pa.string()), ("compute_by_class", pa.string()), ("comm_by_kind", pa.string()),
+        ("comm_by_group", pa.string()),
     ]),
     "collectives": pa.schema([
         ("job_id", pa.string()), ("rank", pa.int32()), ("node_id", pa.uint64()), ("name", pa.string()),

@@ -25,3 +25,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; th
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[dev,torch,fleet]" 2> >(grep -v "^WARNING: Location" >&2)
     echo "$want" > "$stamp"
 fi
+
+# Graphviz's `dot` renders `chakra visualize` images (png/svg/pdf); dot and graphml output do
+# without it. Installed from the system's packages where this user may.
+if ! command -v dot >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing Graphviz (apt-get install graphviz)" >&2
+        apt-get install -y -qq graphviz >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1) \
+            || echo "setup: could not install Graphviz; chakra visualize writes only .dot and .graphml" >&2
+    else
+        echo "setup: Graphviz's dot is missing; chakra visualize writes only .dot and .graphml (install graphviz)" >&2
+    fi
+fi
