@@ -399,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--csv", action="store_true", help="one CSV row per trace")
     p.set_defaults(run=cmd_stats)
 
+    from chakra_core.viz.timeline import add_timeline_parser
+
+    add_timeline_parser(sub)
+
     def add_job_arguments(p) -> None:
         p.add_argument("src", metavar="SRC")
         p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")

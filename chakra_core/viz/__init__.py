@@ -1,0 +1,1 @@
+"""Pictures of traces: graph rendering, timelines (Chrome trace / Perfetto JSON), plots."""

@@ -1,0 +1,481 @@
+"""Timelines as Chrome Trace Event Format JSON (loads in Perfetto and chrome://tracing).
+
+Three sources, one output shape:
+- a simulation result (`timeline_from_simulation`): one process per NPU, a thread per engine
+  track (cpu, compute, comm, memory);
+- real traces, one .et file per rank (`timeline_from_traces`): one process per rank, CPU
+  operators by their `tid`, device kernels by `stream`, communication nodes on "communication";
+- the reference timeline visualizer's issue/callback CSV log (`timeline_from_log`).
+
+Output: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}} with metadata
+events ("ph": "M") naming every process and thread, complete events ("ph": "X") with ts and dur
+in microseconds, and a capped number of flow events ("ph": "s"/"f") for dependencies that cross
+tracks of one NPU. Perfetto rejects complete events on one thread that overlap without nesting,
+so every track is split into lanes ("comm", "comm (2)", ...): an event goes to the first lane
+where it either starts after everything open has ended or nests inside the innermost open event.
+Times are kept as integer nanoseconds internally (Perfetto's own resolution), so the lanes are
+computed on exactly the values written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import fsspec
+
+DEFAULT_MAX_FLOWS = 2000
+COMM_NODE_TYPES = {5, 6, 7}  # COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE
+MEMORY_NODE_TYPES = {2, 3}  # MEM_LOAD_NODE, MEM_STORE_NODE
+SIM_TRACK_ORDER = ("cpu", "compute", "comm", "memory")
+LOG_TRACK_ORDER = ("local memory", "remote memory", "compute", "comm", "other")
+
+
+@dataclass
+class _Event:
+    pid: int
+    track: str  # the thread (before lane splitting)
+    name: str
+    start_ns: int
+    end_ns: int
+    args: dict
+    key: object = None  # identifies the event for flows (node id)
+    tid: int = 0  # filled by _layout
+    sort: tuple = ()  # track sort key
+
+
+@dataclass
+class _Builder:
+    """Collects events of one timeline and lays them out as a trace document."""
+
+    process_label: str = "NPU"
+    events: list[_Event] = field(default_factory=list)
+    process_names: dict[int, str] = field(default_factory=dict)
+    track_rank: dict[str, tuple] = field(default_factory=dict)  # track -> sort key
+    nesting: set[str] = field(default_factory=set)  # tracks whose events may nest (call stacks); others: lanes
+
+    def add(self, event: _Event) -> None:
+        self.events.append(event)
+        self.process_names.setdefault(event.pid, f"{self.process_label} {event.pid}")
+
+    def document(self, flows: Iterable[tuple[int, object, object]] = (), max_flows: int = DEFAULT_MAX_FLOWS,
+                 other: dict | None = None) -> dict:
+        """flows: (pid, parent key, child key) pairs; only those crossing threads are drawn."""
+        trace: list[dict] = []
+        threads = _layout(self.events, self.track_rank, self.nesting)
+        for pid in sorted(self.process_names):
+            trace.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                          "args": {"name": self.process_names[pid]}})
+            trace.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                          "args": {"sort_index": pid}})
+        for (pid, tid), name in sorted(threads.items()):
+            trace.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+            trace.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                          "args": {"sort_index": tid}})
+        self.events.sort(key=lambda e: (e.pid, e.tid, e.start_ns, -e.end_ns))
+        for e in self.events:
+            trace.append({"name": e.name, "cat": e.track, "ph": "X", "ts": _us(e.start_ns),
+                          "dur": _us(e.end_ns - e.start_ns), "pid": e.pid, "tid": e.tid, "args": e.args})
+        drawn, dropped = self._flows(trace, flows, max_flows)
+        summary = {"events": len(self.events), "npus": len(self.process_names), "threads": len(threads),
+                   "flows": drawn, "flows_dropped": dropped}
+        return {"traceEvents": trace, "displayTimeUnit": "ns", "otherData": {**summary, **(other or {})}}
+
+    def _flows(self, trace: list[dict], flows: Iterable[tuple[int, object, object]], max_flows: int) -> tuple[int, int]:
+        by_key = {(e.pid, e.key): e for e in self.events if e.key is not None}
+        drawn = dropped = 0
+        for pid, parent_key, child_key in flows:
+            parent, child = by_key.get((pid, parent_key)), by_key.get((pid, child_key))
+            if parent is None or child is None or parent.track == child.track or child.start_ns < parent.start_ns:
+                continue
+            if drawn >= max_flows:
+                dropped += 1
+                continue
+            drawn += 1
+            common = {"name": "dependency", "cat": "dependency", "id": drawn, "pid": pid}
+            trace.append({**common, "ph": "s", "ts": _us(parent.start_ns), "tid": parent.tid})
+            trace.append({**common, "ph": "f", "bp": "e", "ts": _us(child.start_ns), "tid": child.tid})
+        return drawn, dropped
+
+
+def _us(ns: int) -> float | int:
+    return ns // 1000 if ns % 1000 == 0 else ns / 1000
+
+
+def _lanes(events: list[_Event], nest: bool) -> int:
+    """Assigns each event a lane (stored in .tid, 0-based) so that events of a lane only nest
+    (with `nest`; else never overlap: concurrent operations are not a call stack); returns the
+    number of lanes. Greedy on events sorted by start (longest first)."""
+    events.sort(key=lambda e: (e.start_ns, -e.end_ns))
+    stacks: list[list[int]] = []  # per lane: ends of the open (enclosing) events, innermost last
+    for e in events:
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= e.start_ns:
+                stack.pop()
+            if not stack or (nest and stack[-1] >= e.end_ns):
+                stack.append(e.end_ns)
+                e.tid = lane
+                break
+        else:
+            stacks.append([e.end_ns])
+            e.tid = len(stacks) - 1
+    return len(stacks)
+
+
+def _layout(events: list[_Event], track_rank: dict[str, tuple], nesting: set[str]) -> dict[tuple[int, int], str]:
+    """Gives every event its thread id (per process: tracks in order, each split into lanes);
+    returns {(pid, tid): thread name}."""
+    groups: dict[int, dict[str, list[_Event]]] = defaultdict(lambda: defaultdict(list))
+    for e in events:
+        groups[e.pid][e.track].append(e)
+    names: dict[tuple[int, int], str] = {}
+    for pid, tracks in groups.items():
+        next_tid = 1
+        for track in sorted(tracks, key=lambda t: (track_rank.get(t, (99,)), t)):
+            members = tracks[track]
+            count = _lanes(members, track in nesting)
+            for e in members:
+                e.tid += next_tid
+            for lane in range(count):
+                names[(pid, next_tid + lane)] = track if lane == 0 else f"{track} ({lane + 1})"
+            next_tid += count
+    return names
+
+
+# ------------------------------------------------------------------ simulation results
+
+
+def timeline_from_simulation(result, tables=None, max_flows: int = DEFAULT_MAX_FLOWS) -> dict:
+    """A SimResult recorded with record_timeline=True. With `tables` (the workload's node tables,
+    one per NPU), dependencies crossing tracks are drawn as flows."""
+    if result.timeline is None:
+        raise ValueError("no timeline was recorded: simulate with record_timeline=True")
+    b = _Builder("NPU", track_rank={t: (i,) for i, t in enumerate(SIM_TRACK_ORDER)})
+    for n in range(len(result.npus)):
+        b.process_names[n] = f"NPU {n}"
+    for t in result.timeline:
+        b.add(_Event(t.npu, t.track, t.name or t.kind, t.start_ns, max(t.end_ns, t.start_ns),
+                     {"node_id": t.node_id, "kind": t.kind, "bytes": t.bytes}, key=t.node_id))
+    flows = []
+    if tables is not None:
+        for npu, table in enumerate(tables):
+            flows.extend((npu, parent, child) for child, parent in _deps(table))
+    other = {"source": "simulation", "mode": result.mode, "finish_ns": result.finish_ns, "notes": list(result.notes)}
+    return b.document(flows, max_flows, other)
+
+
+def _deps(table) -> Iterable[tuple[int, int]]:
+    """(child id, parent id) for every data and control dependency of a node table."""
+    ids = table.column("id").to_pylist()
+    for column in ("data_deps", "ctrl_deps"):
+        if column not in table.column_names:
+            continue
+        for child, parents in zip(ids, table.column(column).to_pylist()):
+            for parent in parents or ():
+                yield child, parent
+
+
+# ------------------------------------------------------------------ real traces
+
+
+def _rank_of(url: str, default: int) -> int:
+    m = re.search(r"\.(\d+)\.et(\.gz)?$", url)
+    return int(m.group(1)) if m else default
+
+
+def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, rebase: bool = True) -> dict:
+    """One .et file per rank of one job (rank from `<prefix>.<rank>.et`, else file order).
+    Nodes without a start time are skipped and counted. With `rebase`, times start at the job's
+    earliest node (ranks stay aligned); otherData.time_origin_us holds the offset."""
+    from chakra_core.etfile import read_table
+
+    wanted = ["id", "name", "type", "start_time_micros", "duration_micros", "is_cpu_op", "comm_size", "stream",
+              "tid", "ctrl_deps", "data_deps", "comm_type", "tensor_size"]
+    ranks: list[tuple[int, list[dict], list]] = []
+    used: set[int] = set()
+    for k, url in enumerate(urls):
+        table = read_table(url)
+        rank = _rank_of(url, k)
+        if rank in used:  # two files claiming one rank: keep both, apart
+            rank = max(used) + 1
+        used.add(rank)
+        rows = table.select([c for c in wanted if c in table.column_names]).to_pylist()
+        ranks.append((rank, rows, list(_deps(table))))
+    starts = [r["start_time_micros"] for _, rows, _ in ranks for r in rows if r.get("start_time_micros")]
+    origin = min(starts) if (rebase and starts) else 0
+    b = _Builder("Rank", track_rank={})
+    skipped = 0
+    flows = []
+    for rank, rows, deps in ranks:
+        b.process_names[rank] = f"Rank {rank}"
+        for r in rows:
+            start = r.get("start_time_micros") or 0
+            if start <= 0:
+                skipped += 1
+                continue
+            node_type = r.get("type")
+            if node_type in COMM_NODE_TYPES:
+                track, kind = "communication", {5: "send", 6: "recv", 7: "collective"}[node_type]
+                b.track_rank.setdefault(track, (2,))
+            elif node_type in MEMORY_NODE_TYPES:
+                track, kind = "memory", "memory"
+                b.track_rank.setdefault(track, (3,))
+            elif r.get("is_cpu_op") is False:
+                stream = r.get("stream")
+                track, kind = (f"stream {stream}" if stream is not None else "device"), "kernel"
+                b.track_rank.setdefault(track, (1, stream if stream is not None else -1))
+            else:
+                tid = r.get("tid")
+                track, kind = (f"CPU thread {tid}" if tid is not None else "CPU"), "cpu"
+                b.track_rank.setdefault(track, (0, tid if tid is not None else -1))
+                b.nesting.add(track)
+            duration = max(r.get("duration_micros") or 0, 0)
+            args = {"node_id": r["id"], "kind": kind}
+            if r.get("comm_size") is not None:
+                args["comm_size"] = r["comm_size"]
+            if r.get("comm_type") is not None and node_type == 7:
+                args["comm_type"] = r["comm_type"]
+            if r.get("tensor_size") is not None:
+                args["bytes"] = r["tensor_size"]
+            b.add(_Event(rank, track, r.get("name") or f"node {r['id']}", (start - origin) * 1000,
+                         (start - origin + duration) * 1000, args, key=r["id"]))
+        flows.extend((rank, parent, child) for child, parent in deps)
+    other = {"source": "traces", "files": list(urls), "skipped_zero_start": skipped, "time_origin_us": origin}
+    return b.document(flows, max_flows, other)
+
+
+# ------------------------------------------------------------------ reference visualizer logs
+
+_LOG_TYPES = (  # node-type substrings -> track, as chakra_timeline_visualizer decides
+    ("MEM_LOAD_NODE", "memory"), ("MEM_STORE_NODE", "memory"), ("COMP_NODE", "compute"),
+    ("COMM_SEND_NODE", "comm"), ("COMM_RECV_NODE", "comm"), ("COMM_COLL_NODE", "comm"),
+)
+_NUMERIC_TYPES = {"2": "memory", "3": "memory", "4": "compute", "5": "comm", "6": "comm", "7": "comm"}
+_TOKEN = re.compile(r"\b(issue|callback)\s*,")
+
+
+def _log_track(text: str) -> str | None:
+    for needle, track in _LOG_TYPES:
+        if needle in text:
+            if track != "memory":
+                return track
+            if "LOCAL_MEMORY" in text:
+                return "local memory"
+            if "REMOTE_MEMORY" in text:
+                return "remote memory"
+    return None
+
+
+def _classify(name: str, extra: list[str]) -> str:
+    """Track from the node name (as the reference does); failing that from a later `...type=` field
+    (ASTRA-sim prints node->type), else "other"."""
+    track = _log_track(name)
+    if track is not None:
+        return track
+    for item in extra:
+        key, _, value = item.partition("=")
+        if "type" in key:
+            value = value.strip()
+            track = _log_track(value) or _NUMERIC_TYPES.get(value)
+            if track == "memory":
+                track = "other"  # memory location unknown
+            if track is not None:
+                return track
+    return "other"
+
+
+def parse_log(lines: Iterable[str]) -> tuple[list[tuple[str, int, int, int, str, list[str]]], int]:
+    """(kind, npu, cycle, node id, name, extra fields) per issue/callback line; and the count of
+    such lines that could not be parsed."""
+    records, bad = [], 0
+    for line in lines:
+        m = _TOKEN.search(line)
+        if m is None:
+            continue
+        fields = [f.strip() for f in line[m.start():].rstrip("\r\n").split(",")]
+        fields[0] = m.group(1)
+        try:
+            values = [f.partition("=")[2].strip() for f in fields[1:5]]
+            if len(fields) < 5 or not all("=" in f for f in fields[1:5]):
+                raise ValueError
+            records.append((fields[0], int(values[0]), int(float(values[1])), int(values[2]), values[3], fields[5:]))
+        except ValueError:
+            bad += 1
+    return records, bad
+
+
+def timeline_from_log(path: str, npu_frequency_mhz: float) -> dict:
+    """The issue/callback log that chakra_timeline_visualizer reads (plain, or ASTRA-sim's with
+    spdlog's `[time] [D] <workload>: ` prefix). ts/dur are cycles / MHz in microseconds."""
+    if not (npu_frequency_mhz > 0 and math.isfinite(npu_frequency_mhz)):
+        raise ValueError(f"NPU frequency {npu_frequency_mhz!r} MHz: expected a positive number")
+    with fsspec.open(path, "rt", compression="infer", encoding="utf-8", errors="replace") as f:
+        records, bad = parse_log(f)
+    b = _Builder("NPU", track_rank={t: (i,) for i, t in enumerate(LOG_TRACK_ORDER)})
+    pending: dict[tuple[int, int], deque] = defaultdict(deque)
+    unmatched_callbacks = 0
+
+    def ns(cycle: int) -> int:
+        return round(cycle * 1000 / npu_frequency_mhz)
+
+    for kind, npu, cycle, node_id, name, extra in records:
+        if kind == "issue":
+            pending[(npu, node_id)].append((cycle, name, extra))
+            b.process_names.setdefault(npu, f"NPU {npu}")
+            continue
+        queue = pending.get((npu, node_id))
+        if not queue:
+            unmatched_callbacks += 1
+            continue
+        start, name, extra = queue.popleft()
+        track = _classify(name, extra)
+        b.add(_Event(npu, track, name, ns(start), max(ns(cycle), ns(start)),
+                     {"node_id": node_id, "kind": track, "cycles": cycle - start}, key=node_id))
+    other = {"source": "log", "file": path, "npu_frequency_mhz": npu_frequency_mhz,
+             "unfinished_issues": sum(len(q) for q in pending.values()),
+             "unmatched_callbacks": unmatched_callbacks, "unparsed_lines": bad}
+    return b.document((), 0, other)
+
+
+# ------------------------------------------------------------------ validation and output
+
+_REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "M": ("name", "ph", "pid"),
+             "s": ("name", "ph", "ts", "pid", "tid", "id"), "f": ("name", "ph", "ts", "pid", "tid", "id"),
+             "t": ("name", "ph", "ts", "pid", "tid", "id")}
+_MAX_PROBLEMS = 100
+
+
+def _ns(value) -> int:
+    return round(value * 1000)  # Perfetto's JSON importer: microseconds to integer nanoseconds
+
+
+def validate_trace_events(doc) -> list[str]:
+    """Problems that would make Perfetto reject or misdraw the document; [] when none."""
+    problems: list[str] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["the document is not an object with a traceEvents list"]
+    processes, threads = set(), set()
+    spans: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    used: dict[tuple, int] = {}
+    for i, e in enumerate(doc["traceEvents"]):
+        if not isinstance(e, dict):
+            problems.append(f"event {i}: not an object")
+            continue
+        ph = e.get("ph")
+        if ph is None:
+            problems.append(f"event {i}: missing key 'ph'")
+            continue
+        missing = [k for k in _REQUIRED.get(ph, ("name", "ph")) if k not in e]
+        if missing:
+            problems.append(f"event {i} (ph {ph}): missing key(s) {', '.join(missing)}")
+            continue
+        for k in ("ts", "dur"):
+            if k in e and not (isinstance(e[k], (int, float)) and not isinstance(e[k], bool)
+                               and math.isfinite(e[k]) and e[k] >= 0):
+                problems.append(f"event {i} (ph {ph}): {k} {e[k]!r} is not a non-negative number")
+                missing.append(k)
+        if ph == "M":
+            if e["name"] in ("process_name", "thread_name"):
+                name = (e.get("args") or {}).get("name") if isinstance(e.get("args"), dict) else None
+                if name is None:
+                    problems.append(f"event {i}: {e['name']} metadata without args.name")
+                elif e["name"] == "process_name":
+                    processes.add(e["pid"])
+                elif "tid" not in e:
+                    problems.append(f"event {i}: thread_name metadata without tid")
+                else:
+                    threads.add((e["pid"], e["tid"]))
+        elif ph == "X" and not missing:
+            start = _ns(e["ts"])
+            spans[(e["pid"], e["tid"])].append((start, start + _ns(e["dur"]), i))
+            used.setdefault((e["pid"], e["tid"]), i)
+    for (pid, tid), first in sorted(used.items(), key=lambda kv: kv[1]):
+        if pid not in processes:
+            problems.append(f"pid {pid} (event {first}) has no process_name metadata")
+            processes.add(pid)
+        if (pid, tid) not in threads:
+            problems.append(f"pid {pid} tid {tid} (event {first}) has no thread_name metadata")
+    for (pid, tid), items in spans.items():
+        items.sort(key=lambda s: (s[0], -s[1]))
+        stack: list[tuple[int, int, int]] = []
+        for start, end, i in items:
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack and stack[-1][1] < end:
+                problems.append(f"pid {pid} tid {tid}: event {i} [{start}, {end}) ns partially overlaps "
+                                f"event {stack[-1][2]} [{stack[-1][0]}, {stack[-1][1]}) ns")
+                continue
+            stack.append((start, end, i))
+    if len(problems) > _MAX_PROBLEMS:
+        problems = problems[:_MAX_PROBLEMS] + [f"... and {len(problems) - _MAX_PROBLEMS} more"]
+    return problems
+
+
+def write_timeline(doc: dict, url: str) -> None:
+    """Writes the document as JSON to any fsspec URL (gzip when it ends in .gz)."""
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    with fsspec.open(url, "wb", compression="gzip" if url.endswith(".gz") else None) as f:
+        f.write(data)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def add_timeline_parser(subparsers):
+    p = subparsers.add_parser(
+        "timeline", help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
+        description="One process per NPU (rank), one thread per track; overlapping events of a track go to "
+        "sub-tracks so that Perfetto accepts them. Sources: a simulation (--workload with --network and "
+        "--system), real .et traces of one job (--trace), or the reference timeline visualizer's "
+        "issue/callback log (--log with --npu-frequency). OUT ending in .gz is gzipped.")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--workload", metavar="PREFIX", help="simulate PREFIX.0.et, PREFIX.1.et, ...")
+    source.add_argument("--trace", nargs="+", metavar="IN.et", help="one .et file per rank of one job")
+    source.add_argument("--log", metavar="LOG.csv", help="issue/callback log (chakra_timeline_visualizer input)")
+    p.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (with --workload)")
+    p.add_argument("--system", metavar="SYS.json", help="ASTRA-sim system JSON (with --workload)")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (with --workload)")
+    p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
+                   help="congestion-unaware (default) or congestion-aware network (with --workload)")
+    p.add_argument("--npu-frequency", type=float, metavar="MHZ", help="NPU clock in MHz (with --log)")
+    p.add_argument("--max-flows", type=int, default=DEFAULT_MAX_FLOWS, metavar="N",
+                   help=f"draw at most N dependency arrows across tracks (default {DEFAULT_MAX_FLOWS})")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.json", help="where to write the timeline")
+    p.set_defaults(run=cmd_timeline)
+    return p
+
+
+def cmd_timeline(args) -> int:
+    status = 0
+    if args.workload:
+        if not args.network or not args.system:
+            print("chakra timeline: --workload needs --network and --system", file=sys.stderr)
+            return 2
+        from chakra_core.sim.engine import SimulationDeadlock
+        from chakra_core.sim.workload import load_tables, simulate_files
+
+        try:
+            result, _ = simulate_files(args.workload, args.network, args.system, args.comm_group, mode=args.mode,
+                                       record_timeline=True)
+        except SimulationDeadlock as exc:
+            print(f"chakra timeline: {exc} (writing the partial timeline)", file=sys.stderr)
+            result, status = exc.partial, 1
+        tables = load_tables(args.workload, len(result.npus)) if args.max_flows > 0 else None
+        doc = timeline_from_simulation(result, tables, args.max_flows)
+    elif args.trace:
+        doc = timeline_from_traces(args.trace, args.max_flows)
+    else:
+        if args.npu_frequency is None:
+            print("chakra timeline: --log needs --npu-frequency MHZ", file=sys.stderr)
+            return 2
+        doc = timeline_from_log(args.log, args.npu_frequency)
+    write_timeline(doc, args.output)
+    other = doc["otherData"]
+    print(f"{other['events']} events, {other['npus']} NPUs, {other['threads']} tracks, "
+          f"{other['flows']} flows -> {args.output}")
+    return status
