@@ -2,7 +2,8 @@
 # The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a few corrupt
 # files) into the local object-store folder out/object-store/drops/<day>/; run the nightly
 # flow on it (local Ray, Prefect's ephemeral API, the default sweep) into out/warehouse/;
-# end with its summary, the table paths, and one DuckDB query over the tables.
+# end with its summary, the table paths, one DuckDB query over the tables, sweep plots in
+# out/plots/ and a simulated timeline in out/timelines/.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
@@ -12,3 +13,15 @@ warehouse_url="file://$PWD/out/warehouse"
 .venv/bin/python datasets/make_drop.py --root "$source_url" --date "$day"
 .venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
 .venv/bin/python scripts/example_query.py out/warehouse
+
+# pictures: sweep plots from the tables, and one job's simulated timeline (open in ui.perfetto.dev)
+tables="out/warehouse/tables"
+mkdir -p out/plots out/timelines
+.venv/bin/chakra plot runtime-vs-npus "$tables/sim_results" -o out/plots/runtime_vs_npus.png
+.venv/bin/chakra plot compute-vs-exposed "$tables/sim_results" -o out/plots/compute_vs_exposed.png
+.venv/bin/chakra plot message-sizes "$tables/collectives" -o out/plots/message_sizes.png
+.venv/bin/chakra plot rank-imbalance "$tables/collectives" -o out/plots/rank_imbalance.png
+job=gen-dp-000-n8
+.venv/bin/chakra timeline --workload "out/warehouse/traces/date=$day/job=$job/$job" \
+    --network pipeline/sweeps/Ring_8npus.yml --system pipeline/sweeps/ring_system.json -o "out/timelines/$job.json"
+echo "plots: out/plots/*.png; timeline: out/timelines/$job.json (ui.perfetto.dev)"

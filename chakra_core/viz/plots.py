@@ -253,7 +253,7 @@ def compute_vs_exposed(sim_results: Any, out: str | os.PathLike, job: str | None
         n_jobs = len({r["job_id"] for r in rows})
         ax.set_title(f"Compute vs exposed communication, mean over {n_jobs} job{'s' if n_jobs != 1 else ''}")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the bars carry their own labels
     return _save(fig, out)
 
 
