@@ -399,9 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--csv", action="store_true", help="one CSV row per trace")
     p.set_defaults(run=cmd_stats)
 
+    from chakra_core.viz.graph import add_visualize_parser
     from chakra_core.viz.plots import add_plot_parser
     from chakra_core.viz.timeline import add_timeline_parser
 
+    add_visualize_parser(sub)
     add_timeline_parser(sub)
     add_plot_parser(sub)
 
