@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import fsspec
 

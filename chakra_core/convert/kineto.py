@@ -164,7 +164,6 @@ class Linked:
 
     cpu: dict[int, CpuEvent]
     device: dict[int, list[DeviceEvent]]
-    by_rf_id: dict[int, CpuEvent]
     report: LinkReport
 
 
@@ -180,7 +179,6 @@ def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
         cpu = _link_by_rf_id(names, rf_ids, kineto, report)
     else:
         cpu = _link_by_order(names, rf_ids, tids, ids, kineto, report)
-    by_rf_id = {rf_ids[i]: e for i, e in cpu.items()}
     report.host_nodes_with_rf_id = sum(1 for r in rf_ids if r)
     report.host_nodes_linked = len(cpu)
     index_of_event = {id(e): i for i, e in cpu.items()}
@@ -193,7 +191,7 @@ def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
         if index is not None:
             device[index].append(d)
             report.device_events_linked += 1
-    return Linked(cpu, dict(device), by_rf_id, report)
+    return Linked(cpu, dict(device), report)
 
 
 def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:

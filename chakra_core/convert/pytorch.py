@@ -37,7 +37,7 @@ from chakra_core.columns import NODE_TYPE_VALUES
 from chakra_core.convert import comms, deps
 from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init, simulator_names
 from chakra_core.convert.kineto import KinetoTrace, Linked, link
-from chakra_core.convert.pytorch_et import ID_ATTRS, PG_INIT_NAME, ROOT_NAME, HostTrace
+from chakra_core.convert.pytorch_et import ID_ATTRS, PG_INIT_NAME, ROOT_NAME, HostTrace, tensor_nbytes, tensors_in
 from chakra_core.schema import et_def_pb2 as pb
 
 COMP, METADATA = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["METADATA_NODE"]
@@ -191,7 +191,7 @@ class RankConversion:
             kind = comms.kind_of(name)
             if kind is None:
                 return None
-            size = sum(map(_nbytes, _tensors(node)))
+            size = _input_bytes(node)
             return comms.CommOp(kind, 0 if kind == comms.BARRIER else size, None, source=name)
         return None
 
@@ -226,7 +226,7 @@ class RankConversion:
             node = self.host.whole[g]
             self.role[g] = ANCHOR
             self.anchor_of[g] = g
-            self.comm[g] = comms.CommOp(kind, sum(map(_nbytes, _tensors(node))), None, source=self.host.names[g])
+            self.comm[g] = comms.CommOp(kind, _input_bytes(node), None, source=self.host.names[g])
 
     def _read_pg_init(self, i: int) -> None:
         node = self.host.whole[i]
@@ -258,9 +258,6 @@ class RankConversion:
                 pg, source = (WORLD if WORLD in self.groups.groups else own_groups[0].name), "only group"
             records.append(CommRecord(i, self.host.ids[i], op.kind, op.size, pg, source, op.peer, op.tag))
         return records
-
-    def unresolved_groups(self) -> list[CommRecord]:
-        return [r for r in self.records if r.pg_name is None]
 
     # ---------------------------------------------------------------- timing
     def _comm_time(self, anchor: int) -> tuple[int, int, bool | None]:
@@ -536,14 +533,8 @@ class _Rows:
 _IO = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.string())])
 
 
-def _tensors(node: dict) -> list:
-    from chakra_core.convert.pytorch_et import tensors_in
-
-    return tensors_in((node.get("inputs") or {}).get("values") or [], [])
-
-
-def _nbytes(tensor: list) -> int:
-    return tensor[3] * tensor[4]
+def _input_bytes(node: dict) -> int:
+    return sum(map(tensor_nbytes, tensors_in((node.get("inputs") or {}).get("values") or [], [])))
 
 
 def _comm_label(kind) -> str:
