@@ -207,9 +207,3 @@ class StreamedDocument:
             if not self._fill():
                 raise self._truncated(f"the rest of {self.array_key!r}")
 
-
-def read_document(url: str, array_key: str) -> tuple[dict, list]:
-    """Small files: the top-level fields and the whole array (tests, tiny traces)."""
-    doc = StreamedDocument(url, array_key)
-    elements = [element for batch in doc.batches() for element in batch]
-    return doc.fields, elements
