@@ -7,6 +7,7 @@ trace files cannot be read the job's other files are rejected too, naming the cu
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from chakra_core.etfile import read_table, write_table
 from chakra_core.stats import collective_rows, trace_row
 from chakra_core.validate import validate_file
 from pipeline.ingest import CHAKRA_ET, JobInput, sha256
-from pipeline.layout import join, traces_dir
+from pipeline.layout import filesystem, join, traces_dir
 from pipeline.tables import SCHEMAS
 
 
@@ -31,7 +32,6 @@ class JobOutcome:
     prefix: str | None = None  # warehouse prefix of the rank files, when the job converted
     ranks: int = 0
     comm_groups: str | None = None
-    subgroups: bool = False
 
 
 def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOutcome:
@@ -47,8 +47,11 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
             outcome.rejects.append(_reject(job, f, hashes, "ingest", "the job folder holds no rank trace", run_id))
         return outcome
     out_dir = traces_dir(warehouse, date, job.job_id)
+    reused = _earlier_conversion(out_dir, hashes)
     try:
-        if job.trace_format == "pytorch_et":
+        if reused is not None:  # the same files were converted by an earlier run of this day
+            et_files, outcome.comm_groups = reused["et_files"], reused["comm_groups"]
+        elif job.trace_format == "pytorch_et":
             result = convert_job(job.url, out_dir, job.job_id)
             et_files, outcome.comm_groups = result.et_files, result.comm_group_file
         else:
@@ -62,6 +65,8 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
             reason = message if f is culprit or culprit is None else f"{culprit.name} of this job was rejected"
             outcome.rejects.append(_reject(job, f, hashes, "convert", reason, run_id))
         return outcome
+    if reused is None:
+        _write_manifest(out_dir, hashes, et_files, outcome.comm_groups)
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(et_files)
     collectives = []
     for rank, url in enumerate(et_files):
@@ -71,12 +76,37 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
         rows = collective_rows(table)
         collectives.append(rows.add_column(0, "rank", pa.array([rank] * rows.num_rows, pa.int32()))
                            .add_column(0, "job_id", pa.array([job.job_id] * rows.num_rows, pa.string())))
-        outcome.subgroups = outcome.subgroups or any(p not in (None, "", "0") for p in rows.column("pg_name").to_pylist())
     outcome.collectives = pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None
     for f in usable:
         outcome.ingest.append({"job_id": job.job_id, "file": f.name, "kind": f.kind, "bytes": f.bytes,
-                               "sha256": hashes[f.name], "status": "processed", "duplicate_of": None, "run_id": run_id})
+                               "sha256": hashes[f.name], "status": "unchanged" if reused else "processed",
+                               "duplicate_of": None, "run_id": run_id})
     return outcome
+
+
+MANIFEST = "_manifest.json"
+
+
+def _earlier_conversion(out_dir: str, hashes: dict[str, str]) -> dict | None:
+    """What an earlier run converted from exactly these files (same names, same contents), if
+    its outputs are all still there; re-running a day then skips the conversion."""
+    fs, path = filesystem(join(out_dir, MANIFEST))
+    try:
+        with fs.open(path, "r") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if manifest.get("hashes") != hashes:
+        return None
+    outputs = manifest.get("et_files", []) + ([manifest["comm_groups"]] if manifest.get("comm_groups") else [])
+    return manifest if outputs and all(filesystem(url)[0].exists(filesystem(url)[1]) for url in outputs) else None
+
+
+def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], comm_groups: str | None) -> None:
+    """Written last, so a conversion interrupted half-way is never taken for a finished one."""
+    fs, path = filesystem(join(out_dir, MANIFEST))
+    with fs.open(path, "w") as f:
+        json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups}, f, indent=1)
 
 
 def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:

@@ -79,8 +79,11 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll"}
     assert set(summary["best_system"]) == {"mlp", "coll"}
 
+    assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
     assert again["run_id"] != summary["run_id"]
+    # the second run found the same files already converted and reused the rank traces
+    assert {r["status"] for r in tables.read_day(warehouse.as_uri(), "ingest_log", DATE).to_pylist()} == {"unchanged"}
     assert {t: _count(warehouse, t) for t in summary["tables"]} == counts  # replaced, not appended
     files_on_disk = sorted(p.name for p in (warehouse / "tables" / "traces").rglob("*") if p.is_file())
     assert files_on_disk == ["part-0.parquet"]
