@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import re
-import sys
 import zlib
 from pathlib import Path
 
@@ -15,22 +13,14 @@ import pytest
 from chakra_core.etfile import read_table
 from chakra_core.validate import validate_file
 
+import make_drop as md  # datasets/ is on the path: conftest.py
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO.parent / "shared" / "data" / "astra-sim-reference" / "configs"
 DATE = "2025-01-15"
 FAMILIES = {"data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe"}
 BAD_JOBS = {"bad-truncated-gzip", "bad-malformed-json", "bad-truncated-et", "bad-unknown-file"}
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("make_drop", REPO / "datasets" / "make_drop.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_drop"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-md = _load()
 
 
 def _files(day: Path) -> dict[str, bytes]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,8 +16,7 @@ from chakra_core.stats import collective_rows  # noqa: E402
 from chakra_core.viz import plots  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "datasets"))
-from make_drop import generate_job  # noqa: E402
+from make_drop import generate_job  # noqa: E402  (datasets/ is on the path: conftest.py)
 
 from pipeline.sweep import load_sweep, simulate_row  # noqa: E402
 

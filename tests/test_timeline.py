@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,14 +30,6 @@ GLOO = REPO / "datasets" / "pytorch-gloo" / "mlp_ddp-w2"
 
 needs_micro = pytest.mark.skipif(not Path(f"{MICRO}.0.et").exists() or not Path(NETWORK).exists(),
                                  reason="ASTRA-sim reference files not available")
-
-
-def _make_drop():
-    spec = importlib.util.spec_from_file_location("make_drop", REPO / "datasets" / "make_drop.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_drop"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
 
 
 def _events(doc, ph="X"):
@@ -82,7 +72,7 @@ def test_microbenchmark_all_reduce_8_npus():
 
 @pytest.fixture(scope="module")
 def data_parallel(tmp_path_factory):
-    md = _make_drop()
+    import make_drop as md
     job = md.generate_job(0)  # data_parallel, 8 NPUs
     assert job.family == "data_parallel" and job.npus == 8
     folder = tmp_path_factory.mktemp("dp")

@@ -203,7 +203,6 @@ def build_rank_table(rank: int, ranks: int, n: int, id_base: int, seed: int = 0)
     comm_type = np.zeros(n, np.int64)
     comm_type[coll] = np.array([ct for _, ct in COLLECTIVES], np.int64)[coll_choice]
     send = ntype == SEND_NODE
-    recv = ntype == RECV_NODE
     comm_src = np.where(send, rank, (rank - 1) % ranks).astype(np.int64)
     comm_dst = np.where(send, (rank + 1) % ranks, rank).astype(np.int64)
     comm_tag = np.cumsum(p2p).astype(np.int64)
