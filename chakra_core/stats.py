@@ -72,6 +72,17 @@ def _grouped_sums(keys: pa.Array, values: pa.Array) -> dict:
                                                        g.column("v_sum").to_pylist())}
 
 
+def _comm_kinds(comm: pa.Table) -> pa.Array:
+    """'all_reduce', ..., 'send', 'recv' for each communication node ('unset' without a comm_type)."""
+    def kind(node_type: int, comm_type: int | None) -> str:
+        if node_type != COLL:
+            return "send" if node_type == SEND else "recv"
+        return "unset" if comm_type is None else COMM_TYPES.get(comm_type, f"UNKNOWN_{comm_type}").lower()
+
+    return pa.array([kind(t, c) for t, c in zip(comm.column("type").to_pylist(), comm.column("comm_type").to_pylist())],
+                    pa.string())
+
+
 def critical_path(table: pa.Table) -> dict:
     """Heaviest dependency path by duration: its length, node ids, compute / communication share,
     and the graph's depth (longest path in nodes) and width (most nodes on one depth level)."""
@@ -123,9 +134,7 @@ def trace_row(table: pa.Table) -> dict:
     classes = pa.array([op_class(n) for n in names.dictionary.to_pylist()], pa.string()).take(names.indices)
     comm = table.filter(is_comm)
     sizes = to_numpy(comm.column("comm_size"), 0)
-    kinds = pa.array([COMM_TYPES.get(c, "UNSET").lower() if t == COLL else ("send" if t == SEND else "recv")
-                      for t, c in zip(comm.column("type").to_pylist(), comm.column("comm_type").to_pylist())],
-                     pa.string())
+    kinds = _comm_kinds(comm)
     path = critical_path(table)
     quantiles = np.quantile(sizes, [0.5, 0.9, 0.99]).astype(np.int64).tolist() if len(sizes) else [0, 0, 0]
     type_values, type_counts = np.unique(to_numpy(types), return_counts=True)
@@ -160,12 +169,11 @@ def collective_rows(table: pa.Table) -> pa.Table:
     """One row per communication node (collectives, sends, receives)."""
     table = normalize_table(table)
     comm = table.filter(pc.is_in(table.column("type"), value_set=pa.array(COMM_NODE_TYPES, pa.int32())))
-    kinds = [COMM_TYPES.get(c, f"UNKNOWN_{c}").lower() if t == COLL else ("send" if t == SEND else "recv")
-             for t, c in zip(comm.column("type").to_pylist(), comm.column("comm_type").to_pylist())]
+    kinds = _comm_kinds(comm)
     return pa.table({
         "node_id": comm.column("id"),
         "name": comm.column("name"),
-        "kind": pa.array(kinds, pa.string()),
+        "kind": kinds,
         "comm_size": comm.column("comm_size"),
         "pg_name": comm.column("pg_name"),
         "comm_src": comm.column("comm_src"),

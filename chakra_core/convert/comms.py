@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chakra_core.columns import COMM_TYPES
 from chakra_core.convert.pytorch_et import tensor_nbytes, tensors_in
 
 ALL_REDUCE, REDUCE, ALL_GATHER, GATHER, SCATTER, BROADCAST, ALL_TO_ALL, REDUCE_SCATTER, BARRIER = 0, 1, 2, 3, 4, 5, 6, 7, 9
@@ -54,6 +55,11 @@ def _canonical(name: str) -> str:
 
 def kind_of(name: str) -> int | str | None:
     return KIND_BY_NAME.get(_canonical(name))
+
+
+def kind_label(kind: int | str) -> str:
+    """'all_reduce', ..., 'send', 'recv': how reports name a communication kind."""
+    return kind if kind in (SEND, RECV) else COMM_TYPES[kind].lower()
 
 
 @dataclass

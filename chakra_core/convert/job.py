@@ -297,14 +297,7 @@ def infer_groups(conversions: list[RankConversion], groups: ProcessGroups
 
 # ---------------------------------------------------------------------------- checks
 def _describe(record: CommRecord) -> str:
-    kind = record.kind if isinstance(record.kind, str) else comms_name(record.kind)
-    return f"{kind} of {record.size:,} B (node {record.node_id})"
-
-
-def comms_name(kind: int) -> str:
-    from chakra_core.schema import et_def_pb2 as pb
-
-    return pb.CollectiveCommType.Name(kind).lower()
+    return f"{comms.kind_label(record.kind)} of {record.size:,} B (node {record.node_id})"
 
 
 def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:

@@ -99,9 +99,13 @@ class RankConversion:
         self.pg_init_index: int | None = None
         self._classify()
         self.linked: Linked | None = None
+        self.launchers_in_comm: dict[int, list[int]] = {}  # anchor -> host nodes whose device work it owns
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
+            for k in self.linked.device:  # device work launched inside a communication op is its duration
+                if self.anchor_of[k] >= 0:
+                    self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
         else:
             self.report.notes.append("no Kineto trace: durations are 0 and device kernels are absent")
         self.records = self._comm_records()
@@ -270,19 +274,14 @@ class RankConversion:
             event = self.linked.cpu.get(g)
             if event is not None:
                 spans.append((event.ts, event.ts + event.dur))
-        for k in self._subtree_with_kernels(anchor):
-            spans.extend((d.ts, d.ts + d.dur) for d in self.linked.device.get(k, ()))
+        for k in self.launchers_in_comm.get(anchor, ()):
+            spans.extend((d.ts, d.ts + d.dur) for d in self.linked.device[k])
         if not spans:
             return 0, 0, None
         start, end = min(s for s, _ in spans), max(e for _, e in spans)
         cpu = self.linked.cpu.get(anchor)
         blocking = None if cpu is None or not self.gloo_of.get(anchor) else cpu.ts + cpu.dur >= end - 1.0
         return int(start), max(1, int(round(end - start))), blocking
-
-    def _subtree_with_kernels(self, anchor: int) -> list[int]:
-        if not self.linked or not self.linked.device:
-            return []
-        return [k for k in self.linked.device if self.anchor_of[k] == anchor]
 
     # ---------------------------------------------------------------- emit
     def emit(self, resolved: dict[int, tuple[str, str]] | None = None, job_groups: ProcessGroups | None = None
@@ -333,7 +332,7 @@ class RankConversion:
             advances[row] = bool(op.blocking if op.blocking is not None else measured_blocking)
             if op.seq is not None:
                 seq_row[op.seq] = row
-            comm_roles[_comm_label(op.kind)] += 1
+            comm_roles[comms.kind_label(op.kind)] += 1
         rows.types, rows.start, rows.duration = types, start, duration
         rows.ctrl = deps.program_order(np.frombuffer(host.attr_columns["tid"], np.int64)[index]
                                        if len(index) else np.zeros(0, np.int64), advances)
@@ -535,12 +534,6 @@ _IO = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.
 
 def _input_bytes(node: dict) -> int:
     return sum(map(tensor_nbytes, tensors_in((node.get("inputs") or {}).get("values") or [], [])))
-
-
-def _comm_label(kind) -> str:
-    if kind in (comms.SEND, comms.RECV):
-        return kind
-    return pb.CollectiveCommType.Name(kind).lower()
 
 
 def _cut_parent_cycles(parent: list[int]) -> list[int]:
