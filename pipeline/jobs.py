@@ -16,7 +16,7 @@ from chakra_core.convert.job import convert_job
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table, write_table
 from chakra_core.stats import collective_rows, trace_row
-from chakra_core.validate import validate_file
+from chakra_core.validate import validate_table
 from pipeline.ingest import CHAKRA_ET, JobInput, sha256
 from pipeline.layout import filesystem, join, traces_dir
 from pipeline.tables import SCHEMAS
@@ -119,11 +119,12 @@ def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:
         raise ValueError(f"{job.url}: ranks {sorted(by_rank)} are not 0..{len(by_rank) - 1}")
     urls = []
     for rank, f in sorted(by_rank.items()):
-        errors = [x for x in validate_file(f.url) if x.severity == "error"]
+        table = read_table(f.url)  # an unreadable file raises, naming itself
+        errors = [x for x in validate_table(table, f.url) if x.severity == "error"]
         if errors:
             raise ValueError(f"{f.url}: {errors[0].message}")
         url = join(out_dir, f"{job.job_id}.{rank}.et")
-        write_table(read_table(f.url), url)
+        write_table(table, url)
         urls.append(url)
     return urls
 
