@@ -57,12 +57,12 @@ import pyarrow as pa  # noqa: E402
 
 from chakra_core.etfile import write_table  # noqa: E402
 from chakra_core.schema import et_def_pb2 as pb  # noqa: E402
+from chakra_core.synth.builder import RankGraph, check_send_recv  # noqa: E402
 
 REAL_DIR = Path(__file__).resolve().parent / "pytorch-gloo"
 
-COMP, SEND, RECV, COLL = 4, 5, 6, 7
+SEND, RECV = pb.COMM_SEND_NODE, pb.COMM_RECV_NODE  # node types, for code that reads the drop back
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7
-WORLD = "0"  # pg_name of the default (world) process group
 
 FAMILIES = ("data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe")
 SHORT = {"data_parallel": "dp", "tensor_parallel": "tp", "pipeline_parallel": "pp", "dlrm": "dlrm", "moe": "moe"}
@@ -89,59 +89,17 @@ MIN_US, MAX_US = 10, 950  # compute durations are clamped to tens .. hundreds of
 # ------------------------------------------------------------------ node tables
 
 
-class _Graph:
-    """One rank's nodes, ids 0, 1, 2, ... in creation order (dependencies always point back)."""
+def _graph(rate_flops: float, rank: int = 0) -> RankGraph:
+    """A rank's graph whose compute nodes are timed from their FLOPs at the job's effective rate."""
+    return RankGraph(rank, flops_per_s=rate_flops, duration_bounds=(MIN_US, MAX_US))
 
-    COLUMNS = {
-        "id": pa.uint64(), "name": pa.string(), "type": pa.int32(), "ctrl_deps": pa.list_(pa.uint64()),
-        "data_deps": pa.list_(pa.uint64()), "duration_micros": pa.uint64(), "is_cpu_op": pa.bool_(),
-        "num_ops": pa.int64(), "tensor_size": pa.uint64(), "comm_type": pa.int64(), "comm_size": pa.int64(),
-        "comm_src": pa.int64(), "comm_dst": pa.int64(), "comm_tag": pa.int64(), "pg_name": pa.string(),
-    }
 
-    def __init__(self, rate_flops: float):
-        self.rows: dict[str, list] = {name: [] for name in self.COLUMNS}
-        self.rate = rate_flops  # effective FLOP/s that turns num_ops into a duration
-
-    def _add(self, name: str, type_: int, deps, ctrl=(), **values) -> int:
-        node_id = len(self.rows["id"])
-        values.update(id=node_id, name=name, type=type_, data_deps=sorted({d for d in deps if d is not None}),
-                      ctrl_deps=sorted({d for d in ctrl if d is not None}))
-        values.setdefault("duration_micros", 0)
-        values.setdefault("is_cpu_op", False)
-        for column, cells in self.rows.items():
-            cells.append(values.get(column))
-        return node_id
-
-    def comp(self, name: str, deps, flops: float, nbytes: int, ctrl=()) -> int:
-        """An NPU compute node: num_ops FLOPs touching nbytes, timed at the job's effective rate."""
-        us = int(min(MAX_US, max(MIN_US, round(flops / self.rate * 1e6))))
-        return self._add(name, COMP, deps, ctrl, duration_micros=us, num_ops=int(flops), tensor_size=int(nbytes))
-
-    def cpu(self, name: str, deps, us: int) -> int:
-        """A host-side operator (data loading): is_cpu_op true, replayed by its duration."""
-        return self._add(name, COMP, deps, duration_micros=us, is_cpu_op=True)
-
-    def coll(self, name: str, deps, comm_type: int, size: int) -> int:
-        return self._add(name, COLL, deps, comm_type=comm_type, comm_size=int(size), pg_name=WORLD)
-
-    def all_reduce(self, name: str, deps, size: int) -> list[int]:
-        """Gradient all-reduce(s) of size bytes: one node, or equal buckets of at most BUCKET_BYTES."""
-        n = -(-size // BUCKET_BYTES)
-        if n <= 1:
-            return [self.coll(name, deps, ALL_REDUCE, size)]
-        return [self.coll(f"{name}/bucket{b}", deps, ALL_REDUCE, size // n + (b < size % n)) for b in range(n)]
-
-    def send(self, name: str, deps, src: int, dst: int, tag: int, size: int) -> int:
-        return self._add(name, SEND, deps, comm_src=src, comm_dst=dst, comm_tag=tag, comm_size=int(size),
-                         pg_name=WORLD)
-
-    def recv(self, name: str, deps, src: int, dst: int, tag: int, size: int) -> int:
-        return self._add(name, RECV, deps, comm_src=src, comm_dst=dst, comm_tag=tag, comm_size=int(size),
-                         pg_name=WORLD)
-
-    def table(self) -> pa.Table:
-        return pa.table({name: pa.array(self.rows[name], type_) for name, type_ in self.COLUMNS.items()})
+def _all_reduce(g: RankGraph, name: str, deps, size: int) -> list[int]:
+    """Gradient all-reduce(s) of size bytes: one node, or equal buckets of at most BUCKET_BYTES."""
+    n = -(-size // BUCKET_BYTES)
+    if n <= 1:
+        return [g.collective(name, ALL_REDUCE, size, deps)]
+    return [g.collective(f"{name}/bucket{b}", ALL_REDUCE, size // n + (b < size % n), deps) for b in range(n)]
 
 
 @dataclass
@@ -164,21 +122,22 @@ def _data_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]
     tokens = rng.choice((1024, 2048, 4096))  # samples (or tokens) per rank per step
     rate = rng.uniform(30e12, 80e12)
     params = [widths[i] * widths[i + 1] for i in range(layers)]
-    g = _Graph(rate)
+    g = _graph(rate)
     prev = None
     for s in range(STEPS):
-        load = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        load = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
         x = load
         for l in range(layers):
-            x = g.comp(f"step{s}/fwd/layer{l}/linear", [x], 2 * tokens * params[l],
-                       4 * (params[l] + tokens * (widths[l] + widths[l + 1])))
-        x = g.comp(f"step{s}/loss", [x], 4 * tokens * widths[-1], 8 * tokens * widths[-1])
+            x = g.compute(f"step{s}/fwd/layer{l}/linear", [x], num_ops=2 * tokens * params[l],
+                          tensor_size=4 * (params[l] + tokens * (widths[l] + widths[l + 1])))
+        x = g.compute(f"step{s}/loss", [x], num_ops=4 * tokens * widths[-1], tensor_size=8 * tokens * widths[-1])
         reduces = []
         for l in reversed(range(layers)):
-            x = g.comp(f"step{s}/bwd/layer{l}/linear", [x], 4 * tokens * params[l],
-                       4 * (2 * params[l] + tokens * (widths[l] + widths[l + 1])))
-            reduces += g.all_reduce(f"step{s}/ddp/all_reduce/layer{l}", [x], 4 * params[l])
-        prev = g.comp(f"step{s}/optimizer/sgd", reduces + [x], 3 * sum(params), 12 * sum(params))
+            x = g.compute(f"step{s}/bwd/layer{l}/linear", [x], num_ops=4 * tokens * params[l],
+                          tensor_size=4 * (2 * params[l] + tokens * (widths[l] + widths[l + 1])))
+            reduces += _all_reduce(g, f"step{s}/ddp/all_reduce/layer{l}", [x], 4 * params[l])
+        prev = g.compute(f"step{s}/optimizer/sgd", reduces + [x], num_ops=3 * sum(params),
+                         tensor_size=12 * sum(params))
     info = {"model": f"synthetic MLP, {layers} linear layers (widths {widths[0]}..{widths[-1]}), fp32, SGD",
             "parallelism": "data parallel (DDP, gradient all-reduce per layer)",
             "layers": layers, "tokens_per_rank": tokens, "gradient_bytes": 4 * sum(params)}
@@ -194,30 +153,32 @@ def _tensor_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table
     rate = rng.uniform(60e12, 150e12)
     act = 2 * tokens * hidden  # bf16 activations of the whole sequence
     attn, mlp = 4 * hidden * hidden // npus, 8 * hidden * hidden // npus  # parameters per rank
-    g = _Graph(rate)
+    g = _graph(rate)
     prev = None
     for s in range(STEPS):
-        x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
-        x = g.comp(f"step{s}/fwd/embedding", [x], 2 * tokens * hidden, act)
+        x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
+        x = g.compute(f"step{s}/fwd/embedding", [x], num_ops=2 * tokens * hidden, tensor_size=act)
         for l in range(layers):
-            x = g.coll(f"step{s}/fwd/layer{l}/attn/all_gather", [x], ALL_GATHER, act)
-            x = g.comp(f"step{s}/fwd/layer{l}/attn", [x], 2 * tokens * attn + 4 * tokens * tokens * hidden // npus,
-                       2 * attn + 3 * act)
-            x = g.coll(f"step{s}/fwd/layer{l}/attn/reduce_scatter", [x], REDUCE_SCATTER, act)
-            x = g.coll(f"step{s}/fwd/layer{l}/mlp/all_gather", [x], ALL_GATHER, act)
-            x = g.comp(f"step{s}/fwd/layer{l}/mlp", [x], 2 * tokens * mlp, 2 * mlp + 3 * act)
-            x = g.coll(f"step{s}/fwd/layer{l}/mlp/reduce_scatter", [x], REDUCE_SCATTER, act)
-        x = g.comp(f"step{s}/loss", [x], 2 * tokens * hidden, act)
+            x = g.collective(f"step{s}/fwd/layer{l}/attn/all_gather", ALL_GATHER, act, [x])
+            x = g.compute(f"step{s}/fwd/layer{l}/attn", [x],
+                          num_ops=2 * tokens * attn + 4 * tokens * tokens * hidden // npus,
+                          tensor_size=2 * attn + 3 * act)
+            x = g.collective(f"step{s}/fwd/layer{l}/attn/reduce_scatter", REDUCE_SCATTER, act, [x])
+            x = g.collective(f"step{s}/fwd/layer{l}/mlp/all_gather", ALL_GATHER, act, [x])
+            x = g.compute(f"step{s}/fwd/layer{l}/mlp", [x], num_ops=2 * tokens * mlp, tensor_size=2 * mlp + 3 * act)
+            x = g.collective(f"step{s}/fwd/layer{l}/mlp/reduce_scatter", REDUCE_SCATTER, act, [x])
+        x = g.compute(f"step{s}/loss", [x], num_ops=2 * tokens * hidden, tensor_size=act)
         for l in reversed(range(layers)):
-            x = g.coll(f"step{s}/bwd/layer{l}/mlp/all_gather", [x], ALL_GATHER, act)
-            x = g.comp(f"step{s}/bwd/layer{l}/mlp", [x], 4 * tokens * mlp, 4 * mlp + 3 * act)
-            x = g.coll(f"step{s}/bwd/layer{l}/mlp/reduce_scatter", [x], REDUCE_SCATTER, act)
-            x = g.coll(f"step{s}/bwd/layer{l}/attn/all_gather", [x], ALL_GATHER, act)
-            x = g.comp(f"step{s}/bwd/layer{l}/attn", [x], 4 * tokens * attn + 8 * tokens * tokens * hidden // npus,
-                       4 * attn + 3 * act)
-            x = g.coll(f"step{s}/bwd/layer{l}/attn/reduce_scatter", [x], REDUCE_SCATTER, act)
+            x = g.collective(f"step{s}/bwd/layer{l}/mlp/all_gather", ALL_GATHER, act, [x])
+            x = g.compute(f"step{s}/bwd/layer{l}/mlp", [x], num_ops=4 * tokens * mlp, tensor_size=4 * mlp + 3 * act)
+            x = g.collective(f"step{s}/bwd/layer{l}/mlp/reduce_scatter", REDUCE_SCATTER, act, [x])
+            x = g.collective(f"step{s}/bwd/layer{l}/attn/all_gather", ALL_GATHER, act, [x])
+            x = g.compute(f"step{s}/bwd/layer{l}/attn", [x],
+                          num_ops=4 * tokens * attn + 8 * tokens * tokens * hidden // npus,
+                          tensor_size=4 * attn + 3 * act)
+            x = g.collective(f"step{s}/bwd/layer{l}/attn/reduce_scatter", REDUCE_SCATTER, act, [x])
         per_rank = layers * (attn + mlp)
-        prev = g.comp(f"step{s}/optimizer/adam", [x], 10 * per_rank, 16 * per_rank)
+        prev = g.compute(f"step{s}/optimizer/adam", [x], num_ops=10 * per_rank, tensor_size=16 * per_rank)
     info = {"model": f"synthetic transformer, {layers} layers, hidden {hidden}, {tokens} tokens, bf16",
             "parallelism": f"tensor parallel ({npus}-way, sequence parallel: all-gather / reduce-scatter)",
             "layers": layers, "hidden": hidden, "tokens": tokens, "activation_bytes": act}
@@ -237,32 +198,34 @@ def _pipeline_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Tab
     fwd_flops = 2 * mb_tokens * layer_params
     tables = []
     for stage in range(npus):
-        g = _Graph(rate)
+        g = _graph(rate, stage)
         prev, x = None, None
         for s in range(STEPS):
             base = s * 100_000
-            x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40)) if stage == 0 else prev
+            x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40),
+                          is_cpu=True) if stage == 0 else prev
             for m in range(micro):
                 deps = [x]
                 if stage > 0:
-                    deps.append(g.recv(f"step{s}/fwd/mb{m}/recv_act", [prev], stage - 1, stage, base + m, act))
+                    deps.append(g.recv(f"step{s}/fwd/mb{m}/recv_act", stage - 1, act, base + m, [prev]))
                 for l in range(per_stage[stage]):
-                    x = g.comp(f"step{s}/fwd/mb{m}/layer{l}", deps, fwd_flops, 2 * layer_params + 3 * act)
+                    x = g.compute(f"step{s}/fwd/mb{m}/layer{l}", deps, num_ops=fwd_flops,
+                                  tensor_size=2 * layer_params + 3 * act)
                     deps = [x]
                 if stage < npus - 1:
-                    g.send(f"step{s}/fwd/mb{m}/send_act", [x], stage, stage + 1, base + m, act)
+                    g.send(f"step{s}/fwd/mb{m}/send_act", stage + 1, act, base + m, [x])
             for m in reversed(range(micro)):
                 deps = [x]
                 if stage < npus - 1:
-                    deps.append(g.recv(f"step{s}/bwd/mb{m}/recv_grad", [prev], stage + 1, stage, base + 50_000 + m,
-                                       act))
+                    deps.append(g.recv(f"step{s}/bwd/mb{m}/recv_grad", stage + 1, act, base + 50_000 + m, [prev]))
                 for l in reversed(range(per_stage[stage])):
-                    x = g.comp(f"step{s}/bwd/mb{m}/layer{l}", deps, 2 * fwd_flops, 4 * layer_params + 3 * act)
+                    x = g.compute(f"step{s}/bwd/mb{m}/layer{l}", deps, num_ops=2 * fwd_flops,
+                                  tensor_size=4 * layer_params + 3 * act)
                     deps = [x]
                 if stage > 0:
-                    g.send(f"step{s}/bwd/mb{m}/send_grad", [x], stage, stage - 1, base + 50_000 + m, act)
+                    g.send(f"step{s}/bwd/mb{m}/send_grad", stage - 1, act, base + 50_000 + m, [x])
             params = per_stage[stage] * layer_params
-            prev = x = g.comp(f"step{s}/optimizer/adam", [x], 10 * params, 16 * params)
+            prev = x = g.compute(f"step{s}/optimizer/adam", [x], num_ops=10 * params, tensor_size=16 * params)
         tables.append(g.table())
     info = {"model": f"synthetic transformer, {sum(per_stage)} layers over {npus} stages ({per_stage}), "
                      f"hidden {hidden}, {micro} micro-batches of {mb_tokens} tokens, bf16",
@@ -272,18 +235,20 @@ def _pipeline_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Tab
     return info, tables
 
 
-def _mlp(g: _Graph, prefix: str, x: int, dims: list[int], batch: int) -> int:
+def _mlp(g: RankGraph, prefix: str, x: int, dims: list[int], batch: int) -> int:
     for l in range(len(dims) - 1):
         p = dims[l] * dims[l + 1]
-        x = g.comp(f"{prefix}/layer{l}", [x], 2 * batch * p, 4 * (p + batch * (dims[l] + dims[l + 1])))
+        x = g.compute(f"{prefix}/layer{l}", [x], num_ops=2 * batch * p,
+                      tensor_size=4 * (p + batch * (dims[l] + dims[l + 1])))
     return x
 
 
-def _mlp_backward(g: _Graph, prefix: str, x: int, dims: list[int], batch: int, reduces: list[int]) -> int:
+def _mlp_backward(g: RankGraph, prefix: str, x: int, dims: list[int], batch: int, reduces: list[int]) -> int:
     for l in reversed(range(len(dims) - 1)):
         p = dims[l] * dims[l + 1]
-        x = g.comp(f"{prefix}/layer{l}", [x], 4 * batch * p, 4 * (2 * p + batch * (dims[l] + dims[l + 1])))
-        reduces += g.all_reduce(f"{prefix}/layer{l}/all_reduce", [x], 4 * p)
+        x = g.compute(f"{prefix}/layer{l}", [x], num_ops=4 * batch * p,
+                      tensor_size=4 * (2 * p + batch * (dims[l] + dims[l + 1])))
+        reduces += _all_reduce(g, f"{prefix}/layer{l}/all_reduce", [x], 4 * p)
     return x
 
 
@@ -299,27 +264,29 @@ def _dlrm(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
     rate = rng.uniform(20e12, 60e12)
     indices = 8 * batch * n_tables * pooling  # int64 indices of the local batch, to the table owners
     pooled = 4 * batch * n_tables * dim  # fp32 pooled vectors, back from the owners
-    g = _Graph(rate)
+    g = _graph(rate)
     prev = None
     for s in range(STEPS):
-        load = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
-        a2a = g.coll(f"step{s}/fwd/indices/all_to_all", [load], ALL_TO_ALL, indices)
-        emb = g.comp(f"step{s}/fwd/embedding_bag", [a2a], 2 * batch * n_tables * pooling * dim,
-                     indices + pooled)
-        a2a = g.coll(f"step{s}/fwd/pooled/all_to_all", [emb], ALL_TO_ALL, pooled)
+        load = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
+        a2a = g.collective(f"step{s}/fwd/indices/all_to_all", ALL_TO_ALL, indices, [load])
+        emb = g.compute(f"step{s}/fwd/embedding_bag", [a2a], num_ops=2 * batch * n_tables * pooling * dim,
+                        tensor_size=indices + pooled)
+        a2a = g.collective(f"step{s}/fwd/pooled/all_to_all", ALL_TO_ALL, pooled, [emb])
         dense = _mlp(g, f"step{s}/fwd/bottom_mlp", load, bottom, batch)
-        x = g.comp(f"step{s}/fwd/interaction", [a2a, dense], 2 * batch * (n_tables + 1) ** 2 * dim,
-                   pooled + 4 * batch * dim)
+        x = g.compute(f"step{s}/fwd/interaction", [a2a, dense], num_ops=2 * batch * (n_tables + 1) ** 2 * dim,
+                      tensor_size=pooled + 4 * batch * dim)
         x = _mlp(g, f"step{s}/fwd/top_mlp", x, top, batch)
-        x = g.comp(f"step{s}/loss", [x], 10 * batch, 8 * batch)
+        x = g.compute(f"step{s}/loss", [x], num_ops=10 * batch, tensor_size=8 * batch)
         reduces: list[int] = []
         x = _mlp_backward(g, f"step{s}/bwd/top_mlp", x, top, batch, reduces)
-        x = g.comp(f"step{s}/bwd/interaction", [x], 4 * batch * (n_tables + 1) ** 2 * dim, 2 * pooled)
-        a2a = g.coll(f"step{s}/bwd/pooled/all_to_all", [x], ALL_TO_ALL, pooled)
+        x = g.compute(f"step{s}/bwd/interaction", [x], num_ops=4 * batch * (n_tables + 1) ** 2 * dim,
+                      tensor_size=2 * pooled)
+        a2a = g.collective(f"step{s}/bwd/pooled/all_to_all", ALL_TO_ALL, pooled, [x])
         x = _mlp_backward(g, f"step{s}/bwd/bottom_mlp", x, bottom, batch, reduces)
-        upd = g.comp(f"step{s}/bwd/embedding_update", [a2a], 2 * batch * n_tables * pooling * dim,
-                     2 * pooled + indices)
-        prev = g.comp(f"step{s}/optimizer/sgd", reduces + [x, upd], 3 * 4096 * 1024, 12 * 4096 * 1024)
+        upd = g.compute(f"step{s}/bwd/embedding_update", [a2a], num_ops=2 * batch * n_tables * pooling * dim,
+                        tensor_size=2 * pooled + indices)
+        prev = g.compute(f"step{s}/optimizer/sgd", reduces + [x, upd], num_ops=3 * 4096 * 1024,
+                         tensor_size=12 * 4096 * 1024)
     info = {"model": f"synthetic DLRM, {n_tables} embedding tables (dim {dim}, pooling {pooling}), "
                      f"bottom MLP {bottom}, top MLP {top}, batch {batch}/rank",
             "parallelism": "hybrid: model-parallel embeddings (all-to-all) + data-parallel MLPs (all-reduce)",
@@ -339,38 +306,43 @@ def _moe(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
     act = 2 * tokens * hidden
     routed = act * top_k
     attn, ffn = 4 * hidden * hidden, 8 * hidden * hidden
-    g = _Graph(rate)
+    g = _graph(rate)
     prev = None
     for s in range(STEPS):
-        x = g.cpu(f"step{s}/dataloader", [prev], rng.randint(5, 40))
+        x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
         moe_layers = []
         for l in range(layers):
-            x = g.comp(f"step{s}/fwd/layer{l}/attn", [x], 2 * tokens * attn + 4 * tokens * tokens * hidden,
-                       2 * attn + 3 * act)
+            x = g.compute(f"step{s}/fwd/layer{l}/attn", [x],
+                          num_ops=2 * tokens * attn + 4 * tokens * tokens * hidden, tensor_size=2 * attn + 3 * act)
             if l % every == 0:
                 moe_layers.append(l)
-                x = g.comp(f"step{s}/fwd/layer{l}/router", [x], 2 * tokens * hidden * npus, act)
-                x = g.coll(f"step{s}/fwd/layer{l}/dispatch/all_to_all", [x], ALL_TO_ALL, routed)
-                x = g.comp(f"step{s}/fwd/layer{l}/experts", [x], 2 * tokens * top_k * ffn, 2 * ffn + 2 * routed)
-                x = g.coll(f"step{s}/fwd/layer{l}/combine/all_to_all", [x], ALL_TO_ALL, routed)
+                x = g.compute(f"step{s}/fwd/layer{l}/router", [x], num_ops=2 * tokens * hidden * npus,
+                              tensor_size=act)
+                x = g.collective(f"step{s}/fwd/layer{l}/dispatch/all_to_all", ALL_TO_ALL, routed, [x])
+                x = g.compute(f"step{s}/fwd/layer{l}/experts", [x], num_ops=2 * tokens * top_k * ffn,
+                              tensor_size=2 * ffn + 2 * routed)
+                x = g.collective(f"step{s}/fwd/layer{l}/combine/all_to_all", ALL_TO_ALL, routed, [x])
             else:
-                x = g.comp(f"step{s}/fwd/layer{l}/ffn", [x], 2 * tokens * ffn, 2 * ffn + 2 * act)
-        x = g.comp(f"step{s}/loss", [x], 2 * tokens * hidden, act)
+                x = g.compute(f"step{s}/fwd/layer{l}/ffn", [x], num_ops=2 * tokens * ffn,
+                              tensor_size=2 * ffn + 2 * act)
+        x = g.compute(f"step{s}/loss", [x], num_ops=2 * tokens * hidden, tensor_size=act)
         reduces = []
         for l in reversed(range(layers)):
             if l in moe_layers:
-                x = g.coll(f"step{s}/bwd/layer{l}/combine/all_to_all", [x], ALL_TO_ALL, routed)
-                x = g.comp(f"step{s}/bwd/layer{l}/experts", [x], 4 * tokens * top_k * ffn, 4 * ffn + 2 * routed)
-                x = g.coll(f"step{s}/bwd/layer{l}/dispatch/all_to_all", [x], ALL_TO_ALL, routed)
+                x = g.collective(f"step{s}/bwd/layer{l}/combine/all_to_all", ALL_TO_ALL, routed, [x])
+                x = g.compute(f"step{s}/bwd/layer{l}/experts", [x], num_ops=4 * tokens * top_k * ffn,
+                              tensor_size=4 * ffn + 2 * routed)
+                x = g.collective(f"step{s}/bwd/layer{l}/dispatch/all_to_all", ALL_TO_ALL, routed, [x])
                 dense = attn
             else:
-                x = g.comp(f"step{s}/bwd/layer{l}/ffn", [x], 4 * tokens * ffn, 4 * ffn + 2 * act)
+                x = g.compute(f"step{s}/bwd/layer{l}/ffn", [x], num_ops=4 * tokens * ffn,
+                              tensor_size=4 * ffn + 2 * act)
                 dense = attn + ffn
-            x = g.comp(f"step{s}/bwd/layer{l}/attn", [x], 4 * tokens * attn + 8 * tokens * tokens * hidden,
-                       4 * attn + 3 * act)
-            reduces += g.all_reduce(f"step{s}/bwd/layer{l}/dense_grads/all_reduce", [x], 2 * dense)
+            x = g.compute(f"step{s}/bwd/layer{l}/attn", [x],
+                          num_ops=4 * tokens * attn + 8 * tokens * tokens * hidden, tensor_size=4 * attn + 3 * act)
+            reduces += _all_reduce(g, f"step{s}/bwd/layer{l}/dense_grads/all_reduce", [x], 2 * dense)
         params = layers * (attn + ffn)
-        prev = g.comp(f"step{s}/optimizer/adam", reduces + [x], 10 * params, 16 * params)
+        prev = g.compute(f"step{s}/optimizer/adam", reduces + [x], num_ops=10 * params, tensor_size=16 * params)
     info = {"model": f"synthetic MoE transformer, {layers} layers ({len(range(0, layers, every))} with experts, "
                      f"top-{top_k}, one expert per rank), hidden {hidden}, {tokens} tokens/rank, bf16",
             "parallelism": f"expert parallel ({npus} experts, all-to-all) + data-parallel dense layers (all-reduce)",
@@ -395,29 +367,10 @@ def generate_job(index: int, seed: int = 0) -> GeneratedJob:
     family, npus = plan_generated(index)
     job_id = f"gen-{SHORT[family]}-{index:03d}-n{npus}"
     info, tables = BUILDERS[family](_rng(seed, f"job{index}"), npus)
+    problems = check_send_recv(tables)
+    if problems:  # a generator bug: the pipeline would see a job that hangs
+        raise ValueError(f"{job_id}: unmatched send/recv: {problems[0]}")
     return GeneratedJob(job_id, family, npus, info, tables)
-
-
-def check_send_recv(tables: list[pa.Table]) -> list[str]:
-    """Problems with point-to-point pairs across ranks: every send needs one recv (same tag and size)."""
-    sends, recvs = {}, {}
-    for rank, t in enumerate(tables):
-        rows = t.select(["id", "type", "comm_src", "comm_dst", "comm_tag", "comm_size"]).to_pylist()
-        for r in rows:
-            if r["type"] == SEND:
-                if r["comm_src"] != rank:
-                    return [f"rank {rank}: send node {r['id']} has comm_src {r['comm_src']}"]
-                sends.setdefault((r["comm_src"], r["comm_dst"], r["comm_tag"]), []).append(r["comm_size"])
-            elif r["type"] == RECV:
-                if r["comm_dst"] != rank:
-                    return [f"rank {rank}: recv node {r['id']} has comm_dst {r['comm_dst']}"]
-                recvs.setdefault((r["comm_src"], r["comm_dst"], r["comm_tag"]), []).append(r["comm_size"])
-    problems = []
-    for key in sorted(set(sends) | set(recvs)):
-        if sends.get(key) != recvs.get(key):
-            problems.append(f"src {key[0]} -> dst {key[1]} tag {key[2]}: sends {sends.get(key)}, "
-                            f"recvs {recvs.get(key)}")
-    return problems
 
 
 # ------------------------------------------------------------------ writing
