@@ -313,6 +313,104 @@ def cmd_link(args) -> int:
     return EXIT_OK
 
 
+def cmd_generate(args) -> int:
+    from chakra_core.synth.workloads import generate
+
+    # the workload options given (as strings; generate parses them and refuses another workload's)
+    options = {key[4:]: value for key, value in vars(args).items() if key.startswith("opt_")}
+    job = generate(args.workload, args.npus, **options)
+    name = args.name or args.workload
+    files = job.write(args.out, name)
+    summary = {"workload": args.workload, "name": name, **job.summary(), "files": files}
+    if args.json:
+        _print_json(summary)
+        return EXIT_OK
+    nodes = summary["nodes_per_rank"]
+    per_rank = f"{nodes['min']:,}" + (f"-{nodes['max']:,}" if nodes["max"] != nodes["min"] else "")
+    print(f"{args.workload} on {job.npus} NPUs: {per_rank} nodes per rank ({nodes['total']:,} in all)")
+    for kind, row in summary["communication"].items():
+        print(f"  {kind:<15} {row['count']:>7,} nodes  {_human_bytes(row['bytes']):>10} (all ranks)")
+    groups = summary["comm_groups"]
+    shown = ", ".join(f"{g}: {members}" for g, members in list(groups.items())[:4])
+    print(f"  communicator groups: {len(groups)}" + (f" ({shown}{', ...' if len(groups) > 4 else ''})" if groups else
+                                                      " (all collectives over all NPUs)"))
+    print(f"  wrote {len(files)} files: {files[0]} ... {files[-1]}" if len(files) > 1 else f"  wrote {files[0]}")
+    return EXIT_OK
+
+
+def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    """WORKLOAD, the job's size and place, and every workload's options (help lists whose they are)."""
+    from chakra_core.synth.workloads import WORKLOADS
+
+    p.add_argument("workload", choices=list(WORKLOADS), metavar="WORKLOAD", help=", ".join(WORKLOADS))
+    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs (ranks) of the job")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder (any fsspec URL)")
+    p.add_argument("--name", metavar="NAME", help="output names NAME.<rank>.et (default: the workload)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    by_option: dict[str, list] = {}
+    for workload in WORKLOADS.values():
+        for name, option in workload.options.items():
+            by_option.setdefault(name, []).append((workload.name, option))
+    group = p.add_argument_group("workload options (strings like 512,256 for lists)")
+    for name, uses in by_option.items():
+        texts = {option.help for _, option in uses}
+        defaults = "; ".join(f"{w} {'derived' if o.default is None else _option_text(o.default)}" for w, o in uses)
+        if len(texts) == 1:
+            text = f"{texts.pop()} (default: {defaults})"
+        else:
+            text = "; ".join(f"{w}: {o.help}" for w, o in uses) + f" (default: {defaults})"
+        group.add_argument(f"--{name.replace('_', '-')}", dest=f"opt_{name}", default=argparse.SUPPRESS,
+                           metavar=name.split("_")[0].upper(), help=text.replace("%", "%%"))
+
+
+def _option_text(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else f"{value:g}" if isinstance(value, float) \
+        else str(value)
+
+
+def cmd_select(args) -> int:
+    import fsspec
+    from rich.progress import Progress
+
+    from chakra_core.errors import ChakraError
+    from chakra_core.synth.fleet import find_jobs, load_job
+    from chakra_core.synth.select import select_representatives, summarize_job
+
+    jobs, skipped = find_jobs(args.dirs)
+    summaries = []
+    with Progress(console=_console(), transient=True) as progress:
+        task = progress.add_task("simulating jobs on the reference system", total=len(jobs))
+        for job in jobs:
+            try:
+                summaries.append(summarize_job(job.job_id, *load_job(job)))
+            except ChakraError as exc:  # a job that cannot be read or simulated is reported, not chosen
+                skipped.append(f"{job.folder}: {exc}")
+            progress.advance(task)
+    if not summaries:
+        raise ChakraError("no job could be summarised: " + "; ".join(skipped or ["no jobs found"]))
+    selection = select_representatives(summaries, args.k, args.seed)
+    document = {**selection.to_dict(), "skipped": skipped}
+    if args.output:
+        with fsspec.open(args.output, "w") as f:
+            json.dump(document, f, indent=1)
+    if args.json:
+        _print_json(document)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table("cluster", "representative", "jobs", "weight", "share of fleet time", "estimate error",
+                  title=f"{selection.k} representative(s) of {len(summaries)} job(s)")
+    for c in selection.clusters:
+        table.add_row(str(c["cluster"]), c["representative"], str(c["jobs"]), f"{c['weight']:.3f}",
+                      f"{c['time_share']:.1%}", f"{c['estimate_error']:.1%}")
+    console = _console()
+    console.print(table)
+    console.print(f"coverage of the fleet's simulated time: {selection.coverage:.1%}")
+    for line in selection.notes + [f"skipped: {s}" for s in skipped]:
+        print(line, file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chakra",
@@ -443,6 +541,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, help="the rank (default: Kineto's distributedInfo, else 0)")
     p.add_argument("--json", action="store_true", help="print the link report as JSON")
     p.set_defaults(run=cmd_link)
+
+    p = sub.add_parser("generate", help="generate a training job (mlp, dlrm, transformer) as one Chakra ET per NPU",
+                       description="Write DIR/NAME.<rank>.et for every NPU of a canned workload sized from model "
+                       "dimensions and a parallelism description, plus DIR/NAME.comm_groups.json (ASTRA-sim "
+                       "--comm-group-configuration) when it uses sub-groups; print ranks, nodes, collectives by "
+                       "type and bytes, groups and files. mlp: --parallelism dp | mp | dp-mp (data-parallel groups "
+                       "on inner, contiguous ranks, model-parallel on outer, strided ones; --mp sets the MP degree) | "
+                       "mp-dp (the reverse). dlrm: embedding tables spread over the NPUs (all-to-all), "
+                       "data-parallel MLPs. transformer: --tp tensor parallel (inner ranks) x --pp pipeline stages "
+                       "(send/recv of micro-batches) x ZeRO-2 data parallel over the remaining npus/(tp*pp). "
+                       "The global batch is fixed. Options of another workload are refused.")
+    add_generate_arguments(p)
+    p.set_defaults(run=cmd_generate)
+    p = sub.add_parser("select", help="choose k representative jobs of a fleet, with weights and coverage",
+                       description="Cluster jobs by a feature vector (op mix, bytes by collective, compute/"
+                       "communication split, NPU count, message-size quantiles, simulated time on the reference "
+                       "system) and print k representatives with their cluster weights and the coverage of the "
+                       "fleet's simulated time. A DIR holds one job's <name>.<rank>.et files, or subfolders that "
+                       "each hold one job.")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="job folder(s), or folders of job folders")
+    p.add_argument("-k", type=int, required=True, help="number of representatives")
+    p.add_argument("--seed", type=int, default=0, help="k-means seed (default 0)")
+    p.add_argument("-o", "--output", metavar="OUT.json", help="also write the selection as JSON here")
+    p.add_argument("--json", action="store_true", help="print the selection as JSON")
+    p.set_defaults(run=cmd_select)
     return parser
 
 

@@ -1,13 +1,15 @@
 """The nightly flow: a day's drop of traces becomes Parquet tables.
 
     python -m flows.nightly --date YYYY-MM-DD --source URL --warehouse URL [--sweep FILE] [--num-cpus N]
+        [--representatives K]
 
-Defaults: yesterday (UTC: the nightly run processes the day that just ended), a local object-store folder under the project (out/object-store/drops),
-the warehouse out/warehouse, the default sweep (pipeline/sweeps/default.yaml), local Ray with
-every CPU, Prefect's ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray
-cluster when RAY_ADDRESS is). Steps: list the day -> per job on Ray: hash, convert, split per
-NPU, statistics -> per job x system on Ray: simulate -> write each table for the day
-atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
+Defaults: yesterday (UTC: the nightly run processes the day that just ended), a local
+object-store folder under the project (out/object-store/drops), the warehouse out/warehouse,
+the default sweep (pipeline/sweeps/default.yaml), local Ray with every CPU, Prefect's
+ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray cluster when RAY_ADDRESS
+is). Steps: list the day -> per job on Ray: hash, convert, split per NPU, statistics -> per
+job x system on Ray: simulate -> the day's representative jobs -> write each table for the
+day atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from pipeline import tables  # noqa: E402
+from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
 from pipeline.sweep import load_sweep  # noqa: E402
 
@@ -34,8 +37,9 @@ STORAGE_RETRIES = 3
 
 
 @task(name="process day on Ray", cache_policy=NO_CACHE)  # inputs: a callback; outputs: tables
-def process_day(date: str, source: str, warehouse: str, sweep: str | None, progress=None) -> DayResult:
-    return run_day(date, source, warehouse, load_sweep(sweep), progress)
+def process_day(date: str, source: str, warehouse: str, sweep: str | None, progress=None,
+                representatives: int = DEFAULT_REPRESENTATIVES) -> DayResult:
+    return run_day(date, source, warehouse, load_sweep(sweep), progress, representatives)
 
 
 @task(name="write table", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
@@ -45,17 +49,22 @@ def write_table(warehouse: str, table: str, date: str, data) -> str:
 
 @flow(name="nightly")
 def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: str = DEFAULT_WAREHOUSE,
-            sweep: str | None = None, num_cpus: int | None = None, progress=None) -> dict:
+            sweep: str | None = None, num_cpus: int | None = None, progress=None,
+            representatives: int = DEFAULT_REPRESENTATIVES) -> dict:
     """Process one day's drop; returns the summary (also logged)."""
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     start_ray(num_cpus)
-    day = process_day(date, source, warehouse, sweep, progress)
+    day = process_day(date, source, warehouse, sweep, progress, representatives)
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,
         "rejects": day.tables["rejects"].num_rows, "simulations": day.tables["sim_results"].num_rows,
         "best_system": {job: {"system": s, "finish_ns": ns} for job, (s, ns) in sorted(day.best_systems().items())},
+        "representatives": {r["job_id"]: r["weight"] for r in day.tables["representatives"].to_pylist()
+                            if r["representative"]},
+        "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
+                         None),
         "tables": paths,
     }
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
@@ -76,6 +85,10 @@ def _print_summary(summary: dict) -> None:
     for job, row in summary["best_system"].items():
         best.add_row(job, row["system"], f"{row['finish_ns'] / 1e6:,.3f}")
     console.print(best)
+    if summary["representatives"]:
+        console.print(f"{len(summary['representatives'])} representative job(s) (weight): "
+                      + ", ".join(f"{job} ({w:.2f})" for job, w in summary["representatives"].items())
+                      + f"; coverage of the day's simulated time {summary['coverage']:.1%}")
     console.print("tables:")
     for name, path in summary["tables"].items():
         console.print(f"  {name:12} {path}")
@@ -88,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="traces and tables (any fsspec URL)")
     parser.add_argument("--sweep", help="sweep file (default: pipeline/sweeps/default.yaml)")
     parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    parser.add_argument("--representatives", type=int, default=DEFAULT_REPRESENTATIVES, metavar="K",
+                        help=f"representative jobs to choose (default {DEFAULT_REPRESENTATIVES})")
     args = parser.parse_args(argv)
     from rich.progress import Progress
 
@@ -99,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done, total=total)
 
-        summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress)
+        summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
+                          args.representatives)
     _print_summary(summary)
     return 0
 

@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from pipeline.ingest import JobInput, list_day, sha256
 from pipeline.jobs import JobOutcome, process_job
-from pipeline.sweep import SystemSpec, simulate_row
+from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
+from pipeline.sweep import SystemSpec, reference_spec, simulate_row
 from pipeline.tables import SCHEMAS, empty, from_rows
 
 WORKER_RETRIES = 3
@@ -64,7 +65,8 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> Jo
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
-            progress: Callable[[str, int, int], None] | None = None) -> DayResult:
+            progress: Callable[[str, int, int], None] | None = None,
+            representatives: int = DEFAULT_REPRESENTATIVES) -> DayResult:
     """Everything for one day, as tables (not yet written)."""
     import ray
 
@@ -76,6 +78,9 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
     process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
     simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
     pending = {process.remote(job, date, warehouse, run_id): job for job in jobs}
+    reference = reference_spec(systems)
+    if reference not in systems:  # representatives need every job on the reference system
+        systems = [*systems, reference]
     sims: list = []
     ingest, traces, collectives = [], [], []
     total_steps, done_steps = len(jobs), 0
@@ -112,6 +117,8 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
         "collectives": pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else empty("collectives"),
         "sim_results": from_rows("sim_results", sorted(sim_rows, key=lambda r: (r["job_id"], r["system"]))),
     }
+    result.tables["representatives"] = representatives_table(
+        result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives, run_id)
     return result
 
 

@@ -12,6 +12,7 @@ import yaml
 from chakra_core.errors import ChakraError
 from chakra_core.sim.config import load_network
 from chakra_core.sim.workload import simulate_files
+from chakra_core.synth import reference
 
 DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml")
 
@@ -56,9 +57,17 @@ def _materialise(name: str, text: str) -> str:
 
 
 def _native_ring(npus: int) -> str:
-    """A Ring of the job's own size (50 GB/s, 500 ns), so that every job, even one whose
-    process groups cannot be scaled to another NPU count, is simulated at least once."""
-    return f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+    """A Ring of the job's own size (the reference network: 50 GB/s, 500 ns), so that every job,
+    even one whose process groups cannot be scaled to another NPU count, is simulated at least once."""
+    return (f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ {reference.BANDWIDTH_GBPS} ]\n"
+            f"latency: [ {reference.LATENCY_NS} ]\n")
+
+
+def reference_spec(systems: list[SystemSpec]) -> SystemSpec:
+    """The sweep's native-ring entry (the reference system of synthesis and selection), or the
+    reference system itself when the sweep has none."""
+    return next((s for s in systems if s.network == NATIVE_RING),
+                SystemSpec("reference", NATIVE_RING, json.dumps(reference.SYSTEM)))
 
 
 def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, spec: SystemSpec) -> dict:

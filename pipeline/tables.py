@@ -52,6 +52,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("comm_ns", pa.int64()),
         ("what_if", pa.string()),
     ]),
+    "representatives": pa.schema([
+        ("job_id", pa.string()), ("npus", pa.int32()), ("cluster", pa.int32()), ("representative", pa.bool_()),
+        ("distance", pa.float64()), ("weight", pa.float64()), ("finish_ns", pa.int64()),
+        ("cluster_time_share", pa.float64()), ("cluster_estimate_error", pa.float64()), ("coverage", pa.float64()),
+        ("k", pa.int32()), ("status", pa.string()), ("run_id", pa.string()),
+    ]),
 }
 # an ad hoc sweep's results: sim_results' columns, under tables/sweep_results/sweep=<name>/date=<d>/
 SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]

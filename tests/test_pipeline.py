@@ -70,7 +70,8 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     reasons = {r["file"]: r["reason"] for r in rejects}
     assert "ends early" in reasons["broken/rank0.et.json.gz"] or "cannot read" in reasons["broken/rank0.et.json.gz"]
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
-    assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results"}
+    assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
+                                      "representatives"}
     counts = {t: _count(warehouse, t) for t in summary["tables"]}
     assert counts["traces"] == 4 and counts["sim_results"] == 2 * len(load_sweep())
     assert counts["collectives"] > 50
@@ -78,6 +79,11 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     sims = tables.read_day(warehouse.as_uri(), "sim_results", DATE).to_pylist()
     assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll"}
     assert set(summary["best_system"]) == {"mlp", "coll"}
+    # two jobs, two clusters: each job represents itself and the estimate is exact
+    chosen = tables.read_day(warehouse.as_uri(), "representatives", DATE).to_pylist()
+    assert {r["job_id"] for r in chosen} == {"mlp", "coll"}
+    assert all(r["status"] == "ok" and r["representative"] and r["k"] == 2 and r["weight"] == 0.5
+               and r["coverage"] == 1.0 for r in chosen)
 
     assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
@@ -161,3 +167,14 @@ def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
     assert result["table"].endswith(f"tables/sweep_results/sweep=mine/date={DATE}/part-0.parquet")
     rows = tables.read_day(warehouse, "sweep_results", DATE, sweep="mine").to_pylist()
     assert {r["job_id"] for r in rows} == {"mlp", "coll"} and all(r["finish_ns"] > 0 for r in rows)
+
+
+def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path, ray_local):
+    make_small_drop(tmp_path / "source")
+    ring8 = [spec for spec in load_sweep() if spec.name == "ring-8"]
+    day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), ring8, representatives=1)
+    systems = sorted({(r["job_id"], r["system"]) for r in day.tables["sim_results"].to_pylist()})
+    assert systems == [("coll", "reference"), ("coll", "ring-8"), ("mlp", "reference"), ("mlp", "ring-8")]
+    chosen = day.tables["representatives"].to_pylist()
+    assert [r["k"] for r in chosen] == [1, 1] and sum(r["representative"] for r in chosen) == 1
+    assert all(r["weight"] == 1.0 and 0.0 <= r["coverage"] < 1.0 for r in chosen)

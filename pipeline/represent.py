@@ -1,0 +1,60 @@
+"""The day's representative jobs: `chakra_core.synth.select` over the warehouse's own rows.
+
+Selection needs each job's per-rank statistics (the day's `traces` rows) and one simulation
+on the reference system (`chakra_core.synth.reference`): the sweep's `native-ring` rows are
+exactly that when the sweep has such an entry, else the jobs are simulated on the reference
+system here (Ray tasks). A job without a successful reference simulation cannot be placed;
+it still gets a row, with the reason in `status`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+
+from chakra_core.synth.select import JobSummary, SelectionError, select_representatives
+from pipeline.tables import from_rows
+
+DEFAULT_REPRESENTATIVES = 8
+
+
+def job_summaries(traces: pa.Table, reference_rows: list[dict]) -> tuple[list[JobSummary], dict[str, str]]:
+    """Summaries of the jobs with an `ok` reference simulation; the others with the reason."""
+    ranks: dict[str, list[dict]] = defaultdict(list)
+    for row in sorted(traces.to_pylist(), key=lambda r: (r["job_id"], r["rank"])):
+        ranks[row["job_id"]].append(row)
+    simulated = {row["job_id"]: row for row in reference_rows}
+    summaries, unplaced = [], {}
+    for job_id, rows in sorted(ranks.items()):
+        sim = simulated.get(job_id)
+        if sim is None or sim["status"] != "ok":
+            unplaced[job_id] = f"not selected: no reference simulation ({sim['error'] if sim else 'not run'})"
+            continue
+        summaries.append(JobSummary(job_id, len(rows), rows, sim["finish_ns"], sim["max_compute_ns"],
+                                    sim["max_exposed_comm_ns"]))
+    return summaries, unplaced
+
+
+def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, run_id: str,
+                          seed: int = 0) -> pa.Table:
+    """One `representatives` row per job of the day (see the README for the columns)."""
+    summaries, unplaced = job_summaries(traces, reference_rows)
+    rows = [{"job_id": job_id, "status": reason, "run_id": run_id} for job_id, reason in unplaced.items()]
+    if summaries:
+        try:
+            selection = select_representatives(summaries, min(k, len(summaries)), seed)
+        except SelectionError as exc:
+            rows += [{"job_id": s.job_id, "status": f"not selected: {exc}", "run_id": run_id} for s in summaries]
+            return from_rows("representatives", rows)
+        clusters = {c["cluster"]: c for c in selection.clusters}
+        npus = {s.job_id: s.npus for s in summaries}
+        for job in selection.jobs:
+            cluster = clusters[job["cluster"]]
+            rows.append({"job_id": job["job_id"], "npus": npus[job["job_id"]], "cluster": job["cluster"],
+                         "representative": job["representative"], "distance": job["distance"],
+                         "weight": cluster["weight"], "finish_ns": job["finish_ns"],
+                         "cluster_time_share": cluster["time_share"],
+                         "cluster_estimate_error": cluster["estimate_error"], "coverage": selection.coverage,
+                         "k": selection.k, "status": "ok", "run_id": run_id})
+    return from_rows("representatives", sorted(rows, key=lambda r: r["job_id"]))
