@@ -219,6 +219,24 @@ def test_send_recv_pipeline():
     assert times == [10_000 + hop, 2 * (10_000 + hop), 3 * (10_000 + hop), 3 * (10_000 + hop) + 10_000]
 
 
+def test_members_that_issue_late_find_their_messages_held():
+    # Ring 2, NPU 1 computes 100 us first. ring all-reduce of 2 ranks, 4 chunks of 262144 B:
+    # m = 131072, d = floor(500 + 2441.4) = 2941, p = 3 * 81 = 243, T = 3e + 2d + p = 6155 per chunk.
+    # NPU 0 sends at 10; its message waits at NPU 1, which takes it the moment it posts the
+    # receive (at 100,010): NPU 1 runs every chunk in T, NPU 0 ends each one d earlier,
+    # as it never waits for its own first message to travel
+    net2 = network(("Ring", 2, 50, 500))
+    tables = job([all_reduce(1, MiB)], [comp(1, 100), all_reduce(2, MiB, 1)])
+    t, d = 6155, 2941
+    result = simulate(tables, net2, BASE)
+    assert [n.finish_ns for n in result.npus] == [100_000 + 4 * t - d, 100_000 + 4 * t]
+    assert result.npus[0].comm_ns == {"all_reduce": 100_000 + 4 * t - d}  # from its own issue
+    # comm_scale scales each message, endpoint and reduction time of the replay, not the wait
+    # for NPU 1: d = floor(2941 / 2) = 1470, e = 5, p = 121, T = 15 + 2940 + 121 = 3076
+    scaled = simulate(tables, net2, BASE, comm_scale=0.5)
+    assert [n.finish_ns for n in scaled.npus] == [100_000 + 4 * 3076 - 1470, 100_000 + 4 * 3076]
+
+
 def test_a_receive_posted_late_completes_when_posted():
     tables = job([{"id": 1, "type": "COMM_SEND_NODE", "comm_dst": 1, "comm_size": 1024, "comm_tag": 1}],
                  [comp(1, 50), {"id": 2, "type": "COMM_RECV_NODE", "comm_src": 0, "comm_size": 1024, "comm_tag": 1,
@@ -286,11 +304,17 @@ def test_a_group_of_every_npu_is_the_default_group_and_pg_name_0_too():
     assert finish_times(job(*[[all_reduce(1, MiB, pg_name="0")] for _ in range(8)])) == [64440] * 8
 
 
-def test_sub_groups_the_model_cannot_time_exactly_are_refused():
-    # members 0-3 on Ring 8: three neighbours are 1 hop apart, the wrap-around 3 -> 0 is 3 hops
-    tables = job(*[[all_reduce(1, MiB, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
-    with pytest.raises(SimulationError, match="not all equally far apart"):
-        simulate(tables, RING8, BASE, comm_groups={1: (0, 1, 2, 3), 2: (4, 5, 6, 7)})
+def test_sub_groups_whose_ring_neighbours_are_unevenly_far_apart_are_replayed():
+    # members 0-3 on Ring 8: 0->1, 1->2, 2->3 are 1 hop (d1 = 1720), the wrap-around 3 -> 0
+    # is 3 hops (d3 = floor(3*500 + 1220.7) = 2720); one chunk of 262144 B, m = 65536, e = 10,
+    # p = 120 on the first 3 receives. Member i receives step k when both it has sent step k
+    # and its predecessor's step k has arrived: r_i(k+1) = max(r_i(k), r_i-1(k) + d) + e (+ p).
+    # r(1) = 1860 (2860 on member 0), r(2) = 4710/4710/3710/3710, r(3) = 6560/6560/6560/5560,
+    # r(4) = 8290 everywhere, r(5) = 11020/10020/10020/10020, r(6) = 12750/12750/11750/11750
+    tables = job(*[[all_reduce(1, MiB // 4, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    result = simulate(tables, RING8, system(dataset_splits=1), comm_groups={1: (0, 1, 2, 3), 2: (4, 5, 6, 7)})
+    assert [n.finish_ns for n in result.npus] == [12750, 12750, 11750, 11750] * 2
+    assert result.notes == []  # ASTRA-sim's own model, message by message
 
 
 def test_group_errors_name_the_node():
@@ -328,11 +352,11 @@ def test_congestion_aware_examples(name, net, sysc, op, expected):
     assert AwareCollectiveModel(net, sysc).member_durations(op, MiB) == (expected,) * net.npus
 
 
-def test_aware_mode_limits_are_clear_errors():
-    with pytest.raises(SimulationError, match="one-dimensional"):
-        AwareCollectiveModel(TWO_D, TWO_D_SYSTEM)
-    with pytest.raises(SimulationError, match="congestion-aware mode yet"):
-        AwareCollectiveModel(RING8, system(all_reduce=impls("direct"))).member_durations("all_reduce", MiB)
+@pytest.mark.parametrize("model", [CollectiveModel, AwareCollectiveModel])
+def test_direct_all_reduce_below_a_window_of_n_minus_1_is_a_clear_error_in_both_modes(model):
+    # the facts sheet gives direct all-reduce's round gate for a window of N-1 only
+    with pytest.raises(SimulationError, match="window 3 < N-1 = 7 is not modelled yet"):
+        model(RING8, system(all_reduce=impls("direct3"))).member_durations("all_reduce", MiB)
 
 
 def test_aware_send_pays_serialization_on_every_hop():
@@ -397,8 +421,14 @@ def test_stragglers_and_scaling_knobs():
     tables = same_on_every_npu([comp(1, 40), all_reduce(2, MiB, 1)])
     slow_npu_3 = [1.0] * 8
     slow_npu_3[3] = 0.5
-    # the straggler computes 80 us; everyone's all-reduce waits for it
-    assert finish_times(tables, npu_speed=slow_npu_3) == [80_000 + 64440] * 8
+    # the straggler computes 80 us. The others start the all-reduce at 40 us and their messages
+    # wait at their receivers (ASTRA-sim's holding); NPU 3 finds its predecessors' messages
+    # there and ends as if everyone had started with it, 80,000 + 64,440; the NPU k places
+    # after it in the ring ends (8 - k) message delays (d = 1110) earlier, as in the
+    # two-NPU case worked out in test_members_that_issue_late_find_their_messages_held
+    d = 1110
+    assert finish_times(tables, npu_speed=slow_npu_3) == [80_000 + 64440 - (8 - (npu - 3) % 8) % 8 * d
+                                                          for npu in range(8)]
     assert finish_times(tables, compute_scale=0.5) == [20_000 + 64440] * 8
     assert finish_times(tables, comm_scale=0.5) == [40_000 + 32220] * 8
     with pytest.raises(SimulationError, match="one positive factor per NPU"):
@@ -481,3 +511,39 @@ def test_natural_extensions_where_astra_sim_stops_are_timed_and_noted():
     result = simulate(job(*[[all_reduce(1, MiB)]] * 6), network(("FullyConnected", 6, 50, 500)),
                       system(all_reduce=impls("doubleBinaryTree")))
     assert any("doubleBinaryTree" in n for n in result.notes)
+
+
+def test_direct_with_a_window_below_n_minus_1_runs_in_rounds_of_the_window():
+    # facts 3.2, FC 8, direct3: 3 packets in flight, 7 sends. The 3 local packets send at e;
+    # their receives (e + d) make 3 network packets that send 3 more; those receives make 3
+    # local packets, one of which sends the 7th; its receive's packet ends the phase:
+    # 4e + 3d per chunk, + 2p for reduce-scatter (its two network blocks reduce)
+    def per_chunk(op: str) -> int:
+        return CollectiveModel(FC8, system(**{op: impls("direct3")})).duration(op, MiB) // 4
+
+    assert per_chunk("reduce_scatter") * 4 == 13960  # ASTRA-sim [V]: 4e + 3d + 2p = 40 + 3330 + 120
+    assert per_chunk("all_gather") == 4 * 10 + 3 * int(500 + (MiB // 4) / (50 * 2**30 / 1e9))  # m = D: d = 5382
+    assert per_chunk("all_to_all") == 4 * 10 + 3 * 1110  # m = D/8: d = 1110
+    assert CollectiveModel(FC8, system(all_gather=impls("direct3"))).notes == []  # ASTRA-sim's own rounds
+
+
+def test_double_binary_tree_on_one_dimension_of_several():
+    # Ring 4 x FC 2, ["ring", "doubleBinaryTree"], one chunk of 1 MiB: RS on dim 0 (ring,
+    # m = 262144, d = 5382, p = 489): 10 + 3 (d + e + p) = 17653; all-reduce on dim 1 with the
+    # trees of 2 (RootMax: NPUs 4-7 on top, 0-3 leaves; D = 262144): the tops end at
+    # 2e + d + p = 5891, the leaves at 3e + 2d + p = 11283; AG on dim 0: 10 + 3 (d + e) = 16186,
+    # each ring of dim 0 being all tops or all leaves
+    net = network(("Ring", 4, 50, 500), ("FullyConnected", 2, 50, 500))
+    model = CollectiveModel(net, system(all_reduce=impls("ring", "doubleBinaryTree"), dataset_splits=1))
+    assert model.member_durations("all_reduce", MiB) == (17653 + 11283 + 16186,) * 4 + (17653 + 5891 + 16186,) * 4
+    assert any("doubleBinaryTree on a network of several dimensions" in n for n in model.notes)
+    with pytest.raises(SimulationError, match="cannot run reduce_scatter"):  # localBWAware's RS on a tree dim
+        CollectiveModel(net, system(all_reduce=impls("doubleBinaryTree", "ring"))).plan("all_reduce", MiB)
+
+
+@pytest.mark.parametrize("mode", ["unaware", "aware"])
+def test_a_collective_with_no_dimension_to_run_on_ends_when_each_member_issues_it(mode):
+    # involved_dim excludes both dimensions: no phase, nothing to exchange, nothing to wait for
+    net = network(("Ring", 4, 50, 500), ("Ring", 2, 50, 500))
+    tables = job(*[[comp(1, npu), all_reduce(2, MiB, 1, involved_dim=[False, False])] for npu in range(8)])
+    assert finish_times(tables, net=net, mode=mode) == [1] + [npu * 1000 for npu in range(1, 8)]

@@ -1,193 +1,124 @@
-"""ASTRA-sim's congestion-aware backend for one collective (ASTRA_SIM_MODEL_FACTS.md section 5).
+"""ASTRA-sim's congestion-aware backend (ASTRA_SIM_MODEL_FACTS.md section 5), and its natural
+extension to several network dimensions.
 
 Every directed link is a FIFO server and messages are store-and-forward: a message that
 starts on a link at t occupies it until t + floor(m / bw) and reaches the next device at
-t + floor(lat + m / bw), where it queues for its next link. Routes: Ring, the shorter way
-(a tie goes clockwise); FullyConnected, one link per ordered pair; Switch, NPU -> switch ->
-NPU. As in ASTRA-sim, only one-dimensional networks.
+t + floor(lat + m / bw), where it queues for its next link. Links of one dimension: Ring,
+two directed links between neighbours, routed the shorter way (a tie goes clockwise);
+FullyConnected, one link per ordered pair; Switch, one NPU -> switch and one switch -> NPU
+link per NPU.
 
-Because contention couples chunks and NPUs, a collective is replayed message by message:
-on every NPU its chunks go through the dimension's queues (active chunks, priorities, as
-in the unaware model) and each running chunk follows the ring algorithm's packet machine
-(section 3.1): a packet becomes ready after the endpoint delay (plus the local reduction
-for reducing packets); a ready packet with sends left sends one message to the next
-neighbour and posts the receive from the previous one; each completed receive creates the
-next packet; the chunk ends when the packet of its last receive is ready. A message that
-arrives before its receive is posted waits for it. The result is each NPU's own finish
-time. Other algorithms are not modelled in this mode yet.
+ASTRA-sim's aware backend stops at one dimension. Here every line of NPUs that differ in one
+dimension only has that dimension's links, as in the one-dimensional model, and a message
+between NPUs that differ in several dimensions is routed dimension by dimension, lowest
+first (so a collective's phase on dimension i uses dimension i's links only).
+
+Collectives are replayed message by message (replay.py) with every algorithm; in a job
+(engine.py) all collectives and sends share one AwareFabric, so concurrent traffic contends
+for the links it shares. AwareCollectiveModel times one collective alone.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
-from chakra_core.sim.collectives import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    ALL_TO_ALL,
-    REDUCE_SCATTER,
-    CollectiveModel,
-    SimulationError,
-    chunk_priorities,
-    queue_choices,
-)
-from chakra_core.sim.config import NetworkConfig, NetworkDim, SystemConfig, Topology
-from chakra_core.sim.events import EventQueue, insert_by_priority
+from chakra_core.sim.collectives import CollectiveModel
+from chakra_core.sim.config import NetworkConfig, NetworkDim, Topology
+from chakra_core.sim.events import EventQueue
+
+AWARE_MULTI_DIM_NOTE = ("congestion-aware on a network of several dimensions (ASTRA-sim's aware backend takes one): "
+                        "each dimension's links as in the one-dimensional model, messages between NPUs that differ in "
+                        "several dimensions routed dimension by dimension, lowest first")
 
 
-def routes(dim: NetworkDim):
-    """route(src, dst) -> the directed links (as hashable tuples) a message crosses."""
+def dimension_links(dim: NetworkDim, src: int, dst: int) -> list[tuple]:
+    """The directed links (local indices of one line of the dimension) from src to dst."""
+    if dim.topology == Topology.FULLY_CONNECTED:
+        return [(src, dst)]
+    if dim.topology == Topology.SWITCH:
+        return [(src, "up"), (dst, "down")]
     n = dim.npus
-
-    def route(src: int, dst: int) -> list[tuple]:
-        if dim.topology == Topology.FULLY_CONNECTED:
-            return [(src, dst)]
-        if dim.topology == Topology.SWITCH:
-            return [(src, "switch"), ("switch", dst)]
-        clockwise = (dst - src) % n
-        step = 1 if clockwise <= n - clockwise else -1  # the shorter way; a tie goes clockwise
-        links, at = [], src
-        while at != dst:
-            links.append((at, (at + step) % n))
-            at = (at + step) % n
-        return links
-
-    return route
+    clockwise = (dst - src) % n
+    step = 1 if clockwise <= n - clockwise else -1  # the shorter way; a tie goes clockwise
+    links, at = [], src
+    while at != dst:
+        links.append((at, (at + step) % n))
+        at = (at + step) % n
+    return links
 
 
-class AwareNetwork:
-    """Send/recv timing in the aware mode: store-and-forward over the route, per hop."""
+class AwareFabric:
+    """The links of one network as FIFO store-and-forward servers, on one event queue.
 
-    def __init__(self, network: NetworkConfig):
-        if len(network.dims) != 1:
-            raise SimulationError("the congestion-aware model supports one-dimensional networks only, as ASTRA-sim's")
-        self.dim = network.dims[0]
-        self.route = routes(self.dim)
+    send(now, src, dst, bytes, deliver, args) calls deliver(arrival, *args). With `scale`
+    (the engine's comm_scale) every link time is scaled, then truncated.
+    """
 
-    def delay(self, src: int, dst: int, size: int) -> int:
-        return len(self.route(src, dst)) * math.floor(self.dim.latency_ns + size / self.dim.bytes_per_ns)
+    def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0):
+        self.network, self.events, self.scale = network, events, scale
+        self.free: dict[tuple, int] = {}  # link -> the tick it is free from
+        self._routes: dict[tuple[int, int], tuple] = {}
+        self._hop_times: dict[tuple[int, int], tuple[int, int]] = {}
+        self._strides = [1]
+        for d in network.dims:
+            self._strides.append(self._strides[-1] * d.npus)
+        self.multi_dim = sum(d.npus > 1 for d in network.dims) > 1
+        self.carried = False
+
+    @property
+    def notes(self) -> list[str]:
+        return [AWARE_MULTI_DIM_NOTE] if self.multi_dim and self.carried else []
+
+    def route(self, src: int, dst: int) -> tuple[tuple[tuple, int], ...]:
+        """((link, dimension index), ...) from src to dst: dimension by dimension, lowest first."""
+        key = (src, dst)
+        found = self._routes.get(key)
+        if found is None:
+            at, to = list(self.network.coords(src)), self.network.coords(dst)
+            links = []
+            for i, dim in enumerate(self.network.dims):
+                if at[i] != to[i]:
+                    line = sum(c * s for j, (c, s) in enumerate(zip(at, self._strides)) if j != i)
+                    links += [((i, line) + link, i) for link in dimension_links(dim, at[i], to[i])]
+                    at[i] = to[i]
+            found = self._routes[key] = tuple(links)
+        return found
+
+    def hop_times(self, dim_index: int, size: int) -> tuple[int, int]:
+        """(ns the message occupies a link, ns until it reaches the next device)."""
+        key = (dim_index, size)
+        found = self._hop_times.get(key)
+        if found is None:
+            dim = self.network.dims[dim_index]
+            occupy, reach = size / dim.bytes_per_ns, dim.latency_ns + size / dim.bytes_per_ns
+            found = self._hop_times[key] = (math.floor(occupy * self.scale), math.floor(reach * self.scale))
+        return found
+
+    def send(self, now: int, src: int, dst: int, size: int, deliver, args: tuple) -> None:
+        self.carried = True
+        self.events.call(now, self._hop, self.route(src, dst), 0, size, deliver, args)
+
+    def _hop(self, now: int, route: tuple, hop: int, size: int, deliver, args: tuple) -> None:
+        """The message reaches the tail of link `hop` of its route (or, past the last, its destination)."""
+        if hop == len(route):
+            deliver(now, *args)
+            return
+        link, dim_index = route[hop]
+        occupy, reach = self.hop_times(dim_index, size)
+        begin = max(now, self.free.get(link, 0))
+        self.free[link] = begin + occupy
+        self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
 
 
 class AwareCollectiveModel(CollectiveModel):
-    """Per-NPU durations of collectives on a congestion-aware one-dimensional network."""
+    """Collectives on the congestion-aware network, each timed alone (no other traffic)."""
 
-    def __init__(self, network: NetworkConfig, system: SystemConfig):
-        if len(network.dims) != 1:
-            raise SimulationError("the congestion-aware model supports one-dimensional networks only, as ASTRA-sim's")
-        super().__init__(network, system)
+    def transport(self, events: EventQueue) -> AwareFabric:
+        return AwareFabric(self.network, events, self.comm_scale)
 
-    def _member_durations(self, op: str, size: int, involved=None, group=None) -> tuple[int, ...]:
-        if group is not None:
-            raise SimulationError("communicator sub-groups are not modelled in the congestion-aware mode yet")
-        impls = self.implementations(op)
-        if impls[0].kind != "ring":  # doubleBinaryTree included: its down-sends share uplinks
-            raise SimulationError(f"{impls[0].name!r} is not modelled in the congestion-aware mode yet (ring is)")
-        plan = self.plan(op, size, involved)
-        return _Replay(self, plan).run()
+    def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
+        # contention couples chunks and NPUs: always message by message
+        return self._replay_alone(self.plan(op, size, involved, group), offsets)
 
-
-class _Replay:
-    """One collective, every NPU, message by message."""
-
-    def __init__(self, model: AwareCollectiveModel, plan):
-        self.plan = plan
-        self.dim = model.network.dims[0]
-        self.n = self.dim.npus
-        self.system = model.system
-        self.timer = model.timer
-        self.route = routes(self.dim)
-        self.serialization = {}  # bytes -> (ns on a link, ns to the next device)
-
-    def hop_times(self, size: int) -> tuple[int, int]:
-        if size not in self.serialization:
-            bw = self.dim.bytes_per_ns
-            self.serialization[size] = (math.floor(size / bw), math.floor(self.dim.latency_ns + size / bw))
-        return self.serialization[size]
-
-    def run(self) -> tuple[int, ...]:
-        plan, n, system = self.plan, self.n, self.system
-        if not plan.phases:
-            return (0,) * n
-        (phase,) = plan.phases  # one dimension: one phase per chunk
-        op, ranks, d_in = phase.op, phase.ranks, phase.bytes_in
-        m = d_in if op == ALL_GATHER else d_in // ranks
-        sends_total = {ALL_REDUCE: 2 * (ranks - 1), REDUCE_SCATTER: ranks - 1, ALL_GATHER: ranks - 1,
-                       ALL_TO_ALL: ranks * (ranks - 1) // 2}[op]
-        reducing_receives = {ALL_REDUCE: ranks - 1, REDUCE_SCATTER: ranks - 1}.get(op, 0)
-        e, p = self.timer.e, self.timer.p(m)
-        slots = -(-system.active_chunks_per_dim // system.num_queues_per_dim)
-        priority = chunk_priorities(system, plan.chunks)
-        queue_of = [q[0] for q in queue_choices(plan, system.num_queues_per_dim)]
-        # with more than one queue, the upper half of the queues runs its rings anticlockwise
-        lower = max(1, system.num_queues_per_dim // 2)
-        direction = [1 if q < lower else -1 for q in queue_of]
-
-        events = EventQueue()
-        at = events.at
-
-        running = defaultdict(int)  # (npu, queue) -> chunks running
-        waiting = defaultdict(list)  # (npu, queue) -> chunks waiting, by priority
-        sends_left = {}  # (npu, chunk) -> sends still to make
-        receives_done = defaultdict(int)  # (npu, chunk) -> receives completed
-        posted = defaultdict(int)  # (npu, chunk) -> receives posted and not yet matched
-        arrived = defaultdict(int)  # (npu, chunk) -> messages arrived and not yet received
-        link_free = defaultdict(int)
-        chunks_left = [plan.chunks] * n
-        finish = [0] * n
-
-        def start_waiters(npu: int, queue: int, now: int) -> None:
-            line = waiting[(npu, queue)]
-            while line and running[(npu, queue)] < slots:
-                chunk = line.pop(0)
-                running[(npu, queue)] += 1
-                sends_left[(npu, chunk)] = sends_total
-                at(now + e, "ready", npu, chunk)  # the first, local packet
-
-        def receive(npu: int, chunk: int, now: int) -> None:
-            receives_done[(npu, chunk)] += 1
-            reduces = receives_done[(npu, chunk)] <= reducing_receives
-            at(now + e + (p if reduces else 0), "ready", npu, chunk)
-
-        for npu in range(n):
-            for chunk in range(plan.chunks):
-                insert_by_priority(waiting[(npu, queue_of[chunk])], chunk, priority.__getitem__)
-                start_waiters(npu, queue_of[chunk], 0)
-
-        while events:
-            now, kind, *rest = events.pop()
-            if kind == "ready":
-                npu, chunk = rest
-                key = (npu, chunk)
-                if sends_left[key]:
-                    sends_left[key] -= 1
-                    dst = (npu + direction[chunk]) % n
-                    at(now, "hop", chunk, npu, dst, self.route(npu, dst), 0)
-                    if arrived[key]:  # posting the receive matches a message that was waiting
-                        arrived[key] -= 1
-                        receive(npu, chunk, now)
-                    else:
-                        posted[key] += 1
-                elif receives_done[key] == sends_total:  # the last receive's packet is ready: chunk done
-                    queue = queue_of[chunk]
-                    running[(npu, queue)] -= 1
-                    chunks_left[npu] -= 1
-                    if not chunks_left[npu]:
-                        finish[npu] = now
-                    start_waiters(npu, queue, now)
-            else:  # a message reaches the tail of link `hop` of its route (or its destination)
-                chunk, src, dst, links, hop = rest
-                if hop == len(links):
-                    key = (dst, chunk)
-                    if posted[key]:
-                        posted[key] -= 1
-                        receive(dst, chunk, now)
-                    else:
-                        arrived[key] += 1
-                    continue
-                link = links[hop]
-                occupy, reach = self.hop_times(m)
-                begin = max(now, link_free[link])
-                link_free[link] = begin + occupy
-                at(begin + reach, "hop", chunk, src, dst, links, hop + 1)
-        return tuple(finish)
+    def _duration(self, op: str, size: int, involved=None, group=None) -> int:
+        return max(self.member_durations(op, size, involved, group))

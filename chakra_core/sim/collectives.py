@@ -1,91 +1,69 @@
-"""ASTRA-sim's system layer for one collective, congestion-unaware (ASTRA_SIM_MODEL_FACTS.md 2-3).
+"""ASTRA-sim's system layer for one collective (ASTRA_SIM_MODEL_FACTS.md 2-3).
 
 A collective of S bytes is cut into K chunks ("streams"). Each chunk runs a list of phases,
 one per logical dimension (reduce-scatter, all-reduce, all-gather or all-to-all on that
-dimension, with that dimension's algorithm); a phase's duration depends only on the
-algorithm, the phase type, the ranks N, the bytes D it starts with and the dimension's
-parameters, so it has a closed form (section 3). Chunks move through per-dimension queues
-that run at most C chunks at once, ordered by priority (section 2.4): the collective is a
-flow shop, replayed here with a tiny event loop. Everything is in integer ns.
+dimension, with that dimension's algorithm). Where every rank of a phase takes the same
+time, that time depends only on the algorithm, the phase type, the ranks N, the bytes D it
+starts with and the dimension's parameters, and has a closed form (section 3); chunks move
+through per-dimension queues that run at most C chunks at once, ordered by priority
+(section 2.4), so the collective is a flow shop. Everything is in integer ns.
+
+Where ranks differ or there is no closed form (doubleBinaryTree, halvingDoubling on a
+non-power-of-two N, directK below N-1, a sub-group ring whose neighbours are unevenly far
+apart) or members issue the collective at different ticks, it is replayed message by
+message (replay.py) on the congestion-unaware network; each member gets its own finish.
 
 A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
 members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
 
-doubleBinaryTree all-reduce is replayed message by message (sim/tree.py) on one-dimensional
-networks; its members finish at different times (member_durations).
-
 Where ASTRA-sim stops, natural extensions (recorded in CollectiveModel.notes): all-to-all
 with halvingDoubling as Bruck's algorithm, halvingDoubling on a non-power-of-two N with the
-extra ranks folded in, doubleBinaryTree on any N with the same in-order trees.
+extra ranks folded in, doubleBinaryTree on any N with the same in-order trees and as the
+all-reduce algorithm of one dimension of several.
 
-What this module does not model yet (it raises SimulationError naming it): direct with a
-window below N-1, doubleBinaryTree on several dimensions, oneDirect / oneHalvingDoubling,
-and sub-groups whose ring neighbours are not all equally far apart.
+What this module does not model yet (it raises SimulationError naming it): direct
+all-reduce with a window below N-1, oneDirect / oneHalvingDoubling and one* combined with
+other dimensions, and algorithms other than ring on sub-groups.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
-from chakra_core.sim import tree
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.events import EventQueue, insert_by_priority
+from chakra_core.sim.events import EventQueue
 from chakra_core.sim.network import UnawareNetwork, hops, message_delay
-
-ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "all_reduce", "reduce_scatter", "all_gather", "all_to_all"
-
-
-@dataclass(frozen=True)
-class Phase:
-    dim: int  # network dimension whose queues run it (0 for a ring over all NPUs)
-    op: str  # ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER or ALL_TO_ALL on that dimension
-    ranks: int  # N
-    bytes_in: int  # D: what one chunk brings into the phase
-    duration: int  # ns
-    queue_half: str  # "all", "lower" (clockwise) or "upper" (anticlockwise) queues of the dimension
-
-
-@dataclass(frozen=True)
-class CollectivePlan:
-    op: str
-    size: int
-    chunk_bytes: int
-    chunks: int
-    phases: tuple[Phase, ...]  # the phases every chunk runs, in order
-
-
-def chunking(op: str, size: int, splits: int, total_npus: int) -> tuple[int, int]:
-    """(bytes per chunk, chunk count): every chunk carries the same bytes, the last one too (2.2).
-
-    A collective smaller than `splits` bytes (all-gather only; the others are raised to
-    one byte per NPU per chunk) gets `splits` chunks of 0 bytes; ASTRA-sim leaves it undefined.
-    """
-    chunk = size // splits
-    if op != ALL_GATHER and chunk < total_npus:
-        chunk = total_npus
-        size = splits * chunk
-    if chunk == 0:
-        return 0, splits
-    return chunk, -(-size // chunk)
-
-
-def local_reduction(size: int, local_mem_bw_gbps: float) -> int:
-    """p(x): one write and two reads of x bytes through local memory, each truncated (2.5)."""
-    return 3 * math.floor(size / (local_mem_bw_gbps * 1e9) * 1e9)
-
+from chakra_core.sim.plan import (  # noqa: F401  (re-exported: the simulator's public names)
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    SPAN_ALL,
+    SPAN_DIM,
+    SPAN_GROUP,
+    CollectivePlan,
+    Phase,
+    chunking,
+    local_reduction,
+    message_bytes,
+    slots_per_queue,
+)
+from chakra_core.sim.replay import DelayTransport, Replay, halving_doubling_steps, replay_alone
 
 HD_ALL_TO_ALL_NOTE = ("all-to-all with halvingDoubling (ASTRA-sim refuses it) timed as Bruck's algorithm: "
                       "ceil(log2 N) steps of D/2 to the rank 2^k away")
 HD_FOLD_NOTE = ("halvingDoubling on a non-power-of-two N (ASTRA-sim hangs) timed with the extra ranks folded in: "
-                "one exchange of D before and after the power-of-two core")
+                "each sends its D to a core rank before, and gets D back after, the power-of-two core")
 DBT_ANY_N_NOTE = "doubleBinaryTree on a non-power-of-two N (ASTRA-sim crashes) uses the same in-order trees"
+DBT_MULTI_DIM_NOTE = ("doubleBinaryTree on a network of several dimensions (checked in ASTRA-sim on one only): "
+                      "each of its all-reduce phases runs the trees over that dimension's NPUs")
 
 
 class PhaseTimer:
-    """Closed-form phase durations for one system configuration (section 3).
+    """Closed-form phase durations for one system configuration (section 3), where every rank
+    of the phase takes the same time; None where there is no closed form (the phase is replayed).
 
     `notes` collects the modelling choices beyond ASTRA-sim that were used."""
 
@@ -97,10 +75,18 @@ class PhaseTimer:
     def p(self, size: int) -> int:
         return local_reduction(size, self.mem_bw)
 
-    def duration(self, impl: CollectiveImpl, op: str, n: int, d_in: int, dim: NetworkDim, neighbour_hops: int) -> int:
-        kind = impl.kind
-        if kind in ("ring", "oneRing"):
-            return self.ring(op, n, d_in, dim, neighbour_hops)
+    def duration(self, impl: CollectiveImpl, op: str, n: int, d_in: int, dim: NetworkDim,
+                 neighbour_hops: int | None) -> int | None:
+        """neighbour_hops: hops between ring neighbours, the same for every pair; None where they differ."""
+        kind = impl.algorithm
+        if kind == "doubleBinaryTree":
+            if op != ALL_REDUCE:
+                raise SimulationError(f"doubleBinaryTree is an all-reduce algorithm; it cannot run {op}")
+            if n & (n - 1):
+                self.notes.add(DBT_ANY_N_NOTE)
+            return None  # its ranks finish at different times
+        if kind == "ring":
+            return None if neighbour_hops is None else self.ring(op, n, d_in, dim, neighbour_hops)
         if kind == "direct":
             return self.direct(op, n, d_in, dim, impl.window)
         if kind == "halvingDoubling":
@@ -109,7 +95,7 @@ class PhaseTimer:
 
     def ring(self, op: str, n: int, d_in: int, dim: NetworkDim, h: int) -> int:
         e = self.e
-        m = d_in if op == ALL_GATHER else d_in // n
+        m = message_bytes(op, n, d_in)
         d = message_delay(dim, h, m)
         if op == ALL_REDUCE:
             return e + 2 * (n - 1) * (d + e) + (n - 1) * self.p(m)
@@ -119,11 +105,14 @@ class PhaseTimer:
             return e + (n - 1) * (d + e)
         return e + n * (n - 1) // 2 * (d + e)  # all-to-all: a relay of D/N messages to the neighbour
 
-    def direct(self, op: str, n: int, d_in: int, dim: NetworkDim, window: int | None) -> int:
+    def direct(self, op: str, n: int, d_in: int, dim: NetworkDim, window: int | None) -> int | None:
         if window is not None and window < n - 1:
-            raise SimulationError(f"direct with window {window} < N-1 = {n - 1} is not modelled yet")
+            if op == ALL_REDUCE:  # the facts sheet gives the round gate for a window of N-1 only
+                raise SimulationError(f"direct all-reduce with window {window} < N-1 = {n - 1} is not modelled yet: "
+                                      "when its last round of sends may start is not in the facts sheet")
+            return None  # rounds of `window` packets: replayed packet by packet (facts 3.2)
         e = self.e
-        m = d_in if op == ALL_GATHER else d_in // n
+        m = message_bytes(op, n, d_in)
         to_peer = [message_delay(dim, hops(dim, 0, k), m) for k in range(1, n)]  # peer k positions away
         farthest = max(to_peer)
         if op in (ALL_GATHER, ALL_TO_ALL):
@@ -138,49 +127,47 @@ class PhaseTimer:
         release = next(g for g in ready if g >= all_arrived)
         return max(max(g, release) + to_peer[j] for j, g in enumerate(ready)) + e
 
-    def halving_doubling(self, op: str, n: int, d_in: int, dim: NetworkDim) -> int:
-        e = self.e
+    def halving_doubling(self, op: str, n: int, d_in: int, dim: NetworkDim) -> int | None:
         if op == ALL_TO_ALL:  # beyond ASTRA-sim (it refuses): Bruck's log2 steps of D/2 each
             self.notes.add(HD_ALL_TO_ALL_NOTE)
-            steps = [(d_in // 2, 1 << k) for k in range((n - 1).bit_length())]
-            return e + sum(message_delay(dim, hops(dim, 0, r), m) + e for m, r in steps)
-        levels = n.bit_length() - 1
-        core = 1 << levels
-        if core != n:  # beyond ASTRA-sim (it hangs): fold the extra ranks in, run the core, hand back
+        elif n & (n - 1):  # beyond ASTRA-sim (it hangs): the extra ranks fold in; ranks then differ
             self.notes.add(HD_FOLD_NOTE)
-            fold = message_delay(dim, hops(dim, 0, core), d_in) + e
-            return 2 * fold + (self.p(d_in) if op != ALL_GATHER else 0) + self.halving_doubling(op, core, d_in, dim)
-        halving = [(d_in >> (k + 1), 1 << k) for k in range(levels)]  # (message bytes, partner distance)
-        if op == ALL_REDUCE:
-            steps = halving + halving[::-1]
-        elif op == REDUCE_SCATTER:
-            steps = halving
-        else:  # all-gather: doubling sizes, partners from far to near
-            steps = [(d_in << k, n >> (k + 1)) for k in range(levels)]
+            return None
+        # serial steps, the same on every rank: rank 0's, each d + e, plus the reductions
         e = self.e
-        total = e + sum(message_delay(dim, hops(dim, 0, r), m) + e for m, r in steps)
-        if op != ALL_GATHER:  # packets 2..L reduce, each at its own message size
-            total += sum(self.p(m) for m, _ in steps[1:levels])
-        return total
+        return e + sum(message_delay(dim, hops(dim, 0, dst), size) + e + (self.p(reduced) if reduced else 0)
+                       for dst, _, size, reduced in halving_doubling_steps(op, n, 0, d_in))
 
 
 class CollectiveModel:
     """Plans and times collectives for one network and system configuration, with a cache:
-    a training trace repeats the same few collectives thousands of times."""
+    a training trace repeats the same few collectives thousands of times.
+
+    A plan whose phases all have closed forms is a flow shop (run_flow_shop); any other, or
+    members that issue the collective at different ticks, is replayed message by message
+    (replay.py) on the congestion-unaware network."""
 
     # ASTRA-sim runs a sub-group's collective on rings it builds for the group, whose
     # endpoint delay is fixed, whatever the system file says (facts 2.5)
     GROUP_ENDPOINT_DELAY = 10
 
-    def __init__(self, network: NetworkConfig, system: SystemConfig):
+    def __init__(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0):
+        """comm_scale multiplies communication times (a what-if knob): a closed form once, a
+        replay every message, endpoint and reduction time, each truncated."""
         self.network = network
         self.system = system
+        self.comm_scale = comm_scale
         self.timer = PhaseTimer(system)
         self.group_timer = PhaseTimer(system, self.GROUP_ENDPOINT_DELAY)
         self.links = UnawareNetwork(network)
         self.plan = lru_cache(maxsize=4096)(self._plan)
         self.duration = lru_cache(maxsize=4096)(self._duration)
-        self.member_durations = lru_cache(maxsize=4096)(self._member_durations)
+        self.member_finish = lru_cache(maxsize=4096)(self._member_finish)
+        self._ranks: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+        self._latencies: dict[tuple, tuple[tuple[int, ...], ...] | None] = {}
+        self._strides = [1]
+        for d in network.dims:
+            self._strides.append(self._strides[-1] * d.npus)
 
     @property
     def notes(self) -> list[str]:
@@ -195,20 +182,31 @@ class CollectiveModel:
             ALL_TO_ALL: self.system.all_to_all,
         }[op]
 
-    def _logical_dims(self, op: str, involved: tuple[bool, ...] | None) -> list[tuple[int, CollectiveImpl, int, int]]:
-        """(network dim, implementation, ranks, neighbour hops) of every active logical dimension."""
+    def _logical_dims(self, op: str, involved: tuple[bool, ...] | None) -> list[tuple]:
+        """(network dim, implementation, ranks, span, neighbour hops) of every active logical dimension."""
         impls = self.implementations(op)
         dims = self.network.dims
-        if len(impls) == 1 and impls[0].kind == "oneRing":
-            return [(0, impls[0], self.network.npus, self._one_ring_hops())]
+        if impls[0].spans_all_npus:
+            if len(impls) > 1 or impls[0].kind != "oneRing":
+                raise SimulationError(f"{impls[0].name!r}{' combined with other dimensions' if len(impls) > 1 else ''}"
+                                      " is not modelled yet (oneRing alone is)")
+            return [(0, impls[0], self.network.npus, SPAN_ALL, self._one_ring_hops())]
         active = []
         for i, impl in enumerate(impls):
-            if impl.kind.startswith("one"):
+            if impl.spans_all_npus:
                 raise SimulationError(f"{impl.name!r} combined with other dimensions is not modelled yet")
             if i >= len(dims) or dims[i].npus == 1 or (involved is not None and not involved[i]):
                 continue
-            active.append((i, impl, dims[i].npus, hops(dims[i], 0, 1)))
+            active.append((i, impl, dims[i].npus, SPAN_DIM, hops(dims[i], 0, 1)))
         return active
+
+    def has_phases(self, op: str, involved: tuple[bool, ...] | None) -> bool:
+        """Whether a collective over all NPUs has a dimension to run on (an unmodelled
+        implementation answers True: its error comes when the collective is timed)."""
+        try:
+            return bool(self._logical_dims(op, involved))
+        except SimulationError:
+            return True
 
     def _one_ring_hops(self) -> int:
         """Hops of every neighbour message of one ring over all NPUs, timed in dimension 0."""
@@ -217,22 +215,37 @@ class CollectiveModel:
             raise SimulationError("oneRing over a first dimension of size 1 is not modelled yet")
         return hops(dim0, 0, 1)
 
-    def _group_ring(self, op: str, group: tuple[int, ...]) -> list[tuple[int, CollectiveImpl, int, int]]:
+    def _group_ring(self, op: str, group: tuple[int, ...]) -> list[tuple]:
         """The one logical dimension of a sub-group: a ring over its members in the given order.
 
-        Exact when every neighbour pair of the ring is the same distance apart in the same
-        network dimension (then every member runs the same schedule); other groups are refused.
+        When every neighbour pair of the ring is the same distance apart in the same network
+        dimension, every member runs the same schedule (closed form); otherwise members
+        wait for one another differently and the ring is replayed message by message.
         """
         impl = self.implementations(op)[0]
-        if impl.kind not in ("ring", "oneRing"):
+        if impl.algorithm != "ring":
             raise SimulationError(f"{impl.name!r} on a communicator sub-group is not modelled yet (ring is)")
-        routes = {self.links.route(a, b) for a, b in zip(group, group[1:] + group[:1])}
-        routes |= {self.links.route(b, a) for a, b in zip(group, group[1:] + group[:1])}
-        if len(routes) != 1:
-            raise SimulationError(f"communicator group {list(group)}: its ring's neighbours are not all equally far "
-                                  "apart in the network; such groups are not modelled yet")
-        (dim, hop_count), = routes
-        return [(dim, CollectiveImpl.parse("ring"), len(group), hop_count)]
+        pairs = list(zip(group, group[1:] + group[:1]))
+        routes = {self.links.route(a, b) for a, b in pairs} | {self.links.route(b, a) for a, b in pairs}
+        (dim, hop_count), *others = sorted(routes)
+        return [(dim, CollectiveImpl("ring"), len(group), SPAN_GROUP, None if others else hop_count)]
+
+    def ranks(self, phase: Phase, npu: int, group: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
+        """(the NPU's rank in the phase, the phase's NPUs by rank)."""
+        key = (phase.span, phase.dim, npu, group if phase.span == SPAN_GROUP else None)
+        found = self._ranks.get(key)
+        if found is None:
+            if phase.span == SPAN_GROUP:
+                found = (group.index(npu), group)
+            elif phase.span == SPAN_ALL:
+                found = (npu, tuple(range(self.network.npus)))
+            else:  # the NPUs that differ from this one in the phase's dimension only
+                stride, n = self._strides[phase.dim], self.network.dims[phase.dim].npus
+                coord = npu // stride % n
+                base = npu - coord * stride
+                found = (coord, tuple(base + j * stride for j in range(n)))
+            self._ranks[key] = found
+        return found
 
     def _plan(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
               group: tuple[int, ...] | None = None) -> CollectivePlan:
@@ -246,8 +259,9 @@ class CollectiveModel:
 
         def add(entry, phase_op: str, half: str) -> None:
             nonlocal d
-            net_dim, impl, n, h = entry
-            phases.append(Phase(net_dim, phase_op, n, d, timer.duration(impl, phase_op, n, d, dims[net_dim], h), half))
+            net_dim, impl, n, span, h = entry
+            duration = timer.duration(impl, phase_op, n, d, dims[net_dim], h)
+            phases.append(Phase(net_dim, phase_op, n, d, duration, half, impl, span))
             if phase_op == REDUCE_SCATTER:
                 d //= n
             elif phase_op == ALL_GATHER:
@@ -266,121 +280,93 @@ class CollectiveModel:
         else:  # baseline all-reduce, reduce-scatter, all-to-all: ascending, each on the running size
             for entry in logical:
                 add(entry, op, "all")
-        return CollectivePlan(op, size, chunk, count, tuple(phases))
+        if len(phases) > 1 and any(phase.impl.algorithm == "doubleBinaryTree" for phase in phases):
+            timer.notes.add(DBT_MULTI_DIM_NOTE)
+        return CollectivePlan(op, size, chunk, count, tuple(phases), timer.e, group)
 
-    def _member_durations(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
-                          group: tuple[int, ...] | None = None) -> tuple[int, ...]:
-        """ns each member (in group order, or NPU order) takes: the same for every member of a
-        symmetric algorithm; doubleBinaryTree members finish at different times."""
-        if self._uses_tree(op):
-            return self._tree_durations(op, size, involved, group)
-        members = len(group) if group else self.network.npus
-        return (self.duration(op, size, involved, group),) * members
+    def member_durations(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
+                         group: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """ns each member (in group order, or NPU order) takes when all issue it together."""
+        return self.member_finish(op, size, involved, group, None)
 
-    def _uses_tree(self, op: str) -> bool:
-        return any(impl.kind == "doubleBinaryTree" for impl in self.implementations(op))
+    def _member_finish(self, op: str, size: int, involved: tuple[bool, ...] | None,
+                       group: tuple[int, ...] | None, offsets: tuple[int, ...] | None) -> tuple[int, ...]:
+        """Each member's finish tick (group order, or NPU order) when member i issues the
+        collective at tick offsets[i] (None: all at 0). The same for every member of a flow
+        shop issued together; replayed otherwise, with ASTRA-sim's message holding."""
+        plan = self.plan(op, size, involved, group)
+        if plan.symmetric and offsets is None:
+            return (self.duration(op, size, involved, group),) * (len(group) if group else self.network.npus)
+        if offsets is not None and self._offsets_only_shift(plan):
+            latency = self._holding_latencies(op, size, involved, group)
+            if latency is not None:
+                return tuple(max(offset + ns for offset, ns in zip(offsets, row)) for row in latency)
+        return self._replay_alone(plan, offsets)
 
-    def _tree_durations(self, op: str, size: int, involved, group) -> tuple[int, ...]:
-        """doubleBinaryTree (sim/tree.py): an all-reduce over a one-dimensional network, as checked in ASTRA-sim."""
-        if op != ALL_REDUCE:
-            raise SimulationError(f"doubleBinaryTree is an all-reduce algorithm; it cannot run {op}")
-        active = [i for i, d in enumerate(self.network.dims) if d.npus > 1 and (involved is None or involved[i])]
-        if group or len(active) != 1 or len(self.implementations(op)) != 1:
-            raise SimulationError("doubleBinaryTree is modelled on a one-dimensional network without sub-groups only")
-        chunk, count = chunking(op, size, self.system.dataset_splits, self.network.npus)
-        slots = -(-self.system.active_chunks_per_dim // self.system.num_queues_per_dim)
-        if self.network.npus & (self.network.npus - 1):
-            self.timer.notes.add(DBT_ANY_N_NOTE)
-        return tree.replay(self.network.npus, count, chunk, self.timer.e, self.timer.p(chunk), self.links.delay,
-                           slots, chunk_priorities(self.system, count))
+    def replayed(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
+                 group: tuple[int, ...] | None = None, offsets: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """member_finish from the message-level replay, whatever shortcut would apply (to check them)."""
+        return self._replay_alone(self.plan(op, size, involved, group), offsets)
+
+    def _offsets_only_shift(self, plan: CollectivePlan) -> bool:
+        """Whether every event of the replay waits for the same earlier events whatever the
+        members' issue ticks: one phase, one chunk at a time per queue (chunks then run in the
+        priority order they were queued in), one packet in flight (not direct with P > 1, whose
+        sends go out in the order packets happen to become ready). Each event is then the
+        maximum of earlier events plus constants, so each finish is max_j (offset_j + L_ij)."""
+        if len(plan.phases) != 1 or slots_per_queue(self.system) != 1:
+            return False
+        phase = plan.phases[0]
+        return phase.impl.algorithm != "direct" or phase.ranks == 2
+
+    def _holding_latencies(self, op: str, size: int, involved, group) -> tuple[tuple[int, ...], ...] | None:
+        """L_ij: the longest chain of waits from member j's issue to member i's finish, found by
+        issuing member j last, B >= the collective's time after the others (then member i
+        ends at B + L_ij, as every member needs data from every other). None where a member
+        does not wait for another (then the replay itself is needed)."""
+        key = (op, size, involved, group)
+        if key not in self._latencies:
+            plan = self.plan(op, size, involved, group)
+            n = len(group) if group else self.network.npus
+            late = max(self.member_durations(op, size, involved, group)) + 1
+            columns = []
+            for j in range(n):
+                finishes = self._replay_alone(plan, tuple(late if k == j else 0 for k in range(n)))
+                columns.append([finish - late for finish in finishes])
+            self._latencies[key] = tuple(zip(*columns)) if min(map(min, columns)) >= 0 else None
+        return self._latencies[key]
 
     def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                   group: tuple[int, ...] | None = None) -> int:
-        """ns until the last member finishes."""
-        if self._uses_tree(op):
-            return max(self._tree_durations(op, size, involved, group))
+        """ns until the last member finishes, all issuing it together."""
         plan = self.plan(op, size, involved, group)
-        return run_flow_shop(plan, self.system)
+        if plan.symmetric:
+            ns = run_flow_shop(plan, self.system)
+            return ns if self.comm_scale == 1.0 else math.floor(ns * self.comm_scale)
+        return max(self.member_durations(op, size, involved, group))
+
+    def transport(self, events: EventQueue):
+        """How messages travel in this model's replays: congestion-unaware, a fixed delay each."""
+        delay, scale = self.links.delay, self.comm_scale
+        return DelayTransport(delay if scale == 1.0 else lambda *message: math.floor(delay(*message) * scale), events)
+
+    def _replay_alone(self, plan: CollectivePlan, offsets: tuple[int, ...] | None) -> tuple[int, ...]:
+        events = EventQueue()
+        transport = self.transport(events)
+        members = plan.group or tuple(range(self.network.npus))
+        replay = Replay(self.system, self.ranks, events, transport, self.timer.p, self.comm_scale)
+        finish = replay_alone(replay, plan, members, offsets)
+        self.timer.notes.update(getattr(transport, "notes", ()))
+        return finish
 
 
-def queue_choices(plan: CollectivePlan, queues_per_dim: int) -> list[list[int]]:
-    """The queue of every phase of every chunk, fixed at creation: round robin over the
-    dimension's queues, or over the lower (clockwise) / upper (anticlockwise) half."""
-    counters: dict[tuple[int, str], int] = {}
-    lower = max(1, queues_per_dim // 2)
-    choices = []
-    for _ in range(plan.chunks):
-        chunk_queues = []
-        for phase in plan.phases:
-            if phase.queue_half == "lower":
-                pool = range(lower)
-            elif phase.queue_half == "upper":
-                pool = range(queues_per_dim - lower if queues_per_dim > 1 else 0, queues_per_dim)
-            else:
-                pool = range(queues_per_dim)
-            key = (phase.dim, phase.queue_half)
-            turn = counters.get(key, 0)
-            counters[key] = turn + 1
-            chunk_queues.append(pool[turn % len(pool)])
-        choices.append(chunk_queues)
-    return choices
-
-
-def chunk_priorities(system: SystemConfig, chunks: int) -> list[int]:
-    """Each new chunk's priority: LIFO counts up, FIFO down (higher runs first); EXPLICIT would
-    take the node's comm_priority, the same for all of a collective's chunks."""
-    if system.scheduling_policy == "EXPLICIT":
-        return [0] * chunks
-    step = -1 if system.scheduling_policy == "FIFO" else 1
-    return [step * i for i in range(chunks)]
-
-
-def run_flow_shop(plan: CollectivePlan, system: SystemConfig, priorities: list[int] | None = None) -> int:
-    """ns from issue to the end of the last chunk's last phase, replaying the queues (2.4).
-
-    Every chunk is created at tick 0 and placed in its first queue at once (the first starts
-    immediately); a queue runs at most C chunks, the others wait by priority (higher first,
-    FIFO among equals). When a phase ends, at that tick: the chunk joins its next queue, the
-    old queue starts waiters, then the new queue starts waiters.
-    """
+def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
+    """ns from issue to the end of the last chunk's last phase, when every phase takes its
+    closed-form time on every rank: then one NPU's queues stand for all (2.4), and the
+    replay of its chunks with phases of fixed duration is the flow shop."""
     if not plan.phases:
         return 0
-    q_per_dim = system.num_queues_per_dim
-    slots = -(-system.active_chunks_per_dim // q_per_dim)
-    if priorities is None:
-        priorities = chunk_priorities(system, plan.chunks)
-    choices = queue_choices(plan, q_per_dim)
-    running: dict[tuple[int, int], int] = {}
-    waiting: dict[tuple[int, int], list[int]] = {}
-    events = EventQueue()  # phase ends: (tick, chunk, phase index)
-    finish = 0
-
-    def queue_of(chunk: int, phase: int) -> tuple[int, int]:
-        return plan.phases[phase].dim, choices[chunk][phase]
-
-    def enqueue(chunk: int, phase: int) -> None:
-        insert_by_priority(waiting.setdefault(queue_of(chunk, phase), []), (chunk, phase),
-                           lambda entry: priorities[entry[0]])
-
-    def start_waiters(queue: tuple[int, int], now: int) -> None:
-        line = waiting.get(queue, [])
-        while line and running.get(queue, 0) < slots:
-            chunk, phase = line.pop(0)
-            running[queue] = running.get(queue, 0) + 1
-            events.at(now + plan.phases[phase].duration, chunk, phase)
-
-    for chunk in range(plan.chunks):
-        enqueue(chunk, 0)
-        start_waiters(queue_of(chunk, 0), 0)
-    while events:
-        now, chunk, phase = events.pop()
-        old = queue_of(chunk, phase)
-        running[old] -= 1
-        if phase + 1 < len(plan.phases):
-            enqueue(chunk, phase + 1)
-            start_waiters(old, now)
-            start_waiters(queue_of(chunk, phase + 1), now)
-        else:
-            finish = max(finish, now)
-            start_waiters(old, now)
+    events = EventQueue()
+    replay = Replay(system, lambda phase, npu, group: (0, (npu,)), events, transport=None, p=None)
+    (finish,) = replay_alone(replay, plan, (0,), None, fixed=True)
     return finish

@@ -7,17 +7,20 @@ Event-driven, one GraphFeeder per NPU (ASTRA_SIM_MODEL_FACTS.md section 4):
   send, memory, metadata) at a time; receives take no slot;
 - a compute node takes duration_micros x 1000 ns (0 becomes 1 ns), or its roofline time;
 - a collective is matched across its group: the k-th collective an NPU issues in a group
-  is the k-th of every member; it runs when the last member has issued it, for the time
-  CollectiveModel gives (exact when the members issue it at the same tick, as ASTRA-sim's
-  symmetric algorithms then finish together; later issuers gate everyone, an
-  approximation of ASTRA-sim's message holding otherwise);
+  is the k-th of every member; each member starts it when it issues it, and messages sent
+  to a member that has not yet issued it wait there (ASTRA-sim's holding). Congestion-
+  unaware, nothing else touches its messages, so when the last member issues it every
+  member's finish is known: CollectiveModel's closed form when all issued together, else
+  its replay from each member's issue tick;
 - a send completes when its message arrives; its receive then, or when it is posted if later;
 - a job that cannot finish stops with a report of what every NPU waits for.
 
-With mode="aware" collectives are replayed message by message on FIFO links (sim/aware.py;
-one-dimensional networks, ring algorithm) and each member gets its own finish time; a send
-then takes the per-hop store-and-forward time of its route, without contention from other
-traffic.
+With mode="aware" every collective and every send is replayed message by message while the
+job runs, on one AwareFabric (sim/aware.py) sharing this event queue, so traffic that shares
+links contends; each member gets its own finish time. Where only all-NPU collectives exist,
+a collective all members start in one tick on idle links and all finish together reuses
+its replay alone (exact: no other traffic can reach the links before it ends). An
+all-to-all starts when its last member issues it (its plan needs every member's size).
 
 Collectives ASTRA-sim refuses (REDUCE, GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) are
 timed as the ring-family collective that moves the same data (EXTENSIONS); memory nodes by
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -44,9 +48,10 @@ from chakra_core.sim.collectives import (
     SimulationError,
 )
 from chakra_core.sim.config import NetworkConfig, SystemConfig
-from chakra_core.sim.events import EventQueue
-from chakra_core.sim.aware import AwareCollectiveModel, AwareNetwork
+from chakra_core.sim.events import CALL, EventQueue
+from chakra_core.sim.aware import AwareCollectiveModel, AwareFabric
 from chakra_core.sim.network import UnawareNetwork
+from chakra_core.sim.replay import Instance, Replay
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
 COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
@@ -186,6 +191,7 @@ class _Node:
     size: int = 0
     group: tuple[int, ...] | None = None  # collective members (None: all NPUs)
     involved: tuple[bool, ...] | None = None
+    idle: bool = False  # a collective with no dimension to run on: each member is done when it issues it
     peer: int = -1
     tag: int = 0
 
@@ -202,10 +208,11 @@ class Engine:
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
                  compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
-                 record_timeline: bool = False):
+                 record_timeline: bool = False, reuse_alone: bool = True):
         """compute_scale multiplies every compute time, comm_scale every communication time (a
         what-if knob: 0.5 = twice as fast a network); npu_speed[i] divides NPU i's compute times
-        (0.5 = a straggler at half speed)."""
+        (0.5 = a straggler at half speed). reuse_alone=False replays every aware collective live
+        even where its cached replay alone is exact (for checking that it is)."""
         if mode not in ("unaware", "aware"):
             raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
         if len(feeders) != network.npus:
@@ -215,16 +222,17 @@ class Engine:
         self.system = system
         self.comm_groups = comm_groups or {}
         self.mode = mode
-        self.collectives = (AwareCollectiveModel if mode == "aware" else CollectiveModel)(network, system)
-        self.links = AwareNetwork(network) if mode == "aware" else UnawareNetwork(network)
         if compute_scale <= 0 or comm_scale <= 0:
             raise SimulationError("compute and communication scales must be positive")
+        self.collectives = (AwareCollectiveModel if mode == "aware" else CollectiveModel)(network, system, comm_scale)
+        self.links = UnawareNetwork(network)  # sends in the unaware mode (the aware mode routes them on its links)
         self.compute_scale = compute_scale
         self.comm_scale = comm_scale
         self.npu_speed = npu_speed or [1.0] * len(feeders)
         if len(self.npu_speed) != len(feeders) or min(self.npu_speed) <= 0:
             raise SimulationError(f"npu_speed needs one positive factor per NPU ({len(feeders)})")
         self.record_timeline = record_timeline
+        self.reuse_alone = reuse_alone
         self.nodes = [self._decode(npu, f) for npu, f in enumerate(feeders)]
 
     def _comm_time(self, ns: int) -> int:
@@ -317,9 +325,9 @@ class Engine:
         op, label = COLLECTIVE_OPS[comm_type]
         if label == "barrier":
             size = 0
-        return _Node(DO_COLLECTIVE, slot, op=op, label=label, size=size,
-                     group=self._group(npu, cols["pg_name"][i], path, node_id),
-                     involved=cols["involved_dim"][i])
+        group, involved = self._group(npu, cols["pg_name"][i], path, node_id), cols["involved_dim"][i]
+        return _Node(DO_COLLECTIVE, slot, op=op, label=label, size=size, group=group, involved=involved,
+                     idle=group is None and not self.collectives.has_phases(op, involved))
 
     def _memory(self, tensor_size, slot: int, path: str, node_id: int) -> _Node:
         """A memory load/store: tensor_size bytes at the local memory bandwidth (MEMORY_NOTE)."""
@@ -361,7 +369,30 @@ class Engine:
         issued_at = [[0] * len(n) for n in nodes] if self.record_timeline else None
         ran: list[tuple[int, int, int]] | None = [] if self.record_timeline else None
 
-        def start_collective(key: tuple, members: dict[int, tuple[int, int]]) -> None:
+        # congestion-aware: every collective and send is replayed as it happens on one set of links
+        fabric = live = None
+        if self.mode == "aware":
+            fabric = AwareFabric(self.network, events, self.comm_scale)
+            live = Replay(self.system, self.collectives.ranks, events, fabric, self.collectives.timer.p,
+                          self.comm_scale)
+        instances: dict[tuple, Instance] = {}  # live collectives by key, until every member is done
+        live_members: dict[tuple, dict[int, tuple[int, int]]] = {}
+        members_done: dict[tuple, int] = defaultdict(int)
+        # When every communication is a collective of all NPUs, nothing but a collective's own
+        # members can put traffic on the links, and they are busy with it until they finish: a
+        # collective that all members start in one tick on idle links, and that they all finish
+        # together, runs exactly as it does alone, so its cached replay is reused (a training
+        # trace repeats a few collectives thousands of times). Others run live.
+        reuse_alone = live is not None and self.reuse_alone and not any(
+            node.action == DO_SEND or node.group for npu_nodes in nodes for node in npu_nodes)
+        deciding: dict[tuple, list[int]] = {}  # collectives started this tick on idle links: who joined
+
+        def member_order(group: tuple[int, ...] | None) -> Iterable[int]:
+            return group or range(npus)
+
+        def checked(key: tuple, members: dict[int, tuple[int, int]]) -> tuple[_Node, int]:
+            """The collective's node on its first member and the size to time it at; every member
+            must issue the same collective."""
             first = nodes[next(iter(members))][members[next(iter(members))][1]]
             size = first.size
             for npu, (_, index) in members.items():
@@ -374,15 +405,85 @@ class Engine:
                     raise SimulationError(
                         f"collective #{key[1]} of group {key[0] or 'all'} differs across NPUs: "
                         f"{first.label} of {first.size} B on one, {node.label} of {node.size} B on NPU {npu}")
-            start = max(tick for tick, _ in members.values())
-            group = key[0]
-            durations = self.collectives.member_durations(first.op, size, first.involved, group)
-            for npu, (_, index) in members.items():
-                duration = self._comm_time(durations[group.index(npu) if group else npu])
-                finish_at(start + duration, npu, index)
-                results[npu].add_comm(first.label, nodes[npu][index].size, duration)
             if first.label in EXTENSIONS:
                 extensions.add(first.label)
+            return first, size
+
+        def all_issued(key: tuple, members: dict[int, tuple[int, int]], now: int) -> None:
+            """The last member has issued the collective."""
+            first, size = checked(key, members)
+            group = key[0]
+            if live is not None:
+                if first.op == ALL_TO_ALL:  # its plan needs every member's size: all start now
+                    live_join(key, first, size, members, member_order(group), now)
+                return
+            # congestion-unaware: nothing else touches the messages, so the finish times are
+            # known now: the closed form when all issued together, else the replay from each issue
+            if first.idle:  # every member was done when it issued it
+                return
+            start = next(iter(members.values()))[0]  # the first issue (ticks never decrease)
+            offsets = None if start == now else tuple(members[npu][0] - start for npu in member_order(group))
+            finishes = self.collectives.member_finish(first.op, size, first.involved, group, offsets)
+            for npu, finish in zip(member_order(group), finishes):  # comm_scale applied by the model
+                issued, index = members[npu]  # (a member needs every other's data: it ends after the last issue)
+                finish_at(start + finish, npu, index)
+                results[npu].add_comm(first.label, nodes[npu][index].size, start + finish - issued)
+
+        def live_join(key: tuple, node: _Node, size: int, members: dict[int, tuple[int, int]],
+                      joining: Iterable[int], now: int) -> None:
+            """Members start the collective now (aware mode)."""
+            instance = instances.get(key)
+            if instance is None:
+                if key in deciding:
+                    deciding[key] += joining
+                    return
+                if reuse_alone and not instances:  # idle links: decide at the end of this tick
+                    deciding[key] = list(joining)
+                    events.call(now, decide, key, node, size, members)
+                    return
+                instance = start_live(key, node, size, members)
+            for npu in joining:
+                instance.join(npu, now)
+
+        def decide(now: int, key: tuple, node: _Node, size: int, members: dict[int, tuple[int, int]]) -> None:
+            joined = deciding.pop(key)
+            if len(joined) == npus:
+                alone = self.collectives.member_durations(node.op, size, node.involved, None)
+                if len(set(alone)) == 1:  # all finish together: exactly as alone
+                    live_members[key] = members
+                    for npu in range(npus):
+                        events.call(now + alone[npu], live_member_done, key, npu)
+                    return
+            instance = start_live(key, node, size, members)
+            for npu in joined:
+                instance.join(npu, now)
+
+        def start_live(key: tuple, node: _Node, size: int, members: dict[int, tuple[int, int]]) -> Instance:
+            plan = self.collectives.plan(node.op, size, node.involved, key[0])
+            instance = instances[key] = live.instance(plan, lambda npu, tick: live_member_done(tick, key, npu))
+            live_members[key] = members
+            return instance
+
+        def live_member_done(now: int, key: tuple, npu: int) -> None:
+            issued, index = live_members[key][npu]
+            node = nodes[npu][index]
+            finish_at(now, npu, index)
+            results[npu].add_comm(node.label, node.size, now - issued)
+            members_done[key] += 1
+            if members_done[key] == (len(key[0]) if key[0] else npus):
+                instances.pop(key, None)
+                del live_members[key], members_done[key]
+
+        def message_arrived(arrival: int, npu: int, index: int) -> None:
+            """The message of send node `index` of `npu` arrives at `arrival` (now, or later in the unaware mode)."""
+            node = nodes[npu][index]
+            finish_at(arrival, npu, index)
+            match = (npu, node.peer, node.tag)
+            if recvs[match]:
+                r_npu, r_index, posted = recvs[match].popleft()
+                finish_at(max(arrival, posted), r_npu, r_index)
+            else:
+                sends[match].append(arrival)
 
         def issue(npu: int, now: int) -> None:
             """Visits the free nodes in ascending id order; those whose slot is busy go back."""
@@ -416,19 +517,19 @@ class Engine:
                     key = (group, k)
                     members = pending.setdefault(key, {})
                     members[npu] = (now, index)
+                    if live is not None and node.op != ALL_TO_ALL:  # ASTRA-sim: it starts on this NPU at once
+                        live_join(key, node, node.size, members, (npu,), now)
+                    elif node.idle:  # no dimension to run on: done at once
+                        finish_at(now, npu, index)
                     if len(members) == (len(group) if group else npus):
                         del pending[key]
-                        start_collective(key, members)
+                        all_issued(key, members, now)
                 elif action == DO_SEND:
-                    arrival = now + self._comm_time(self.links.delay(npu, node.peer, node.size))
-                    finish_at(arrival, npu, index)
                     results[npu].add_comm("send", node.size)
-                    match = (npu, node.peer, node.tag)
-                    if recvs[match]:
-                        r_npu, r_index, posted = recvs[match].popleft()
-                        finish_at(max(arrival, posted), r_npu, r_index)
+                    if fabric is None:
+                        message_arrived(now + self._comm_time(self.links.delay(npu, node.peer, node.size)), npu, index)
                     else:
-                        sends[match].append(arrival)
+                        fabric.send(now, npu, node.peer, node.size, message_arrived, (npu, index))
                 elif action == DO_RECV:
                     match = (node.peer, npu, node.tag)
                     if sends[match]:
@@ -444,6 +545,10 @@ class Engine:
             issue(npu, 0)
         while events:
             now, npu, index = events.pop()
+            if npu == CALL:  # a step of the live aware replay
+                function, args = index
+                function(now, *args)
+                continue
             node = nodes[npu][index]
             busy[npu][node.slot] = False
             feeders[npu].free_children(index)
@@ -457,9 +562,9 @@ class Engine:
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
         result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None,
                            notes=[EXTENSIONS.get(label, MEMORY_NOTE) for label in sorted(extensions)]
-                           + self.collectives.notes)
+                           + sorted(set(self.collectives.notes) | set(fabric.notes if fabric else ())))
         if unfinished:
-            raise SimulationDeadlock(self._deadlock_report(pending, recvs), result)
+            raise SimulationDeadlock(self._deadlock_report(pending, recvs, instances), result)
         return result
 
     def _timeline(self, ran: list[tuple[int, int, int]], issued_at: list[list[int]]) -> list[TimelineEvent]:
@@ -474,9 +579,15 @@ class Engine:
                                         issued_at[npu][index], end, node.size))
         return events
 
-    def _deadlock_report(self, pending: dict, recvs: dict) -> dict[int, list[str]]:
+    def _deadlock_report(self, pending: dict, recvs: dict, live: dict) -> dict[int, list[str]]:
         npus = len(self.feeders)
         report: dict[int, list[str]] = defaultdict(list)
+        waiting_nodes: dict[int, set[tuple]] = defaultdict(set)  # per NPU: issued nodes the report explains
+        for (group, k), instance in live.items():  # aware: members that wait for one another in their queues
+            for npu, text in instance.stuck():
+                report[npu].append(f"{instance.plan.op} (collective #{k} of group {'all' if group is None else group}) "
+                                   f"{text}")
+                waiting_nodes[npu].add(("collective", group, k))
         for (group, k), members in pending.items():
             everyone = group or tuple(range(npus))
             missing = [m for m in everyone if m not in members]
@@ -486,13 +597,15 @@ class Engine:
                 report[npu].append(f"node {node_id} ({node.op} of {node.size} B, collective #{k} of group "
                                    f"{'all' if group is None else group}) issued at {tick} ns waits for "
                                    f"NPU(s) {missing} to issue it")
+                waiting_nodes[npu].add(("collective", group, k))
         for (src, dst, tag), waiting in recvs.items():
             for npu, index, tick in waiting:
                 node_id = int(self.feeders[npu].ids[index])
                 report[npu].append(f"receive node {node_id} (from NPU {src}, tag {tag}) posted at {tick} ns "
                                    "waits for a send that never came")
+                waiting_nodes[npu].add(("receive", index))
         for npu, feeder in enumerate(self.feeders):
-            blocked = feeder.remaining - len(report.get(npu, []))
+            blocked = feeder.remaining - len(waiting_nodes[npu])
             if blocked > 0:
                 report[npu].append(f"{blocked} node(s) wait on unfinished parents")
         return dict(report)

@@ -3,11 +3,18 @@
 Events run in tick order; events of the same tick run in the order they were scheduled,
 and an event scheduled during a tick for that same tick runs later in it, as in ASTRA-sim's
 event queue (ASTRA_SIM_MODEL_FACTS.md section 1).
+
+An event is any tuple of values. The engine's own are (NPU, node index); the message-level
+replays schedule calls, (CALL, (function, arguments)), so that the engine and the live
+congestion-aware replay share one queue and one tie order.
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
+
+
+CALL = -1  # first value of a scheduled call (never an NPU id)
 
 
 class EventQueue:
@@ -21,6 +28,18 @@ class EventQueue:
         """Schedules `event` (any tuple of values) for `tick`."""
         heappush(self._heap, (tick, self._sequence, *event))
         self._sequence += 1
+
+    def call(self, tick: int, function, *args) -> None:
+        """Schedules function(tick, *args)."""
+        heappush(self._heap, (tick, self._sequence, CALL, (function, args)))
+        self._sequence += 1
+
+    def run_calls(self) -> None:
+        """Runs a queue that holds only calls until it is empty (a replay of its own)."""
+        heap = self._heap
+        while heap:
+            tick, _, _, (function, args) = heappop(heap)
+            function(tick, *args)
 
     def pop(self) -> tuple:
         """(tick, *event) of the next event."""

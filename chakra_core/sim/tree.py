@@ -1,4 +1,4 @@
-"""doubleBinaryTree all-reduce (ASTRA_SIM_MODEL_FACTS.md section 3.4), replayed message by message.
+"""doubleBinaryTree all-reduce (ASTRA_SIM_MODEL_FACTS.md section 3.4): the trees and a rank's packet machine.
 
 Two trees over the N ranks: a top node with a single child, over a
 complete binary subtree numbered in order. RootMax puts the top at rank N-1 (its child the
@@ -10,8 +10,8 @@ parent's data arrives; an inner rank reduces each child's data on arrival (e + p
 waiting for another reduction), sends up after the second reduction, and when its parent's
 data arrives takes e + p, sends to both children at once and ends; the top reduces its
 child's data (e + p), sends it back down and ends. Each rank runs its chunks through its own
-queue, so ranks start later chunks at different ticks and finish at different times; data
-that reaches a rank before it has started that chunk waits for the start.
+queues (replay.py), so ranks start later chunks at different ticks and finish at different
+times; data that reaches a rank before it has started that chunk waits for the start.
 
 ASTRA-sim builds these trees for powers of two only (it crashes otherwise); the in-order
 construction here is defined for any N and is used as the natural extension.
@@ -20,9 +20,9 @@ construction here is defined for any N and is used as the natural extension.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.events import EventQueue, insert_by_priority
 
 
 def tree(n: int, root_max: bool) -> tuple[dict[int, int], dict[int, list[int]]]:
@@ -46,75 +46,74 @@ def tree(n: int, root_max: bool) -> tuple[dict[int, int], dict[int, list[int]]]:
     return parent, children
 
 
-def replay(n: int, chunks: int, chunk_bytes: int, e: int, p: int, delay, slots: int,
-           priorities: list[int]) -> tuple[int, ...]:
-    """Each rank's finish tick for one all-reduce; delay(src, dst, bytes) -> ns of a message."""
-    trees = [tree(n, True), tree(n, False)]
-    events = EventQueue()
-    at = events.at
+class TreeAlgorithm:
+    """Per phase: the two trees over the phase's N ranks, e, and p of the whole chunk."""
 
-    started: dict[tuple[int, int], int] = {}  # (rank, chunk) -> start tick
-    held: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # data waiting for a start
-    reduced: dict[tuple[int, int], list[int]] = defaultdict(list)  # ticks the children's reductions end
-    running = [0] * n
-    waiting: list[list[int]] = [[] for _ in range(n)]
-    left = [chunks] * n
-    finish = [0] * n
+    __slots__ = ("d", "e", "p", "trees")
 
-    def send(src: int, dst: int, chunk: int, now: int) -> None:
-        at(now + delay(src, dst, chunk_bytes), "data", dst, chunk, src)
+    def __init__(self, phase, e: int, p):
+        self.d, self.e, self.p = phase.bytes_in, e, p(phase.bytes_in)
+        self.trees = _trees(phase.ranks)
 
-    def start_waiters(rank: int, now: int) -> None:
-        while waiting[rank] and running[rank] < slots:
-            chunk = waiting[rank].pop(0)
-            running[rank] += 1
-            started[(rank, chunk)] = now
-            parent, children = trees[chunk % 2]
-            if not children.get(rank):  # a leaf sends its data up after e
-                send(rank, parent[rank], chunk, now + e)
-            for src, tick in held.pop((rank, chunk), []):
-                at(max(tick, now), "data", rank, chunk, src)
+    def machine(self, inst, npu: int, chunk: int, phase: int, rank: int, peers) -> TreeMachine:
+        return TreeMachine(inst, self, npu, chunk, phase, rank, peers)
 
-    def end(rank: int, now: int) -> None:
-        running[rank] -= 1
-        left[rank] -= 1
-        if not left[rank]:
-            finish[rank] = now
-        start_waiters(rank, now)
 
-    for rank in range(n):
-        for chunk in range(chunks):
-            insert_by_priority(waiting[rank], chunk, priorities.__getitem__)
-            start_waiters(rank, 0)
+@lru_cache(maxsize=None)
+def _trees(n: int) -> tuple[tuple[dict[int, int], dict[int, list[int]]], ...]:
+    return tree(n, root_max=True), tree(n, root_max=False)
 
-    while events:
-        now, kind, rank, chunk, *rest = events.pop()
-        if kind == "end":
-            end(rank, now)
-            continue
-        (src,) = rest
-        if (rank, chunk) not in started:
-            held[(rank, chunk)].append((src, now))
-            continue
-        parent, children = trees[chunk % 2]
-        kids = children.get(rank, [])
-        if src in kids:  # a child's data: reduce it
-            done = reduced[(rank, chunk)]
-            done.append(now + e + p)
-            if len(done) == len(kids):
-                ready = max(done)
-                if rank in parent:  # an inner rank sends the reduced data up
-                    send(rank, parent[rank], chunk, ready)
+
+class TreeMachine:
+    """One rank's part of one chunk's all-reduce on its tree (the rules above)."""
+
+    __slots__ = ("inst", "algo", "npu", "chunk", "phase", "rank", "peers", "parent", "kids", "started", "held",
+                 "reduced")
+
+    def __init__(self, inst, algo: TreeAlgorithm, npu: int, chunk: int, phase: int, rank: int, peers):
+        self.inst, self.algo, self.npu, self.chunk, self.phase = inst, algo, npu, chunk, phase
+        self.rank, self.peers = rank, peers
+        parent, children = algo.trees[chunk % 2]  # even chunks on RootMax, odd on RootMin
+        self.parent = parent.get(rank)  # None at the top
+        self.kids = children.get(rank, [])
+        self.started = False
+        self.held: list[int] = []  # senders of data that arrived before the start
+        self.reduced: list[int] = []  # ticks the children's reductions end
+
+    def start(self, now: int) -> None:
+        self.started = True
+        call = self.inst.call
+        if not self.kids:  # a leaf sends its data up after e
+            call(now + self.algo.e, self._send, self.parent)
+        for src in self.held:
+            call(now, self.arrive, src)
+        self.held = []
+
+    def arrive(self, now: int, src: int) -> None:
+        if not self.started:
+            self.held.append(src)
+            return
+        algo, call = self.algo, self.inst.call
+        if src in self.kids:  # a child's data: reduce it (reductions never wait for one another)
+            self.reduced.append(now + algo.e + algo.p)
+            if len(self.reduced) == len(self.kids):
+                ready = max(self.reduced)
+                if self.parent is not None:  # an inner rank sends the reduced data up
+                    call(ready, self._send, self.parent)
                 else:  # the top sends the result back down and is done
-                    for kid in kids:
-                        send(rank, kid, chunk, ready)
-                    at(ready, "end", rank, chunk)
-        else:  # the result from the parent
-            if kids:
-                ready = now + e + p
-                for kid in kids:
-                    send(rank, kid, chunk, ready)
-                at(ready, "end", rank, chunk)
-            else:
-                at(now + e, "end", rank, chunk)
-    return tuple(finish)
+                    for kid in self.kids:
+                        call(ready, self._send, kid)
+                    call(ready, self._end)
+        elif self.kids:  # the result from the parent: reduce, pass it down to both children, done
+            ready = now + algo.e + algo.p
+            for kid in self.kids:
+                call(ready, self._send, kid)
+            call(ready, self._end)
+        else:  # a leaf gets the result
+            call(now + algo.e, self._end)
+
+    def _send(self, now: int, dst: int) -> None:
+        self.inst.send(now, self, dst, self.algo.d)
+
+    def _end(self, now: int) -> None:
+        self.inst.phase_done(now, self)

@@ -1,0 +1,340 @@
+"""The message-level replay and the congestion-aware model (ASTRA_SIM_MODEL_FACTS.md sections 3
+and 5): every algorithm, several network dimensions, sub-groups, and collectives and sends that
+share links in one job. Expected values are ASTRA-sim's where the facts sheet has them [V],
+otherwise worked out by hand from its rules."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from test_sim import (
+    BASE,
+    FC8,
+    RING8,
+    SWITCH8,
+    TWO_D,
+    TWO_D_SYSTEM,
+    MiB,
+    all_reduce,
+    comp,
+    finish_times,
+    impls,
+    job,
+    network,
+    same_on_every_npu,
+    system,
+)
+
+from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareCollectiveModel, AwareFabric
+from chakra_core.sim.collectives import CollectiveModel, SimulationError
+from chakra_core.sim.engine import SimulationDeadlock, simulate
+from chakra_core.sim.events import EventQueue
+
+THREE_D = network(("Ring", 3, 50, 500), ("FullyConnected", 4, 100, 300), ("Switch", 2, 25, 700))
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+def hop(size: int, latency: float = 500, gbps: float = 50) -> int:
+    """One store-and-forward hop: floor(lat + m / bw)."""
+    return int(latency + size / (gbps * 2**30 / 1e9))
+
+
+# ---------------------------------------------------------------- the replay against the closed forms
+
+CLOSED_FORM_CASES = [
+    (name, net, sysname, changes, impl, op)
+    for (name, net), (sysname, changes), impl, op in itertools.product(
+        [("Ring8", RING8), ("Switch8", SWITCH8), ("Ring4xSwitch4", TWO_D), ("Ring3xFC4xSwitch2", THREE_D)],
+        [("base", {}), ("active2", {"active_chunks_per_dim": 2}),
+         ("2queues", {"num_queues_per_dim": 2, "active_chunks_per_dim": 2}),
+         ("baseline", {"collective_optimization": "baseline"}), ("3splits", {"dataset_splits": 3})],
+        ["ring", "direct", "halvingDoubling", "oneRing"], OPS)
+    # halvingDoubling over the 3 NPUs of a dimension folds a rank in: its ranks differ, no closed form
+    if not (impl == "halvingDoubling" and net is THREE_D and op != "all_to_all")
+]
+
+
+@pytest.mark.parametrize("name,net,sysname,changes,impl,op", CLOSED_FORM_CASES,
+                         ids=["-".join(c[i] for i in (0, 2, 4, 5)) for c in CLOSED_FORM_CASES])
+def test_the_packet_machines_reproduce_every_closed_form(name, net, sysname, changes, impl, op):
+    # every NPU's chunks through its own queues, every message on the congestion-unaware
+    # network, must give the flow shop of the closed-form phases (which is ASTRA-sim's, [V])
+    sysc = system(**changes, **{op: impls(*[impl] * (1 if impl == "oneRing" else len(net.dims)))})
+    model = CollectiveModel(net, sysc)
+    assert model.plan(op, 1_000_000).symmetric
+    assert set(model.replayed(op, 1_000_000)) == {model.duration(op, 1_000_000)}
+
+
+HOLDING_CASES = [  # one phase, one chunk at a time: each finish is max_j (offset_j + L_ij)
+    ("ring all-reduce, Ring 8", RING8, BASE, "all_reduce", None),
+    ("ring all-to-all, Switch 8", SWITCH8, BASE, "all_to_all", None),
+    ("doubleBinaryTree, FC 8", FC8, system(all_reduce=impls("doubleBinaryTree")), "all_reduce", None),
+    ("halvingDoubling folded, Ring 6", network(("Ring", 6, 50, 500)), system(all_reduce=impls("halvingDoubling")),
+     "all_reduce", None),
+    ("Bruck, Ring 8, 2 queues", RING8, system(all_to_all=impls("halvingDoubling"), num_queues_per_dim=2,
+                                               active_chunks_per_dim=2), "all_to_all", None),
+    ("uneven sub-group ring", RING8, BASE, "reduce_scatter", (0, 1, 2, 3)),
+    ("direct, 2 ranks", network(("FullyConnected", 2, 50, 500)), system(all_reduce=impls("direct")), "all_reduce",
+     None),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,op,group", HOLDING_CASES, ids=[c[0] for c in HOLDING_CASES])
+def test_members_issuing_apart_shift_the_replay_as_a_max_plus_system(name, net, sysc, op, group):
+    model = CollectiveModel(net, sysc)
+    assert model._offsets_only_shift(model.plan(op, MiB, None, group))  # the shortcut is what is checked
+    n = len(group) if group else net.npus
+    for seed in range(4):
+        offsets = tuple((seed * 7919 + k * 104729) % (40_000 if seed < 3 else 7) for k in range(n))
+        offsets = tuple(o - min(offsets) for o in offsets)
+        assert model.member_finish(op, MiB, None, group, offsets) == model.replayed(op, MiB, None, group, offsets)
+
+
+def test_members_issuing_apart_with_several_phases_are_replayed():
+    model = CollectiveModel(TWO_D, TWO_D_SYSTEM)
+    assert not model._offsets_only_shift(model.plan("all_reduce", MiB))  # chunks may change order in a queue
+    offsets = tuple(1000 * (npu % 3) for npu in range(16))
+    finishes = model.member_finish("all_reduce", MiB, None, None, offsets)
+    assert finishes == model.replayed("all_reduce", MiB, None, None, offsets)
+    # as with a straggler (test_sim.py), the last issuers end as if everyone had started with
+    # them, the others earlier
+    assert max(finishes) == 2000 + 61230 > min(finishes)
+
+
+# ---------------------------------------------------------------- aware, one dimension, every algorithm
+
+ASTRA_SIM_AWARE = [  # facts sections 5 and 7: ASTRA-sim's congestion-aware binary [V]
+    ("direct all-to-all, Ring 8", RING8, system(all_to_all=impls("direct")), "all_to_all", 28480),
+    # 7 messages leave back to back through the uplink: 20 + 6 * 610 + 2 * 1110 = 5900 per chunk
+    ("direct all-to-all, Switch 8", SWITCH8, system(all_to_all=impls("direct")), "all_to_all", 4 * 5900),
+    ("doubleBinaryTree, Switch 8 (last NPU)", SWITCH8, system(all_reduce=impls("doubleBinaryTree")), "all_reduce",
+     299510),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,op,expected", ASTRA_SIM_AWARE, ids=[c[0] for c in ASTRA_SIM_AWARE])
+def test_aware_algorithms_match_astra_sim(name, net, sysc, op, expected):
+    assert max(AwareCollectiveModel(net, sysc).member_durations(op, MiB)) == expected
+
+
+@pytest.mark.parametrize("impl,op", [(i, o) for i in ("ring", "direct", "halvingDoubling") for o in OPS])
+def test_aware_equals_unaware_where_no_link_carries_two_messages(impl, op):
+    # FullyConnected 8, one chunk at a time: every message has its own link and one hop, so
+    # per-hop and per-message serialization agree (facts 5)
+    sysc = system(**{op: impls(impl)})
+    unaware = CollectiveModel(FC8, sysc).duration(op, MiB)
+    assert AwareCollectiveModel(FC8, sysc).member_durations(op, MiB) == (unaware,) * 8
+
+
+def test_aware_serial_algorithms_pay_every_hop_on_a_switch():
+    # halvingDoubling all-reduce on Switch 8: one message per NPU in flight, partners a
+    # permutation, so no waiting; each step 2 hops: 2 * hop(m) + e, plus p on packets 2 and 3
+    steps = [(131072, 120), (65536, 60), (32768, 0), (32768, 0), (65536, 0), (131072, 0)]
+    per_chunk = 10 + sum(2 * hop(m) + 10 + p for m, p in steps)
+    assert per_chunk == 23334
+    hd = AwareCollectiveModel(SWITCH8, system(all_reduce=impls("halvingDoubling")))
+    assert hd.member_durations("all_reduce", MiB) == (4 * per_chunk,) * 8
+    # Bruck's all-to-all (the extension): 3 steps of D/2 = 131072
+    bruck = AwareCollectiveModel(SWITCH8, system(all_to_all=impls("halvingDoubling")))
+    assert bruck.member_durations("all_to_all", MiB) == (4 * (10 + 3 * (2 * hop(131072) + 10)),) * 8
+    assert any("Bruck" in n for n in bruck.notes)
+
+
+def test_aware_direct_all_gather_queues_on_the_uplink():
+    # as the facts' all-to-all: 7 messages of D = 262144 leave through the uplink one after
+    # the other (occupying floor(m / bw) = 4882 each); the last reaches its NPU 2 hops later
+    occupy = int((MiB // 4) / (50 * 2**30 / 1e9))
+    per_chunk = 2 * 10 + 6 * occupy + 2 * hop(MiB // 4)
+    assert AwareCollectiveModel(SWITCH8, system(all_gather=impls("direct"))).member_durations("all_gather", MiB) == \
+        (4 * per_chunk,) * 8
+
+
+def test_aware_double_binary_tree_chunks_share_links():
+    # FC 8: a rank that has just sent a chunk down to a child starts its next chunk, where it
+    # may be that child's leaf, and its message up waits on the same link: slower than unaware
+    dbt = system(all_reduce=impls("doubleBinaryTree"))
+    aware, unaware = (m(FC8, dbt).member_durations("all_reduce", MiB) for m in (AwareCollectiveModel, CollectiveModel))
+    assert max(unaware) == 123052 and max(aware) > max(unaware)
+    # one chunk alone: no link carries two messages at once, so the facts' 7e + 6d + 5p
+    single = AwareCollectiveModel(FC8, system(all_reduce=impls("doubleBinaryTree"), dataset_splits=1))
+    assert max(single.member_durations("all_reduce", MiB // 4)) == 34807
+
+
+# ---------------------------------------------------------------- aware, several dimensions
+
+
+def test_aware_on_two_dimensions_is_the_one_dimensional_model_per_dimension():
+    # Ring 4 (200 GB/s, 500 ns) x Switch 4 (50 GB/s, 1000 ns), as the facts' 61230 derivation:
+    # RS dim 0 = 2815 and AG dim 0 = 2455 (1 hop, as unaware); the dim-1 phase crosses 2 hops
+    # each paying serialization: hop = floor(1000 + 16384 / 53.69) = 1305, d = 2610, so
+    # AR dim 1 = 10 + 6 (2610 + 10) + 3 * 30 = 15820 (unaware 13990) and RS dim 1 = 10 + 3 (2610 + 10 + 30) = 7960
+    model = AwareCollectiveModel(TWO_D, TWO_D_SYSTEM)
+    assert model.member_durations("all_reduce", MiB) == (2815 + 4 * 15820 + 2455,) * 16
+    assert model.member_durations("reduce_scatter", MiB) == (2815 + 4 * 7960,) * 16
+    assert model.notes == [AWARE_MULTI_DIM_NOTE]
+    # rings and fully-connected dimensions: 1 hop per message, one phase per dimension at a time
+    ring_fc = network(("Ring", 4, 200, 500), ("FullyConnected", 4, 50, 1000))
+    for op in OPS:
+        assert AwareCollectiveModel(ring_fc, TWO_D_SYSTEM).member_durations(op, MiB) == \
+            (CollectiveModel(ring_fc, TWO_D_SYSTEM).duration(op, MiB),) * 16
+
+
+def test_messages_across_dimensions_are_routed_lowest_dimension_first():
+    fabric = AwareFabric(network(("Ring", 4, 50, 500), ("Switch", 2, 50, 500)), EventQueue())
+    # NPU 3 = (3, 0) to NPU 4 = (0, 1): dim 0 ring 3 -> 0 (1 hop, the short way), then dim 1 0 -> switch -> 1
+    assert [link for link, _ in fabric.route(3, 4)] == [(0, 0, 3, 0), (1, 0, 0, "up"), (1, 0, 1, "down")]
+    # a line of dim 0 is named by the NPU whose dim-0 coordinate is 0: NPU 6 = (2, 1) -> 4 = (0, 1),
+    # 2 hops either way round: the tie goes clockwise
+    assert [link for link, _ in fabric.route(6, 4)] == [(0, 4, 2, 3), (0, 4, 3, 0)]
+    assert fabric.route(5, 5) == ()
+
+
+def test_aware_one_ring_over_two_dimensions_pays_the_extra_hops():
+    # oneRing on Ring 4 x Ring 2: neighbours 3 -> 4 and 7 -> 0 cross both dimensions (2 hops
+    # store and forward); one ring of 8 with two slower links costs more than unaware
+    net = network(("Ring", 4, 50, 500), ("Ring", 2, 50, 500))
+    sysc = system(all_reduce=impls("oneRing"))
+    aware = AwareCollectiveModel(net, sysc).member_durations("all_reduce", MiB)
+    assert min(aware) > CollectiveModel(net, sysc).duration("all_reduce", MiB) == 64440
+
+
+def test_a_job_on_a_multi_dimensional_aware_network_lists_the_extension():
+    for reuse in (True, False):  # its replay alone reused, or live
+        result = simulate(same_on_every_npu([all_reduce(1, MiB)], npus=16), TWO_D, TWO_D_SYSTEM, mode="aware",
+                          reuse_alone=reuse)
+        assert [n.finish_ns for n in result.npus] == [2815 + 4 * 15820 + 2455] * 16
+        assert result.notes == [AWARE_MULTI_DIM_NOTE]
+    one_d = simulate(same_on_every_npu([all_reduce(1, MiB)]), RING8, BASE, mode="aware")
+    assert one_d.notes == []
+
+
+# ---------------------------------------------------------------- aware jobs: sub-groups, holding, sends
+
+
+def test_aware_sub_groups_on_links_of_their_own():
+    # facts 2.5: 2 groups of 4 on FC 8 with e fixed at 10: 43000; each message has its own link
+    tables = job(*[[all_reduce(1, MiB, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    groups = {1: (0, 1, 2, 3), 2: (4, 5, 6, 7)}
+    assert finish_times(tables, net=FC8, sysc=system(endpoint_delay_ns=100), comm_groups=groups, mode="aware") == \
+        [43000] * 8
+
+
+def test_aware_sub_group_with_a_long_way_round():
+    # members 0-3 on Ring 8, one chunk of 262144 B (m = 65536): as the unaware case in
+    # test_sim.py, but the wrap-around 3 -> 0 (anticlockwise, 3 hops, links no one else uses)
+    # costs 3 * hop(m) = 5160: r(1) = 1860 (5300 on member 0), r(2) = 7150/7150/3710/3710,
+    # r(3) = 9000/9000/9000/5560, r(4) = 10730, r(5) = 15900/12460/12460/12460,
+    # r(6) = 17630/17630/14190/14190; group 4-7 alike on its own links, at the same time
+    tables = job(*[[all_reduce(1, MiB // 4, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    times = finish_times(tables, sysc=system(dataset_splits=1), comm_groups={1: (0, 1, 2, 3), 2: (4, 5, 6, 7)},
+                         mode="aware")
+    assert times == [17630, 17630, 14190, 14190] * 2
+
+
+def test_aware_late_member_runs_ahead_into_its_own_link():
+    # Ring 2, NPU 1 computes 100 us first (the unaware case is in test_sim.py: 121679, 124620).
+    # Here NPU 0, once ahead, sends its next chunk's first message while its previous second
+    # message still occupies its only link (O = floor(131072 / 53.69) = 2441). Traced by hand
+    # (ticks after 100 us): NPU 1 ends every chunk at k * 6155; NPU 0 ends chunk 1 at 5402,
+    # chunk 2 at 11790, then settles, its first message leaving as the link frees: 17945, 24100
+    tables = job([all_reduce(1, MiB)], [comp(1, 100), all_reduce(2, MiB, 1)])
+    assert finish_times(tables, net=network(("Ring", 2, 50, 500)), mode="aware") == [124100, 124620]
+
+
+def send(node_id, dst, size, tag=1, *deps):
+    return {"id": node_id, "type": "COMM_SEND_NODE", "comm_dst": dst, "comm_size": size, "comm_tag": tag,
+            "data_deps": list(deps)}
+
+
+def recv(node_id, src, size, tag=1, *deps):
+    return {"id": node_id, "type": "COMM_RECV_NODE", "comm_src": src, "comm_size": size, "comm_tag": tag,
+            "data_deps": list(deps)}
+
+
+def test_aware_sends_queue_behind_each_other():
+    # Ring 4: NPU 1 sends 4 MiB to NPU 2 (link 1 -> 2 busy for 4 MiB / 53.69 = 78125 ns);
+    # NPU 0 sends 1 KiB to NPU 2 the short way (a tie: clockwise), 0 -> 1 -> 2: it reaches
+    # NPU 1 at hop(1 KiB) = 519, waits for the link until 78125, and arrives at 78125 + 519
+    big, small = 4 * MiB, 1024
+    tables = job([send(1, 2, small)], [send(1, 2, big, 2)], [recv(1, 0, small), recv(2, 1, big, 2)], [comp(1, 1)])
+    net4 = network(("Ring", 4, 50, 500))
+    assert finish_times(tables, net=net4, mode="aware")[:3] == [78125 + hop(small), hop(big), 78125 + hop(small)]
+    assert finish_times(tables, net=net4)[0] == int(2 * 500 + small / (50 * 2**30 / 1e9))  # unaware: no queueing
+
+
+def test_aware_collective_waits_for_a_send_on_a_shared_link():
+    # Ring 8. NPU 0 sends 4 MiB to NPU 3 (clockwise 0 -> 1 -> 2 -> 3): it holds link 1 -> 2
+    # from 78625 to 156750 and arrives at 3 * 78625 = 235875. NPUs 1 and 2 compute 79 us,
+    # then all-reduce 131072 B as group (1, 2) (one chunk, m = 65536: hop 1720, O = 1220,
+    # p = 120, e = 10). NPU 1's two messages (sent 79010 and 80860) wait for link 1 -> 2:
+    # they leave at 156750 and 157970 and arrive at 158470 and 159690; NPU 2's go the other
+    # way unhindered. NPU 2: receive 1 at 158470, sends at 158600, receive 2 at 159690, done
+    # 159700; NPU 1: receives NPU 2's second message at 158600 + 1720, done 160330
+    nodes = [[send(1, 3, 4 * MiB)], [comp(1, 79), all_reduce(2, 131072, 1, pg_name="1")],
+             [comp(1, 79), all_reduce(2, 131072, 1, pg_name="1")], [recv(1, 0, 4 * MiB)]] + [[comp(1, 1)]] * 4
+    sysc = system(dataset_splits=1)
+    times = finish_times(job(*nodes), sysc=sysc, comm_groups={1: (1, 2)}, mode="aware")
+    assert times[:4] == [235875, 160330, 159700, 235875]
+    unaware = finish_times(job(*nodes), sysc=sysc, comm_groups={1: (1, 2)})
+    assert unaware[1] == unaware[2] == 79000 + 10 + 2 * (hop(65536) + 10) + 120
+
+
+def test_aware_comm_scale_scales_every_link_endpoint_and_reduction_time():
+    # e = 5, p = 30, hop = floor(0.5 * 1110.35) = 555: 5 + 14 * 560 + 7 * 30 = 8055 per chunk
+    assert finish_times(same_on_every_npu([all_reduce(1, MiB)]), mode="aware", comm_scale=0.5) == [4 * 8055] * 8
+
+
+def test_aware_all_to_all_of_uneven_sizes_starts_when_its_last_member_issues():
+    # its plan needs every member's size: timed at the largest, from the last issue
+    tables = job(*[[comp(1, 5 if npu == 2 else 0),
+                    {"id": 2, "type": "COMM_COLL_NODE", "comm_type": 6, "comm_size": MiB + 8 * npu, "data_deps": [1]}]
+                   for npu in range(8)])
+    result = simulate(tables, RING8, BASE, mode="aware")
+    alone = AwareCollectiveModel(RING8, BASE).member_durations("all_to_all", MiB + 56)
+    assert [n.finish_ns for n in result.npus] == [5000 + t for t in alone]
+    assert any("uneven" in note for note in result.notes)
+
+
+def test_aware_limits_are_clear_errors():
+    with pytest.raises(SimulationError, match="not modelled yet"):
+        AwareCollectiveModel(RING8, system(all_reduce=impls("direct3"))).member_durations("all_reduce", MiB)
+
+
+REUSE_JOBS = [  # jobs with only all-NPU collectives: where a collective's replay alone may be reused
+    ("HGX, contention inside, 3 all-reduces", network(("Switch", 8, 400, 936.25)),
+     system(local_mem_bw_gbps=3350, active_chunks_per_dim=2),
+     [all_reduce(1, MiB), comp(2, 3, 1), all_reduce(3, MiB, 2), all_reduce(4, 2 * MiB, 3)]),
+    ("doubleBinaryTree: NPUs finish apart, the next starts early", FC8, system(all_reduce=impls("doubleBinaryTree")),
+     [all_reduce(1, MiB), all_reduce(2, MiB, 1), comp(3, 1, 2), all_reduce(4, MiB, 3)]),
+    ("2-D, all-reduce then all-gather", TWO_D, TWO_D_SYSTEM,
+     [all_reduce(1, MiB), {"id": 2, "type": "COMM_COLL_NODE", "comm_type": 2, "comm_size": MiB, "data_deps": [1]}]),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,nodes", REUSE_JOBS, ids=[j[0] for j in REUSE_JOBS])
+def test_reusing_a_collective_replayed_alone_changes_nothing(name, net, sysc, nodes):
+    tables = same_on_every_npu(nodes, npus=net.npus)
+    if "doubleBinaryTree" in name:  # and a straggler: members join at different ticks
+        tables[5] = job([comp(0, 7)] + [dict(n, data_deps=n["data_deps"] or [0]) for n in nodes])[0]
+    reused, live = (simulate(tables, net, sysc, mode="aware", reuse_alone=flag) for flag in (True, False))
+    assert [n.to_dict() for n in reused.npus] == [n.to_dict() for n in live.npus]
+    if "HGX" in name:  # its first all-reduce, reused from its replay alone, is ASTRA-sim's 57426 (facts 5)
+        timeline = simulate(tables, net, sysc, mode="aware", record_timeline=True).timeline
+        assert {event.end_ns for event in timeline if event.node_id == 1} == {57426}
+
+
+def test_members_that_order_a_queue_differently_wait_for_one_another_and_say_so():
+    # halvingDoubling folds the third NPU of each line of 3 in (the extension); ranks then end
+    # phases at different times, and with one chunk at a time per queue NPU 0 starts chunk 2's
+    # all-gather on dimension 0 (priority 2, LIFO) ahead of chunk 1's reduce-scatter, waiting
+    # there, while its line's folded NPU 2 started chunk 1's reduce-scatter first
+    sysc = system(all_reduce=impls(*["halvingDoubling"] * 3))
+    with pytest.raises(SimulationError, match=r"cannot finish: its members wait for one another \(NPU 0 runs chunk "
+                                              r"2's all_gather on dimension 0 while chunk 1's reduce_scatter"):
+        CollectiveModel(THREE_D, sysc).duration("all_reduce", MiB)
+    with pytest.raises(SimulationDeadlock) as info:  # live, in a job
+        simulate(same_on_every_npu([all_reduce(1, MiB)], npus=24), THREE_D, sysc, mode="aware", reuse_alone=False)
+    assert info.value.report[2] == ["all_reduce (collective #0 of group all) runs chunk 1's reduce_scatter on "
+                                    "dimension 0 while chunk 2's all_gather on dimension 0 waits behind it"]
+    assert CollectiveModel(THREE_D, sysc.model_copy(update={"active_chunks_per_dim": 2})).duration("all_reduce", MiB)
