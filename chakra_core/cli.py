@@ -368,6 +368,58 @@ def _option_text(value) -> str:
         else str(value)
 
 
+def cmd_synthesize(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from chakra_core.synth.synthesize import synthesize
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
+                  disable=not err.is_terminal) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total or None)
+            bar.update(tasks[stage], completed=done, total=total or None)
+
+        summary = synthesize(args.out, args.npus, args.jobs, train=args.train or (), model_in=args.model,
+                             model_out=args.model_out, seed=args.seed, progress=progress)
+    for skipped in summary["skipped"]:  # jobs the training could not use, each with its reason
+        where = f" {skipped['job']}" if skipped["job"] else ""
+        print(f"skipped{where}: {skipped['reason']}", file=sys.stderr)
+    broken = [job for job in summary["jobs"] if job["problems"]]
+    if args.json:
+        _print_json(summary)
+    else:
+        from rich.table import Table
+
+        table = Table("job", "cluster", "NPUs", "nodes", "ops/rank", "simulated (ms)", "exposed comm (ms)",
+                      box=None, pad_edge=False)
+        for job in summary["jobs"]:
+            ms = (lambda ns: "-" if ns is None else f"{ns / 1e6:,.3f}")
+            table.add_row(job["job"], str(job["cluster"]), str(job["npus"]), f"{job['nodes']:,}",
+                          f"{job['operations_per_rank']:,}", ms(job["finish_ns"]), ms(job["exposed_comm_ns"]))
+        console = _console()
+        console.print(table)
+        checks = summary["checks"]
+        if checks:
+            ks, tv, it = checks["message_size_ks"], checks["composition_tv"], checks["iteration_time_relative_error"]
+            fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+            console.print(f"fidelity against the real jobs of the same clusters at {args.npus} NPUs: message-size KS "
+                          f"worst {fmt(ks['worst'])} (target 0.1), composition TV {fmt(tv['value'])} (target 0.05), "
+                          f"iteration time error worst {fmt(it['worst'])} (target 0.1)")
+        else:
+            console.print(f"fidelity: {summary['note']}")
+        console.print(f"wrote {len(summary['jobs'])} job(s) under {summary['out_dir']}/, the report "
+                      f"{summary['fidelity']}" + (f" and the model {summary['model']}" if summary["model"] else ""))
+    for job in broken:
+        for problem in job["problems"]:
+            print(f"{job['job']}: {problem}", file=sys.stderr)
+    return EXIT_FINDINGS if broken else EXIT_OK
+
+
 def cmd_select(args) -> int:
     import fsspec
     from rich.progress import Progress
@@ -554,6 +606,24 @@ def build_parser() -> argparse.ArgumentParser:
                        "The global batch is fixed. Options of another workload are refused.")
     add_generate_arguments(p)
     p.set_defaults(run=cmd_generate)
+    p = sub.add_parser("synthesize", help="fit a generative model on a fleet and write synthetic, obfuscated jobs",
+                       description="Fit the synthesizer on the training jobs (each DIR holds one job's "
+                       "<name>.<rank>.et files, or subfolders that each hold one; unreadable, invalid or inconsistent "
+                       "jobs are reported and skipped), or load a saved model, then sample K jobs of N NPUs (any N, "
+                       "also one never seen in training) into OUT/<job>/<job>.<rank>.et (+ <job>.comm_groups.json). "
+                       "Every job is validated and simulated on the reference system (a Ring of N NPUs, 50 GB/s, "
+                       "500 ns); OUT/fidelity.json compares them with the real jobs of the same cluster and NPU "
+                       "count (message-size KS, composition TV, iteration time). Exit 1 if a job fails its checks.")
+    p.add_argument("--train", nargs="+", metavar="DIR", help="training job folder(s), or folders of job folders")
+    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs of each synthetic job")
+    p.add_argument("--jobs", type=int, required=True, metavar="K", help="synthetic jobs to write")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder (any fsspec URL)")
+    p.add_argument("--seed", type=int, default=0, help="seed of fitting and sampling (default 0)")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--model-out", metavar="FILE", help="where to save the fitted model (default OUT/model.json)")
+    model.add_argument("--model", metavar="FILE", help="sample from this saved model instead of fitting (no --train)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=cmd_synthesize)
     p = sub.add_parser("select", help="choose k representative jobs of a fleet, with weights and coverage",
                        description="Cluster jobs by a feature vector (op mix, bytes by collective, compute/"
                        "communication split, NPU count, message-size quantiles, simulated time on the reference "
