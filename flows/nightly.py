@@ -1,15 +1,16 @@
 """The nightly flow: a day's drop of traces becomes Parquet tables.
 
     python -m flows.nightly --date YYYY-MM-DD --source URL --warehouse URL [--sweep FILE] [--num-cpus N]
-        [--representatives K]
+        [--representatives K] [--synthetic-jobs K]
 
 Defaults: yesterday (UTC: the nightly run processes the day that just ended), a local
 object-store folder under the project (out/object-store/drops), the warehouse out/warehouse,
 the default sweep (pipeline/sweeps/default.yaml), local Ray with every CPU, Prefect's
 ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray cluster when RAY_ADDRESS
 is). Steps: list the day -> per job on Ray: hash, convert, split per NPU, statistics -> per
-job x system on Ray: simulate -> the day's representative jobs -> write each table for the
-day atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
+job x system on Ray: simulate -> the day's representative jobs -> fit the synthesizer on the
+day's jobs and sample synthetic jobs per NPU count (Ray) -> write each table for the day
+atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from pipeline import tables  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
+from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 from pipeline.sweep import load_sweep  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -38,8 +40,8 @@ STORAGE_RETRIES = 3
 
 @task(name="process day on Ray", cache_policy=NO_CACHE)  # inputs: a callback; outputs: tables
 def process_day(date: str, source: str, warehouse: str, sweep: str | None, progress=None,
-                representatives: int = DEFAULT_REPRESENTATIVES) -> DayResult:
-    return run_day(date, source, warehouse, load_sweep(sweep), progress, representatives)
+                representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> DayResult:
+    return run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs)
 
 
 @task(name="write table", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
@@ -50,11 +52,11 @@ def write_table(warehouse: str, table: str, date: str, data) -> str:
 @flow(name="nightly")
 def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: str = DEFAULT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
-            representatives: int = DEFAULT_REPRESENTATIVES) -> dict:
+            representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> dict:
     """Process one day's drop; returns the summary (also logged)."""
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     start_ray(num_cpus)
-    day = process_day(date, source, warehouse, sweep, progress, representatives)
+    day = process_day(date, source, warehouse, sweep, progress, representatives, synthetic_jobs)
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
@@ -65,11 +67,22 @@ def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: st
                             if r["representative"]},
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
                          None),
+        "synthetic": _synthetic_summary(day),
         "tables": paths,
     }
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
                           summary["rejects"])
     return summary
+
+
+def _synthetic_summary(day: DayResult) -> dict:
+    jobs = day.tables["synthetic_traces"].to_pylist()
+    fidelity = day.tables["fidelity"].to_pylist()
+    return {"model": day.training.get("model"), "training_jobs": day.training.get("training_jobs", 0),
+            "training_skipped": len(day.training.get("skipped", [])), "error": day.training.get("error"),
+            "jobs": len(jobs), "valid": sum(j["status"] == "ok" for j in jobs),
+            "npus": sorted({j["npus"] for j in jobs}),
+            "comparisons": len(fidelity), "meeting_targets": sum(bool(r["meets_targets"]) for r in fidelity)}
 
 
 def _print_summary(summary: dict) -> None:
@@ -89,9 +102,17 @@ def _print_summary(summary: dict) -> None:
         console.print(f"{len(summary['representatives'])} representative job(s) (weight): "
                       + ", ".join(f"{job} ({w:.2f})" for job, w in summary["representatives"].items())
                       + f"; coverage of the day's simulated time {summary['coverage']:.1%}")
+    synthetic = summary["synthetic"]
+    if synthetic["model"]:
+        console.print(f"synthesizer: trained on {synthetic['training_jobs']} job(s) ({synthetic['training_skipped']} "
+                      f"not usable), model {synthetic['model']}; {synthetic['valid']} of {synthetic['jobs']} "
+                      f"synthetic job(s) valid at {synthetic['npus']} NPUs; {synthetic['meeting_targets']} of "
+                      f"{synthetic['comparisons']} fidelity comparison(s) within targets")
+    elif synthetic["error"]:
+        console.print(f"synthesizer: no model ({synthetic['error']})")
     console.print("tables:")
     for name, path in summary["tables"].items():
-        console.print(f"  {name:12} {path}")
+        console.print(f"  {name:16} {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
     parser.add_argument("--representatives", type=int, default=DEFAULT_REPRESENTATIVES, metavar="K",
                         help=f"representative jobs to choose (default {DEFAULT_REPRESENTATIVES})")
+    parser.add_argument("--synthetic-jobs", type=int, default=JOBS_PER_NPU_COUNT, metavar="K",
+                        help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
     args = parser.parse_args(argv)
     from rich.progress import Progress
 
@@ -115,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(tasks[label], completed=done, total=total)
 
         summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                          args.representatives)
+                          args.representatives, args.synthetic_jobs)
     _print_summary(summary)
     return 0
 

@@ -20,6 +20,7 @@ from pipeline.ingest import JobInput, list_day, sha256
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep import SystemSpec, reference_spec, simulate_row
+from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
 from pipeline.tables import SCHEMAS, empty, from_rows
 
 WORKER_RETRIES = 3
@@ -46,6 +47,7 @@ class DayResult:
     jobs_converted: int = 0
     ranks: int = 0
     nodes: int = 0
+    training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/synthesis.py)
 
     def best_systems(self) -> dict[str, tuple[str, int]]:
         """job -> (system, finish_ns) with the earliest finish."""
@@ -66,7 +68,8 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> Jo
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
             progress: Callable[[str, int, int], None] | None = None,
-            representatives: int = DEFAULT_REPRESENTATIVES) -> DayResult:
+            representatives: int = DEFAULT_REPRESENTATIVES,
+            synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> DayResult:
     """Everything for one day, as tables (not yet written)."""
     import ray
 
@@ -119,7 +122,34 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
     }
     result.tables["representatives"] = representatives_table(
         result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives, run_id)
+    synthetic, fidelity, result.training = _synthesize(date, warehouse, run_id,
+                                                       synthetic_jobs if result.jobs_converted else 0, progress)
+    result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
+    result.tables["fidelity"] = from_rows("fidelity", fidelity)
     return result
+
+
+def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,
+                progress: Callable[[str, int, int], None] | None) -> tuple[list[dict], list[dict], dict]:
+    """Fit on the day's converted jobs (one task), then sample per NPU count (a task each)."""
+    import ray
+
+    if per_count < 1:
+        return [], [], {}
+    training = ray.get(ray.remote(max_retries=WORKER_RETRIES)(fit_day).remote(date, warehouse))
+    if not training["model"]:
+        return [], [], training
+    sample = ray.remote(max_retries=WORKER_RETRIES)(synthesize_npus)
+    pending = [sample.remote(date, warehouse, training["model"], n, run_id, per_count)
+               for n in target_npus(training["npus"])]
+    synthetic, fidelity = [], []
+    for done, ref in enumerate(pending, 1):
+        jobs, rows = ray.get(ref)
+        synthetic += jobs
+        fidelity += rows
+        if progress:
+            progress("synthetic jobs (per NPU count)", done, len(pending))
+    return synthetic, fidelity, training
 
 
 def sweep_day(date: str, warehouse: str, systems: list[SystemSpec]) -> pa.Table:

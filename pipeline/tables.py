@@ -58,6 +58,18 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("cluster_time_share", pa.float64()), ("cluster_estimate_error", pa.float64()), ("coverage", pa.float64()),
         ("k", pa.int32()), ("status", pa.string()), ("run_id", pa.string()),
     ]),
+    "synthetic_traces": pa.schema([
+        ("job_id", pa.string()), ("npus", pa.int32()), ("cluster", pa.int32()), ("nodes", pa.int64()),
+        ("operations_per_rank", pa.int64()), ("finish_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
+        ("status", pa.string()), ("problems", pa.string()), ("path", pa.string()), ("run_id", pa.string()),
+    ]),
+    "fidelity": pa.schema([
+        ("npus", pa.int32()), ("cluster", pa.int32()), ("real_jobs", pa.int32()), ("synthetic_jobs", pa.int32()),
+        ("composition_tv", pa.float64()), ("message_size_ks_worst", pa.float64()), ("message_size_ks", pa.string()),
+        ("real_median_ns", pa.float64()), ("synthetic_median_ns", pa.float64()),
+        ("iteration_time_relative_error", pa.float64()), ("exposed_comm_relative_error", pa.float64()),
+        ("meets_targets", pa.bool_()), ("run_id", pa.string()),
+    ]),
 }
 # an ad hoc sweep's results: sim_results' columns, under tables/sweep_results/sweep=<name>/date=<d>/
 SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]

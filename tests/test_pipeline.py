@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import fsspec
 import pyarrow.parquet as pq
 import pytest
 
@@ -71,7 +72,7 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert "ends early" in reasons["broken/rank0.et.json.gz"] or "cannot read" in reasons["broken/rank0.et.json.gz"]
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
     assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
-                                      "representatives"}
+                                      "representatives", "synthetic_traces", "fidelity"}
     counts = {t: _count(warehouse, t) for t in summary["tables"]}
     assert counts["traces"] == 4 and counts["sim_results"] == 2 * len(load_sweep())
     assert counts["collectives"] > 50
@@ -84,6 +85,15 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert {r["job_id"] for r in chosen} == {"mlp", "coll"}
     assert all(r["status"] == "ok" and r["representative"] and r["k"] == 2 and r["weight"] == 0.5
                and r["coverage"] == 1.0 for r in chosen)
+    # the synthesizer learnt the day's two jobs (2 ranks each) and sampled jobs at 2 and 4 NPUs
+    assert summary["synthetic"]["training_jobs"] == 2 and summary["synthetic"]["training_skipped"] == 0
+    synthetic = tables.read_day(warehouse.as_uri(), "synthetic_traces", DATE).to_pylist()
+    assert sorted(r["npus"] for r in synthetic) == [2] * 4 + [4] * 4
+    assert all(r["status"] == "ok" and r["finish_ns"] > 0 for r in synthetic)
+    assert fsspec.filesystem("file").exists(synthetic[0]["path"] + ".0.et")
+    fidelity = tables.read_day(warehouse.as_uri(), "fidelity", DATE).to_pylist()
+    assert fidelity and {r["npus"] for r in fidelity} == {2}  # real jobs exist at 2 NPUs only
+    assert all(r["real_jobs"] >= 1 and r["synthetic_jobs"] >= 1 for r in fidelity)
 
     assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
@@ -102,7 +112,8 @@ def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):
     os.environ[FAULT_KILL_ONCE] = str(marker)  # the first job task kills its worker process
     try:
         start_ray(num_cpus=2)
-        day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), load_sweep()[:1])
+        day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), load_sweep()[:1],
+                      synthetic_jobs=0)
     finally:
         del os.environ[FAULT_KILL_ONCE]
         ray.shutdown()
@@ -157,7 +168,7 @@ def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
 
     make_small_drop(tmp_path / "source")
     warehouse = (tmp_path / "wh").as_uri()
-    day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse, load_sweep()[:1])
+    day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse, load_sweep()[:1], synthetic_jobs=0)
     tables.write_day(warehouse, "traces", DATE, day.tables["traces"])
     sweep_file = tmp_path / "mine.yaml"
     sweep_file.write_text("systems:\n  - {name: fc-native, network: native-ring, system: %s}\n"
@@ -172,7 +183,8 @@ def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
 def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path, ray_local):
     make_small_drop(tmp_path / "source")
     ring8 = [spec for spec in load_sweep() if spec.name == "ring-8"]
-    day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), ring8, representatives=1)
+    day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), ring8, representatives=1,
+                  synthetic_jobs=0)
     systems = sorted({(r["job_id"], r["system"]) for r in day.tables["sim_results"].to_pylist()})
     assert systems == [("coll", "reference"), ("coll", "ring-8"), ("mlp", "reference"), ("mlp", "ring-8")]
     chosen = day.tables["representatives"].to_pylist()

@@ -1,0 +1,90 @@
+"""The day's synthetic jobs: a model fitted on the day's converted jobs, samples, fidelity.
+
+Two kinds of Ray task (`chakra_core.synth.synthesize` does the work):
+- `fit_day`: trains on `traces/date=<d>/` (every converted job of the day) and saves the
+  model as `synthetic/date=<d>/model.json`;
+- `synthesize_npus`: per NPU count, samples jobs from that model into
+  `synthetic/date=<d>/npus=<N>/synth-<i>/`, validates and simulates each on the reference
+  system, and compares them with the day's real jobs (`fidelity` rows).
+
+NPU counts: every count (of 2 or more) seen in the day's training, plus twice the largest (a count never
+traced: the model's what-if scaling). Training jobs the model cannot use are listed, with the
+reason, in `synthetic/date=<d>/training.json`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import fsspec
+
+from chakra_core.errors import ChakraError
+from chakra_core.synth.fidelity import TARGETS
+from chakra_core.synth.model import save_model
+from chakra_core.synth.synthesize import fit, load_training, synthesize
+from pipeline.layout import join
+
+JOBS_PER_NPU_COUNT = 4
+
+
+def synthetic_dir(warehouse: str, date: str) -> str:
+    return join(warehouse, "synthetic", f"date={date}")
+
+
+def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:
+    """Fit the model on the day's converted jobs; returns where it is and what it saw."""
+    training = load_training([join(warehouse, "traces", f"date={date}")])
+    out = synthetic_dir(warehouse, date)
+    summary = {"model": None, "npus": [], "training_jobs": len(training.jobs), "error": None,
+               "skipped": [{"job": s["job"], "reason": s["reason"]} for s in training.skipped]}
+    try:
+        model = fit(training, seed).model
+        summary.update(model=join(out, "model.json"), npus=sorted(model.training_npus))
+        save_model(model, summary["model"])
+    except ChakraError as exc:  # e.g. no usable job: the day still completes, without synthetic jobs
+        summary["error"] = str(exc)
+    fs, path = fsspec.core.url_to_fs(out)
+    fs.makedirs(path, exist_ok=True)
+    with fsspec.open(join(out, "training.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def target_npus(seen: list[int]) -> list[int]:
+    """The day's NPU counts and twice the largest; single-rank jobs have no communication to sample."""
+    return sorted({n for n in seen if n >= 2} | {2 * max(seen)}) if seen else []
+
+
+def synthesize_npus(date: str, warehouse: str, model: str, npus: int, run_id: str, count: int = JOBS_PER_NPU_COUNT,
+                    seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(synthetic_traces rows, fidelity rows) for `count` jobs of `npus` NPUs."""
+    out = join(synthetic_dir(warehouse, date), f"npus={npus}")
+    try:
+        result = synthesize(out, npus, count, model_in=model, seed=seed + npus)
+    except (ChakraError, ValueError) as exc:  # what the model cannot sample is a row, not a crash
+        return [{"job_id": f"npus={npus}", "npus": npus, "status": "failed", "problems": str(exc),
+                 "run_id": run_id}], []
+    jobs = [{"job_id": f"npus={npus}/{row['job']}", "npus": row["npus"], "cluster": row["cluster"],
+             "nodes": row["nodes"], "operations_per_rank": row["operations_per_rank"],
+             "finish_ns": row["finish_ns"], "exposed_comm_ns": row["exposed_comm_ns"],
+             "status": "ok" if not row["problems"] else "invalid", "problems": "; ".join(row["problems"]) or None,
+             "path": row["files"][0].rsplit(".", 2)[0], "run_id": run_id} for row in result["jobs"]]
+    fidelity = [_fidelity_row(npus, row, run_id) for row in result["rows"]]
+    return jobs, fidelity
+
+
+def _fidelity_row(npus: int, row: dict, run_id: str) -> dict:
+    ks = row["message_size_ks"]
+    judged = [v["statistic"] for v in ks.values() if v["judged"]]
+    time_error = row["iteration_time"]["relative_error"]
+    meets = (all(v <= TARGETS["message_size_ks"] for v in judged)
+             and row["composition_tv"] <= TARGETS["composition_tv"]
+             and (time_error is None or time_error <= TARGETS["iteration_time_relative_error"]))
+    return {"npus": npus, "cluster": row["cluster"], "real_jobs": row["real_jobs"],
+            "synthetic_jobs": row["synthetic_jobs"], "composition_tv": row["composition_tv"],
+            "message_size_ks_worst": max(judged, default=None), "message_size_ks": json.dumps(ks, sort_keys=True),
+            "real_median_ns": row["iteration_time"]["real_median_ns"],
+            "synthetic_median_ns": row["iteration_time"]["synthetic_median_ns"],
+            "iteration_time_relative_error": row["iteration_time"]["relative_error"],
+            "exposed_comm_relative_error": row["exposed_comm"]["relative_error"], "meets_targets": meets,
+            "run_id": run_id}
