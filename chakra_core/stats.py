@@ -46,6 +46,8 @@ OP_CLASSES = (
     ("elementwise", ("elementwise", "::add", "::mul", "::relu", "::gelu", "::sigmoid", "::tanh", "::div", "::sub")),
 )
 
+OP_CLASS_NAMES = tuple(name for name, _ in OP_CLASSES) + ("other",)  # every class op_class returns
+
 COLLECTIVE_FIELDS = (
     ("node_id", pa.uint64()), ("name", pa.string()), ("kind", pa.string()), ("comm_size", pa.int64()),
     ("pg_name", pa.string()), ("comm_src", pa.int64()), ("comm_dst", pa.int64()), ("comm_tag", pa.int64()),

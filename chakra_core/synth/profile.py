@@ -31,11 +31,10 @@ import pyarrow as pa
 
 from chakra_core.columns import NODE_TYPE_VALUES
 from chakra_core.graph import flat_list, lookup, to_numpy
-from chakra_core.stats import OP_CLASSES, op_class
+from chakra_core.stats import OP_CLASS_NAMES, op_class
 from chakra_core.synth.master import CommSequence, MasterTrace, build_master, comm_sequence
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
-OP_CLASS_NAMES = tuple(name for name, _ in OP_CLASSES) + ("other",)
 BROADCAST = 5
 NEVER = -1  # overlap of an operation no compute depends on
 

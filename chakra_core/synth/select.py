@@ -33,10 +33,9 @@ import pyarrow as pa
 from sklearn.cluster import KMeans
 
 from chakra_core.errors import ChakraError
-from chakra_core.stats import OP_CLASSES, trace_row
+from chakra_core.stats import OP_CLASS_NAMES, trace_row
 from chakra_core.synth.reference import simulate_reference
 
-OP_CLASS_NAMES = tuple(name for name, _ in OP_CLASSES) + ("other",)
 
 
 class SelectionError(ChakraError):
