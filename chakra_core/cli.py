@@ -215,15 +215,19 @@ def cmd_stats(args) -> int:
 
 
 class _Progress:
-    """A progress bar on stderr for long conversions (silent when stderr is not a terminal)."""
+    """A progress bar per stage on stderr (silent when stderr is not a terminal), called as
+    progress(label, done, total): bytes read per file for conversions, or done/total items
+    (`items=True`) for stages that count jobs."""
 
-    def __init__(self):
+    def __init__(self, items: bool = False):
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
         console = Console(stderr=True)
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=console,
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                  MofNCompleteColumn() if items else DownloadColumn(), console=console,
                                   transient=True, disable=not console.is_terminal)
+        self._describe = "{}" if items else "reading {}"
         self._tasks = {}
 
     def __enter__(self):
@@ -235,8 +239,8 @@ class _Progress:
 
     def __call__(self, label: str, done: int, total: int) -> None:
         if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(f"reading {label}", total=total or None)
-        self._progress.update(self._tasks[label], completed=done)
+            self._tasks[label] = self._progress.add_task(self._describe.format(label), total=total or None)
+        self._progress.update(self._tasks[label], completed=done, total=total or None)
 
 
 def _print_conversion(result, as_json: bool) -> int:
@@ -369,21 +373,10 @@ def _option_text(value) -> str:
 
 
 def cmd_synthesize(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    from chakra_core.synth.fidelity import TARGETS
     from chakra_core.synth.synthesize import synthesize
 
-    err = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
-                  disable=not err.is_terminal) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total or None)
-            bar.update(tasks[stage], completed=done, total=total or None)
-
+    with _Progress(items=True) as progress:
         summary = synthesize(args.out, args.npus, args.jobs, train=args.train or (), model_in=args.model,
                              model_out=args.model_out, seed=args.seed, progress=progress)
     for skipped in summary["skipped"]:  # jobs the training could not use, each with its reason
@@ -408,8 +401,9 @@ def cmd_synthesize(args) -> int:
             ks, tv, it = checks["message_size_ks"], checks["composition_tv"], checks["iteration_time_relative_error"]
             fmt = (lambda v: "-" if v is None else f"{v:.3f}")
             console.print(f"fidelity against the real jobs of the same clusters at {args.npus} NPUs: message-size KS "
-                          f"worst {fmt(ks['worst'])} (target 0.1), composition TV {fmt(tv['value'])} (target 0.05), "
-                          f"iteration time error worst {fmt(it['worst'])} (target 0.1)")
+                          f"worst {fmt(ks['worst'])} (target {TARGETS['message_size_ks']:g}), composition TV "
+                          f"{fmt(tv['value'])} (target {TARGETS['composition_tv']:g}), iteration time error worst "
+                          f"{fmt(it['worst'])} (target {TARGETS['iteration_time_relative_error']:g})")
         else:
             console.print(f"fidelity: {summary['note']}")
         console.print(f"wrote {len(summary['jobs'])} job(s) under {summary['out_dir']}/, the report "
