@@ -90,7 +90,7 @@ class ProgramLog:
     """Logs every collective / p2p call the program issues during the recorded steps.
 
     The helper methods log and then call `dist.<name>` by attribute, so the recorder's
-    annotation applies. `bytes` is defined per op (see the README): the bytes of the tensor(s)
+    annotation applies. `bytes` is defined per op (see datasets/pytorch-gloo/README.md): the bytes of the tensor(s)
     this rank passes as the op's input, except for `recv`/`irecv` and `scatter`, where it is the
     tensor that receives, and `barrier` (0).
     """

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "datasets"))  # for
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
-from et_builders import MICROBENCHMARKS  # noqa: E402
+from datapaths import MICROBENCHMARKS  # noqa: E402
 
 S3_KEY = "chakra-test-key"
 S3_SECRET = "chakra-test-secret"
@@ -26,9 +26,8 @@ S3_SECRET = "chakra-test-secret"
 
 @pytest.fixture(scope="session")
 def microbenchmark_files() -> list[Path]:
-    files = sorted(Path(MICROBENCHMARKS).rglob("*.et"))
-    if not files:
-        pytest.skip(f"reference traces not found under {MICROBENCHMARKS}")
+    files = sorted(MICROBENCHMARKS.rglob("*.et"))
+    assert files, f"no reference traces under {MICROBENCHMARKS}"
     return files
 
 

@@ -14,8 +14,6 @@ import fsspec
 from chakra_core.etfile import encode_varint, write_messages
 from chakra_core.schema import et_def_pb2 as pb
 
-MICROBENCHMARKS = "/work/shared/data/astra-sim-microbenchmarks"
-
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 UINT64_MAX, UINT32_MAX = (1 << 64) - 1, (1 << 32) - 1

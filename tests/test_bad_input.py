@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import et_builders as eb
+from datapaths import PYTORCH_ET
 from chakra_core import ChakraFormatError, etfile
 from chakra_core.etfile import ETReader, iter_nodes, read_metadata, read_table, write_table
 from chakra_core.schema import et_def_pb2 as pb
 
-PYTORCH_JSON = Path("/work/shared/data/pytorch-et/allgather_2ranks.rank0.et.json")
-PYTORCH_JSON_GZ = Path("/work/shared/data/pytorch-et/resnet_ddp.rank0.et.json.gz")
+PYTORCH_JSON = PYTORCH_ET / "allgather_2ranks.rank0.et.json"
+PYTORCH_JSON_GZ = PYTORCH_ET / "resnet_ddp.rank0.et.json.gz"
 
 META = eb.metadata("0.0.4", [eb.attr("schema", "string_val", "1.0.2-chakra.0.0.4")])
 SMALL = eb.node(1, "abc", 4)  # 08 01 12 03 'abc' 18 04
@@ -245,8 +246,6 @@ def test_json_file(tmp_path):
 
 @pytest.mark.parametrize("path", [PYTORCH_JSON, PYTORCH_JSON_GZ], ids=["json", "json.gz"])
 def test_pytorch_trace_passed_as_et(path):
-    if not path.exists():
-        pytest.skip(f"{path} not found")
     err = pytest.raises(ChakraFormatError, read_table, str(path)).value
     assert "JSON" in str(err) and str(path) in str(err)
 

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import chakra_core
+from datapaths import MICROBENCHMARKS
 from chakra_core.schema import et_def_pb2 as pb
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-microbenchmarks"
-DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "astra-sim-microbenchmarks"
+DATASETS = MICROBENCHMARKS
 ALL_REDUCE = DATASETS / "all_reduce" / "4npus_1MB" / "all_reduce.0.et"
 CHAKRA = str(Path(sys.executable).parent / "chakra")
 
@@ -148,10 +148,3 @@ def test_survey_records_every_file_including_unreadable_ones(tmp_path, cyclic_et
     node_tables = sorted(p.name for p in (out / "nodes").iterdir())
     assert node_tables == ["drop__job__cyclic.0.et.parquet", "drop__job__ok.0.et.parquet"]
     assert pq.read_table(out / "nodes" / "drop__job__ok.0.et.parquet").column("comm_size").to_pylist() == [1048576]
-
-
-def test_shipped_datasets_match_the_shared_reference_files():
-    for path in DATASETS.rglob("*.et"):
-        shared = SHARED / path.relative_to(DATASETS)
-        if SHARED.exists():
-            assert path.read_bytes() == shared.read_bytes(), path

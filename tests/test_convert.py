@@ -1,4 +1,5 @@
-"""PyTorch ET (+ Kineto) -> Chakra conversion on the real traces in ../shared/data/pytorch-et."""
+"""PyTorch ET (+ Kineto) -> Chakra conversion on real traces from other tools (datasets/pytorch-et)
+and on the project's own gloo recordings (datasets/pytorch-gloo)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from datapaths import GLOO, PYTORCH_ET, REFERENCE_CONFIGS
+
 from chakra_core.cli import main
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.jsonstream import TraceJSONError
@@ -18,7 +21,7 @@ from chakra_core.convert.pytorch_et import KNOWN_SCHEMAS, read_host_trace
 from chakra_core.etfile import read_metadata, read_table
 from chakra_core.validate import validate_file
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pytorch-et"
+DATA = PYTORCH_ET
 RESNET = DATA / "resnet_ddp.rank0.et.json.gz"
 ALLGATHER = DATA / "allgather_2ranks.rank0.et.json"
 LINEAR, LINEAR_KINETO = DATA / "linear.et.json.gz", DATA / "linear.kineto.json.gz"
@@ -224,7 +227,7 @@ def test_jsonstream_handles_tricky_strings_small_chunks_and_nan(tmp_path, monkey
 
 
 # ---------------------------------------------------------------- the recorded gloo runs (datasets/)
-GLOO_RUNS = sorted((Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo").glob("*-w*"))
+GLOO_RUNS = sorted(GLOO.glob("*-w*"))
 # program.json op -> (node type, comm_type or None)
 PROGRAM_OPS = {
     "all_reduce": (COLL, 0), "reduce": (COLL, 1), "all_gather": (COLL, 2), "all_gather_into_tensor": (COLL, 2),
@@ -274,7 +277,7 @@ def test_recorded_gloo_runs_convert_with_every_program_call_once(tmp_path, run):
 def test_converted_gloo_runs_simulate_to_completion(tmp_path, run):
     from chakra_core.sim.workload import simulate_files
 
-    configs = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-reference" / "configs"
+    configs = REFERENCE_CONFIGS
     result = convert_job(str(run), str(tmp_path / "out"), "job")
     sim, _ = simulate_files(str(tmp_path / "out" / "job"), str(configs / "Ring_4npus.yml"),
                             str(configs / "Ring_4chunks.json"), result.comm_group_file)
@@ -286,7 +289,7 @@ def test_converted_shared_traces_simulate_to_completion(tmp_path, src):
     """Each is one rank of its job: replayed on 4 NPUs with the simulator's what-if replication."""
     from chakra_core.sim.workload import simulate_files
 
-    configs = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-reference" / "configs"
+    configs = REFERENCE_CONFIGS
     if src == LINEAR:
         assert main(["link", str(LINEAR), str(LINEAR_KINETO), "-o", str(tmp_path / "out" / "t.0.et")]) == 0
     else:

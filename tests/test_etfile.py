@@ -47,7 +47,7 @@ def test_file_layout_is_length_prefixed_messages(tmp_path):
     write_table(table, str(tmp_path / "a.et"), metadata=eb.metadata("0.0.4"))
     data = (tmp_path / "a.et").read_bytes()
     assert data == eb.et_bytes(eb.metadata("0.0.4"), nodes)
-    assert data[:9] == b"\x07\x0a\x05" + b"0.0.4" + b"\x4a"  # the annotated example of the facts sheet
+    assert data[:9] == b"\x07\x0a\x05" + b"0.0.4" + b"\x4a"  # length 7, field 1 wire type 2 (version) "0.0.4"; then the node, length 74
     assert len(data) == 83
     assert b"\x0a\x09comm_type\x48\x00" in data  # ALL_REDUCE (0) is on the wire
 

@@ -14,9 +14,10 @@ from chakra_core.etfile import read_table
 from chakra_core.validate import validate_file
 
 import make_drop as md  # datasets/ is on the path: conftest.py
+from datapaths import REFERENCE_CONFIGS
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO.parent / "shared" / "data" / "astra-sim-reference" / "configs"
+CONFIGS = REFERENCE_CONFIGS
 DATE = "2025-01-15"
 FAMILIES = {"data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe"}
 BAD_JOBS = {"bad-truncated-gzip", "bad-malformed-json", "bad-truncated-et", "bad-unknown-file"}
@@ -81,8 +82,6 @@ def test_generated_traces_validate(drop):
 
 
 def test_one_job_per_family_simulates(drop):
-    if not (CONFIGS / "Ring_4chunks.json").is_file():
-        pytest.skip(f"ASTRA-sim reference configs not found under {CONFIGS}")
     from chakra_core.sim.workload import simulate_files
 
     day, _ = drop

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from datapaths import MICROBENCHMARKS  # noqa: E402
+
 from chakra_core.etfile import read_table, write_table  # noqa: E402
 from chakra_core.stats import collective_rows  # noqa: E402
 from chakra_core.viz import plots  # noqa: E402
@@ -20,8 +22,7 @@ from make_drop import generate_job  # noqa: E402  (datasets/ is on the path: con
 
 from pipeline.sweep import load_sweep, simulate_row  # noqa: E402
 
-SHARED = Path(os.environ.get("CHAKRA_SHARED_DATA", REPO.parent / "shared" / "data"))
-ALL_REDUCE_8 = SHARED / "astra-sim-microbenchmarks" / "all_reduce" / "8npus_1MB" / "all_reduce"
+ALL_REDUCE_8 = MICROBENCHMARKS / "all_reduce" / "8npus_1MB" / "all_reduce"
 SYSTEM_2D = REPO / "pipeline" / "sweeps" / "ring_system_2d.json"
 JOBS = (0, 1, 2, 3)  # data_parallel n8, tensor_parallel n4, pipeline_parallel n4, dlrm n8
 
@@ -49,16 +50,11 @@ def tables(tmp_path_factory) -> dict[str, pa.Table]:
 
 
 @pytest.fixture(scope="module")
-def sweep_table() -> pa.Table:
-    if not Path(f"{ALL_REDUCE_8}.0.et").exists():
-        pytest.skip(f"microbenchmark traces not found at {ALL_REDUCE_8}")
-    net = Path(os.environ.get("TMPDIR", "/tmp")) / f"chakra-plots-ring4xswitch2-{os.getpid()}.yml"
+def sweep_table(tmp_path_factory) -> pa.Table:
+    net = tmp_path_factory.mktemp("plots") / "ring4xswitch2.yml"
     net.write_text("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50.0, 25.0 ]\n"
                    "latency: [ 500.0, 500.0 ]\n")
-    try:
-        return plots.bandwidth_sweep(str(ALL_REDUCE_8), str(net), str(SYSTEM_2D), [50, 100, 200], [25, 50, 100])
-    finally:
-        net.unlink()
+    return plots.bandwidth_sweep(str(ALL_REDUCE_8), str(net), str(SYSTEM_2D), [50, 100, 200], [25, 50, 100])
 
 
 def _check_figure(path: Path) -> None:
@@ -173,12 +169,11 @@ def test_cli(tables, tmp_path, capsys):
         ["message-sizes", str(coll_path), "-o", str(tmp_path / "c.png")],
         ["rank-imbalance", str(coll_path), "-o", str(tmp_path / "d.png"), "--job", "gen-dp-000-n8"],
     ]
-    if Path(f"{ALL_REDUCE_8}.0.et").exists():
-        net = tmp_path / "net.yml"
-        net.write_text("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50.0, 25.0 ]\n"
-                       "latency: [ 500.0, 500.0 ]\n")
-        commands.append(["bandwidth-heatmap", "--workload", str(ALL_REDUCE_8), "--network", str(net),
-                         "--system", str(SYSTEM_2D), "--bw0", "50,200", "--bw1", "25,100", "-o", str(tmp_path / "e.png")])
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50.0, 25.0 ]\n"
+                   "latency: [ 500.0, 500.0 ]\n")
+    commands.append(["bandwidth-heatmap", "--workload", str(ALL_REDUCE_8), "--network", str(net),
+                     "--system", str(SYSTEM_2D), "--bw0", "50,200", "--bw1", "25,100", "-o", str(tmp_path / "e.png")])
     for argv in commands:
         args = parser.parse_args(["plot", *argv])
         assert args.run(args) == 0

@@ -10,10 +10,12 @@ import numpy as np
 import orjson
 import pytest
 
+from datapaths import PYTORCH_ET
+
 from chakra_core._native import _ptdigest
 from chakra_core.convert.pytorch_et import ID_ATTRS, normalize_node, tensors_in
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pytorch-et"
+DATA = PYTORCH_ET
 
 
 def _load(name: str) -> dict:

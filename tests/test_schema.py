@@ -1,7 +1,7 @@
 """The schema: generated code matches et_def.proto, and both match the format facts.
 
-The expectations below are written out from CHAKRA_ET_FACTS.md sections 2.1-2.3 (not derived
-from the .proto), and are checked against two descriptors: the committed et_def_pb2.py, and
+The expectations below are written out from the published Chakra schema (docs/format.md; not
+derived from the .proto), and are checked against two descriptors: the committed et_def_pb2.py, and
 a fresh protoc run on et_def.proto. So a wrong .proto fails here even after regenerating.
 """
 
@@ -22,7 +22,7 @@ OPT, REP = F.LABEL_OPTIONAL, F.LABEL_REPEATED
 
 PACKAGE = "ChakraProtoMsg"
 
-# --- CHAKRA_ET_FACTS.md 2.1: messages -> {field name: (number, type, label, message/enum type or None)}
+# --- messages -> {field name: (number, type, label, message/enum type or None)}
 MESSAGES: dict[str, dict[str, tuple]] = {
     "GlobalMetadata": {
         "version": (1, F.TYPE_STRING, OPT, None),

@@ -1,7 +1,7 @@
-"""The message-level replay and the congestion-aware model (ASTRA_SIM_MODEL_FACTS.md sections 3
-and 5): every algorithm, several network dimensions, sub-groups, and collectives and sends that
-share links in one job. Expected values are ASTRA-sim's where the facts sheet has them [V],
-otherwise worked out by hand from its rules."""
+"""The message-level replay and the congestion-aware model (docs/simulator.md): every algorithm,
+several network dimensions, sub-groups, and collectives and sends that share links in one job.
+Values marked [V] are what ASTRA-sim itself reports for the same configuration; the others are
+worked out by hand from its rules."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_members_issuing_apart_with_several_phases_are_replayed():
 
 # ---------------------------------------------------------------- aware, one dimension, every algorithm
 
-ASTRA_SIM_AWARE = [  # facts sections 5 and 7: ASTRA-sim's congestion-aware binary [V]
+ASTRA_SIM_AWARE = [  # ASTRA-sim's congestion-aware binary [V]
     ("direct all-to-all, Ring 8", RING8, system(all_to_all=impls("direct")), "all_to_all", 28480),
     # 7 messages leave back to back through the uplink: 20 + 6 * 610 + 2 * 1110 = 5900 per chunk
     ("direct all-to-all, Switch 8", SWITCH8, system(all_to_all=impls("direct")), "all_to_all", 4 * 5900),

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from datapaths import REFERENCE_CONFIGS
+
 from chakra_core import ChakraError
 from chakra_core.sim.config import (
     ASTRA_SIM_IGNORED_SYSTEM_KEYS,
@@ -22,7 +24,7 @@ from chakra_core.sim.config import (
     load_system,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "astra-sim-reference" / "configs"
+CONFIGS = REFERENCE_CONFIGS
 
 RING_4CHUNKS = {
     "scheduling-policy": "LIFO",
@@ -43,8 +45,6 @@ RING_4CHUNKS = {
 
 @pytest.fixture
 def configs() -> Path:
-    if not CONFIGS.is_dir():
-        pytest.skip(f"ASTRA-sim reference configs not found under {CONFIGS}")
     return CONFIGS
 
 

@@ -8,12 +8,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from datapaths import PYTORCH_ET
+
 from chakra_core.cli import main
 from chakra_core.etfile import write_table
 from chakra_core.stats import collective_rows, critical_path, job_stats, op_class, trace_row
 
 COMP, COLL, SEND = 4, 7, 5
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pytorch-et"
+DATA = PYTORCH_ET
 
 
 def _table(nodes: list[dict]) -> pa.Table:

@@ -43,7 +43,7 @@ COUNTS = (4, 8, 16)
 PER_FAMILY_AND_COUNT = 3
 POOL = 10  # synthetic jobs per (cluster, NPU count) for the iteration-time medians
 PER_REAL_JOB = 3  # synthetic jobs per training job for the fleet-wide (proportional) comparison
-MIN_STRING = 4  # training strings shorter than this are not scanned for (see the README)
+MIN_STRING = 4  # training strings shorter than this are not scanned for (docs/synthesis.md, 'Obfuscation')
 
 
 # ------------------------------------------------------------------ fixtures

@@ -545,7 +545,7 @@ def test_hand_built_minimal_table(tmp_path):
 
 
 def test_default_kinds_match_columns():
-    """The well-known attributes' default kinds are the portable ones of facts section 3.3."""
+    """The well-known attributes' default kinds are the ones both ASTRA-sim feeders read (docs/format.md)."""
     expected = {"is_cpu_op": "bool_val", "comm_type": "int64_val", "comm_size": "int64_val", "comm_src": "int32_val",
                 "comm_dst": "int32_val", "comm_tag": "int32_val", "tensor_size": "uint64_val",
                 "involved_dim": "bool_list", "pg_name": "string_val"}

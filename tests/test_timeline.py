@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from datapaths import MICROBENCHMARKS, REFERENCE_CONFIGS
+
 from chakra_core.etfile import read_table, write_table
 from chakra_core.sim.engine import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.workload import load_tables, simulate_files
@@ -22,14 +24,12 @@ from chakra_core.viz.timeline import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO.parent / "shared" / "data" / "astra-sim-reference" / "configs"
+CONFIGS = REFERENCE_CONFIGS
 NETWORK = str(CONFIGS / "Ring_8npus.yml")
 SYSTEM = str(CONFIGS / "Ring_4chunks.json")
-MICRO = REPO.parent / "shared" / "data" / "astra-sim-microbenchmarks" / "all_reduce" / "8npus_1MB" / "all_reduce"
+MICRO = MICROBENCHMARKS / "all_reduce" / "8npus_1MB" / "all_reduce"
 GLOO = REPO / "datasets" / "pytorch-gloo" / "mlp_ddp-w2"
 
-needs_micro = pytest.mark.skipif(not Path(f"{MICRO}.0.et").exists() or not Path(NETWORK).exists(),
-                                 reason="ASTRA-sim reference files not available")
 
 
 def _events(doc, ph="X"):
@@ -51,7 +51,6 @@ def _roundtrip(doc) -> dict:
 # ------------------------------------------------------------------ simulations
 
 
-@needs_micro
 def test_microbenchmark_all_reduce_8_npus():
     result, _ = simulate_files(str(MICRO), NETWORK, SYSTEM, record_timeline=True)
     doc = _roundtrip(timeline_from_simulation(result))
@@ -81,7 +80,6 @@ def data_parallel(tmp_path_factory):
     return str(folder / "dp")
 
 
-@needs_micro
 def test_generated_data_parallel_job(data_parallel):
     result, _ = simulate_files(data_parallel, NETWORK, SYSTEM, record_timeline=True)
     doc = _roundtrip(timeline_from_simulation(result, load_tables(data_parallel, 8)))
@@ -272,7 +270,6 @@ def _cli(argv) -> int:
     return args.run(args)
 
 
-@needs_micro
 def test_cli_workload(tmp_path, capsys):
     out = tmp_path / "sim.json"
     assert _cli(["timeline", "--workload", str(MICRO), "--network", NETWORK, "--system", SYSTEM,

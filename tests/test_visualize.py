@@ -10,13 +10,14 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from datapaths import PYTORCH_ET
 from et_builders import attr, metadata, node, write_et
 
 from chakra_core.etfile import read_table
 from chakra_core.viz import graph as viz
 from chakra_core.viz.graph import add_visualize_parser, render, select
 
-RESNET = Path("/work/shared/data/pytorch-et/resnet_ddp.rank0.et.json.gz")
+RESNET = PYTORCH_ET / "resnet_ddp.rank0.et.json.gz"
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed")
 
 COMP, SEND, RECV, COLL = 4, 5, 6, 7
@@ -254,8 +255,6 @@ def test_cli(chain_et, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def resnet_et(tmp_path_factory) -> str:
-    if not RESNET.exists():
-        pytest.skip(f"{RESNET} not found")
     from chakra_core.convert.job import convert_job
 
     out = tmp_path_factory.mktemp("resnet")

@@ -4,7 +4,7 @@ Run it as a script (pytest does not collect it):
 
     .venv/bin/python tests/benchmarks/bench_convert.py [--copies 35] [--out DIR]
 
-Two inputs: the 14,392-node ResNet DDP trace from ../shared/data/pytorch-et, and a large
+Two inputs: the 14,392-node ResNet DDP trace shipped in datasets/pytorch-et, and a large
 trace built from real iterations: that trace's nodes repeated `--copies` times with their
 ids, parents, tensor and storage ids shifted (35 copies = 503,720 nodes), written as plain
 JSON. Each conversion (what `chakra convert` does, with its Arrow allocator: read, convert,
@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESNET = Path(__file__).resolve().parents[3] / "shared" / "data" / "pytorch-et" / "resnet_ddp.rank0.et.json.gz"
+RESNET = Path(__file__).resolve().parents[2] / "datasets" / "pytorch-et" / "resnet_ddp.rank0.et.json.gz"
 NODES_PER_SECOND_TARGET = 80_000
 MEMORY_RATIO_TARGET = 3.0
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "data" / "astra-sim-reference" / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "datasets" / "astra-sim-reference" / "configs"
 MiB = 1 << 20
 SPEED_TARGET = 200_000
 MEMORY_TARGET_MB = 200

@@ -1,0 +1,11 @@
+"""Where the test data lives: every file a test reads is inside the repository (datasets/)."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = REPO / "datasets"
+MICROBENCHMARKS = DATASETS / "astra-sim-microbenchmarks"   # <collective>/<N>npus_1MB/<collective>.<rank>.et
+REFERENCE = DATASETS / "astra-sim-reference"               # results.csv: ASTRA-sim's finish times
+REFERENCE_CONFIGS = REFERENCE / "configs"                  # network YAMLs and system JSONs
+PYTORCH_ET = DATASETS / "pytorch-et"                       # PyTorch execution traces from other tools
+GLOO = DATASETS / "pytorch-gloo"                           # the project's own recorded gloo runs
