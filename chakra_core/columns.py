@@ -5,7 +5,7 @@ asks for (comm_type, comm_size, ...) get a typed column of their own; every othe
 is kept, with its protobuf value kind, in `other_attrs`. `attr_layout` remembers the order
 and value kind of each node's attributes so that ET -> table -> ET is byte-identical; a
 table built by hand may leave it null and gets the canonical order and the portable kinds
-that both ASTRA-sim feeders read (CHAKRA_ET_FACTS.md section 3.3).
+that both ASTRA-sim feeders read (docs/format.md, 'Well-known attributes').
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading and writing Chakra ET files (.et): streaming, gzip, any fsspec URL.
 
 A file is a varint-length-prefixed GlobalMetadata message followed by varint-length-prefixed
-Node messages (CHAKRA_ET_FACTS.md section 1). Readers detect gzip by its magic bytes, as the
+Node messages (docs/format.md, 'File framing'). Readers detect gzip by its magic bytes, as the
 reference C++ reader does; writers gzip when the URL ends in ".gz".
 
 Two views of the same stream:

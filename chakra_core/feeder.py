@@ -7,7 +7,8 @@
         ...                                 # simulate node i (feeder.ids[i], feeder.table row i)
         feeder.free_children(i)             # it finished: its children may become issuable
 
-Semantics (CHAKRA_ET_FACTS.md section 3.5, feeder_v3 with RESOLVE_DATA_DEPS = RESOLVE_CTRL_DEPS):
+Semantics (docs/format.md, 'Dependencies and issue order'; feeder_v3 with
+RESOLVE_DATA_DEPS = RESOLVE_CTRL_DEPS):
 
 - A node is issuable only when every id in **both** its ``data_deps`` and its ``ctrl_deps`` has
   finished (unlike the legacy feeder, which ignores ``ctrl_deps``). A parent listed twice, or in

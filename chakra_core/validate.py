@@ -7,9 +7,9 @@
 Every check looks at the whole table at once (numpy / pyarrow). A trace of a million nodes
 validates in about 0.3 s when its ids or its file order follow the dependencies (as every
 converter writes them) and in about 3-4 s when neither does (the topological sort then runs
-as a Python loop). The rules follow CHAKRA_ET_FACTS.md: section 3.2 (how feeder_v3 converts
-attribute values), 3.4 (what ASTRA-sim's Workload.cc reads per node type), 3.5
-(dependencies), 1.1 (zero-length messages) and the writer checklist of section 7.
+as a Python loop). The rules are those of docs/format.md: 'Attribute value kinds' (how
+feeder_v3 converts attribute values), 'What ASTRA-sim reads per node type', 'Dependencies
+and issue order', 'File framing' (zero-length messages) and 'What chakra validate checks'.
 
 Findings come back in a fixed order: by check (the order of CHECKS below), then by node id
 (or by comm_type value, attribute name). Each message starts with the file path and names up
@@ -89,7 +89,7 @@ UNSUPPORTED_COMM_TYPES = frozenset(
     v for v, name in COMM_TYPES.items() if name in ("REDUCE", "GATHER", "SCATTER", "REDUCE_SCATTER_BLOCK", "BARRIER")
 )
 
-# What feeder_v3 (non-strict) converts to each target type (CHAKRA_ET_FACTS.md 3.2).
+# What feeder_v3 (non-strict) converts to each target type (docs/format.md, 'Attribute value kinds').
 INTEGER_KINDS = frozenset(
     f"{k}_val" for k in ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
                          "sfixed32", "sfixed64")
@@ -106,7 +106,8 @@ TARGET_WORDS = {
     ValueClass.STRING: "a string", ValueClass.BOOL_LIST: "a bool_list",
 }
 
-# (node type, attribute, required): what ASTRA-sim's Workload.cc reads per node type (3.4).
+# (node type, attribute, required): what ASTRA-sim's Workload.cc reads per node type
+# (docs/format.md, 'What ASTRA-sim reads per node type').
 NODE_ATTRIBUTES: tuple[tuple[int, str, bool], ...] = (
     (MEM_LOAD, "tensor_size", True),
     (MEM_STORE, "tensor_size", True),

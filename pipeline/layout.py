@@ -1,4 +1,4 @@
-"""Where things live in object storage (any fsspec URL; ../shared/DESIGN.md "The data, as it flows").
+"""Where things live in object storage (any fsspec URL; docs/pipeline.md, 'Where things live').
 
 SOURCE/<YYYY-MM-DD>/<job_id>/...                      a day's drop
 WAREHOUSE/traces/date=<d>/job=<id>/<id>.<R>.et       converted, one per rank

@@ -38,7 +38,7 @@ def job_summaries(traces: pa.Table, reference_rows: list[dict]) -> tuple[list[Jo
 
 def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, run_id: str,
                           seed: int = 0) -> pa.Table:
-    """One `representatives` row per job of the day (see the README for the columns)."""
+    """One `representatives` row per job of the day (columns: docs/pipeline.md)."""
     summaries, unplaced = job_summaries(traces, reference_rows)
     rows = [{"job_id": job_id, "status": reason, "run_id": run_id} for job_id, reason in unplaced.items()]
     if summaries:

@@ -5,7 +5,7 @@ under a temporary name beside it, then moved over the old one. On a local disk t
 rename; on S3 it is a copy onto the key, and a key is replaced whole. Either way a reader sees
 the previous day's version or the new one, never half of it, and a re-run replaces the day
 instead of adding rows. Every table is written for every day, empty ones included, so that a
-re-run with fewer rejects clears the old ones. Columns are documented in the README.
+re-run with fewer rejects clears the old ones. Columns are documented in docs/pipeline.md.
 """
 
 from __future__ import annotations

@@ -355,9 +355,9 @@ def test_no_key_material_in_deploy():
             assert not pattern.search(text), f"{path.relative_to(REPO)}: {pattern.pattern}"
 
 
-def test_readme_documents_these_files(nightly):
-    readme = (DEPLOY / "README.md").read_text()
+def test_deployment_guide_documents_these_files(nightly):
+    readme = (REPO / "docs" / "deployment.md").read_text()
     for text in ("prefect deploy --all --prefect-file deploy/prefect.yaml", f"--pool {nightly['work_pool']['name']}",
                  "ray up", "deploy/ray-cluster.yaml", "kubectl apply -f deploy/kuberay-raycluster.yaml",
                  "RAY_ADDRESS", "PREFECT_API_URL", "AWS_ENDPOINT_URL"):
-        assert text in readme, f"deploy/README.md does not mention {text!r}"
+        assert text in readme, f"docs/deployment.md does not mention {text!r}"

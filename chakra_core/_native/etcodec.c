@@ -11,7 +11,7 @@
  * (chakra_core/columns.py) and handed to this module by `configure`; this file knows only
  * the wire format and the value classes.
  *
- * Wire facts (see CHAKRA_ET_FACTS.md): a stream is varint-length-prefixed messages; Node
+ * Wire facts (docs/format.md): a stream is varint-length-prefixed messages; Node
  * fields 1..10; AttributeProto name=1, doc_string=2, oneof value members 3..32 (odd =
  * scalar, even = list message whose repeated field number is 1).
  */

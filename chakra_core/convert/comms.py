@@ -5,7 +5,7 @@ dispatcher op, with the arguments), `record_param_comms` (NCCL builds: collectiv
 in_msg_nelems, dtype, pg_name, ...) and `nccl:all_reduce`, or, with gloo, a `gloo:*` node
 recorded next to the c10d op. The outermost one is the anchor; all of them become one node.
 
-comm_size (bytes), as the simulator reads it (ASTRA_SIM_MODEL_FACTS.md section 3):
+comm_size (bytes), as the simulator reads it (docs/simulator.md, 'Collective algorithms'):
 - all_gather, gather: the bytes each rank contributes (its input);
 - scatter: the whole scattered buffer (group size x each rank's share), as the simulator
   times it like a reduce-scatter of that size;

@@ -5,7 +5,7 @@ ranks, group_size, group_count}; `ranks` is [] for a group of the whole world, a
 lists only the groups it belongs to. ASTRA-sim selects a node's group by its `pg_name`
 attribute: "" or "0" is the default group (every NPU), any other value must be a decimal key
 of the communicator-group JSON, `{"<pg_name>": [ranks...]}`, keys >= 1
-(CHAKRA_ET_FACTS.md section 1.4). PyTorch names its groups "0", "1", ... in creation order,
+(docs/format.md, 'Communicator groups'). PyTorch names its groups "0", "1", ... in creation order,
 the world being "0", so those names are kept; a non-numeric name gets the next free number
 and the mapping is recorded in the trace metadata.
 """

@@ -1,6 +1,6 @@
 """Read a Kineto trace (Chrome trace JSON from torch.profiler) and link it to a host trace.
 
-Linking (PYTORCH_TRACE_FACTS.md, CHAKRA_ET_FACTS.md section 4.1):
+Linking (docs/ingestion.md, 'Linking'):
 - host node <-> Kineto CPU event (cat cpu_op / user_annotation): the ET `rf_id` equals the
   event's "Record function id" where the Kineto file carries it (torch >= 2.1); older files
   (the 1.0.1 era) carry only "External id", which then equals the ET rf_id; a pair whose names

@@ -5,7 +5,7 @@ What becomes what:
   exclusive CPU time from Kineto (0 without Kineto), with num_ops / tensor_size where the
   shapes allow (chakra_core.convert.opcost);
 - `## process_group:init ##` -> a METADATA_NODE whose inputs.values is the Python-literal
-  form ASTRA-sim parses (`['<json>']`, CHAKRA_ET_FACTS.md section 1.4);
+  form ASTRA-sim parses (`['<json>']`, docs/format.md, 'Communicator groups');
 - a communication op (c10d::*, with its record_param_comms / nccl:* / gloo:* wrappers) -> ONE
   COMM_COLL_NODE, COMM_SEND_NODE or COMM_RECV_NODE on the NPU, timed by the device kernels or
   gloo work it ran (Kineto), typed and sized from its arguments (chakra_core.convert.comms);

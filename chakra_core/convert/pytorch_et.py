@@ -1,6 +1,6 @@
 """Read a PyTorch execution trace (the JSON ExecutionTraceObserver writes) into compact columns.
 
-Two node layouts exist in the wild (PYTORCH_TRACE_FACTS.md, ../shared/data/README.md):
+Two node layouts exist in the wild (docs/ingestion.md, 'Reading'):
 - flat, schema "1.0.1": rf_id, parent, tid, ... are members of the node, inputs are three
   parallel lists (inputs, input_shapes, input_types);
 - attrs, schemas "1.0.2-chakra.0.0.4" up to "1.1.1-chakra.1.0.0" (torch 2.13 writes

@@ -1,4 +1,4 @@
-"""ASTRA-sim's congestion-aware backend (ASTRA_SIM_MODEL_FACTS.md section 5), and its natural
+"""ASTRA-sim's congestion-aware backend (docs/simulator.md, 'Congestion-aware links'), and its natural
 extension to several network dimensions.
 
 Every directed link is a FIFO server and messages are store-and-forward: a message that

@@ -1,12 +1,13 @@
-"""ASTRA-sim's system layer for one collective (ASTRA_SIM_MODEL_FACTS.md 2-3).
+"""ASTRA-sim's system layer for one collective (docs/simulator.md, 'The model').
 
 A collective of S bytes is cut into K chunks ("streams"). Each chunk runs a list of phases,
 one per logical dimension (reduce-scatter, all-reduce, all-gather or all-to-all on that
 dimension, with that dimension's algorithm). Where every rank of a phase takes the same
 time, that time depends only on the algorithm, the phase type, the ranks N, the bytes D it
-starts with and the dimension's parameters, and has a closed form (section 3); chunks move
+starts with and the dimension's parameters, and has a closed form (docs/simulator.md,
+'Collective algorithms'); chunks move
 through per-dimension queues that run at most C chunks at once, ordered by priority
-(section 2.4), so the collective is a flow shop. Everything is in integer ns.
+('Queues and priorities'), so the collective is a flow shop. Everything is in integer ns.
 
 Where ranks differ or there is no closed form (doubleBinaryTree, halvingDoubling on a
 non-power-of-two N, directK below N-1, a sub-group ring whose neighbours are unevenly far
@@ -62,7 +63,8 @@ DBT_MULTI_DIM_NOTE = ("doubleBinaryTree on a network of several dimensions (chec
 
 
 class PhaseTimer:
-    """Closed-form phase durations for one system configuration (section 3), where every rank
+    """Closed-form phase durations for one system configuration (docs/simulator.md, 'Collective
+    algorithms'), where every rank
     of the phase takes the same time; None where there is no closed form (the phase is replayed).
 
     `notes` collects the modelling choices beyond ASTRA-sim that were used."""
@@ -107,10 +109,10 @@ class PhaseTimer:
 
     def direct(self, op: str, n: int, d_in: int, dim: NetworkDim, window: int | None) -> int | None:
         if window is not None and window < n - 1:
-            if op == ALL_REDUCE:  # the facts sheet gives the round gate for a window of N-1 only
+            if op == ALL_REDUCE:  # ASTRA-sim's gate of the last round is known for a window of N-1 only
                 raise SimulationError(f"direct all-reduce with window {window} < N-1 = {n - 1} is not modelled yet: "
-                                      "when its last round of sends may start is not in the facts sheet")
-            return None  # rounds of `window` packets: replayed packet by packet (facts 3.2)
+                                      "when its last round of sends may start is known for a window of N-1 only")
+            return None  # rounds of `window` packets, replayed packet by packet (docs/simulator.md)
         e = self.e
         m = message_bytes(op, n, d_in)
         to_peer = [message_delay(dim, hops(dim, 0, k), m) for k in range(1, n)]  # peer k positions away
@@ -148,7 +150,8 @@ class CollectiveModel:
     (replay.py) on the congestion-unaware network."""
 
     # ASTRA-sim runs a sub-group's collective on rings it builds for the group, whose
-    # endpoint delay is fixed, whatever the system file says (facts 2.5)
+    # endpoint delay is fixed at 10 ns, whatever the system file says (docs/simulator.md,
+    # 'Endpoint delay and local reduction')
     GROUP_ENDPOINT_DELAY = 10
 
     def __init__(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0):
@@ -362,7 +365,8 @@ class CollectiveModel:
 
 def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
     """ns from issue to the end of the last chunk's last phase, when every phase takes its
-    closed-form time on every rank: then one NPU's queues stand for all (2.4), and the
+    closed-form time on every rank: then one NPU's queues stand for all (docs/simulator.md,
+    'Queues and priorities'), and the
     replay of its chunks with phases of fixed duration is the flow shop."""
     if not plan.phases:
         return 0

@@ -10,7 +10,7 @@ Two spellings are read for each input:
 - the project's own YAML (or JSON) form: the pydantic field names of the models below,
   which is also what ``model_dump_yaml()`` writes.
 
-Units follow ASTRA-sim exactly (ASTRA_SIM_MODEL_FACTS.md sections 1 and 2.1): times are ns,
+Units follow ASTRA-sim exactly (docs/simulator.md, 'Units and ticks'): times are ns,
 network bandwidth is GB/s with 1 GB = 2**30 B, the system's ``local-mem-bw`` is decimal
 GB/s (x 1e9) and ``peak-perf`` is TFLOP/s (x 1e12).
 

@@ -2,7 +2,7 @@
 
 Events run in tick order; events of the same tick run in the order they were scheduled,
 and an event scheduled during a tick for that same tick runs later in it, as in ASTRA-sim's
-event queue (ASTRA_SIM_MODEL_FACTS.md section 1).
+event queue (docs/simulator.md, 'Units and ticks').
 
 An event is any tuple of values. The engine's own are (NPU, node index); the message-level
 replays schedule calls, (CALL, (function, arguments)), so that the engine and the live

@@ -1,4 +1,4 @@
-"""Message timing on ASTRA-sim's analytical network (ASTRA_SIM_MODEL_FACTS.md section 1).
+"""Message timing on ASTRA-sim's analytical network (docs/simulator.md, 'Message time').
 
 Congestion-unaware: a message of m bytes from one NPU to another arrives after
 floor(h * latency + m / bandwidth) ns, timed in the lowest dimension whose coordinates

@@ -1,9 +1,10 @@
 """What a collective is made of, shared by the closed-form and the message-level models.
 
-A collective of S bytes is cut into chunks ("streams", ASTRA_SIM_MODEL_FACTS.md 2.2); every
-chunk runs the same list of phases (2.3), each on one logical dimension with that dimension's
-algorithm; chunks go through per-dimension queues by priority (2.4). The closed-form model
-(collectives.py) and the replay (replay.py) both read these plans and queue rules.
+A collective of S bytes is cut into chunks ("streams"; docs/simulator.md, 'Chunks'); every
+chunk runs the same list of phases ('Phases'), each on one logical dimension with that
+dimension's algorithm; chunks go through per-dimension queues by priority ('Queues and
+priorities'). The closed-form model (collectives.py) and the replay (replay.py) both read
+these plans and queue rules.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class CollectivePlan:
 
 
 def chunking(op: str, size: int, splits: int, total_npus: int) -> tuple[int, int]:
-    """(bytes per chunk, chunk count): every chunk carries the same bytes, the last one too (2.2).
+    """(bytes per chunk, chunk count): every chunk carries the same bytes, the last one too
+    (docs/simulator.md, 'Chunks').
 
     A collective smaller than `splits` bytes (all-gather only; the others are raised to
     one byte per NPU per chunk) gets `splits` chunks of 0 bytes; ASTRA-sim leaves it undefined.
@@ -65,12 +67,14 @@ def chunking(op: str, size: int, splits: int, total_npus: int) -> tuple[int, int
 
 
 def local_reduction(size: int, local_mem_bw_gbps: float) -> int:
-    """p(x): one write and two reads of x bytes through local memory, each truncated (2.5)."""
+    """p(x): one write and two reads of x bytes through local memory, each truncated
+    (docs/simulator.md, 'Endpoint delay and local reduction')."""
     return 3 * math.floor(size / (local_mem_bw_gbps * 1e9) * 1e9)
 
 
 def message_bytes(op: str, ranks: int, bytes_in: int) -> int:
-    """m of the ring-family algorithms (3.1, 3.2): D/N, except all-gather, whose input is per NPU."""
+    """m of the ring-family algorithms (docs/simulator.md, 'Ring', 'Direct'): D/N, except
+    all-gather, whose input is per NPU."""
     return bytes_in if op == ALL_GATHER else bytes_in // ranks
 
 

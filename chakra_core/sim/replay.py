@@ -1,12 +1,13 @@
-"""Collectives replayed message by message on every member NPU (ASTRA_SIM_MODEL_FACTS.md 2-5).
+"""Collectives replayed message by message on every member NPU (docs/simulator.md, 'The model').
 
 Where a collective is not a flow shop of identical closed-form phases (members that finish
 at different times, congestion, members that issue it at different ticks), it is replayed
 as ASTRA-sim runs it:
 
 - each member creates the collective's chunks when it issues it and puts them through its
-  own per-dimension queues (at most C running per queue, by priority; section 2.4); a chunk
-  whose phase ends joins the queue of its next phase at that tick;
+  own per-dimension queues (at most C running per queue, by priority; docs/simulator.md,
+  'Queues and priorities'); a chunk whose phase ends joins the queue of its next phase at
+  that tick;
 - each running (member, chunk, phase) is a packet machine of the phase's algorithm, talking
   to the ranks of that phase (the NPUs that differ from the member in the phase's dimension
   only, every NPU for the one* implementations, or a sub-group's members);
@@ -14,10 +15,10 @@ as ASTRA-sim runs it:
   congestion-aware (FIFO links, aware.py); a message that arrives before its receive is
   posted is held and received when it is posted.
 
-The packet machines (section 3): ring and direct are ASTRA-sim's Ring / AllToAll machine
-(RingMachine); halvingDoubling and its extensions (Bruck's all-to-all, folding in the extra
-ranks of a non-power-of-two N) are a serial list of steps (StepsMachine); doubleBinaryTree
-is tree.TreeMachine.
+The packet machines (docs/simulator.md, 'Collective algorithms'): ring and direct are
+ASTRA-sim's Ring / AllToAll machine (RingMachine); halvingDoubling and its extensions
+(Bruck's all-to-all, folding in the extra ranks of a non-power-of-two N) are a serial list
+of steps (StepsMachine); doubleBinaryTree is tree.TreeMachine.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ Step = tuple
 
 
 def halving_doubling_steps(op: str, n: int, rank: int, d_in: int) -> tuple[Step, ...]:
-    """The steps of rank `rank` of a halvingDoubling phase (facts 3.3) and its extensions.
+    """The steps of rank `rank` of a halvingDoubling phase and its extensions
+    (docs/simulator.md, 'halvingDoubling').
 
     Power-of-two N: (size, partner distance) halve then double (all-reduce), halve
     (reduce-scatter) or double with partners from far to near (all-gather); the partner at
@@ -128,7 +130,8 @@ class _Machine:
 
 
 class RingAlgorithm:
-    """ASTRA-sim's Ring and AllToAll ("direct") packet machine, per phase (facts 3.1, 3.2).
+    """ASTRA-sim's Ring and AllToAll ("direct") packet machine, per phase (docs/simulator.md,
+    'Ring', 'Direct').
 
     P packets are in flight (ring: 1; direct: min(window, N-1)). Packets come in blocks: P
     local ones, then N-1 (ring) or P (direct) network ones, each created by a receive.

@@ -1,4 +1,4 @@
-"""doubleBinaryTree all-reduce (ASTRA_SIM_MODEL_FACTS.md section 3.4): the trees and a rank's packet machine.
+"""doubleBinaryTree all-reduce (docs/simulator.md, 'doubleBinaryTree'): the trees and a rank's packet machine.
 
 Two trees over the N ranks: a top node with a single child, over a
 complete binary subtree numbered in order. RootMax puts the top at rank N-1 (its child the

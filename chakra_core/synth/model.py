@@ -30,7 +30,7 @@ the target NPU count, see mixture.py):
    the real jobs' summary for the fidelity report.
 
 The model file is JSON (`save_model` / `load_model`), validated on load with pydantic: see
-SynthModel and the README for every key. It holds numbers and this module's own words only
+SynthModel and docs/synthesis.md ('The model file') for every key. It holds numbers and this module's own words only
 (kind, label, feature and operator-class names); never a name or string of a training trace.
 """
 

@@ -422,7 +422,7 @@ def _ratio(values: list[int]) -> float:
 
 def rank_imbalance(collectives: Any, out: str | os.PathLike, job: str | None = None) -> str:
     """Per-rank total communication bytes (sum of comm_size over every collective, send and
-    recv of the rank, as README's imbalance query) and node counts of one job, the ranks
+    recv of the rank, as the imbalance query of docs/pipeline.md) and node counts of one job, the ranks
     with most and fewest bytes highlighted and the max/min ratio in the title. With job=None:
     the table's only job, or, with several, the one with the largest bytes max/min ratio."""
     out = _check_out(out)
