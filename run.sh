@@ -2,7 +2,7 @@
 # The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a few corrupt
 # files) into the local object-store folder out/object-store/drops/<day>/; run the nightly
 # flow on it (local Ray, Prefect's ephemeral API, the default sweep) into out/warehouse/;
-# end with its summary, the table paths, one DuckDB query over the tables, sweep plots in
+# end with its summary, the table paths, one DuckDB query over the tables (chakra query), sweep plots in
 # out/plots/ and a simulated timeline in out/timelines/.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -12,7 +12,11 @@ source_url="file://$PWD/out/object-store/drops"
 warehouse_url="file://$PWD/out/warehouse"
 .venv/bin/python datasets/make_drop.py --root "$source_url" --date "$day"
 .venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
-.venv/bin/python scripts/example_query.py out/warehouse
+echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
+.venv/bin/chakra query --warehouse "$warehouse_url" "
+    SELECT topology, npus, count(*) AS jobs, round(avg(max_exposed_comm_ns) / 1e6, 3) AS avg_exposed_comm_ms,
+           round(avg(finish_ns) / 1e6, 3) AS avg_finish_ms
+    FROM sim_results WHERE status = 'ok' AND date = '$day' GROUP BY ALL ORDER BY npus, topology"
 
 # pictures: sweep plots from the tables, and one job's simulated timeline (open in ui.perfetto.dev)
 tables="out/warehouse/tables"

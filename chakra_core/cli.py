@@ -14,18 +14,14 @@ import os
 import sys
 from collections.abc import Callable
 
+from chakra_core.terminal import Progress, console, for_a_person
+
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _print_json(document) -> None:
     json.dump(document, sys.stdout, indent=1)
     sys.stdout.write("\n")
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False)
 
 
 def cmd_info(args) -> int:
@@ -37,25 +33,26 @@ def cmd_info(args) -> int:
     if args.json:
         _print_json(summaries[0] if len(summaries) == 1 else summaries)
         return EXIT_OK
-    console = _console()
+    out = console()
     for s in summaries:
         meta = s["metadata"]
-        console.print(f"[bold]{s['path']}[/bold]")
-        console.print(f"  schema version: {meta['version'] or '(empty)'}")
+        out.print(f"[bold]{s['path']}[/bold]")
+        out.print(f"  schema version: {meta['version'] or '(empty)'}")
         for name, value in meta["attributes"].items():
             text = str(value)
-            console.print(f"  {name}: {text if len(text) <= 100 else text[:97] + '...'}")
-        console.print(f"  nodes: {s['nodes']:,}  dependencies: {s['dependencies']:,}  "
+            shown = text if len(text) <= 100 or not for_a_person() else text[:97] + "..."
+            out.print(f"  {name}: {shown}")
+        out.print(f"  nodes: {s['nodes']:,}  dependencies: {s['dependencies']:,}  "
                       f"total duration: {s['total_duration_micros']:,} us")
         types = Table("node type", "count", title=None, box=None, pad_edge=False)
         for name, count in s["node_types"].items():
             types.add_row(name, f"{count:,}")
-        console.print(types)
+        out.print(types)
         if s["collectives"] or s["point_to_point"]:
             comm = Table("communication", "count", "bytes", box=None, pad_edge=False)
             for name, row in {**s["collectives"], **s["point_to_point"]}.items():
                 comm.add_row(name, f"{row['count']:,}", f"{row['bytes']:,} ({_human_bytes(row['bytes'])})")
-            console.print(comm)
+            out.print(comm)
     return EXIT_OK
 
 
@@ -106,14 +103,10 @@ def cmd_validate(args) -> int:
 
 
 def cmd_survey(args) -> int:
-    from rich.progress import Progress
-
     from chakra_core.survey import survey
 
-    with Progress(console=_console(), transient=True) as progress:
-        task = progress.add_task("surveying traces", total=None)
-        result = survey(args.roots, args.out,
-                        progress=lambda done, total, url: progress.update(task, completed=done, total=total))
+    with Progress(items=True) as progress:
+        result = survey(args.roots, args.out, progress=lambda done, total, url: progress("surveying traces", done, total))
     print(f"surveyed {result['files']} trace(s): {result['nodes']:,} nodes, {result['unreadable']} unreadable, "
           f"{result['errors']} validation error(s), {result['warnings']} warning(s)")
     print(f"tables: {result['traces_table']}\n        {result['findings_table']}\n        {result['node_tables']}/")
@@ -143,10 +136,12 @@ def cmd_simulate(args) -> int:
     from chakra_core.sim.workload import simulate_files
 
     try:
-        result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group, args.mode,
-                                             args.traced_npus, args.scaling, compute_scale=args.compute_scale,
-                                             comm_scale=args.comm_scale,
-                                             npu_speed=_npu_speeds(args.npu_speed, args.network))
+        with Progress(items=True) as progress:
+            result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group,
+                                                 args.mode, args.traced_npus, args.scaling,
+                                                 compute_scale=args.compute_scale, comm_scale=args.comm_scale,
+                                                 npu_speed=_npu_speeds(args.npu_speed, args.network),
+                                                 progress=progress)
     except SimulationDeadlock as exc:
         if args.json:
             _print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
@@ -164,9 +159,9 @@ def cmd_simulate(args) -> int:
     for npu in result.npus:
         comm = ", ".join(f"{op} {ns:,}" for op, ns in sorted(npu.comm_ns.items())) or "-"
         table.add_row(str(npu.npu), f"{npu.finish_ns:,}", f"{npu.compute_ns:,}", f"{npu.exposed_comm_ns:,}", comm)
-    console = _console()
-    console.print(table)
-    console.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
+    out = console()
+    out.print(table)
+    out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
     return EXIT_OK
 
 
@@ -180,13 +175,15 @@ def cmd_stats(args) -> int:
     from chakra_core.stats import collective_rows, job_stats, trace_row
 
     rows, by_job = [], {}
-    for url in args.inputs:
-        table = read_table(url)
-        row = {"path": url, **trace_row(table)}
-        rows.append(row)
-        match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
-        if match:
-            by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collective_rows(table))
+    with Progress(items=True) as progress:
+        for done, url in enumerate(args.inputs):
+            progress("statistics of traces", done, len(args.inputs))
+            table = read_table(url)
+            row = {"path": url, **trace_row(table)}
+            rows.append(row)
+            match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
+            if match:
+                by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collective_rows(table))
     jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()})}
             for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]
     if args.json:
@@ -197,7 +194,7 @@ def cmd_stats(args) -> int:
         writer.writeheader()
         writer.writerows(rows)
         return EXIT_OK
-    console = _console()
+    out = console()
     table = Table("trace", "nodes", "compute (µs)", "collectives", "bytes", "msg p50/p99 (B)", "critical path (µs)",
                   "comm share", "depth", "width", box=None, pad_edge=False)
     for row in rows:
@@ -205,42 +202,13 @@ def cmd_stats(args) -> int:
                       f"{row['collective_nodes'] + row['p2p_nodes']:,}", _human_bytes(row["collective_bytes"] + row["p2p_bytes"]),
                       f"{row['message_p50']:,} / {row['message_p99']:,}", f"{row['critical_path_micros']:,}",
                       f"{row['critical_path_comm_share']:.0%}", f"{row['depth']:,}", f"{row['width']:,}")
-    console.print(table)
+    out.print(table)
     for job in jobs:
         b, c = job["bytes_imbalance"], job["count_imbalance"]
-        console.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
+        out.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
                       f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
                       f"{job['stragglers'] or 'none'}")
     return EXIT_OK
-
-
-class _Progress:
-    """A progress bar per stage on stderr (silent when stderr is not a terminal), called as
-    progress(label, done, total): bytes read per file for conversions, or done/total items
-    (`items=True`) for stages that count jobs."""
-
-    def __init__(self, items: bool = False):
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
-
-        console = Console(stderr=True)
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                  MofNCompleteColumn() if items else DownloadColumn(), console=console,
-                                  transient=True, disable=not console.is_terminal)
-        self._describe = "{}" if items else "reading {}"
-        self._tasks = {}
-
-    def __enter__(self):
-        self._progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._progress.__exit__(*exc)
-
-    def __call__(self, label: str, done: int, total: int) -> None:
-        if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(self._describe.format(label), total=total or None)
-        self._progress.update(self._tasks[label], completed=done, total=total or None)
 
 
 def _print_conversion(result, as_json: bool) -> int:
@@ -249,7 +217,7 @@ def _print_conversion(result, as_json: bool) -> int:
     if as_json:
         _print_json(result.summary())
     else:
-        console = _console()
+        out = console()
         table = Table("rank", "host nodes", "operators", "communication", "kernels", "collapsed", "cut/notes",
                       box=None, pad_edge=False)
         for report in result.reports:
@@ -260,17 +228,17 @@ def _print_conversion(result, as_json: bool) -> int:
             cut = counts.get("parent cycle cut", 0)
             table.add_row(str(report["rank"]), f"{report['host_nodes']:,}", f"{counts.get('operators', 0):,}", comm,
                           f"{counts.get('device kernels', 0):,}", f"{collapsed:,}", f"{cut} cut, {len(report['notes'])} notes")
-        console.print(table)
+        out.print(table)
         for report in result.reports:
             for note in report["notes"]:
                 print(f"rank {report['rank']}: {note}", file=sys.stderr)
         for note in result.inference_notes:
             print(f"groups: {note}", file=sys.stderr)
-        console.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
+        out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
                       f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
                       f" report in {result.report_file}")
         if len(result.ranks) > 1 and not result.mismatches:
-            console.print("collectives match across ranks")
+            out.print("collectives match across ranks")
     for problem in result.mismatches:
         print(f"mismatch: {problem}", file=sys.stderr)
     return EXIT_FINDINGS if result.mismatches else EXIT_OK
@@ -279,7 +247,7 @@ def _print_conversion(result, as_json: bool) -> int:
 def cmd_convert(args) -> int:
     from chakra_core.convert.job import convert_job
 
-    with _Progress() as progress:
+    with Progress() as progress:
         result = convert_job(args.src, args.out, args.prefix, progress=progress)
     return _print_conversion(result, args.json)
 
@@ -287,7 +255,7 @@ def cmd_convert(args) -> int:
 def cmd_split(args) -> int:
     from chakra_core.convert.job import JobInputError, convert_job
 
-    with _Progress() as progress:
+    with Progress() as progress:
         result = convert_job(args.src, args.out, args.prefix, progress=progress)
     if len(result.ranks) < 2:
         raise JobInputError(f"{args.src} describes one rank; `chakra convert` converts a single trace")
@@ -335,10 +303,14 @@ def cmd_generate(args) -> int:
     for kind, row in summary["communication"].items():
         print(f"  {kind:<15} {row['count']:>7,} nodes  {_human_bytes(row['bytes']):>10} (all ranks)")
     groups = summary["comm_groups"]
-    shown = ", ".join(f"{g}: {members}" for g, members in list(groups.items())[:4])
-    print(f"  communicator groups: {len(groups)}" + (f" ({shown}{', ...' if len(groups) > 4 else ''})" if groups else
-                                                      " (all collectives over all NPUs)"))
-    print(f"  wrote {len(files)} files: {files[0]} ... {files[-1]}" if len(files) > 1 else f"  wrote {files[0]}")
+    limit = 4 if for_a_person() else len(groups)  # a pipe or log gets every group and file
+    shown = ", ".join(f"{g}: {members}" for g, members in list(groups.items())[:limit])
+    print(f"  communicator groups: {len(groups)}" + (f" ({shown}{', ...' if len(groups) > limit else ''})"
+                                                      if groups else " (all collectives over all NPUs)"))
+    if len(files) > 1 and for_a_person():
+        print(f"  wrote {len(files)} files: {files[0]} ... {files[-1]}")
+    else:
+        print(f"  wrote {len(files)} file(s):", *files, sep="\n    ")
     return EXIT_OK
 
 
@@ -376,7 +348,7 @@ def cmd_synthesize(args) -> int:
     from chakra_core.synth.fidelity import TARGETS
     from chakra_core.synth.synthesize import synthesize
 
-    with _Progress(items=True) as progress:
+    with Progress(items=True) as progress:
         summary = synthesize(args.out, args.npus, args.jobs, train=args.train or (), model_in=args.model,
                              model_out=args.model_out, seed=args.seed, progress=progress)
     for skipped in summary["skipped"]:  # jobs the training could not use, each with its reason
@@ -394,19 +366,19 @@ def cmd_synthesize(args) -> int:
             ms = (lambda ns: "-" if ns is None else f"{ns / 1e6:,.3f}")
             table.add_row(job["job"], str(job["cluster"]), str(job["npus"]), f"{job['nodes']:,}",
                           f"{job['operations_per_rank']:,}", ms(job["finish_ns"]), ms(job["exposed_comm_ns"]))
-        console = _console()
-        console.print(table)
+        out = console()
+        out.print(table)
         checks = summary["checks"]
         if checks:
             ks, tv, it = checks["message_size_ks"], checks["composition_tv"], checks["iteration_time_relative_error"]
             fmt = (lambda v: "-" if v is None else f"{v:.3f}")
-            console.print(f"fidelity against the real jobs of the same clusters at {args.npus} NPUs: message-size KS "
+            out.print(f"fidelity against the real jobs of the same clusters at {args.npus} NPUs: message-size KS "
                           f"worst {fmt(ks['worst'])} (target {TARGETS['message_size_ks']:g}), composition TV "
                           f"{fmt(tv['value'])} (target {TARGETS['composition_tv']:g}), iteration time error worst "
                           f"{fmt(it['worst'])} (target {TARGETS['iteration_time_relative_error']:g})")
         else:
-            console.print(f"fidelity: {summary['note']}")
-        console.print(f"wrote {len(summary['jobs'])} job(s) under {summary['out_dir']}/, the report "
+            out.print(f"fidelity: {summary['note']}")
+        out.print(f"wrote {len(summary['jobs'])} job(s) under {summary['out_dir']}/, the report "
                       f"{summary['fidelity']}" + (f" and the model {summary['model']}" if summary["model"] else ""))
     for job in broken:
         for problem in job["problems"]:
@@ -416,7 +388,6 @@ def cmd_synthesize(args) -> int:
 
 def cmd_select(args) -> int:
     import fsspec
-    from rich.progress import Progress
 
     from chakra_core.errors import ChakraError
     from chakra_core.synth.fleet import find_jobs, load_job
@@ -424,14 +395,13 @@ def cmd_select(args) -> int:
 
     jobs, skipped = find_jobs(args.dirs)
     summaries = []
-    with Progress(console=_console(), transient=True) as progress:
-        task = progress.add_task("simulating jobs on the reference system", total=len(jobs))
-        for job in jobs:
+    with Progress(items=True) as progress:
+        for done, job in enumerate(jobs):
+            progress("simulating jobs on the reference system", done, len(jobs))
             try:
                 summaries.append(summarize_job(job.job_id, *load_job(job)))
             except ChakraError as exc:  # a job that cannot be read or simulated is reported, not chosen
                 skipped.append(f"{job.folder}: {exc}")
-            progress.advance(task)
     if not summaries:
         raise ChakraError("no job could be summarised: " + "; ".join(skipped or ["no jobs found"]))
     selection = select_representatives(summaries, args.k, args.seed)
@@ -449,12 +419,52 @@ def cmd_select(args) -> int:
     for c in selection.clusters:
         table.add_row(str(c["cluster"]), c["representative"], str(c["jobs"]), f"{c['weight']:.3f}",
                       f"{c['time_share']:.1%}", f"{c['estimate_error']:.1%}")
-    console = _console()
-    console.print(table)
-    console.print(f"coverage of the fleet's simulated time: {selection.coverage:.1%}")
+    out = console()
+    out.print(table)
+    out.print(f"coverage of the fleet's simulated time: {selection.coverage:.1%}")
     for line in selection.notes + [f"skipped: {s}" for s in skipped]:
         print(line, file=sys.stderr)
     return EXIT_OK
+
+
+def cmd_query(args) -> int:
+    from chakra_core.warehouse import open_warehouse, run_query, table_counts
+
+    con, files_by_table = open_warehouse(args.warehouse)
+    if args.sql is None:
+        rows, columns = table_counts(con, files_by_table), ["table", "days", "rows", "files"]
+    else:
+        result = run_query(con, args.sql)
+        rows, columns = ([], []) if result is None else (result.to_pylist(), result.column_names)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    elif args.csv:
+        import csv
+
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows([row[c] for c in columns] for row in rows)
+    else:
+        from rich.table import Table
+
+        table = Table(*columns, box=None, pad_edge=False)
+        for row in rows:
+            table.add_row(*("" if row[c] is None else f"{row[c]:,}" if isinstance(row[c], int) and not
+                            isinstance(row[c], bool) else str(row[c]) for c in columns))
+        out = console()
+        out.print(table)
+        out.print(f"{len(rows):,} row(s)")
+    return EXIT_OK
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"chakra-fleet {version('chakra-fleet')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "chakra-fleet (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -463,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read, check and convert Chakra execution traces (.et). Paths may be any fsspec URL "
         "(local, file://, s3://, memory://); gzip input is detected automatically.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="summarise a trace: node counts by type, collectives by type and bytes, metadata",
@@ -630,6 +641,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="OUT.json", help="also write the selection as JSON here")
     p.add_argument("--json", action="store_true", help="print the selection as JSON")
     p.set_defaults(run=cmd_select)
+
+    p = sub.add_parser("query", help="SQL over the fleet pipeline's Parquet tables (DuckDB, any fsspec URL)",
+                       description="Open the warehouse the nightly flow writes (a local folder, file:// or s3://) "
+                       "in DuckDB with one view per table (ingest_log, rejects, traces, collectives, sim_results, "
+                       "representatives, synthetic_traces, fidelity, sweep_results, ...), each with its date column "
+                       "(and sweep for sweep_results), and run SQL over them. Without SQL, list the tables with "
+                       "their days and rows. s3:// is read through s3fs (no DuckDB extension needed).")
+    p.add_argument("sql", nargs="?", metavar="SQL", help="the query (default: list the tables)")
+    p.add_argument("--warehouse", default="out/warehouse", metavar="URL",
+                   help="the warehouse folder or URL (default out/warehouse)")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the rows as a JSON list of objects")
+    form.add_argument("--csv", action="store_true", help="the rows as CSV with a header")
+    p.set_defaults(run=cmd_query)
     return parser
 
 

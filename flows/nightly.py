@@ -86,10 +86,11 @@ def _synthetic_summary(day: DayResult) -> dict:
 
 
 def _print_summary(summary: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from chakra_core.terminal import console as stdout_console
+
+    console = stdout_console()
     console.print(f"[bold]nightly {summary['date']}[/bold] (run {summary['run_id']}): {summary['jobs']} jobs, "
                   f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
                   f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
@@ -127,16 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic-jobs", type=int, default=JOBS_PER_NPU_COUNT, metavar="K",
                         help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
     args = parser.parse_args(argv)
-    from rich.progress import Progress
+    from chakra_core.terminal import Progress
 
-    with Progress(transient=True) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done, total=total)
-
+    with Progress(items=True) as progress:
         summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
                           args.representatives, args.synthetic_jobs)
     _print_summary(summary)

@@ -1,4 +1,5 @@
-"""The simulator against ASTRA-sim: reference runs, the facts sheet's worked examples, closed forms."""
+"""The simulator against ASTRA-sim: its reference runs (datasets/astra-sim-reference), worked
+examples with ASTRA-sim's own results, and the closed forms of docs/simulator.md."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import chakra_core
+import datapaths
 from chakra_core.sim.aware import AwareCollectiveModel
 from chakra_core.sim.collectives import CollectiveModel, SimulationError, chunking
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
@@ -19,10 +21,7 @@ from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.whatif import scale_job
 from chakra_core.sim.workload import simulate_files
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-REFERENCE = SHARED / "astra-sim-reference"
-MICRO = SHARED / "astra-sim-microbenchmarks"
-CONFIGS = REFERENCE / "configs"
+REFERENCE, MICRO, CONFIGS = datapaths.REFERENCE, datapaths.MICROBENCHMARKS, datapaths.REFERENCE_CONFIGS
 MiB = 1 << 20
 
 BASE = load_system(CONFIGS / "Ring_4chunks.json")
@@ -76,7 +75,7 @@ TWO_D = network(("Ring", 4, 200, 500), ("Switch", 4, 50, 1000))
 TWO_D_SYSTEM = system(all_reduce=impls("ring", "ring"), all_gather=impls("ring", "ring"),
                       reduce_scatter=impls("ring", "ring"), all_to_all=impls("ring", "ring"))
 
-# ASTRA_SIM_MODEL_FACTS.md sections 2-3 and 6-7: (name, network, system, op, bytes, ASTRA-sim's ns)
+# ASTRA-sim's results for single collectives: (name, network, system, op, bytes, ASTRA-sim's ns)
 WORKED_EXAMPLES = [
     ("2-D all-reduce pipeline", TWO_D, TWO_D_SYSTEM, "all_reduce", MiB, 61230),
     ("2-D reduce-scatter", TWO_D, TWO_D_SYSTEM, "reduce_scatter", MiB, 30995),
@@ -337,7 +336,7 @@ def test_results_as_rows_and_timeline_events():
     assert simulate(tables, RING8, BASE).timeline is None  # recording costs nothing unless asked for
 
 
-AWARE_EXAMPLES = [  # facts section 5: where links are shared, the aware model differs
+AWARE_EXAMPLES = [  # where links are shared, the aware model differs (ASTRA-sim's aware results)
     ("HGX: two chunks share each uplink, the second lags 76 ns", network(("Switch", 8, 400, 936.25)),
      system(local_mem_bw_gbps=3350, active_chunks_per_dim=2), "all_reduce", 57426),
     ("4 active chunks on Switch 8", SWITCH8, system(active_chunks_per_dim=4), "all_reduce", 35790),
@@ -354,7 +353,7 @@ def test_congestion_aware_examples(name, net, sysc, op, expected):
 
 @pytest.mark.parametrize("model", [CollectiveModel, AwareCollectiveModel])
 def test_direct_all_reduce_below_a_window_of_n_minus_1_is_a_clear_error_in_both_modes(model):
-    # the facts sheet gives direct all-reduce's round gate for a window of N-1 only
+    # ASTRA-sim's gate for direct all-reduce's last round is known for a window of N-1 only
     with pytest.raises(SimulationError, match="window 3 < N-1 = 7 is not modelled yet"):
         model(RING8, system(all_reduce=impls("direct3"))).member_durations("all_reduce", MiB)
 
@@ -547,3 +546,15 @@ def test_a_collective_with_no_dimension_to_run_on_ends_when_each_member_issues_i
     net = network(("Ring", 4, 50, 500), ("Ring", 2, 50, 500))
     tables = job(*[[comp(1, npu), all_reduce(2, MiB, 1, involved_dim=[False, False])] for npu in range(8)])
     assert finish_times(tables, net=net, mode=mode) == [1] + [npu * 1000 for npu in range(1, 8)]
+
+
+def test_progress_reports_completed_nodes(monkeypatch):
+    from chakra_core.sim import engine
+
+    monkeypatch.setattr(engine, "PROGRESS_EVERY", 2)
+    calls = []
+    tables = [pa.table({"id": pa.array(range(5), pa.uint64()), "type": pa.array([4] * 5, pa.int32()),
+                        "duration_micros": pa.array([1] * 5, pa.uint64())})] * 4
+    simulate([chakra_core.normalize_table(t) for t in tables], load_network(CONFIGS / "Ring_4npus.yml"), BASE,
+             progress=lambda *call: calls.append(call))
+    assert calls == [("simulating nodes", done, 20) for done in range(2, 21, 2)]

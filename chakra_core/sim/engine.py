@@ -1,6 +1,6 @@
 """Replays one Chakra ET per NPU on a modelled system: ASTRA-sim's workload layer.
 
-Event-driven, one GraphFeeder per NPU (ASTRA_SIM_MODEL_FACTS.md section 4):
+Event-driven, one GraphFeeder per NPU (docs/simulator.md, 'Workload layer'):
 - at tick 0 and after every node completion, an NPU visits its dependency-free nodes in
   ascending id order and issues each one whose hardware slot is free: one CPU op
   (is_cpu_op), one GPU compute node, and one GPU communication operation (collective,
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -81,6 +81,7 @@ MEMORY_NOTE = ("memory nodes timed as tensor_size bytes at local-mem-bw (an assu
                "memory timing is not modelled)")
 BROADCAST = 5
 DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
+PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
 
 # hardware slots
 CPU, GPU_COMPUTE, GPU_COMM, NO_SLOT = 0, 1, 2, 3
@@ -208,11 +209,13 @@ class Engine:
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
                  compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
-                 record_timeline: bool = False, reuse_alone: bool = True):
+                 record_timeline: bool = False, reuse_alone: bool = True,
+                 progress: Callable[[str, int, int], None] | None = None):
         """compute_scale multiplies every compute time, comm_scale every communication time (a
         what-if knob: 0.5 = twice as fast a network); npu_speed[i] divides NPU i's compute times
         (0.5 = a straggler at half speed). reuse_alone=False replays every aware collective live
-        even where its cached replay alone is exact (for checking that it is)."""
+        even where its cached replay alone is exact (for checking that it is). progress, if
+        given, is called as progress("simulating nodes", done, total) now and then."""
         if mode not in ("unaware", "aware"):
             raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
         if len(feeders) != network.npus:
@@ -233,6 +236,7 @@ class Engine:
             raise SimulationError(f"npu_speed needs one positive factor per NPU ({len(feeders)})")
         self.record_timeline = record_timeline
         self.reuse_alone = reuse_alone
+        self.progress = progress
         self.nodes = [self._decode(npu, f) for npu, f in enumerate(feeders)]
 
     def _comm_time(self, ns: int) -> int:
@@ -541,6 +545,7 @@ class Engine:
             for index in deferred:
                 feeder.push_back(index)
 
+        report_every, total_nodes, done_nodes = PROGRESS_EVERY, sum(map(len, nodes)), 0
         for npu in range(npus):
             issue(npu, 0)
         while events:
@@ -555,6 +560,10 @@ class Engine:
             r = results[npu]
             r.nodes += 1
             r.finish_ns = now
+            done_nodes += 1
+            if done_nodes == report_every and self.progress is not None:
+                self.progress("simulating nodes", done_nodes, total_nodes)
+                report_every += PROGRESS_EVERY
             if ran is not None:
                 ran.append((npu, index, now))
             issue(npu, now)

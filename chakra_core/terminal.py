@@ -1,0 +1,58 @@
+"""Output for people and for pipes.
+
+On a terminal, tables and progress bars are drawn for a person. When stdout is a pipe or a
+log file, nothing is truncated, wrapped or coloured: every value and path is printed whole on
+its line, so `chakra stats x.et | cat` and a cron log keep all of it. Progress goes to stderr,
+and only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# Wide enough that rich never wraps or folds a row when the output is not a terminal.
+_UNLIMITED_WIDTH = 1 << 20
+
+
+def console():
+    """A rich Console on stdout: the terminal's width there, unlimited width in a pipe."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=_UNLIMITED_WIDTH, soft_wrap=True, no_color=True, emoji=False)
+
+
+def for_a_person() -> bool:
+    """True when stdout is a terminal, where long lists may be shortened."""
+    return sys.stdout.isatty()
+
+
+class Progress:
+    """A progress bar per stage on stderr (silent when stderr is not a terminal), called as
+    progress(label, done, total): bytes read per file for conversions, or done/total items
+    (`items=True`) for stages that count files, jobs or nodes."""
+
+    def __init__(self, items: bool = False):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        stderr = Console(stderr=True)
+        self._progress = RichProgress(TextColumn("{task.description}"), BarColumn(),
+                                      MofNCompleteColumn() if items else DownloadColumn(), TimeElapsedColumn(),
+                                      console=stderr, transient=True, disable=not stderr.is_terminal)
+        self._describe = "{}" if items else "reading {}"
+        self._tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._progress.__exit__(*exc)
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(self._describe.format(label), total=total or None)
+        self._progress.update(self._tasks[label], completed=done, total=total or None)
