@@ -1,4 +1,5 @@
-"""List a day's drop: jobs, their files, what kind each file is, and its content hash."""
+"""List a day's drop: jobs, their files, what kind each file is, and its content hash; and which
+files a job cannot use, or why its rank traces do not make one job (docs/pipeline.md, rejects)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pipeline.layout import day_url, filesystem
 PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
 CHAKRA_ET = re.compile(r"^(.+)\.(\d+)\.et(\.gz)?$")
+RANK_GROUP = {"pytorch_et": (PYTORCH_ET, 1), "kineto": (KINETO, 1), "chakra_et": (CHAKRA_ET, 2)}
 HASH_CHUNK = 4 << 20
 
 
@@ -20,6 +22,16 @@ class InputFile:
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
     kind: str  # pytorch_et, kineto, chakra_et, job_json, unknown
+
+    @property
+    def basename(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+    @property
+    def rank(self) -> int:
+        """The rank a trace or Kineto file claims by its name."""
+        pattern, group = RANK_GROUP[self.kind]
+        return int(pattern.match(self.basename).group(group))
 
 
 @dataclass
@@ -44,6 +56,70 @@ def kind_of(name: str) -> str:
     if CHAKRA_ET.match(name):
         return "chakra_et"
     return "job_json" if name == "job.json" else "unknown"
+
+
+def unusable_files(job: JobInput) -> dict[str, str]:
+    """Files the job has no use for, by name, and why: each is rejected alone, as the rest of the
+    job can still be converted without it (logging it as processed would be a lie)."""
+    host_ranks = {f.rank for f in job.files if f.kind == "pytorch_et"}
+    reasons = {}
+    for f in job.files:
+        if f.kind == "unknown":
+            reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
+                               " <name>.<R>.et or job.json)")
+        elif f.kind == "kineto" and job.trace_format == "chakra_et":
+            reasons[f.name] = f"{f.name}: a Kineto trace beside Chakra ETs, which have no use for it"
+        elif f.kind == "kineto" and job.trace_format == "pytorch_et" and f.rank not in host_ranks:
+            reasons[f.name] = f"{f.name}: a Kineto trace of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
+    return reasons
+
+
+def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
+    """Why the job's rank traces do not make one job: the file to blame (None when no single file
+    is) and a one-line reason; None when they do. Files a converter would silently pass over (a
+    second file of a rank, a Chakra ET beside PyTorch traces) make the job ambiguous, so the
+    whole job is rejected rather than guessed at."""
+    if job.trace_format == "none":
+        return None, f"{job.job_id}: the job folder holds no rank trace"
+    traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
+    foreign = [f for f in job.files if f.kind == "chakra_et" and job.trace_format == "pytorch_et"]
+    if foreign:
+        return foreign[0], (f"{foreign[0].name}: a Chakra ET beside PyTorch traces ({traces[0].name});"
+                            " a job's ranks must be of one format")
+    kineto = sorted((f for f in job.files if f.kind == "kineto" and job.trace_format == "pytorch_et"),
+                    key=lambda f: f.name)
+    return _double_claim(traces) or _double_claim(kineto) or _names_differ(traces) or _ranks_missing(job, traces)
+
+
+def _double_claim(files: list[InputFile]) -> tuple[InputFile, str] | None:
+    claimed: dict[int, InputFile] = {}
+    for f in files:
+        first = claimed.setdefault(f.rank, f)
+        if first is not f:
+            what = "the Kineto trace of rank" if f.kind == "kineto" else "rank"
+            return f, f"{first.name} and {f.name} both claim {what} {f.rank}"
+    return None
+
+
+def _names_differ(traces: list[InputFile]) -> tuple[InputFile, str] | None:
+    """Chakra ETs of one job are <name>.<R>.et with one name: two names are two jobs' files."""
+    if traces[0].kind != "chakra_et":
+        return None
+    name = CHAKRA_ET.match(traces[0].basename).group(1)
+    odd = next((f for f in traces if CHAKRA_ET.match(f.basename).group(1) != name), None)
+    return None if odd is None else (odd, f"{odd.name}: its name differs from {traces[0].name}'s;"
+                                          " a job's ranks must share one name (<name>.<R>.et)")
+
+
+def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] | None:
+    """Ranks are distinct here; counted, not enumerated, as a name may claim rank 999999999."""
+    ranks = sorted(f.rank for f in traces)
+    missing = ranks[-1] + 1 - len(ranks)
+    if not missing:
+        return None
+    first = next(i for i, rank in enumerate(ranks) if rank != i)
+    more = f" (and {missing - 1} more)" if missing > 1 else ""
+    return None, f"{job.job_id}: no trace of rank {first}{more}; the job's ranks run up to {ranks[-1]}"
 
 
 def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:

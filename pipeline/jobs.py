@@ -2,7 +2,9 @@
 and compute its statistics. Every file ends in exactly one of the ingest rows or reject rows.
 
 A job is converted as a whole (process groups are inferred across ranks), so when one of its
-trace files cannot be read the job's other files are rejected too, naming the culprit.
+trace files cannot be read, or two files claim one rank, the job's other files are rejected
+too, naming the culprit. Its outputs are written to a staging folder and published (moved into
+`traces/`) only once the whole job succeeded: a rejected job leaves nothing in the warehouse.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table, write_table
 from chakra_core.stats import collective_rows, trace_row
 from chakra_core.validate import validate_table
-from pipeline.ingest import CHAKRA_ET, JobInput, sha256
-from pipeline.layout import filesystem, join, traces_dir
+from pipeline.ingest import InputFile, JobInput, job_problem, sha256, unusable_files
+from pipeline.layout import filesystem, join, publish, remove, staged, staging_dir, traces_dir
 from pipeline.tables import SCHEMAS
 
 
@@ -34,54 +36,92 @@ class JobOutcome:
     comm_groups: str | None = None
 
 
+@dataclass
+class _Published:
+    et_files: list[str]  # in the warehouse's traces/, rank order
+    comm_groups: str | None
+    traces: list[dict]
+    collectives: pa.Table | None
+    reused: bool
+
+
 def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOutcome:
     outcome = JobOutcome(job.job_id)
     hashes = {f.name: sha256(f.url) for f in job.files}
-    unknown = [f for f in job.files if f.kind == "unknown"]
-    for f in unknown:
-        outcome.rejects.append(_reject(job, f, hashes, "ingest", "unknown file type (expected rank<R>.et.json[.gz],"
-                                       " rank<R>.kineto.json[.gz], <name>.<R>.et or job.json)", run_id))
-    usable = [f for f in job.files if f.kind != "unknown"]
-    if job.trace_format == "none":
-        for f in usable:
-            outcome.rejects.append(_reject(job, f, hashes, "ingest", "the job folder holds no rank trace", run_id))
-        return outcome
+    unusable = unusable_files(job)
+    outcome.rejects = [_reject(job, f, hashes, "ingest", unusable[f.name], run_id)
+                       for f in job.files if f.name in unusable]
+    usable = [f for f in job.files if f.name not in unusable]
     out_dir = traces_dir(warehouse, date, job.job_id)
-    reused = _earlier_conversion(out_dir, hashes)
-    try:
-        if reused is not None:  # the same files were converted by an earlier run of this day
-            et_files, outcome.comm_groups = reused["et_files"], reused["comm_groups"]
-        elif job.trace_format == "pytorch_et":
-            result = convert_job(job.url, out_dir, job.job_id)
-            et_files, outcome.comm_groups = result.et_files, result.comm_group_file
-        else:
-            et_files = _copy_chakra(job, out_dir)
-            outcome.comm_groups = None
-    except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
-        message = str(exc) if isinstance(exc, (ChakraError, OSError, ValueError)) else f"{type(exc).__name__}: {exc}"
-        culprit = next((f for f in usable if f.url.split("://")[-1] in message or f.name.split("/")[-1] in message),
-                       None)
-        for f in usable:
-            reason = message if f is culprit or culprit is None else f"{culprit.name} of this job was rejected"
-            outcome.rejects.append(_reject(job, f, hashes, "convert", reason, run_id))
+    stage, problem = "ingest", job_problem(job)
+    if problem is None:
+        try:
+            done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), hashes)
+        except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
+            stage, problem = "convert", _blame(exc, usable)
+    if problem is not None:
+        remove(out_dir)  # an earlier run's publication of the job must not outlive this run's rejection
+        culprit, reason = problem
+        outcome.rejects += [_reject(job, f, hashes, stage, reason if culprit is None or culprit is f else
+                                    f"{culprit.name} of this job was rejected", run_id) for f in usable]
         return outcome
-    if reused is None:
-        _write_manifest(out_dir, hashes, et_files, outcome.comm_groups)
-    outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(et_files)
-    collectives = []
-    for rank, url in enumerate(et_files):
-        table = read_table(url)
-        outcome.traces.append({"job_id": job.job_id, "rank": rank, "path": url, "source_format": job.trace_format,
-                               **trace_row(table)})
-        rows = collective_rows(table)
-        collectives.append(rows.add_column(0, "rank", pa.array([rank] * rows.num_rows, pa.int32()))
-                           .add_column(0, "job_id", pa.array([job.job_id] * rows.num_rows, pa.string())))
-    outcome.collectives = pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None
-    for f in usable:
-        outcome.ingest.append({"job_id": job.job_id, "file": f.name, "kind": f.kind, "bytes": f.bytes,
-                               "sha256": hashes[f.name], "status": "unchanged" if reused else "processed",
-                               "duplicate_of": None, "run_id": run_id})
+    outcome.traces, outcome.collectives, outcome.comm_groups = done.traces, done.collectives, done.comm_groups
+    outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
+    outcome.ingest = [{"job_id": job.job_id, "file": f.name, "kind": f.kind, "bytes": f.bytes,
+                       "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
+                       "duplicate_of": None, "run_id": run_id} for f in usable]
     return outcome
+
+
+def _publish(job: JobInput, out_dir: str, staging: str, hashes: dict[str, str]) -> _Published:
+    """The job's rank traces in the warehouse, with their statistics: an earlier run's when it
+    converted exactly these files; else converted (or copied) into the staging folder,
+    summarised there, and only then moved into place."""
+    reused = _earlier_conversion(out_dir, hashes)
+    if reused is not None:
+        return _Published(reused["et_files"], reused["comm_groups"],
+                          *_summarise(job, reused["et_files"], reused["et_files"]), reused=True)
+    with staged(staging):
+        staged_files, staged_groups = _convert(job, staging)
+        et_files = [_moved(url, out_dir) for url in staged_files]
+        summary = _summarise(job, staged_files, et_files)
+        publish(staging, out_dir)
+    comm_groups = _moved(staged_groups, out_dir) if staged_groups else None
+    _write_manifest(out_dir, hashes, et_files, comm_groups)
+    return _Published(et_files, comm_groups, *summary, reused=False)
+
+
+def _moved(url: str, folder: str) -> str:
+    return join(folder, url.rsplit("/", 1)[-1])
+
+
+def _convert(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
+    """(rank files, communicator groups file) written into out_dir."""
+    if job.trace_format == "pytorch_et":
+        result = convert_job(job.url, out_dir, job.job_id)
+        return result.et_files, result.comm_group_file
+    return _copy_chakra(job, out_dir), None
+
+
+def _summarise(job: JobInput, urls: list[str], paths: list[str]) -> tuple[list[dict], pa.Table | None]:
+    """traces rows (each with its published path) and collectives of the rank files at urls."""
+    rows, collectives = [], []
+    for rank, (url, path) in enumerate(zip(urls, paths)):
+        table = read_table(url)
+        rows.append({"job_id": job.job_id, "rank": rank, "path": path, "source_format": job.trace_format,
+                     **trace_row(table)})
+        found = collective_rows(table)
+        collectives.append(found.add_column(0, "rank", pa.array([rank] * found.num_rows, pa.int32()))
+                           .add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())))
+    return rows, pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None
+
+
+def _blame(exc: Exception, usable: list[InputFile]) -> tuple[InputFile | None, str]:
+    """The file a conversion error names (None when it names none of the job's) and the error, on one line."""
+    message = str(exc) if isinstance(exc, (ChakraError, OSError, ValueError)) else f"{type(exc).__name__}: {exc}"
+    message = " ".join(message.split())
+    culprit = next((f for f in usable if f.url.split("://")[-1] in message or f.basename in message), None)
+    return culprit, message
 
 
 MANIFEST = "_manifest.json"
@@ -103,27 +143,23 @@ def _earlier_conversion(out_dir: str, hashes: dict[str, str]) -> dict | None:
 
 
 def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], comm_groups: str | None) -> None:
-    """Written last, so a conversion interrupted half-way is never taken for a finished one."""
+    """Written last, once the job is published, so a conversion or a publication interrupted
+    half-way (on object stores a folder moves file by file) is never taken for a finished one."""
     fs, path = filesystem(join(out_dir, MANIFEST))
     with fs.open(path, "w") as f:
         json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups}, f, indent=1)
 
 
 def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:
-    """Chakra ETs are validated and copied as <job>.<R>.et (ranks 0..N-1, none missing)."""
-    by_rank = {}
-    for f in job.files:
-        if f.kind == "chakra_et":
-            by_rank[int(CHAKRA_ET.match(f.name.rsplit("/", 1)[-1]).group(2))] = f
-    if sorted(by_rank) != list(range(len(by_rank))):
-        raise ValueError(f"{job.url}: ranks {sorted(by_rank)} are not 0..{len(by_rank) - 1}")
+    """Chakra ETs are validated and copied as <job>.<R>.et (ingest.job_problem checked that the
+    ranks are 0..N-1, one file each)."""
     urls = []
-    for rank, f in sorted(by_rank.items()):
+    for f in sorted((f for f in job.files if f.kind == "chakra_et"), key=lambda f: f.rank):
         table = read_table(f.url)  # an unreadable file raises, naming itself
         errors = [x for x in validate_table(table, f.url) if x.severity == "error"]
         if errors:
             raise ValueError(f"{f.url}: {errors[0].message}")
-        url = join(out_dir, f"{job.job_id}.{rank}.et")
+        url = join(out_dir, f"{job.job_id}.{f.rank}.et")
         write_table(table, url)
         urls.append(url)
     return urls

@@ -2,11 +2,15 @@
 
 SOURCE/<YYYY-MM-DD>/<job_id>/...                      a day's drop
 WAREHOUSE/traces/date=<d>/job=<id>/<id>.<R>.et       converted, one per rank
+WAREHOUSE/.staging/traces/date=<d>/job=<id>-<run>/   a job's outputs until the whole job succeeded
 WAREHOUSE/tables/<table>/date=<d>/part-0.parquet     one file per table and day
 WAREHOUSE/tables/sweep_results/sweep=<name>/date=<d>/part-0.parquet   an ad hoc sweep
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import fsspec
 
@@ -26,6 +30,54 @@ def day_url(source: str, date: str) -> str:
 
 def traces_dir(warehouse: str, date: str, job_id: str) -> str:
     return join(warehouse, "traces", f"date={date}", f"job={job_id}")
+
+
+def staging_day(warehouse: str, date: str) -> str:
+    """Outside traces/: readers walk traces/date=<d>/ recursively (the synthesizer's training
+    finds every <name>.<R>.et below it), so a staging folder there would pass for a job."""
+    return join(warehouse, ".staging", "traces", f"date={date}")
+
+
+def staging_dir(warehouse: str, date: str, job_id: str, run_id: str) -> str:
+    return join(staging_day(warehouse, date), f"job={job_id}-{run_id}")
+
+
+def remove(url: str) -> None:
+    """Remove a folder and everything under it, if it is there."""
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+@contextmanager
+def staged(url: str) -> Iterator[str]:
+    """An empty staging folder for the block; removed when the block ends, so a failure leaves
+    nothing behind (a published folder is gone from there already)."""
+    remove(url)  # what an attempt of the same run left when its worker died (Ray retries it)
+    fs, path = filesystem(url)
+    fs.makedirs(path, exist_ok=True)
+    try:
+        yield url
+    finally:
+        remove(url)
+
+
+def publish(staging: str, final: str) -> None:
+    """Move the staging folder's files into place, replacing what an earlier run published there.
+
+    The old folder is removed first rather than overwritten: a reader (or a crash) in between
+    finds the job missing or partly moved, never one run's ranks mixed with another's, and files
+    an earlier run wrote that this one does not (more ranks) cannot linger; the job's manifest,
+    written after this, marks it finished. File by file, as fs.mv of a folder fails on s3fs (it
+    copies the folder's own entry too): each move is a rename on local disk and a copy then
+    delete on object stores.
+    """
+    remove(final)
+    fs, source = filesystem(staging)
+    target = filesystem(final)[1].rstrip("/")
+    fs.makedirs(target, exist_ok=True)
+    for path in fs.find(source):
+        fs.mv(path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
 
 
 def table_dir(warehouse: str, table: str, date: str, sweep: str | None = None) -> str:

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from pipeline.ingest import JobInput, list_day, sha256
 from pipeline.jobs import JobOutcome, process_job
+from pipeline.layout import remove, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep import SystemSpec, reference_spec, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
@@ -75,9 +76,10 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
 
     run_id = uuid.uuid4().hex[:12]
     jobs, loose = list_day(source, date)
+    remove(staging_day(warehouse, date))  # what a run of this day left when it died mid-job; no reader looks there
     result = DayResult(date, run_id, jobs=len(jobs))
     rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": sha256(f.url), "stage": "ingest",
-                "reason": "not inside a job folder", "run_id": run_id} for f in loose]
+                "reason": f"{f.name}: not inside a job folder", "run_id": run_id} for f in loose]
     process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
     simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
     pending = {process.remote(job, date, warehouse, run_id): job for job in jobs}

@@ -7,10 +7,9 @@ import os
 from dataclasses import dataclass
 
 import fsspec
-import yaml
 
 from chakra_core.errors import ChakraError
-from chakra_core.sim.config import load_network
+from chakra_core.sim.config import load_network, read_document
 from chakra_core.sim.workload import simulate_files
 from chakra_core.synth import reference
 
@@ -33,8 +32,7 @@ class SystemSpec:
 def load_sweep(path: str | None = None) -> list[SystemSpec]:
     """A sweep file: `systems: [{name, network, system}, ...]`, paths relative to the file."""
     path = path or DEFAULT_SWEEP
-    with open(path) as f:
-        document = yaml.safe_load(f)
+    _, document = read_document(path)  # bounded size and nesting, one clear error
     base = os.path.dirname(os.path.abspath(path))
     systems = document.get("systems") if isinstance(document, dict) else None
     if not systems:

@@ -19,6 +19,7 @@ import json
 import fsspec
 
 from chakra_core.errors import ChakraError
+from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import report_rows
 from chakra_core.synth.model import save_model
 from chakra_core.synth.synthesize import fit, load_training, synthesize
@@ -45,7 +46,7 @@ def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:
         summary["error"] = str(exc)
     fs, path = fsspec.core.url_to_fs(out)
     fs.makedirs(path, exist_ok=True)
-    with fsspec.open(join(out, "training.json"), "w") as f:
+    with open_output(join(out, "training.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
 

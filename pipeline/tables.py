@@ -37,6 +37,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("message_p99", pa.int64()), ("message_max", pa.int64()), ("critical_path_micros", pa.int64()),
         ("critical_path_nodes", pa.int64()), ("critical_path_compute_share", pa.float64()),
         ("critical_path_comm_share", pa.float64()), ("depth", pa.int64()), ("width", pa.int64()),
+        ("missing_parents", pa.int64()), ("cycle_edges_set_aside", pa.int64()),
         ("node_types", pa.string()), ("compute_by_class", pa.string()), ("comm_by_kind", pa.string()),
         ("comm_by_group", pa.string()),
     ]),
