@@ -5,24 +5,38 @@
  * about ten times its size in Python objects; this scanner lets the reader hand the
  * array to a real JSON parser in bounded batches instead. It only tracks nesting depth
  * and string/escape state, so it runs at memory speed; syntax errors inside a value are
- * left to the parser that later reads the batch.
+ * left to the parser that later reads the batch. Nesting deeper than `max_depth` is
+ * refused here, before any parser (orjson stops at 1024 levels, the json module at
+ * Python's recursion limit) sees it.
  *
- *   value_end(buf, pos) -> end | -1
+ *   value_end(buf, pos, max_depth) -> end | -1
  *       `pos` is the first byte of a value (leading whitespace is skipped). Returns the
  *       offset just past the value, or -1 if the buffer ends first.
- *   scan_array(buf, pos, max_items) -> (items, last_end, next_pos, closed)
+ *   scan_array(buf, pos, max_items, max_depth) -> (items, last_end, next_pos, closed)
  *       `pos` is inside an array, just after '[' or after the ',' that follows an
  *       element. Scans up to `max_items` complete elements, each followed by ',' or ']'.
  *       last_end: offset just past the last complete element; next_pos: where the next
  *       call resumes (after that element's ',' or after the closing ']'); closed: the
  *       array's ']' was reached. An element cut off by the buffer end is not counted.
+ *   Errors: ScanError(message, position, items) on a structural error, its subclass
+ *   TooDeep when a value opens more than `max_depth` nested arrays/objects (position: the
+ *   bracket that goes too deep); `items`: the complete elements before the bad one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "jsonscan.h"
 
-static PyObject *ScanError;
+static PyObject *ScanError, *TooDeep;
+
+static PyObject *scan_error(PyObject *type, const char *what, Py_ssize_t position, Py_ssize_t items) {
+    PyObject *args = Py_BuildValue("(snn)", what, position, items);
+    if (args) {
+        PyErr_SetObject(type, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
 
 static int get_buffer(PyObject *obj, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
@@ -30,27 +44,26 @@ static int get_buffer(PyObject *obj, Py_buffer *view) {
 
 static PyObject *py_value_end(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
-    Py_ssize_t pos;
-    if (!PyArg_ParseTuple(args, "On", &obj, &pos)) return NULL;
+    Py_ssize_t pos, max_depth, deep_at = -1;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &max_depth)) return NULL;
     Py_buffer view;
     if (get_buffer(obj, &view) < 0) return NULL;
     const unsigned char *s = view.buf;
-    Py_ssize_t n = view.len, end;
+    Py_ssize_t n = view.len, end, start;
     Py_BEGIN_ALLOW_THREADS
-    end = find_value_end(s, skip_space(s, pos < 0 ? 0 : pos, n), n);
+    start = skip_space(s, pos < 0 ? 0 : pos, n);
+    end = find_bounded_value_end(s, start, n, max_depth, &deep_at);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (end == -2) {
-        PyErr_Format(ScanError, "expected a JSON value at byte %zd", pos);
-        return NULL;
-    }
+    if (end == -2) return scan_error(ScanError, "expected a JSON value", start, 0);
+    if (end == -3) return scan_error(TooDeep, "nested too deeply", deep_at, 0);
     return PyLong_FromSsize_t(end);
 }
 
 static PyObject *py_scan_array(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
-    Py_ssize_t pos, max_items;
-    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &max_items)) return NULL;
+    Py_ssize_t pos, max_items, max_depth, deep_at = -1;
+    if (!PyArg_ParseTuple(args, "Onnn", &obj, &pos, &max_items, &max_depth)) return NULL;
     Py_buffer view;
     if (get_buffer(obj, &view) < 0) return NULL;
     const unsigned char *s = view.buf;
@@ -64,8 +77,8 @@ static PyObject *py_scan_array(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     while (!closed && items < max_items) {
         p = skip_space(s, p, n);
-        Py_ssize_t end = find_value_end(s, p, n);
-        if (end == -1) break;
+        Py_ssize_t end = find_bounded_value_end(s, p, n, max_depth, &deep_at);
+        if (end == -1 || end == -3) break;
         if (end == -2) { error_at = p; break; }
         Py_ssize_t after = skip_space(s, end, n);
         if (after >= n) break; /* the terminator is not in the buffer yet */
@@ -80,16 +93,16 @@ static PyObject *py_scan_array(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (error_at >= 0) {
-        PyErr_Format(ScanError, "malformed JSON array at byte %zd", error_at);
-        return NULL;
-    }
+    if (deep_at >= 0) return scan_error(TooDeep, "nested too deeply", deep_at, items);
+    if (error_at >= 0) return scan_error(ScanError, "malformed JSON array", error_at, items);
     return Py_BuildValue("nnnO", items, last_end, next_pos, closed ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
-    {"value_end", py_value_end, METH_VARARGS, "Offset just past the JSON value at pos, or -1 if incomplete."},
-    {"scan_array", py_scan_array, METH_VARARGS, "Scan complete elements of a JSON array."},
+    {"value_end", py_value_end, METH_VARARGS,
+     "value_end(buf, pos, max_depth): offset just past the JSON value at pos, or -1 if incomplete."},
+    {"scan_array", py_scan_array, METH_VARARGS,
+     "scan_array(buf, pos, max_items, max_depth): scan complete elements of a JSON array."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -99,10 +112,11 @@ PyMODINIT_FUNC PyInit__jsonscan(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     ScanError = PyErr_NewException("chakra_core._native._jsonscan.ScanError", PyExc_ValueError, NULL);
-    if (!ScanError || PyModule_AddObject(m, "ScanError", ScanError) < 0) {
-        Py_XDECREF(ScanError);
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (!ScanError || PyModule_AddObjectRef(m, "ScanError", ScanError) < 0) goto fail;
+    TooDeep = PyErr_NewException("chakra_core._native._jsonscan.TooDeep", ScanError, NULL);
+    if (!TooDeep || PyModule_AddObjectRef(m, "TooDeep", TooDeep) < 0) goto fail;
     return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

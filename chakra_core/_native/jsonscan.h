@@ -16,8 +16,12 @@ static inline Py_ssize_t skip_space(const unsigned char *s, Py_ssize_t pos, Py_s
 }
 
 /* End of the value starting at s[pos] (no leading whitespace), -1 if incomplete,
- * -2 on a structural error (a closing bracket where a value must start). */
-static inline Py_ssize_t find_value_end(const unsigned char *s, Py_ssize_t pos, Py_ssize_t n) {
+ * -2 on a structural error (a closing bracket where a value must start), -3 when it opens
+ * more than max_depth nested arrays/objects: *deep_at is then the bracket that goes too deep.
+ * Checked while scanning, so a hostile `[[[[...` is refused after max_depth bytes, however
+ * long it is. */
+static inline Py_ssize_t find_bounded_value_end(const unsigned char *s, Py_ssize_t pos, Py_ssize_t n,
+                                                Py_ssize_t max_depth, Py_ssize_t *deep_at) {
     if (pos >= n) return -1;
     unsigned char c = s[pos];
     if (c == ']' || c == '}' || c == ',' || c == ':') return -2;
@@ -48,13 +52,22 @@ static inline Py_ssize_t find_value_end(const unsigned char *s, Py_ssize_t pos, 
             continue;
         }
         if (c == '{' || c == '[') {
-            depth++;
+            if (++depth > max_depth) {
+                *deep_at = pos;
+                return -3;
+            }
         } else if (c == '}' || c == ']') {
             if (--depth == 0) return pos + 1;
         }
         pos++;
     }
     return -1;
+}
+
+/* The same without a depth bound: for ptdigest, which walks values without recursing (and
+ * whose input jsonscan has bounded already). */
+static inline Py_ssize_t find_value_end(const unsigned char *s, Py_ssize_t pos, Py_ssize_t n) {
+    return find_bounded_value_end(s, pos, n, PY_SSIZE_T_MAX, NULL);
 }
 
 #endif

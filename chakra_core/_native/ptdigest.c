@@ -18,8 +18,13 @@
  *     and "inputs_present", "outputs_present" (bytes of 0/1).
  *   A tensor value is [tensor_id, storage_id, offset, numel, itemsize, device]; its storage
  *   key is storage_id, or -1 - tensor_id when storage_id is 0. Nodes named c10d::* also
- *   write their input tensors (collectives fill them in place). Raises ValueError naming
- *   the node's index in the batch and the byte offset on a malformed or incomplete node.
+ *   write their input tensors (collectives fill them in place). Raises ValueError
+ *   "node K at byte B: what" (K: the node's index in the batch) on a malformed or incomplete
+ *   node, and "node K at byte B: node id I: what" on a well-formed node with wrong content:
+ *   a negative id, a parent (ctrl_deps) that is neither an integer nor null, attrs that are
+ *   not a list of named entries, inputs/outputs that are not objects (attrs layout) or
+ *   whose values, shapes and types are not lists. The walk is iterative except for tensor
+ *   lists (at most 64 levels), so no nesting can exhaust the C stack.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -264,12 +269,36 @@ static int walk_values(cur_t *c, tensors_t *t, int depth) {
 enum { A_RF_ID, A_FW_PARENT, A_SEQ_ID, A_SCOPE, A_TID, A_FW_TID, N_ID_ATTRS };
 static const char *ID_ATTR_NAMES[N_ID_ATTRS] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid"};
 enum { IO_IN_VALUES, IO_IN_SHAPES, IO_IN_TYPES, IO_OUT_VALUES, IO_OUT_SHAPES, IO_OUT_TYPES, N_IO };
+/* [flat][slot]: an input/output member that must be a list (or null), named as in its layout */
+static const char *IO_NOT_A_LIST[2][N_IO] = {
+    {"inputs.values is not a list", "inputs.shapes is not a list", "inputs.types is not a list",
+     "outputs.values is not a list", "outputs.shapes is not a list", "outputs.types is not a list"},
+    {"inputs is not a list", "input_shapes is not a list", "input_types is not a list",
+     "outputs is not a list", "output_shapes is not a list", "output_types is not a list"}};
 
 typedef struct {
     buf_t ids, parents, attrs[N_ID_ATTRS], starts, ends, tensor_bytes, reads, read_ends, writes, write_ends;
     buf_t io_offsets[N_IO], io_data[N_IO], in_present, out_present, tmp;
     PyObject *names, *op_schemas, *empty;
+    const char *problem;  /* what is wrong with the node being digested, NULL: nothing */
 } out_t;
+
+/* The first thing found wrong in a node's content; the node is still read to its end, so the
+ * error can name its id wherever that member is. */
+static void note_problem(out_t *o, const char *what) {
+    if (!o->problem) o->problem = what;
+}
+
+/* At a value that must be null or start with `open` ('[' or '{'): 1 if it starts with `open`
+ * (not consumed); 0 if it is null or anything else, skipped, anything else noted as `what`;
+ * -1 if it is incomplete. */
+static int null_or(cur_t *c, unsigned char open, out_t *o, const char *what) {
+    if (c->pos < c->n && c->s[c->pos] == open) return 1;
+    Py_ssize_t a = c->pos;
+    if (skip(c) < 0) return -1;
+    if (!key_is(c->s, a, c->pos, "null")) note_problem(o, what);
+    return 0;
+}
 
 typedef struct {
     Py_ssize_t span[N_IO][2];  /* value spans, -1 when absent */
@@ -279,7 +308,8 @@ typedef struct {
 static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o) {
     /* [{"name": ..., "type": ..., "value": ...}, ...] */
     ws(c);
-    if (c->pos >= c->n || c->s[c->pos] != '[') return skip(c);
+    int is_list = null_or(c, '[', o, "attrs is not a list of {name, type, value}");
+    if (is_list <= 0) return is_list;
     c->pos++;
     ws(c);
     if (c->pos < c->n && c->s[c->pos] == ']') { c->pos++; return 0; }
@@ -299,6 +329,7 @@ static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o
             }
             if ((more = member_next(c)) < 0) return -1;
         }
+        if (na < 0) note_problem(o, "an attrs entry has no name");
         if (na >= 0 && va >= 0) {
             cur_t vc = {c->s, c->n, va};
             for (int k = 0; k < N_ID_ATTRS; k++) {
@@ -327,10 +358,12 @@ static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o
     }
 }
 
-static int digest_io_object(cur_t *c, io_t *io, int base) {
+static int digest_io_object(cur_t *c, io_t *io, int base, out_t *o) {
     /* {"values": [...], "shapes": [...], "types": [...], "strides": [...]} */
     ws(c);
-    if (c->pos >= c->n || c->s[c->pos] != '{') return skip(c);
+    int is_object = null_or(c, '{', o, base == IO_IN_VALUES ? "inputs is not an object {values, shapes, types}"
+                                                             : "outputs is not an object {values, shapes, types}");
+    if (is_object <= 0) return is_object;
     for (int more = object_open(c); more; ) {
         Py_ssize_t ka, kb;
         if (member_key(c, &ka, &kb) < 0) return -1;
@@ -359,7 +392,9 @@ static int collect_tensors(const unsigned char *s, Py_ssize_t n, Py_ssize_t a, t
 
 static int append_keys(buf_t *dst, buf_t *keys) { return buf_put(dst, keys->data ? keys->data : "", keys->len); }
 
-static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *tout) {
+/* 0: digested; -1: malformed; -2: a Python error is set; -3: no id or name; -4: o->problem in
+ * node *bad_id. */
+static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *tout, int64_t *bad_id) {
     Py_ssize_t start = c->pos;
     if (c->pos >= c->n || c->s[c->pos] != '{') return -1;
     int more = object_open(c);
@@ -386,17 +421,23 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
             if (string_span(c, &a, &b, &esc) < 0) goto done;
             Py_XSETREF(name, decode_string(s, a, b, esc, &o->tmp));
             if (!name) { status = -2; goto done; }
-        } else if (key_is(s, ka, kb, flat ? "parent" : "ctrl_deps") && is_number) {
-            int is_int;
-            if (parse_number(c, &parent, &is_int) < 0) goto done;
-            if (!is_int) parent = -1;
+        } else if (key_is(s, ka, kb, flat ? "parent" : "ctrl_deps")) {
+            /* an integer node id, or null for none; NaN, 1.5, "7" would silently cut the node loose */
+            Py_ssize_t a = c->pos;
+            int is_int = 0;
+            if (is_number ? parse_number(c, &parent, &is_int) < 0 : skip(c) < 0) goto done;
+            if (!is_int) {
+                parent = -1;
+                if (!key_is(s, a, c->pos, "null"))
+                    note_problem(o, flat ? "parent is not an integer node id" : "ctrl_deps is not an integer node id");
+            }
         } else if (!flat && key_is(s, ka, kb, "attrs")) {
             int r = digest_attrs(c, attrs, &op_schema, o);
             if (r < 0) { status = r; goto done; }
         } else if (!flat && (key_is(s, ka, kb, "inputs") || key_is(s, ka, kb, "outputs"))) {
             int is_in = key_is(s, ka, kb, "inputs");
             if (is_in) io.in_present = 1; else io.out_present = 1;
-            if (digest_io_object(c, &io, is_in ? IO_IN_VALUES : IO_OUT_VALUES) < 0) goto done;
+            if (digest_io_object(c, &io, is_in ? IO_IN_VALUES : IO_OUT_VALUES, o) < 0) goto done;
         } else {
             int slot = -1, attr = -1;
             if (flat) {
@@ -430,6 +471,13 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
         if ((more = member_next(c)) < 0) goto done;
     }
     if (!have_id || !name) { status = -3; goto done; }
+    if (id < 0) note_problem(o, "a node id must not be negative");
+    for (int k = 0; k < N_IO; k++) {
+        Py_ssize_t a = io.span[k][0];
+        if (a >= 0 && c->s[a] != '[' && !key_is(c->s, a, io.span[k][1], "null"))
+            note_problem(o, IO_NOT_A_LIST[flat][k]);
+    }
+    if (o->problem) { *bad_id = id; status = -4; goto done; }
     tin->keys.len = tout->keys.len = 0;
     tin->bytes = tout->bytes = 0;
     if (collect_tensors(c->s, c->n, io.span[IO_IN_VALUES][0], tin) < 0 ||
@@ -509,8 +557,15 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
     else for (;;) {
         ws(&c);
         Py_ssize_t at = c.pos;
-        int r = digest_node(&c, flat, &o, &tin, &tout);
+        int64_t bad_id = 0;
+        o.problem = NULL;
+        int r = digest_node(&c, flat, &o, &tin, &tout, &bad_id);
         if (r == -2) goto fail;
+        if (r == -4) {
+            PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: node id %lld: %s", index, at, (long long)bad_id,
+                         o.problem);
+            goto fail;
+        }
         if (r == -3) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: no integer id or no name", index, at); goto fail; }
         if (r < 0) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: not a well-formed node object", index, at); goto fail; }
         index++;

@@ -12,8 +12,9 @@ and the mapping is recorded in the trace metadata.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+import orjson
 
 WORLD = "0"
 COMM_GROUP_SUFFIX = "comm_groups.json"
@@ -61,9 +62,9 @@ def parse_pg_init(values: list, world_size_hint: int | None = None) -> ProcessGr
         return result
     payload = values[0]
     if isinstance(payload, str):
-        try:
-            payload = json.loads(payload)
-        except json.JSONDecodeError as exc:
+        try:  # orjson stops at 1024 levels: the scanner's depth limit cannot see inside a string
+            payload = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
             result.problems.append(f"## process_group:init ## input is not JSON: {exc}")
             return result
     if not isinstance(payload, list):
@@ -79,11 +80,15 @@ def parse_pg_init(values: list, world_size_hint: int | None = None) -> ProcessGr
             result.problems.append(f"## process_group:init ## entry without pg_name: {entry!r}")
             continue
         ranks = entry.get("ranks") or []
+        if type(ranks) is not list or not all(type(r) is int for r in ranks):
+            result.problems.append(f"## process_group:init ## group {entry['pg_name']!r}: ranks are not a list of"
+                                   f" integers: {ranks!r:.80}")
+            continue
         if not ranks:
             size = entry.get("group_size") if type(entry.get("group_size")) is int else world
             ranks = list(range(size)) if size else []
         result.groups[str(entry["pg_name"])] = ProcessGroup(str(entry["pg_name"]), str(entry.get("pg_desc", "")),
-                                                            sorted(int(r) for r in ranks),
+                                                            sorted(ranks),
                                                             str(entry.get("backend_config", "")))
     return result
 

@@ -30,8 +30,8 @@ import fsspec
 
 from chakra_core.convert import comms
 from chakra_core.convert.groups import COMM_GROUP_SUFFIX, WORLD, ProcessGroups, comm_group_document
-from chakra_core.convert.jsonstream import TraceJSONError
-from chakra_core.convert.kineto import read_kineto
+from chakra_core.convert.jsonstream import TraceJSONError, check_depth
+from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
@@ -160,10 +160,12 @@ def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
     from chakra_core.etfile import open_binary
 
     with open_binary(src) as f:
-        try:
-            document = orjson.loads(f.read())
-        except orjson.JSONDecodeError as exc:
-            raise TraceJSONError(src, f"malformed JSON: {exc}") from None
+        data = f.read()
+    check_depth(data, src)
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceJSONError(src, f"malformed JSON: {exc}") from None
     ranks = []
     for key, trace in document.items():
         if not key.isdigit() or not isinstance(trace, dict):
@@ -181,15 +183,14 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
     """Convert every rank of `src` into `out_dir`; see the module docstring."""
     with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
         inputs = find_ranks(src, workdir)
-        if len(inputs) == 1 and inputs[0].rank < 0:
-            inputs[0].rank = _rank_from_kineto(inputs[0]) or 0
         conversions = []
         for k, item in enumerate(inputs):
-            step = (lambda done, total, label=f"rank {item.rank}": progress(label, done, total)) if progress else None
+            kineto = read_kineto(item.kineto) if item.kineto else None
+            rank = rank_of(item.host, kineto, item.rank if item.rank >= 0 else None)
+            step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None
             total = _size(item.host)
             host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
-            kineto = read_kineto(item.kineto) if item.kineto else None
-            conversions.append(RankConversion(host, kineto, item.rank))
+            conversions.append(RankConversion(host, kineto, rank))
         job_groups = ProcessGroups()
         for c in conversions:
             job_groups.merge(c.groups)
@@ -221,13 +222,6 @@ def _size(url: str) -> int:
         return int(fs.size(path) or 0)
     except OSError:
         return 0
-
-
-def _rank_from_kineto(item: RankInput) -> int | None:
-    if not item.kineto:
-        return None
-    rank = read_kineto(item.kineto).distributed_info.get("rank")
-    return rank if type(rank) is int else None
 
 
 # ---------------------------------------------------------------------------- groups

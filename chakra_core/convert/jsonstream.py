@@ -8,7 +8,9 @@ parses a batch of whole elements at a time from the read buffer, so memory stays
 read chunk plus one batch of objects. Gzip is detected by its magic bytes; any fsspec URL.
 
 Errors name the file and the byte offset (in the uncompressed stream) and, inside the
-array, the index of the element.
+array, the index of the element. Input beyond chakra_core.limits is refused as it streams
+past: nesting deeper than `json_depth` (the scanner stops at the bracket, before a parser
+could recurse into it) and arrays longer than `nodes`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
+from chakra_core import limits
 from chakra_core._native import _jsonscan
 from chakra_core.errors import ChakraFormatError
 from chakra_core.etfile import READ_ERRORS, open_binary
@@ -29,10 +32,27 @@ BATCH_ITEMS = 4096
 class TraceJSONError(ChakraFormatError):
     """A JSON trace file that cannot be read: not JSON, truncated, or not the expected shape."""
 
-    def __init__(self, path: str, message: str, offset: int | None = None, element: int | None = None):
+    def __init__(self, path: str, message: str, offset: int | None = None, element: int | None = None,
+                 node_id: int | None = None):
         self.element = element
         super().__init__(path, message if element is None else f"element {element}: {message}", offset,
-                         node_index=element)
+                         node_index=element, node_id=node_id)
+
+
+def too_deep(path: str, offset: int, element: int | None = None) -> limits.LimitExceeded:
+    """JSON nested deeper than the json_depth limit; `offset`: the bracket that goes too deep."""
+    where = f"{path}: byte {offset}" + (f": element {element}" if element is not None else "")
+    return limits.LimitExceeded(where, "json_depth", "JSON nested too deeply")
+
+
+def check_depth(data, path: str) -> None:
+    """Refuse a whole JSON document (read at once) nested deeper than the json_depth limit."""
+    try:
+        _jsonscan.value_end(data, 0, limits.value("json_depth"))
+    except _jsonscan.TooDeep as exc:
+        raise too_deep(path, exc.args[1]) from None
+    except _jsonscan.ScanError as exc:
+        raise TraceJSONError(path, f"malformed JSON: {exc.args[0]}", exc.args[1]) from None
 
 
 def parse_json(data, path: str = "<json>", offset: int = 0, element: int | None = None):
@@ -46,6 +66,8 @@ def parse_json(data, path: str = "<json>", offset: int = 0, element: int | None 
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         at = getattr(exc, "pos", 0) or 0
         raise TraceJSONError(path, f"malformed JSON: {getattr(exc, 'msg', exc)}", offset + at, element) from None
+    except RecursionError:  # only with json_depth raised past what the parsers can nest
+        raise TraceJSONError(path, "nested too deeply for the JSON parser", offset, element) from None
 
 
 class StreamedDocument:
@@ -70,6 +92,11 @@ class StreamedDocument:
         self.fields: dict = {}
         self.array_seen = False
         self.elements = 0
+        # nesting allowed inside a top-level member's value and inside an element of the
+        # array: the document's object and the array are levels of their own
+        depth = limits.value("json_depth")
+        self.member_depth, self.element_depth = depth - 1, depth - 2
+        self._max_elements = limits.value("nodes")
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
         self._eof = False
@@ -130,9 +157,11 @@ class StreamedDocument:
         pos = self._skip_space(pos)
         while True:
             try:
-                end = _jsonscan.value_end(self._buf, pos)
-            except _jsonscan.ScanError:
-                raise TraceJSONError(self.url, "expected a JSON value", self._base + pos) from None
+                end = _jsonscan.value_end(self._buf, pos, self.member_depth)
+            except _jsonscan.TooDeep as exc:
+                raise too_deep(self.url, self._base + exc.args[1]) from None
+            except _jsonscan.ScanError as exc:
+                raise TraceJSONError(self.url, "expected a JSON value", self._base + exc.args[1]) from None
             if end >= 0 and (end < len(self._buf) or self._eof):
                 return parse_json(memoryview(self._buf)[pos:end], self.url, self._base + pos), end
             if not self._fill():
@@ -182,9 +211,16 @@ class StreamedDocument:
         """Yield batches of elements; `pos` is just after '['. Returns the position after ']'."""
         while True:
             try:
-                items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items)
+                items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
+                                                                         self.element_depth)
+            except _jsonscan.TooDeep as exc:
+                raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
             except _jsonscan.ScanError as exc:
-                raise TraceJSONError(self.url, f"malformed JSON: {exc}", self._base, self.elements) from None
+                raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
+                                     self.elements + exc.args[2]) from None
+            if self.elements + items > self._max_elements:
+                raise limits.LimitExceeded(self.url, "nodes", f"more than {self._max_elements:,} elements in"
+                                                              f" {self.array_key!r}")
             if items:
                 start = pos - 1  # the '[' or ',' before the first element
                 self._buf[start] = ord("[")

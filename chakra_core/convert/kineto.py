@@ -11,20 +11,28 @@ Linking (docs/ingestion.md, 'Linking'):
 - exclusive CPU time of an event = its duration minus the durations of the events directly
   nested in it on the same thread.
 What cannot be linked is counted in LinkReport; conversion goes on without that detail.
+An event whose time is not one (NaN, negative, beyond 2**62 µs) or whose name, tid or args
+are of the wrong kind is refused rather than skipped: it means the file is corrupt, and a
+skipped event would silently take its kernels' durations with it. So is a Kineto trace of
+another rank than its host trace.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chakra_core.convert.jsonstream import StreamedDocument
+from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError
+from chakra_core.errors import ChakraFormatError
 
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime")
+CATEGORIES = CPU_CATEGORIES + DEVICE_CATEGORIES + RUNTIME_CATEGORIES
+MAX_MICROS = 2**62  # ts and dur become uint64 microseconds, and ts + dur must not overflow
 
 
 @dataclass
@@ -79,6 +87,24 @@ def _int_or_none(value) -> int | None:
     return value if type(value) is int else None
 
 
+def _fields(event: dict, index: int, path: str) -> tuple[str, int | str, float, float, dict]:
+    """An event's name, thread, ts and dur (µs) and args, refused unless each is of its kind and
+    both times are times the output can hold."""
+    name, tid, args = event.get("name", ""), event.get("tid", 0), event.get("args") or {}
+    try:
+        ts, dur = float(event.get("ts", 0)), float(event.get("dur", 0))
+    except (TypeError, ValueError, OverflowError):
+        ts = dur = math.nan
+    if not (0 <= ts < MAX_MICROS and 0 <= dur < MAX_MICROS):  # true for NaN
+        problem = "ts and dur must be microseconds from 0 to 2**62"
+    elif type(name) is not str or type(tid) not in (int, str) or type(args) is not dict:
+        problem = "name must be a string, tid an integer or a string, args an object"
+    else:
+        return name, tid, ts, dur, args
+    raise TraceJSONError(path, f"event {name!r} (ts {event.get('ts')!r}, dur {event.get('dur')!r}): {problem}",
+                         element=index)
+
+
 def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> KinetoTrace:
     doc = StreamedDocument(url, "traceEvents", progress=progress)
     trace = KinetoTrace(url, doc.fields)
@@ -86,28 +112,26 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
     gc.disable()
     try:
         for batch in doc.batches():
-            for event in batch:
+            for index, event in enumerate(batch, doc.elements - len(batch)):
                 if not isinstance(event, dict) or event.get("ph") != "X":
                     continue
                 category = event.get("cat")
-                args = event.get("args") or {}
+                if category not in CATEGORIES:
+                    continue
+                name, tid, ts, dur, args = _fields(event, index, url)
                 if category in CPU_CATEGORIES:
-                    name = event.get("name", "")
                     if name.startswith("ProfilerStep#"):
                         trace.has_profiler_steps = True
                     rf_id = _int_or_none(args.get("Record function id"))
                     trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
-                    trace.cpu.append(CpuEvent(name, event.get("tid", 0), float(event.get("ts", 0)),
-                                              float(event.get("dur", 0)), _int_or_none(args.get("External id")), rf_id))
+                    trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id))
                 elif category in RUNTIME_CATEGORIES:
                     correlation = _int_or_none(args.get("correlation"))
                     if correlation is not None:
-                        trace.runtime.append(RuntimeEvent(event.get("tid", 0), float(event.get("ts", 0)), correlation,
-                                                          _int_or_none(args.get("External id"))))
-                elif category in DEVICE_CATEGORIES:
-                    stream = args.get("stream", event.get("tid", 0))
-                    trace.device.append(DeviceEvent(event.get("name", ""), category, float(event.get("ts", 0)),
-                                                    float(event.get("dur", 0)), stream if type(stream) is int else 0,
+                        trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id"))))
+                else:
+                    stream = args.get("stream", tid)
+                    trace.device.append(DeviceEvent(name, category, ts, dur, stream if type(stream) is int else 0,
                                                     _int_or_none(args.get("External id")),
                                                     _int_or_none(args.get("correlation"))))
     finally:
@@ -115,6 +139,21 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
             gc.enable()
     _exclusive_times(trace.cpu)
     return trace
+
+
+def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
+    """The rank to convert a host trace as: `rank` (from --rank or the file name) when given,
+    else the Kineto trace's distributedInfo rank, else 0. A Kineto trace whose distributedInfo
+    names another rank than `rank` is another rank's trace: linking it would give this rank
+    another's durations, so it is refused."""
+    recorded = kineto.distributed_info.get("rank") if kineto is not None else None
+    recorded = recorded if type(recorded) is int else None
+    if rank is None:
+        return recorded if recorded is not None else 0
+    if recorded is not None and recorded != rank:
+        raise ChakraFormatError(kineto.path, f"a Kineto trace of rank {recorded} (its distributedInfo), given with"
+                                             f" {host_url} of rank {rank}: they are traces of different ranks")
+    return rank
 
 
 def _exclusive_times(events: list[CpuEvent]) -> None:

@@ -38,6 +38,7 @@ from chakra_core.convert import comms, deps
 from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init, simulator_names
 from chakra_core.convert.kineto import KinetoTrace, Linked, link
 from chakra_core.convert.pytorch_et import ID_ATTRS, PG_INIT_NAME, ROOT_NAME, HostTrace, tensor_nbytes, tensors_in
+from chakra_core.errors import ChakraFormatError
 from chakra_core.schema import et_def_pb2 as pb
 
 COMP, METADATA = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["METADATA_NODE"]
@@ -47,6 +48,7 @@ PG_ANNOTATION_PREFIX = "chakra::pg="  # chakra_core.collect.PG_ANNOTATION_PREFIX
 # node roles
 OP, ROOT, ANNOTATION, META, ANCHOR, WRAPPED, GLOO = range(7)
 MAX_ANCESTOR_WALK = 64
+MAX_COMM_SIZE = 2**63 - 1  # comm_size is an int64 attribute
 
 
 @dataclass
@@ -123,16 +125,23 @@ class RankConversion:
         if dangling:
             self.report.notes.append(f"{dangling:,} nodes name a parent (ctrl_deps) that is not in the trace;"
                                      " they are treated as top-level")
+        # any other node naming itself is a cycle of one, already cut by has_parent
+        own_parent = [i for i in np.flatnonzero(parents == ids).tolist() if not ROOT_NAME.match(self.host.names[i])]
+        if own_parent:
+            self._report_cut(own_parent, "name themselves as their parent (ctrl_deps)")
         parent = index.tolist()
         # parents are entered before their children, so a cycle needs a parent with a larger id
         if np.any(found & (parents > ids)):
             cut = _cut_parent_cycles(parent)
-            self.report.counts["parent cycle cut"] += len(cut)
             if cut:
-                cut_ids = ", ".join(str(self.host.ids[i]) for i in cut[:5])
-                self.report.notes.append(f"the parent (ctrl_deps) links form {len(cut)} cycle(s); cut at node(s)"
-                                         f" {cut_ids}")
+                self._report_cut(cut, "close cycles of parent (ctrl_deps) links")
         return parent
+
+    def _report_cut(self, cut: list[int], why: str) -> None:
+        """Parent links cut, as a count and a note naming the first few nodes."""
+        cut_ids = ", ".join(str(self.host.ids[i]) for i in cut[:5]) + (", ..." if len(cut) > 5 else "")
+        self.report.counts["parent cycle cut"] += len(cut)
+        self.report.notes.append(f"{len(cut)} node(s) {why}; their parent link is cut: node(s) {cut_ids}")
 
     def _classify(self) -> None:
         host, role, anchor_of, parent = self.host, self.role, self.anchor_of, self.parent
@@ -260,8 +269,18 @@ class RankConversion:
                 source = "annotation" if pg is not None else ""
             if pg is None and len(distinct_member_sets) == 1:
                 pg, source = (WORLD if WORLD in self.groups.groups else own_groups[0].name), "only group"
-            records.append(CommRecord(i, self.host.ids[i], op.kind, op.size, pg, source, op.peer, op.tag))
+            records.append(CommRecord(i, self.host.ids[i], op.kind, self._checked_size(i, op.size), pg, source,
+                                      op.peer, op.tag))
         return records
+
+    def _checked_size(self, i: int, size) -> int:
+        """A comm_size that is a byte count the int64 attribute holds: a negative or NaN element
+        count in a corrupt trace must not become a message the simulator times."""
+        if type(size) is not int or not 0 <= size <= MAX_COMM_SIZE:
+            raise ChakraFormatError(self.host.path, f"{self.host.names[i]}: communication size {size!r} is not a"
+                                    " byte count (a tensor's element count or item size is negative, not an integer"
+                                    " or too large)", node_id=self.host.ids[i])
+        return size
 
     # ---------------------------------------------------------------- timing
     def _comm_time(self, anchor: int) -> tuple[int, int, bool | None]:
@@ -365,7 +384,7 @@ class RankConversion:
                   sim_names: dict[str, str], groups: ProcessGroups) -> int:
         """The communication attributes of row `row`; returns its node type."""
         members = groups.members(record.pg_name)
-        size = op.size * len(members) if op.kind == comms.SCATTER and members else op.size
+        size = self._checked_size(i, op.size * len(members)) if op.kind == comms.SCATTER and members else op.size
         node_type = SEND if op.kind == comms.SEND else RECV if op.kind == comms.RECV else COLL
         attrs = {"comm_size": size, "pg_name": sim_names.get(record.pg_name, record.pg_name)}
         if node_type == COLL:

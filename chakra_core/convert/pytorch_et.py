@@ -18,6 +18,7 @@ nodes, which need their full arguments, are kept whole; there are few of them.
 from __future__ import annotations
 
 import gc
+import math
 import re
 from array import array
 from collections.abc import Callable
@@ -115,18 +116,27 @@ def normalize_node(node: dict, layout: str) -> dict:
 
 def tensors_in(values, found: list) -> list:
     """Every tensor value ([tensor_id, storage_id, offset, numel, itemsize, device]) in an
-    inputs/outputs `values` list, at any nesting depth (tensor lists, tuples)."""
-    for v in values:
-        if type(v) is list:
-            if len(v) == 6 and type(v[0]) is int and type(v[5]) is str:
-                found.append(v)
-            elif v:
-                tensors_in(v, found)
+    inputs/outputs `values` list, at any nesting depth (tensor lists, tuples), in order.
+    Walked with a stack, not recursion: the nesting is bounded only by the json_depth limit."""
+    stack = [iter(values)] if type(values) is list else []
+    while stack:
+        for v in stack[-1]:
+            if type(v) is list:
+                if len(v) == 6 and type(v[0]) is int and type(v[5]) is str:
+                    found.append(v)
+                elif v:
+                    stack.append(iter(v))
+                    break
+        else:
+            stack.pop()
     return found
 
 
-def tensor_nbytes(tensor: list) -> int:
-    return tensor[3] * tensor[4]
+def tensor_nbytes(tensor: list) -> int | float:
+    """numel x itemsize; NaN when either is not an integer, so that a sum over a corrupt tensor
+    is NaN, which the communication-size check refuses, rather than a TypeError or a string."""
+    numel, itemsize = tensor[3], tensor[4]
+    return numel * itemsize if type(numel) is int and type(itemsize) is int else math.nan
 
 
 def read_host_trace(url: str, progress: Callable[[int], None] | None = None) -> HostTrace:
@@ -159,19 +169,20 @@ class _HostReader:
 
     def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
         if self.trace is None:
-            end_of_first = _jsonscan.value_end(buf, start + 1)
+            end_of_first = _jsonscan.value_end(buf, start + 1, self.doc.element_depth)
             first = parse_json(memoryview(buf)[start + 1:end_of_first], self.url, self.doc.stream_offset(start + 1),
                                first_element)
             self.trace = _start(self.doc, first)
         trace = self.trace
         try:
             d = _ptdigest.digest(buf, start, end, trace.layout == FLAT)
-        except ValueError as exc:  # "node K at byte B: what"
-            found = re.match(r"node (\d+) at byte (\d+): (.*)", str(exc))
+        except ValueError as exc:  # "node K at byte B: [node id I: ]what"
+            found = re.match(r"node (\d+) at byte (\d+): (?:node id (-?\d+): )?(.*)", str(exc))
             if not found:
                 raise TraceJSONError(trace.path, str(exc), element=first_element) from None
-            raise TraceJSONError(trace.path, found.group(3), self.doc.stream_offset(int(found.group(2))),
-                                 first_element + int(found.group(1))) from None
+            node_id = int(found.group(3)) if found.group(3) is not None else None
+            raise TraceJSONError(trace.path, found.group(4), self.doc.stream_offset(int(found.group(2))),
+                                 first_element + int(found.group(1)), node_id) from None
         base = len(trace.ids)
         names = d["names"]
         trace.ids.frombytes(d["ids"])
