@@ -24,15 +24,34 @@ def _print_json(document) -> None:
     sys.stdout.write("\n")
 
 
+def _per_file(urls: list[str], command: str, label: str, work: Callable[[str], object]) -> tuple[list, int]:
+    """[(url, work(url))] for the files that work, and how many did not: each of those is
+    reported as one line on stderr and the others go on."""
+    from chakra_core.errors import ChakraError
+
+    done_ok, failed = [], 0
+    with Progress(items=True) as progress:
+        for done, url in enumerate(urls):
+            progress(label, done, len(urls))
+            try:
+                done_ok.append((url, work(url)))
+            except ChakraError as exc:
+                print(f"chakra {command}: {exc}", file=sys.stderr)
+                failed += 1
+    return done_ok, failed
+
+
 def cmd_info(args) -> int:
     from rich.table import Table
 
     from chakra_core.info import summarize
 
-    summaries = [summarize(url) for url in args.inputs]
+    summarized, failed = _per_file(args.inputs, "info", "summarising traces", summarize)
+    summaries = [s for _, s in summarized]
+    status = EXIT_BAD_INPUT if failed else EXIT_OK
     if args.json:
-        _print_json(summaries[0] if len(summaries) == 1 else summaries)
-        return EXIT_OK
+        _print_json(summaries[0] if len(args.inputs) == 1 and summaries else summaries)
+        return status
     out = console()
     for s in summaries:
         meta = s["metadata"]
@@ -53,7 +72,7 @@ def cmd_info(args) -> int:
             for name, row in {**s["collectives"], **s["point_to_point"]}.items():
                 comm.add_row(name, f"{row['count']:,}", f"{row['bytes']:,} ({_human_bytes(row['bytes'])})")
             out.print(comm)
-    return EXIT_OK
+    return status
 
 
 def _human_bytes(n: int) -> str:
@@ -171,29 +190,34 @@ def cmd_stats(args) -> int:
 
     from rich.table import Table
 
+    import pyarrow as pa
+
     from chakra_core.etfile import read_table
     from chakra_core.stats import collective_rows, job_stats, trace_row
 
-    rows, by_job = [], {}
-    with Progress(items=True) as progress:
-        for done, url in enumerate(args.inputs):
-            progress("statistics of traces", done, len(args.inputs))
-            table = read_table(url)
-            row = {"path": url, **trace_row(table)}
-            rows.append(row)
-            match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
-            if match:
-                by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collective_rows(table))
+    def statistics(url: str) -> tuple[dict, pa.Table]:
+        table = read_table(url)
+        return {"path": url, **trace_row(table)}, collective_rows(table)
+
+    measured, failed = _per_file(args.inputs, "stats", "statistics of traces", statistics)
+    rows, by_job = [row for _, (row, _) in measured], {}
+    for url, (row, collectives) in measured:
+        _note_set_aside(row)
+        match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
+        if match:
+            by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collectives)
+    status = EXIT_BAD_INPUT if failed else EXIT_OK
     jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()})}
             for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]
     if args.json:
         _print_json({"traces": rows, "jobs": jobs})
-        return EXIT_OK
+        return status
     if args.csv:
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        return EXIT_OK
+        if rows:
+            writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return status
     out = console()
     table = Table("trace", "nodes", "compute (µs)", "collectives", "bytes", "msg p50/p99 (B)", "critical path (µs)",
                   "comm share", "depth", "width", box=None, pad_edge=False)
@@ -208,7 +232,17 @@ def cmd_stats(args) -> int:
         out.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
                       f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
                       f"{job['stragglers'] or 'none'}")
-    return EXIT_OK
+    return status
+
+
+def _note_set_aside(row: dict) -> None:
+    """What the statistics of an imperfect trace left out, on stderr."""
+    if row["cycle_edges_set_aside"]:
+        print(f"{row['path']}: the dependency graph has cycles; {row['cycle_edges_set_aside']:,} edge(s) closing "
+              "them were set aside for the critical path (chakra validate names the cycles)", file=sys.stderr)
+    if row["missing_parents"]:
+        print(f"{row['path']}: {row['missing_parents']:,} dependencies on node ids the trace does not hold "
+              "were left out", file=sys.stderr)
 
 
 def _print_conversion(result, as_json: bool) -> int:
@@ -263,15 +297,14 @@ def cmd_split(args) -> int:
 
 
 def cmd_link(args) -> int:
-    from chakra_core.convert.kineto import read_kineto
+    from chakra_core.convert.kineto import rank_of, read_kineto
     from chakra_core.convert.pytorch import RankConversion
     from chakra_core.convert.pytorch_et import read_host_trace
     from chakra_core.etfile import write_table
 
     host = read_host_trace(args.host)
     kineto = read_kineto(args.kineto)
-    rank = args.rank if args.rank is not None else kineto.distributed_info.get("rank", 0)
-    conversion = RankConversion(host, kineto, int(rank))
+    conversion = RankConversion(host, kineto, rank_of(args.host, kineto, args.rank))
     table, metadata = conversion.emit()
     write_table(table, args.output, metadata)
     report = conversion.linked.report
@@ -387,8 +420,6 @@ def cmd_synthesize(args) -> int:
 
 
 def cmd_select(args) -> int:
-    import fsspec
-
     from chakra_core.errors import ChakraError
     from chakra_core.synth.fleet import find_jobs, load_job
     from chakra_core.synth.select import select_representatives, summarize_job
@@ -407,7 +438,9 @@ def cmd_select(args) -> int:
     selection = select_representatives(summaries, args.k, args.seed)
     document = {**selection.to_dict(), "skipped": skipped}
     if args.output:
-        with fsspec.open(args.output, "w") as f:
+        from chakra_core.outputs import open_output
+
+        with open_output(args.output, "w") as f:
             json.dump(document, f, indent=1)
     if args.json:
         _print_json(document)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import itertools
 import mmap
 import zlib
 from collections.abc import Iterable, Iterator
@@ -26,9 +27,10 @@ import pyarrow as pa
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
-from chakra_core import codec
+from chakra_core import codec, limits
 from chakra_core.errors import ChakraFormatError
 from chakra_core.normalize import normalize_table
+from chakra_core.outputs import open_output
 from chakra_core.schema import et_def_pb2 as pb
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -41,20 +43,73 @@ MAX_METADATA_BYTES = 1 << 30
 
 @contextlib.contextmanager
 def open_binary(url: str, mode: str = "rb") -> Iterator[BinaryIO]:
-    """An fsspec file, gunzipped on read when it starts with the gzip magic, gzipped on write to *.gz."""
+    """An fsspec file, gunzipped on read when it starts with the gzip magic; on write, gzipped
+    for *.gz and written atomically (chakra_core/outputs.py)."""
+    if "r" not in mode:
+        with open_output(url, "wb") as f:
+            yield f
+        return
     with fsspec.open(url, mode) as raw:
-        if "r" in mode:
-            head = raw.read(2)
-            raw.seek(0)
-            if head == GZIP_MAGIC:
-                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                    yield unzipped
-                return
-        elif url.endswith(".gz"):
-            with gzip.GzipFile(fileobj=raw, mode="wb") as zipped:
-                yield zipped
+        head = raw.read(2)
+        raw.seek(0)
+        if head == GZIP_MAGIC:
+            with BoundedGzipFile(raw, url) as unzipped:
+                yield unzipped
             return
         yield raw
+
+
+class BoundedGzipFile(gzip.GzipFile):
+    """Gunzips like GzipFile, but refuses a stream that expands beyond the `expansion` limit
+    (a decompression bomb), judged from EXPANSION_FLOOR decompressed bytes on, so that a bomb
+    is stopped after a fraction of a second instead of filling memory."""
+
+    JUDGE_EVERY = 256 << 10  # decompressed bytes between two looks at the ratio
+
+    def __init__(self, raw: BinaryIO, url: str):
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw, self._url = raw, url
+        self._max_ratio = limits.value("expansion")
+        self._out, self._next_judgement = 0, limits.EXPANSION_FLOOR
+
+    def _count(self, n: int) -> None:
+        self._out += n
+        if self._out >= self._next_judgement:
+            self._next_judgement = self._out + self.JUDGE_EVERY
+            consumed = max(1, self._raw.tell() - self._read_ahead())
+            if self._out > consumed * self._max_ratio:
+                raise limits.LimitExceeded(self._url, "expansion", f"{consumed:,} gzip bytes expanded to "
+                                           f"{self._out:,} (x{self._out // consumed:,})")
+
+    def _read_ahead(self) -> int:
+        """Compressed bytes read from the file but not yet inflated (GzipFile reads 8 KiB ahead,
+        which would hide a bomb's ratio for its first megabytes); 0 where Python's gzip differs."""
+        padded = getattr(getattr(self._buffer, "raw", None), "_fp", None)
+        try:
+            return max(0, padded._length - padded._read)
+        except (AttributeError, TypeError):
+            return 0
+
+    def read(self, size=-1):
+        data = super().read(size)
+        self._count(len(data))
+        return data
+
+    def read1(self, size=-1):
+        data = super().read1(size)
+        self._count(len(data))
+        return data
+
+    def readinto(self, b):
+        n = super().readinto(b)
+        self._count(n)
+        return n
+
+    def seek(self, offset, whence=0):
+        position = super().seek(offset, whence)
+        self._out = position  # a rewind re-reads: count what is out from the new position
+        self._next_judgement = max(position, limits.EXPANSION_FLOOR)
+        return position
 
 
 # What reading a damaged stream raises: I/O errors, a gzip stream cut short (EOFError) or
@@ -211,6 +266,7 @@ class ETReader:
         if batch_nodes < 1:  # 0 would decode nothing and loop forever
             raise ValueError(f"batch_nodes must be at least 1, got {batch_nodes}")
         threads = threads or codec.default_decode_threads()
+        self._max_nodes = limits.value("nodes")
         mapped = self._map()
         if mapped is not None:
             yield from self._iter_mapped(mapped, batch_nodes, threads)
@@ -239,13 +295,20 @@ class ETReader:
                 batches, end = self._decode(data, pos, base, node_index, batch_nodes, eof, threads)
             for batch in batches:
                 if batch.num_rows:
-                    node_index += batch.num_rows
+                    node_index = self._counted(node_index, batch.num_rows)
                     yield batch
             batches = batch = None  # not kept alive while the next chunk decodes
             if end == pos and not eof:
                 # one message larger than what is buffered: read more before decoding again
                 buf, filled, eof = self._fill(buf, filled, max(READ_CHUNK_BYTES, filled), base)
             pos = end
+
+    def _counted(self, nodes_before: int, batch_rows: int) -> int:
+        """Nodes read so far, refused past the `nodes` limit (a file of empty messages is ~1 byte a node)."""
+        nodes = nodes_before + batch_rows
+        if nodes > self._max_nodes:
+            raise limits.LimitExceeded(self.url, "nodes", "too many nodes")
+        return nodes
 
     def _decode(self, data, pos: int, base: int, node_index: int, batch_nodes: int, final: bool, threads: int):
         try:
@@ -279,7 +342,7 @@ class ETReader:
                     if end == pos:  # one message longer than a chunk
                         batches, end = self._decode(view, pos, 0, node_index, batch_nodes, True, threads)
                     for batch in batches:
-                        node_index += batch.num_rows
+                        node_index = self._counted(node_index, batch.num_rows)
                         yield batch
                     batches = batch = None
                     pos = end
@@ -379,8 +442,8 @@ def read_metadata(url: str) -> pb.GlobalMetadata:
 def iter_nodes(url: str) -> Iterator[pb.Node]:
     """Every node as a protobuf message, in file order (after checking the metadata)."""
     with ETReader(url) as reader:
-        f, offset = reader._file, reader._offset
-        while True:
+        f, offset, max_nodes = reader._file, reader._offset, limits.value("nodes")
+        for count in itertools.count():
             frame_offset = offset
             try:
                 payload, offset = _read_frame(f, url, offset, "node")
@@ -388,6 +451,8 @@ def iter_nodes(url: str) -> Iterator[pb.Node]:
                 raise ChakraFormatError(url, f"cannot read: {exc}", frame_offset) from None
             if payload is None:
                 return
+            if count == max_nodes:
+                raise limits.LimitExceeded(url, "nodes", "too many nodes")
             node = pb.Node()
             try:
                 node.ParseFromString(payload)

@@ -11,6 +11,9 @@
 The critical path is the heaviest dependency path (ctrl and data deps) by duration_micros;
 communication nodes count with their recorded duration (0 when the trace did not measure it);
 a trace without any duration gets the longest path by node count (and a length of 0 µs).
+Imperfect real traces still get every statistic: dependencies on ids the trace does not hold
+are left out and counted (`missing_parents`), and where the graph has cycles the edges that
+close them are set aside for the path and counted (`cycle_edges_set_aside`).
 Column-wise with pyarrow/numpy; the topological pass is C (_native/graphpath.c).
 """
 
@@ -24,7 +27,7 @@ import pyarrow.compute as pc
 
 from chakra_core._native import _graphpath
 from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
-from chakra_core.graph import csr, flat_list, lookup, to_numpy
+from chakra_core.graph import csr, cycle_candidates, flat_list, lookup, to_numpy
 from chakra_core.normalize import normalize_table
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
@@ -92,24 +95,18 @@ def critical_path(table: pa.Table) -> dict:
     if n == 0:
         return {"micros": 0, "nodes": [], "compute_share": 0.0, "comm_share": 0.0, "depth": 0, "width": 0}
     ids = to_numpy(table.column("id")).astype(np.uint64)
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    src, dst = [], []
-    for column in ("ctrl_deps", "data_deps"):
-        parents, child = flat_list(table.column(column), n)
-        at = lookup(sorted_ids, parents)
-        ok = at >= 0
-        src.append(order[at[ok]])
-        dst.append(child[ok])
-    src, dst = np.concatenate(src), np.concatenate(dst)
-    off, tgt = csr(n, src, dst)
+    src, dst, missing = _edges(table, ids)
     weight = to_numpy(table.column("duration_micros"), 0).astype(np.int64)
     timed = bool(weight.any())
     # without durations the longest path by node count is the informative one
-    found = _graphpath.critical_path(off.astype(np.int64), tgt.astype(np.int64),
-                                     weight if timed else np.ones(n, np.int64))
-    if found is None:
-        raise ValueError("the dependency graph has a cycle: no critical path (chakra validate names it)")
+    weights = weight if timed else np.ones(n, np.int64)
+    found = _graphpath.critical_path(*(a.astype(np.int64) for a in csr(n, src, dst)), weights)
+    cut = np.zeros(0, np.int64)
+    if found is None:  # a damaged trace: set the edges that close cycles aside, and say so
+        cut = _cycle_closing_edges(n, src, dst)
+        keep = np.ones(len(src), bool)
+        keep[cut] = False
+        found = _graphpath.critical_path(*(a.astype(np.int64) for a in csr(n, src[keep], dst[keep])), weights)
     path_bytes, length, depth_bytes = found
     length = length if timed else 0
     path = np.frombuffer(path_bytes, np.int64)
@@ -120,7 +117,34 @@ def critical_path(table: pa.Table) -> dict:
     compute = int(on_path[types == COMP].sum())
     return {"micros": int(length), "nodes": ids[path].tolist(),
             "compute_share": compute / length if length else 0.0, "comm_share": comm / length if length else 0.0,
-            "depth": int(depth.max()) + 1, "width": int(np.bincount(depth).max())}
+            "depth": int(depth.max()) + 1, "width": int(np.bincount(depth).max()),
+            "missing_parents": missing, "cycle_edges_set_aside": len(cut),
+            "cycle_edge_examples": [f"{ids[src[e]]} -> {ids[dst[e]]}" for e in cut[:3]]}
+
+
+def _edges(table: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(parent rows, child rows, dependencies on ids the trace does not hold) over ctrl and data deps."""
+    n = table.num_rows
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    src, dst, missing = [], [], 0
+    for column in ("ctrl_deps", "data_deps"):
+        parents, child = flat_list(table.column(column), n)
+        at = lookup(sorted_ids, parents)
+        ok = at >= 0
+        missing += int((~ok).sum())
+        src.append(order[at[ok]])
+        dst.append(child[ok])
+    return np.concatenate(src), np.concatenate(dst), missing
+
+
+def _cycle_closing_edges(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Indices of the edges that close cycles: among the vertices on or between cycles, those
+    that point backward in file order (self-dependencies included). Every cycle lies within
+    those vertices and must come back to its earliest row, so without them none is left."""
+    self_loops = src == dst
+    on_cycles = cycle_candidates(n, src[~self_loops], dst[~self_loops], [None])
+    return np.flatnonzero(self_loops | (on_cycles[src] & on_cycles[dst] & (src > dst)))
 
 
 def trace_row(table: pa.Table) -> dict:
@@ -158,6 +182,7 @@ def trace_row(table: pa.Table) -> dict:
         "critical_path_micros": path["micros"], "critical_path_nodes": len(path["nodes"]),
         "critical_path_compute_share": path["compute_share"], "critical_path_comm_share": path["comm_share"],
         "depth": path["depth"], "width": path["width"],
+        "missing_parents": path["missing_parents"], "cycle_edges_set_aside": path["cycle_edges_set_aside"],
         "node_types": json.dumps(node_types, sort_keys=True),
         "compute_by_class": json.dumps(_grouped_sums(classes, comp.column("duration_micros").combine_chunks()),
                                        sort_keys=True),

@@ -13,8 +13,8 @@ survey goes on with the rest.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 import fsspec
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table
 from chakra_core.info import summarize_table
+from chakra_core.outputs import open_output
 from chakra_core.validate import unreadable_finding, validate_table
 
 ET_SUFFIXES = (".et", ".et.gz")
@@ -99,6 +100,11 @@ def _node_table_name(root: str, url: str, used: set[str]) -> str:
     return candidate + ".parquet"
 
 
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    with open_output(str(path), "wb", gzipped=False) as f:
+        pq.write_table(table, f)
+
+
 def survey(roots: Iterable[str], out_dir: str, progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Surveys every trace under roots into out_dir; returns counts and the output paths.
 
@@ -120,13 +126,13 @@ def survey(roots: Iterable[str], out_dir: str, progress: Callable[[int, int, str
         else:
             findings = validate_table(table, url)
             trace_rows.append(_trace_row(url, summarize_table(table, url), None, findings))
-            pq.write_table(table, out / "nodes" / _node_table_name(root, url, used))
+            _write_parquet(table, out / "nodes" / _node_table_name(root, url, used))
         finding_rows += [
             {"path": f.path, "severity": f.severity, "code": f.code, "node_ids": list(f.node_ids), "message": f.message}
             for f in findings
         ]
-    pq.write_table(pa.Table.from_pylist(trace_rows, schema=TRACES_SCHEMA), out / "traces.parquet")
-    pq.write_table(pa.Table.from_pylist(finding_rows, schema=FINDINGS_SCHEMA), out / "findings.parquet")
+    _write_parquet(pa.Table.from_pylist(trace_rows, schema=TRACES_SCHEMA), out / "traces.parquet")
+    _write_parquet(pa.Table.from_pylist(finding_rows, schema=FINDINGS_SCHEMA), out / "findings.parquet")
     return {
         "files": len(traces),
         "unreadable": sum(not r["readable"] for r in trace_rows),

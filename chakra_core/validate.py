@@ -71,8 +71,10 @@ CHECKS: dict[str, str] = {
     "attribute-without-value": "an attribute with no value member set",
     "nonstandard-attribute": "a well-known attribute with an unexpected kind, a doc_string, or repeated (warning)",
     "empty-involved-dim": "involved_dim is present but empty (warning)",
+    "negative-value": "comm_size, num_ops, comm_src or comm_dst is negative",
 }
 
+NON_NEGATIVE = ("comm_size", "num_ops", "comm_src", "comm_dst")  # attributes that must be >= 0
 MESSAGE_IDS = 10  # node ids spelled out in a message; Finding.node_ids holds them all
 
 MEM_LOAD = NODE_TYPE_VALUES["MEM_LOAD_NODE"]
@@ -149,7 +151,7 @@ def validate_file(url: str) -> list[Finding]:
 def unreadable_finding(url: str, exc: ChakraError) -> Finding:
     """The one finding of a file that cannot be read (a ChakraFormatError names file and byte offset)."""
     node_id = getattr(exc, "node_id", None)
-    message = str(exc) if isinstance(exc, ChakraFormatError) else f"{url}: {exc}"
+    message = str(exc) if isinstance(exc, ChakraFormatError) or str(exc).startswith(url) else f"{url}: {exc}"
     return Finding(ERROR, "unreadable", url, (node_id,) if node_id is not None else (), message)
 
 
@@ -253,6 +255,7 @@ class _Validator:
             self.check_node_attributes()
             self.check_comm_types()
             self.check_comm_on_cpu()
+            self.check_negative_values()
             self.check_other_attrs()
             self.check_involved_dim()
         return self.findings
@@ -505,6 +508,17 @@ class _Validator:
             self.add(ERROR, "comm-on-cpu", ids,
                      f"communication {_nodes_text(ids.tolist(), 'have')} is_cpu_op true; ASTRA-sim throws 'Comm node"
                      " should not be on CPU'")
+
+    def check_negative_values(self) -> None:
+        """Sizes, operation counts and peer ranks below zero: no simulator can time them."""
+        for name in NON_NEGATIVE:
+            values, extra = self.int_values(name)
+            negative = values < 0
+            for row, value in extra.items():
+                negative[row] = value < 0
+            ids = np.unique(self.ids[negative])
+            if ids.size:
+                self.add(ERROR, "negative-value", ids, f"{_nodes_text(ids.tolist(), 'have')} a negative {name}")
 
     def check_other_attrs(self) -> None:
         o = self.other

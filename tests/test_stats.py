@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -68,10 +67,10 @@ def test_trace_row_counts_classes_and_quantiles():
     assert op_class("volta_sgemm_128x64_nn") == "gemm" and op_class("aten::convolution") == "convolution"
 
 
-def test_a_cycle_is_refused():
+def test_a_cycle_is_set_aside_and_counted():
     table = _table([{"id": 1, "name": "a", "type": COMP, "data": [2]}, {"id": 2, "name": "b", "type": COMP, "data": [1]}])
-    with pytest.raises(ValueError, match="cycle"):
-        critical_path(table)
+    path = critical_path(table)  # 1 -> 2 is kept (forward in the file), 2 -> 1 closes the cycle
+    assert (path["nodes"], path["cycle_edges_set_aside"], path["cycle_edge_examples"]) == ([1, 2], 1, ["2 -> 1"])
 
 
 def test_imbalance_and_stragglers_of_a_skewed_job():

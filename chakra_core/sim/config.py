@@ -29,9 +29,17 @@ from typing import Any, ClassVar, Literal, NoReturn
 
 import fsspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import core_schema
 
+from chakra_core import limits
 from chakra_core.errors import ChakraError
 
 __all__ = [
@@ -77,6 +85,18 @@ class Topology(str, Enum):
     SWITCH = "Switch"  # two hops (NPU -> switch -> NPU): latency twice, serialization once
 
 
+def _within_limit(name: str):
+    """A pydantic validator refusing numbers over a limit of chakra_core/limits.py: they would
+    make the simulator allocate per chunk, queue or NPU without bound."""
+    def check(value: int) -> int:
+        most = limits.value(name)
+        if value > most:
+            raise ValueError(f"{value:,} is over the limit of {most:,} {limits.LIMITS[name].what}; raise "
+                             f"{limits.LIMITS[name].env} if it is genuine")
+        return value
+    return check
+
+
 def _no_bool(value: Any) -> Any:
     """pydantic's lax mode takes True/False as 1/0; a boolean where a number belongs is a mistake."""
     if isinstance(value, bool):
@@ -106,6 +126,7 @@ class NetworkDim(_ConfigModel):
         ge=0, allow_inf_nan=False, description="Latency per hop in ns (ASTRA-sim: latency).")
 
     _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_no_bool)
+    _check_npus = field_validator("npus")(_within_limit("npus"))
 
     @property
     def bytes_per_ns(self) -> float:
@@ -125,6 +146,11 @@ class NetworkConfig(_ConfigModel):
     def npus(self) -> int:
         """Total NPUs: the product of every dimension's NPU count."""
         return math.prod(d.npus for d in self.dims)
+
+    @model_validator(mode="after")
+    def _total_npus_within_limit(self) -> NetworkConfig:
+        _within_limit("npus")(self.npus)
+        return self
 
     def coords(self, npu: int) -> tuple[int, ...]:
         """The per-dimension index of NPU ``npu`` (mixed radix, dim 0 fastest): on [4, 4], 5 -> (1, 1)."""
@@ -314,6 +340,8 @@ class SystemConfig(_ConfigModel):
     _check_numbers = field_validator(
         "endpoint_delay_ns", "active_chunks_per_dim", "dataset_splits", "local_mem_bw_gbps",
         "peak_perf_tflops", "num_queues_per_dim", "injection_scale", mode="before")(_no_bool)
+    _check_chunks = field_validator("dataset_splits", "active_chunks_per_dim", "num_queues_per_dim")(
+        _within_limit("chunks"))
 
     @model_validator(mode="after")
     def _roofline_needs_peak(self) -> SystemConfig:
@@ -392,25 +420,37 @@ class RemoteMemoryConfig(_ConfigModel):
 # Loading
 
 
-def _read(url: Any) -> tuple[str, Any]:
-    """(the path as text, the parsed document): JSON, else YAML (which also takes comments)."""
+def read_document(url: Any) -> tuple[str, Any]:
+    """(the path as text, the parsed document): JSON, else YAML (which also takes comments).
+    Files beyond the `config_bytes` limit and documents nested beyond `json_depth` are refused."""
     path = str(url)
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            text = f.read()
+        with fsspec.open(path, "rb") as f:
+            raw = f.read(limits.value("config_bytes") + 1)
+        if len(raw) > limits.value("config_bytes"):
+            raise limits.LimitExceeded(path, "config_bytes", "file too large")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(path, None, f"cannot read: {exc}") from None
     try:
-        data = json.loads(text)
-    except ValueError:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(path, None, f"neither valid JSON nor valid YAML: {exc}") from None
+        data = _parse(text, path)
+    except RecursionError:  # deeper than Python's stack: far beyond the limit
+        raise limits.LimitExceeded(path, "json_depth", "nested too deeply to parse") from None
+    limits.check_depth(data, path)
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError(path, None, f"expected a mapping of keys to values, got {what}")
     return path, data
+
+
+def _parse(text: str, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(path, None, f"neither valid JSON nor valid YAML: {exc}") from None
 
 
 def _loc_text(loc: tuple) -> str:
@@ -453,7 +493,7 @@ def load_network(url: Any) -> NetworkConfig:
     ``latency`` (ns), lists of one entry per dimension, all of the same length.
     Project form: ``dims: [{topology: Ring, npus: 8, bandwidth_gbps: 50, latency_ns: 500}]``.
     """
-    path, data = _read(url)
+    path, data = read_document(url)
     if "dims" in data:
         try:
             return NetworkConfig.model_validate(data)
@@ -499,7 +539,7 @@ def load_system(url: Any) -> SystemConfig:
     keep their defaults there (they are ASTRA-sim command-line options); to set them, use
     ``config.model_copy(update=...)`` or the project form.
     """
-    path, data = _read(url)
+    path, data = read_document(url)
     if not any("-" in str(k) for k in data):
         try:
             return SystemConfig.model_validate(data)
@@ -536,7 +576,7 @@ def load_comm_groups(url: Any) -> dict[int, tuple[int, ...]]:
     Group ids are integers >= 1 (0 means "all NPUs" and may not be defined); members are
     distinct non-negative NPU ids, kept in file order. Groups may overlap.
     """
-    path, data = _read(url)
+    path, data = read_document(url)
     groups: dict[int, tuple[int, ...]] = {}
     for raw_key, members in data.items():
         key = str(raw_key)
@@ -562,7 +602,7 @@ def load_comm_groups(url: Any) -> dict[int, tuple[int, ...]]:
 
 def load_remote_memory(url: Any) -> RemoteMemoryConfig:
     """ASTRA-sim's remote-memory JSON (``{"memory-type": "NO_MEMORY_EXPANSION"}``) or the project form."""
-    path, data = _read(url)
+    path, data = read_document(url)
     if "memory-type" in data:
         unknown = [k for k in data if k != "memory-type"]
         if data["memory-type"] != "NO_MEMORY_EXPANSION":

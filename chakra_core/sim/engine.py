@@ -322,6 +322,8 @@ class Engine:
         comm_type, size = cols["comm_type"][i], cols["comm_size"][i]
         if comm_type is None or size is None:
             raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
+        if size < 0:
+            raise SimulationError(f"{path}: node {node_id}: comm_size {size} is negative")
         if comm_type == BROADCAST:  # ASTRA-sim replays broadcasts by their duration
             return _Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", label="broadcast", size=size)
         if comm_type not in COLLECTIVE_OPS:
@@ -346,6 +348,8 @@ class Engine:
         if peer is None or size is None or tag is None:
             kind = "send" if ntype == SEND else "receive"
             raise SimulationError(f"{path}: node {node_id}: a {kind} needs {peer_key}, comm_size and comm_tag")
+        if size < 0:
+            raise SimulationError(f"{path}: node {node_id}: comm_size {size} is negative")
         if not 0 <= peer < self.network.npus:
             raise SimulationError(f"{path}: node {node_id}: peer NPU {peer} is outside the network's "
                                   f"{self.network.npus} NPUs")

@@ -27,6 +27,7 @@ import pyarrow as pa
 from chakra_core.convert.groups import COMM_GROUP_SUFFIX
 from chakra_core.etfile import with_metadata, write_table
 from chakra_core.info import summarize_table
+from chakra_core.outputs import open_output
 from chakra_core.schema import et_def_pb2 as pb
 
 VERSION = "0.0.4"  # the schema version ASTRA-sim's feeders expect
@@ -219,7 +220,7 @@ class RankGraph:
 
 def _write_comm_groups(comm_groups: Mapping[int, Sequence[int]], url: str) -> None:
     lines = [f' "{int(gid)}": {json.dumps([int(r) for r in ranks])}' for gid, ranks in sorted(comm_groups.items())]
-    with fsspec.open(url, "w") as f:
+    with open_output(url, "w") as f:
         f.write("{\n" + ",\n".join(lines) + "\n}\n")  # one group per line
 
 

@@ -48,6 +48,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 
 from chakra_core.errors import ChakraError
+from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import JobMeasure, Reference, summarize
 from chakra_core.synth.master import KIND_NAMES, KINDS, RECV_KIND, SEND_KIND
 from chakra_core.synth.mixture import Mixture, fit_mixture
@@ -206,7 +207,7 @@ def save_model(model: SynthModel, url: str) -> None:
     """The model as JSON, one number per line (so that no run of numbers can spell a training
     trace's shape string such as "[[18, 3]]"); floats are written exactly, so a loaded model
     samples the same jobs."""
-    with fsspec.open(url, "w") as f:
+    with open_output(url, "w", gzipped=False) as f:
         f.write(json.dumps(model.model_dump(mode="json"), indent=0))
 
 

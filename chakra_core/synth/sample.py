@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from chakra_core.etfile import write_table
+from chakra_core.outputs import open_output
 from chakra_core.schema import et_def_pb2 as pb
 from chakra_core.synth.builder import COMM_GROUP_SUFFIX, VERSION, WORLD, node_table
 from chakra_core.synth.master import KIND_NAMES, KINDS, RECV_KIND, SEND_KIND
@@ -669,7 +670,7 @@ def write_sampled_job(job: SampledJob, out_dir: str, name: str) -> list[str]:
         written.append(url)
     if job.comm_groups:
         url = f"{base}/{name}.{COMM_GROUP_SUFFIX}"
-        with fsspec.open(url, "w") as f:
+        with open_output(url, "w") as f:
             # one rank per line: no run of ranks can spell a training string such as "[0, 1]"
             json.dump({str(g): list(m) for g, m in sorted(job.comm_groups.items())}, f, indent=0)
         written.append(url)

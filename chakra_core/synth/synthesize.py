@@ -28,12 +28,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.errors import ChakraError
+from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import JobMeasure, fidelity_report, measure_job
 from chakra_core.synth.fleet import find_jobs, load_job
 from chakra_core.synth.master import CrossRankError
 from chakra_core.synth.model import SynthModel, fit_model, load_model, save_model
 from chakra_core.synth.profile import JobProfile, profile_job
-from chakra_core.synth.sample import VOCABULARY, SampledJob, sample_jobs, write_sampled_job
+from chakra_core.synth.sample import (
+    VOCABULARY,
+    SampledJob,
+    sample_jobs,
+    write_sampled_job,
+)
 from chakra_core.validate import validate_table
 
 MIN_STRING_LENGTH = 4  # shorter strings ("0", "mm") are too common to be secrets, and are not scanned
@@ -184,7 +190,7 @@ def synthesize(out_dir: str, npus: int, count: int, *, train: Sequence[str] = ()
                           "skipped": len(skipped),
                           "jobs_per_cluster": {str(c): int(np.sum([n for _, n in cl.jobs_by_npus]))
                                                for c, cl in enumerate(model.clusters)}}
-    with fsspec.open(f"{base}/fidelity.json", "w") as f:
+    with open_output(f"{base}/fidelity.json", "w") as f:
         json.dump(report, f, indent=1)
     return {"out_dir": base, "model": model_out, "fidelity": f"{base}/fidelity.json", "jobs": rows,
             "skipped": skipped, "training_clusters": cluster_of, "checks": report["checks"],

@@ -27,13 +27,13 @@ import posixpath
 import shutil
 from dataclasses import dataclass, field
 
-import fsspec
 import numpy as np
 import pyarrow.compute as pc
 
 from chakra_core.columns import COMM_TYPES, NODE_TYPES
 from chakra_core.errors import ChakraError
 from chakra_core.graph import flat_list, lookup, to_numpy
+from chakra_core.outputs import open_output
 
 DATA, CTRL = 1, 2  # edge kind bits
 DEPENDENCY = {DATA: "data", CTRL: "control", DATA | CTRL: "both"}
@@ -438,7 +438,7 @@ def render(url: str, out: str, *, around: int | None = None, depth: int = 2, onl
         import networkx as nx
 
         g = build_networkx(table, sel, label_duration=label_duration, label_size=label_size)
-        with fsspec.open(out, "wb") as f:
+        with open_output(out, "wb") as f:
             nx.write_graphml(g, f)
     else:
         g = build_dot(table, sel, url, label_duration=label_duration, label_size=label_size, fmt=fmt)
@@ -452,7 +452,7 @@ def render(url: str, out: str, *, around: int | None = None, depth: int = 2, onl
             except graphviz.ExecutableNotFound as exc:
                 raise GraphvizNotFound(f"Graphviz `dot` could not be run ({exc}); install Graphviz or "
                                        "write .dot or .graphml") from None
-        with fsspec.open(out, "wb") as f:
+        with open_output(out, "wb") as f:
             f.write(data)
     return {"output": out, "format": fmt, "nodes": int(len(sel.rows)), "edges": int(len(sel.src)),
             "selected": sel.selected, "left_out": sel.left_out, "total": sel.total, "notes": list(sel.notes)}

@@ -28,6 +28,8 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
+from chakra_core.outputs import open_output
+
 SIM_COLUMNS = ("job_id", "system", "topology", "npus", "traced_npus", "status", "finish_ns",
                "max_compute_ns", "max_cpu_ns")
 FORMATS = (".png", ".svg")
@@ -122,14 +124,9 @@ def _check_out(out: str | os.PathLike) -> str:
 
 
 def _save(fig, out: str) -> str:
-    import fsspec
 
     ext = os.path.splitext(out)[1].lower()
-    fs, path = fsspec.core.url_to_fs(out)
-    parent = os.path.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    with fs.open(path, "wb") as f:
+    with open_output(out, "wb", gzipped=False) as f:
         fig.savefig(f, format=ext[1:], dpi=120)
     return out
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import fsspec
 
+from chakra_core.outputs import open_output
+
 DEFAULT_MAX_FLOWS = 2000
 COMM_NODE_TYPES = {5, 6, 7}  # COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE
 MEMORY_NODE_TYPES = {2, 3}  # MEM_LOAD_NODE, MEM_STORE_NODE
@@ -419,7 +421,7 @@ def validate_trace_events(doc) -> list[str]:
 def write_timeline(doc: dict, url: str) -> None:
     """Writes the document as JSON to any fsspec URL (gzip when it ends in .gz)."""
     data = json.dumps(doc, separators=(",", ":")).encode()
-    with fsspec.open(url, "wb", compression="gzip" if url.endswith(".gz") else None) as f:
+    with open_output(url, "wb") as f:
         f.write(data)
 
 

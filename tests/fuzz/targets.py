@@ -1,0 +1,159 @@
+"""Fuzz targets: random and mutated real inputs for every reader of untrusted bytes.
+
+Each target must end in success or in the project's own error type (ChakraError), never in
+another exception, a crash, unbounded memory or unbounded time. `python tests/fuzz/run.py`
+runs them under a memory and CPU-time cap; tests/test_fuzz.py does so with a few hundred
+cases in all, `CHAKRA_FUZZ_EXAMPLES=5000 python tests/fuzz/run.py` for a longer hunt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chakra_core.convert.job import convert_job
+from chakra_core.convert.kineto import read_kineto
+from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.errors import ChakraError
+from chakra_core.etfile import read_table
+from chakra_core.sim.config import load_comm_groups, load_network, load_system
+from chakra_core.validate import validate_table
+
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+EXAMPLES = int(os.environ.get("CHAKRA_FUZZ_EXAMPLES", "40"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+REAL_ET = [(DATASETS / "astra-sim-microbenchmarks/all_reduce/4npus_1MB/all_reduce.0.et").read_bytes(),
+           (DATASETS / "astra-sim-microbenchmarks/reduce_scatter/8npus_1MB/reduce_scatter.3.et").read_bytes()]
+REAL_HOST = (DATASETS / "pytorch-et/allgather_2ranks.rank0.et.json").read_bytes()
+REAL_KINETO = gzip.decompress((DATASETS / "pytorch-gloo/mlp_ddp-w2/rank0.kineto.json.gz").read_bytes())
+REAL_CONFIGS = [(DATASETS / "astra-sim-reference/configs" / name).read_bytes()
+                for name in ("Ring_4chunks.json", "Switch_8npus.yml", "Ring_8npus.yml")]
+
+
+def _mutated(data: bytes, draw) -> bytes:
+    """Random edits of real bytes: flips, cuts, insertions, duplicated ranges."""
+    data = bytearray(data)
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["flip", "cut", "insert", "repeat", "truncate"]))
+        at = draw(st.integers(0, max(0, len(data) - 1)))
+        if kind == "flip" and data:
+            data[at] ^= draw(st.integers(1, 255))
+        elif kind == "cut":
+            del data[at:at + draw(st.integers(1, 64))]
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=32))
+        elif kind == "repeat":
+            data[at:at] = data[at:at + draw(st.integers(1, 256))] * draw(st.integers(1, 50))
+        else:
+            del data[at:]
+    return bytes(data)
+
+
+@st.composite
+def mutated_et(draw) -> bytes:
+    data = _mutated(draw(st.sampled_from(REAL_ET)), draw)
+    return gzip.compress(data) if draw(st.booleans()) else data
+
+
+@st.composite
+def mutated_json(draw, real: bytes) -> bytes:
+    return _mutated(real, draw)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+@st.composite
+def odd_config(draw) -> bytes:
+    """A real configuration with keys replaced by random JSON values (or removed)."""
+    document = json.loads(REAL_CONFIGS[0])
+    for key in draw(st.lists(st.sampled_from(sorted(document) + ["extra"]), max_size=4)):
+        if draw(st.booleans()):
+            document[key] = draw(JSON_VALUES)
+        else:
+            document.pop(key, None)
+    return json.dumps(document).encode()
+
+
+@st.composite
+def odd_host_trace(draw) -> bytes:
+    """The real PyTorch ET with fields of a few nodes replaced by random JSON values: valid JSON
+    whose meaning is wrong (ids, parents, inputs, attributes, names, types)."""
+    document = json.loads(REAL_HOST)
+    nodes = document["nodes"]
+    for _ in range(draw(st.integers(1, 4))):
+        victim = nodes[draw(st.integers(0, len(nodes) - 1))]
+        key = draw(st.sampled_from(["id", "ctrl_deps", "inputs", "outputs", "attrs", "name", "op_schema", "rf_id"]))
+        victim[key] = draw(JSON_VALUES)
+    return json.dumps(document).encode()
+
+
+def _convert(path: str) -> None:
+    with tempfile.TemporaryDirectory() as out:
+        convert_job(path, out, "fuzz")
+
+
+def _attempt(data: bytes, suffix: str, read) -> None:
+    """read(path) on the bytes: success or a ChakraError, nothing else."""
+    with tempfile.NamedTemporaryFile(suffix=suffix) as f:
+        f.write(data)
+        f.flush()
+        try:
+            read(f.name)
+        except ChakraError:
+            pass
+
+
+def _read_and_validate(path: str) -> None:
+    validate_table(read_table(path))
+
+
+@SETTINGS
+@given(st.binary(max_size=512))
+def et_random_bytes(data):
+    _attempt(data, ".et", _read_and_validate)
+
+
+@SETTINGS
+@given(mutated_et())
+def et_mutated(data):
+    _attempt(data, ".et", _read_and_validate)
+
+
+@SETTINGS
+@given(mutated_json(REAL_HOST))
+def pytorch_et_mutated(data):
+    _attempt(data, ".et.json", read_host_trace)
+
+
+@SETTINGS
+@given(odd_host_trace())
+def pytorch_et_meaning(data):
+    _attempt(data, ".et.json", _convert)
+
+
+@SETTINGS
+@given(mutated_json(REAL_KINETO))
+def kineto_mutated(data):
+    _attempt(data, ".json", read_kineto)
+
+
+@SETTINGS
+@given(st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config())
+def configs_mutated(data):
+    for load in (load_system, load_network, load_comm_groups):
+        _attempt(data, ".json", load)
+
+
+TARGETS = [et_random_bytes, et_mutated, pytorch_et_mutated, pytorch_et_meaning, kineto_mutated, configs_mutated]
