@@ -161,3 +161,22 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     with open_output(str(target), "w") as f:
         f.write("new")
     assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_conversion_that_fails_while_writing_leaves_no_rank(tmp_path, monkeypatch):
+    from datapaths import GLOO
+
+    from chakra_core.convert import job
+
+    real_write, written = job.write_table, []
+
+    def write_then_fail(table, url, metadata):
+        if written:
+            raise OSError("No space left on device")
+        written.append(url)
+        real_write(table, url, metadata)
+
+    monkeypatch.setattr(job, "write_table", write_then_fail)
+    with pytest.raises(OSError):
+        job.convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "out"), "mlp")
+    assert written and list((tmp_path / "out").iterdir()) == []

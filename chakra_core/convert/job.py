@@ -15,6 +15,7 @@ precisely.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import write_table
+from chakra_core.outputs import open_output
 
 RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
@@ -200,20 +202,36 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         fs.makedirs(root, exist_ok=True)
         result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], f"{out_dir}/{prefix}.{COMM_GROUP_SUFFIX}",
                            f"{out_dir}/{prefix}.report.json", [], [], inference_notes)
-        for c in conversions:
-            table, metadata = c.emit(resolved.get(c.rank), job_groups)
-            url = f"{out_dir}/{prefix}.{c.rank}.et"
-            write_table(table, url, metadata)
-            result.et_files.append(url)
-            result.reports.append(c.report.to_dict())
-            result.nodes += table.num_rows
-            result.host_nodes += c.report.host_nodes
-        result.mismatches = check_collectives(conversions, job_groups)
-        with fsspec.open(result.comm_group_file, "w") as f:
-            json.dump(comm_group_document(job_groups), f, indent=1)
-        with fsspec.open(result.report_file, "w") as f:
-            json.dump(result.summary(), f, indent=1)
+        try:
+            _write_outputs(result, conversions, resolved, job_groups)
+        except BaseException:  # a job is written whole or not at all: no ranks of a failed conversion remain
+            _remove([*result.et_files, result.comm_group_file])
+            raise
         return result
+
+
+def _remove(urls: list[str]) -> None:
+    for url in urls:
+        fs, path = fsspec.core.url_to_fs(url)
+        with contextlib.suppress(OSError):  # FileNotFoundError included: it was never written
+            fs.rm(path)
+
+
+def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
+    """Every rank's ET, then the communicator groups and the report (each file atomically)."""
+    for c in conversions:
+        table, metadata = c.emit(resolved.get(c.rank), job_groups)
+        url = f"{result.out_dir}/{result.prefix}.{c.rank}.et"
+        result.et_files.append(url)
+        write_table(table, url, metadata)
+        result.reports.append(c.report.to_dict())
+        result.nodes += table.num_rows
+        result.host_nodes += c.report.host_nodes
+    result.mismatches = check_collectives(conversions, job_groups)
+    with open_output(result.comm_group_file, "w") as f:
+        json.dump(comm_group_document(job_groups), f, indent=1)
+    with open_output(result.report_file, "w") as f:
+        json.dump(result.summary(), f, indent=1)
 
 
 def _size(url: str) -> int:
