@@ -180,3 +180,15 @@ def test_a_conversion_that_fails_while_writing_leaves_no_rank(tmp_path, monkeypa
     with pytest.raises(OSError):
         job.convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "out"), "mlp")
     assert written and list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_process_group_of_a_trillion_ranks_is_a_problem_not_a_list():
+    import json as _json
+
+    from chakra_core.convert.groups import parse_pg_init
+
+    groups = parse_pg_init([_json.dumps([{"pg_name": "0", "group_size": 10**12, "ranks": []},
+                                         {"pg_name": "1", "group_size": 2, "ranks": []}])])
+    assert "1" in groups.groups and groups.groups["1"].ranks == [0, 1] and "0" not in groups.groups
+    assert any("group_size 1,000,000,000,000 is not between 1 and 65,536" in p for p in groups.problems)
+    assert groups.world_size is None

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from chakra_core import limits
+
 WORLD = "0"
 COMM_GROUP_SUFFIX = "comm_groups.json"
 
@@ -72,7 +74,8 @@ def parse_pg_init(values: list, world_size_hint: int | None = None) -> ProcessGr
         return result
     world = world_size_hint
     for entry in payload:
-        if isinstance(entry, dict) and entry.get("pg_name") == WORLD and type(entry.get("group_size")) is int:
+        if isinstance(entry, dict) and entry.get("pg_name") == WORLD and type(entry.get("group_size")) is int \
+                and 0 < entry["group_size"] <= limits.value("npus"):
             world = entry["group_size"]
     result.world_size = world
     for entry in payload:
@@ -86,6 +89,10 @@ def parse_pg_init(values: list, world_size_hint: int | None = None) -> ProcessGr
             continue
         if not ranks:
             size = entry.get("group_size") if type(entry.get("group_size")) is int else world
+            if size and not 0 < size <= limits.value("npus"):  # a group of every rank: a list that long
+                result.problems.append(f"## process_group:init ## group {entry['pg_name']!r}: group_size {size:,}"
+                                       f" is not between 1 and {limits.value('npus'):,} ({limits.LIMITS['npus'].env})")
+                continue
             ranks = list(range(size)) if size else []
         result.groups[str(entry["pg_name"])] = ProcessGroup(str(entry["pg_name"]), str(entry.get("pg_desc", "")),
                                                             sorted(ranks),
