@@ -24,9 +24,11 @@ LIMITS: dict[str, Limit] = {
     "nodes": Limit("CHAKRA_MAX_NODES", 20_000_000,
                    "nodes (or events) in one trace file"),
     "expansion": Limit("CHAKRA_MAX_EXPANSION", 250,
-                       "x expansion of a gzip file (judged from 1 MiB decompressed on; real traces stay under 40x)"),
+                       "x expansion of a gzip file (judged from 256 KiB decompressed on; real traces stay under 40x)"),
     "json_depth": Limit("CHAKRA_MAX_JSON_DEPTH", 64,
                         "levels of nesting in JSON and YAML input (traces, configurations, sweep files)"),
+    "element_bytes": Limit("CHAKRA_MAX_ELEMENT_BYTES", 64 << 20,
+                           "bytes in one element of a JSON trace (a node, an event or a top-level member)"),
     "config_bytes": Limit("CHAKRA_MAX_CONFIG_BYTES", 16 << 20,
                           "bytes in one configuration file (network, system, communicator groups, sweep)"),
     "chunks": Limit("CHAKRA_MAX_CHUNKS", 4096,
@@ -38,7 +40,7 @@ LIMITS: dict[str, Limit] = {
 # Below this many decompressed bytes a gzip file is never judged by its ratio: tiny, very
 # regular files compress far better than any trace of real size. Small, so that a bomb is
 # stopped after a fraction of a second even on the slow per-message path (jsonize).
-EXPANSION_FLOOR = 1 << 20
+EXPANSION_FLOOR = 256 << 10
 
 
 class LimitExceeded(ChakraError):

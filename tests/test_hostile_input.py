@@ -192,3 +192,17 @@ def test_a_process_group_of_a_trillion_ranks_is_a_problem_not_a_list():
     assert "1" in groups.groups and groups.groups["1"].ranks == [0, 1] and "0" not in groups.groups
     assert any("group_size 1,000,000,000,000 is not between 1 and 65,536" in p for p in groups.problems)
     assert groups.world_size is None
+
+
+def test_one_enormous_json_element_is_refused_before_it_fills_memory(tmp_path, monkeypatch):
+    from chakra_core.convert.pytorch_et import read_host_trace
+
+    monkeypatch.setenv("CHAKRA_MAX_ELEMENT_BYTES", str(1 << 20))
+    path = tmp_path / "huge.et.json"
+    huge = "x" * (12 << 20)  # beyond the reader's chunk, so the element arrives in pieces
+    path.write_text('{"schema": "1.0.1", "nodes": [{"id": 1, "name": "' + huge + '"}]}')
+    with pytest.raises(limits.LimitExceeded, match=r"huge\.et\.json: an element at byte .*CHAKRA_MAX_ELEMENT_BYTES"):
+        read_host_trace(str(path))
+    path.write_text('{"schema": "1.0.1", "big": "' + huge + '", "nodes": []}')
+    with pytest.raises(limits.LimitExceeded, match="CHAKRA_MAX_ELEMENT_BYTES"):
+        read_host_trace(str(path))

@@ -97,6 +97,7 @@ class StreamedDocument:
         depth = limits.value("json_depth")
         self.member_depth, self.element_depth = depth - 1, depth - 2
         self._max_elements = limits.value("nodes")
+        self._max_element_bytes = limits.value("element_bytes")
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
         self._eof = False
@@ -164,10 +165,17 @@ class StreamedDocument:
                 raise TraceJSONError(self.url, "expected a JSON value", self._base + exc.args[1]) from None
             if end >= 0 and (end < len(self._buf) or self._eof):
                 return parse_json(memoryview(self._buf)[pos:end], self.url, self._base + pos), end
+            self._check_element_size(pos)
             if not self._fill():
                 if end >= 0:
                     continue
                 raise self._truncated("a complete value")
+
+    def _check_element_size(self, start: int) -> None:
+        """One element still incomplete after this many bytes is refused before it fills memory."""
+        if len(self._buf) - start > self._max_element_bytes:
+            raise limits.LimitExceeded(self.url, "element_bytes", f"an element at byte {self._base + start:,} "
+                                       f"(element {self.elements}) runs past {len(self._buf) - start:,} bytes")
 
     def _truncated(self, what: str) -> TraceJSONError:
         inside = f" inside {self.array_key!r} after {self.elements} elements" if self.array_seen and self.elements else ""
@@ -240,6 +248,7 @@ class StreamedDocument:
                 self._discard(next_pos - 1)  # keep the ',' before the next element: it becomes '['
                 pos = 1
                 continue
+            self._check_element_size(pos)
             if not self._fill():
                 raise self._truncated(f"the rest of {self.array_key!r}")
 
