@@ -173,13 +173,18 @@ def cmd_simulate(args) -> int:
     if args.json:
         _print_json({**result.to_dict(), "what_if": assumptions})
         return EXIT_OK
-    table = Table("NPU", "finish (ns)", "compute (ns)", "exposed comm (ns)", "communication (ns)", box=None,
-                  pad_edge=False)
+    table = Table("NPU", "finish (ns)", "compute (ns)", "host (ns)", "exposed comm (ns)", "idle (ns)",
+                  "communication (ns)", box=None, pad_edge=False)
     for npu in result.npus:
         comm = ", ".join(f"{op} {ns:,}" for op, ns in sorted(npu.comm_ns.items())) or "-"
-        table.add_row(str(npu.npu), f"{npu.finish_ns:,}", f"{npu.compute_ns:,}", f"{npu.exposed_comm_ns:,}", comm)
+        spent = npu.time_by_category  # adds up to the finish; memory time shows as its own line below
+        table.add_row(str(npu.npu), f"{npu.finish_ns:,}", f"{spent['compute']:,}", f"{spent['host']:,}",
+                      f"{spent['communication']:,}", f"{spent['idle']:,}", comm)
     out = console()
     out.print(table)
+    memory = [n for n in result.npus if n.time_by_category["memory"]]
+    if memory:
+        out.print("memory (ns): " + ", ".join(f"NPU {n.npu} {n.time_by_category['memory']:,}" for n in memory))
     out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
     return EXIT_OK
 
@@ -422,7 +427,7 @@ def cmd_synthesize(args) -> int:
 def cmd_select(args) -> int:
     from chakra_core.errors import ChakraError
     from chakra_core.synth.fleet import find_jobs, load_job
-    from chakra_core.synth.select import select_representatives, summarize_job
+    from chakra_core.synth.select import DEFAULT_MAX_ERROR, select_representatives, summarize_job
 
     jobs, skipped = find_jobs(args.dirs)
     summaries = []
@@ -435,7 +440,8 @@ def cmd_select(args) -> int:
                 skipped.append(f"{job.folder}: {exc}")
     if not summaries:
         raise ChakraError("no job could be summarised: " + "; ".join(skipped or ["no jobs found"]))
-    selection = select_representatives(summaries, args.k, args.seed)
+    target = DEFAULT_MAX_ERROR if args.max_error is None else args.max_error
+    selection = select_representatives(summaries, args.k, target)
     document = {**selection.to_dict(), "skipped": skipped}
     if args.output:
         from chakra_core.outputs import open_output
@@ -447,14 +453,20 @@ def cmd_select(args) -> int:
         return EXIT_OK
     from rich.table import Table
 
-    table = Table("cluster", "representative", "jobs", "weight", "share of fleet time", "estimate error",
-                  title=f"{selection.k} representative(s) of {len(summaries)} job(s)")
+    chosen = Table("cluster", "representative", "weight", "jobs nearest", "share of fleet time",
+                   title=f"{selection.k} representative(s) of {len(summaries)} job(s)")
     for c in selection.clusters:
-        table.add_row(str(c["cluster"]), c["representative"], str(c["jobs"]), f"{c['weight']:.3f}",
-                      f"{c['time_share']:.1%}", f"{c['estimate_error']:.1%}")
+        chosen.add_row(str(c["cluster"]), c["representative"], f"{c['weight']:.3f}", str(c["jobs"]),
+                       f"{c['time_share']:.1%}")
+    estimates = Table("metric", "key", "fleet", "estimate", "error",
+                      title=f"what the subset estimates (largest group error {selection.error:.1%})")
+    for row in selection.estimates:
+        error = "-" if row["error"] is None else f"{row['error']:.1%}"
+        estimates.add_row(row["group"], row["key"], f"{row['actual']:,.0f}", f"{row['estimate']:,.0f}", error)
     out = console()
-    out.print(table)
-    out.print(f"coverage of the fleet's simulated time: {selection.coverage:.1%}")
+    out.print(chosen)
+    out.print(estimates)
+    out.print("error per group: " + ", ".join(f"{g} {e:.1%}" for g, e in selection.errors.items()))
     for line in selection.notes + [f"skipped: {s}" for s in skipped]:
         print(line, file=sys.stderr)
     return EXIT_OK
@@ -662,15 +674,18 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--model", metavar="FILE", help="sample from this saved model instead of fitting (no --train)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_synthesize)
-    p = sub.add_parser("select", help="choose k representative jobs of a fleet, with weights and coverage",
-                       description="Cluster jobs by a feature vector (op mix, bytes by collective, compute/"
-                       "communication split, NPU count, message-size quantiles, simulated time on the reference "
-                       "system) and print k representatives with their cluster weights and the coverage of the "
-                       "fleet's simulated time. A DIR holds one job's <name>.<rank>.et files, or subfolders that "
-                       "each hold one job.")
+    p = sub.add_parser("select", help="choose representative jobs of a fleet, with weights and estimate errors",
+                       description="Choose representatives one at a time, each the job that most lowers the "
+                       "largest error of the subset's weighted estimate of the fleet (jobs, simulated time on the "
+                       "reference system, exposed communication, time per family, bytes per collective kind); "
+                       "weights are calibrated by a linear program. Prints the representatives, their weights and, "
+                       "per metric, the fleet's value, the estimate and the error. A DIR holds one job's "
+                       "<name>.<rank>.et files, or subfolders that each hold one job.")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="job folder(s), or folders of job folders")
-    p.add_argument("-k", type=int, required=True, help="number of representatives")
-    p.add_argument("--seed", type=int, default=0, help="k-means seed (default 0)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("-k", type=int, help="number of representatives (default: the fewest meeting --max-error)")
+    size.add_argument("--max-error", type=float, metavar="E",
+                      help="without -k: the largest group error allowed, as a fraction (default 0.05)")
     p.add_argument("-o", "--output", metavar="OUT.json", help="also write the selection as JSON here")
     p.add_argument("--json", action="store_true", help="print the selection as JSON")
     p.set_defaults(run=cmd_select)

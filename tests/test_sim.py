@@ -69,6 +69,7 @@ def check_reference_run(row: dict, mode: str, tolerance: float) -> None:
     for npu in result.npus:
         assert abs(npu.finish_ns - expected) <= expected * tolerance, (npu.npu, npu.finish_ns, expected)
         assert npu.finish_ns == expected  # in fact exact: the model is ASTRA-sim's
+        assert npu.time_by_category["communication"] == expected  # one collective: all of it exposed
 
 
 TWO_D = network(("Ring", 4, 200, 500), ("Switch", 4, 50, 1000))
@@ -180,6 +181,20 @@ def test_compute_before_a_collective_delays_it_and_parallel_compute_overlaps():
     assert overlap.npus[0].exposed_comm_ns == 64440 - 5000  # ASTRA-sim's definition: finish - GPU compute
     long_compute = simulate(same_on_every_npu([comp(1, 100), all_reduce(2, MiB)]), RING8, BASE)
     assert long_compute.npus[0].exposed_comm_ns == 0
+
+
+def test_time_by_category_adds_up_and_exposes_only_lone_communication():
+    overlap = simulate(same_on_every_npu([comp(1, 5), all_reduce(2, MiB)]), RING8, BASE).npus[0]
+    assert overlap.time_by_category == {"compute": 5000, "host": 0, "memory": 0, "communication": 59440, "idle": 0}
+    host_first = simulate(same_on_every_npu([comp(1, 3, is_cpu_op=True), all_reduce(2, MiB, 1)]), RING8, BASE).npus[0]
+    assert host_first.time_by_category == {"compute": 0, "host": 3000, "memory": 0, "communication": 64440,
+                                           "idle": 0}
+    assert host_first.exposed_comm_ns == 67440  # ASTRA-sim's figure counts the host time as communication
+    # NPU 0 computes 20 us more than the others, which wait for it inside the all-reduce
+    late = job([comp(1, 30), all_reduce(2, MiB, 1)], *[[comp(1, 10), all_reduce(2, MiB, 1)]] * 7)
+    npus = simulate(late, RING8, BASE).npus
+    assert all(sum(n.time_by_category.values()) == n.finish_ns for n in npus)
+    assert npus[1].time_by_category["communication"] == npus[1].finish_ns - 10000
 
 
 def test_two_independent_chains_overlap_compute_with_communication():

@@ -49,6 +49,7 @@ from chakra_core.sim.collectives import (
 )
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.events import CALL, EventQueue
+from chakra_core.sim import breakdown
 from chakra_core.sim.aware import AwareCollectiveModel, AwareFabric
 from chakra_core.sim.network import UnawareNetwork
 from chakra_core.sim.replay import Instance, Replay
@@ -109,6 +110,7 @@ class NpuResult:
     nodes: int = 0
     comm_ns: dict[str, int] = field(default_factory=dict)  # collective / p2p time by type
     comm_bytes: dict[str, int] = field(default_factory=dict)
+    time_by_category: dict[str, int] = field(default_factory=dict)  # sim/breakdown.py: adds up to finish_ns
 
     def add_comm(self, kind: str, nbytes: int, ns: int | None = None) -> None:
         """Counts bytes (and, for collectives, the time) of one communication of this kind."""
@@ -124,7 +126,8 @@ class NpuResult:
     def to_dict(self) -> dict:
         return {"npu": self.npu, "finish_ns": self.finish_ns, "compute_ns": self.compute_ns,
                 "exposed_comm_ns": self.exposed_comm_ns, "cpu_ns": self.cpu_ns, "nodes": self.nodes,
-                "comm_ns": dict(self.comm_ns), "comm_bytes": dict(self.comm_bytes)}
+                "comm_ns": dict(self.comm_ns), "comm_bytes": dict(self.comm_bytes),
+                "time_by_category": dict(self.time_by_category)}
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,8 @@ class SimResult:
 
     def npu_table(self) -> pa.Table:
         """One row per NPU, ready for Parquet (communication time and bytes as maps by type)."""
-        rows = [{**n.to_dict(), "comm_ns": list(n.comm_ns.items()), "comm_bytes": list(n.comm_bytes.items())}
-                for n in self.npus]
+        rows = [{**n.to_dict(), "comm_ns": list(n.comm_ns.items()), "comm_bytes": list(n.comm_bytes.items()),
+                 "time_by_category": list(n.time_by_category.items())} for n in self.npus]
         return pa.Table.from_pylist(rows, schema=NPU_RESULT_SCHEMA)
 
     def timeline_table(self) -> pa.Table:
@@ -171,7 +174,7 @@ class SimResult:
 NPU_RESULT_SCHEMA = pa.schema([
     ("npu", pa.int32()), ("finish_ns", pa.int64()), ("compute_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
     ("cpu_ns", pa.int64()), ("nodes", pa.int64()), ("comm_ns", pa.map_(pa.string(), pa.int64())),
-    ("comm_bytes", pa.map_(pa.string(), pa.int64())),
+    ("comm_bytes", pa.map_(pa.string(), pa.int64())), ("time_by_category", pa.map_(pa.string(), pa.int64())),
 ])
 TIMELINE_SCHEMA = pa.schema([
     ("npu", pa.int32()), ("node_id", pa.uint64()), ("name", pa.string()), ("track", pa.string()),
@@ -195,6 +198,21 @@ class _Node:
     idle: bool = False  # a collective with no dimension to run on: each member is done when it issues it
     peer: int = -1
     tag: int = 0
+    category: int | None = field(init=False, default=None)  # its share of the NPU's time (sim/breakdown.py)
+
+    def __post_init__(self) -> None:  # once per distinct node shape: nodes are interned
+        object.__setattr__(self, "category", _category_of(self))
+
+
+def _category_of(node: _Node) -> int | None:
+    """None for nodes that take no time."""
+    if node.action == DO_INSTANT:
+        return None
+    if node.op == "memory":
+        return breakdown.MEMORY
+    if node.action in (DO_COLLECTIVE, DO_SEND, DO_RECV) or node.op == "broadcast":
+        return breakdown.COMMUNICATION
+    return breakdown.HOST if node.slot == CPU else breakdown.COMPUTE
 
 
 def _column(table: pa.Table, name: str, fill=None) -> list:
@@ -506,6 +524,8 @@ class Engine:
                     deferred.append(index)
                     continue
                 slots[node.slot] = True
+                if node.category is not None:
+                    move(npu, now, node.category, 1)
                 if issued_at is not None:
                     issued_at[npu][index] = now
                 action = node.action
@@ -550,6 +570,8 @@ class Engine:
                 feeder.push_back(index)
 
         report_every, total_nodes, done_nodes = PROGRESS_EVERY, sum(map(len, nodes)), 0
+        spent = breakdown.TimeBreakdown(npus)
+        move = spent.move
         for npu in range(npus):
             issue(npu, 0)
         while events:
@@ -560,6 +582,8 @@ class Engine:
                 continue
             node = nodes[npu][index]
             busy[npu][node.slot] = False
+            if node.category is not None:
+                move(npu, now, node.category, -1)
             feeders[npu].free_children(index)
             r = results[npu]
             r.nodes += 1
@@ -572,6 +596,8 @@ class Engine:
                 ran.append((npu, index, now))
             issue(npu, now)
 
+        for npu, r in enumerate(results):
+            r.time_by_category = spent.totals(npu, r.finish_ns)
         unfinished = {npu: f.remaining for npu, f in enumerate(feeders) if f.remaining}
         result = SimResult(self.mode, results, self._timeline(ran, issued_at) if ran is not None else None,
                            notes=[EXTENSIONS.get(label, MEMORY_NOTE) for label in sorted(extensions)]
