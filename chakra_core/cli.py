@@ -503,6 +503,35 @@ def cmd_query(args) -> int:
     return EXIT_OK
 
 
+def cmd_replay(args) -> int:
+    from chakra_core.replay import replay_job
+    from chakra_core.sim.config import load_comm_groups
+
+    groups = load_comm_groups(args.comm_group) if args.comm_group else None
+    result = replay_job(args.workload, groups, iterations=args.iterations, warmup=args.warmup, backend=args.backend,
+                        compute=args.compute, timeout_s=args.timeout)
+    if args.json:
+        _print_json(result)
+        return EXIT_OK
+    from rich.table import Table
+
+    by_kind: dict[tuple, list[int]] = {}
+    for node in result["nodes"]:
+        by_kind.setdefault((node["rank"], node["kind"]), []).append(node["median_ns"])
+    table = Table("rank", "communication", "nodes", "time per iteration (ms)", box=None, pad_edge=False)
+    for (rank, kind), times in sorted(by_kind.items()):
+        table.add_row(str(rank), kind, str(len(times)), f"{sum(times) / 1e6:,.3f}")
+    out = console()
+    out.print(table)
+    iterations = ", ".join(f"{ns / 1e6:,.3f}" for ns in result["iterations_ns"])
+    recorded = result["recorded_ns"]
+    compared = "" if not recorded else (f"; the trace recorded {recorded / 1e6:,.3f} ms "
+                                        f"({result['median_ns'] / recorded - 1:+.1%})")
+    out.print(f"{result['ranks']} ranks, iterations (ms): {iterations}; median {result['median_ns'] / 1e6:,.3f} ms"
+              + compared)
+    return EXIT_OK
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -689,6 +718,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="OUT.json", help="also write the selection as JSON here")
     p.add_argument("--json", action="store_true", help="print the selection as JSON")
     p.set_defaults(run=cmd_select)
+
+    p = sub.add_parser("replay", help="replay a job on a real torch.distributed runtime and time it",
+                       description="Run one process per rank (torch.distributed: gloo on CPUs, nccl on GPUs), each "
+                       "walking its <PREFIX>.<rank>.et in dependency order: every collective and send/recv with its "
+                       "recorded size and process group, compute nodes for their recorded duration (sleep or spin; "
+                       "none: skipped, to time communication alone). Prints the iteration times (the slowest rank's), "
+                       "their median against the time the trace itself recorded, and communication time per kind "
+                       "and rank; --json gives every communication node. Needs the torch extra.")
+    p.add_argument("workload", metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (sub-groups)")
+    p.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
+    p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed iterations first (default 1)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    p.add_argument("--compute", choices=["sleep", "spin", "none"], default="sleep",
+                   help="how compute nodes take their recorded time (default sleep)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a rank may wait for its peers before the replay fails (default 60)")
+    p.add_argument("--json", action="store_true", help="one JSON document with every communication node")
+    p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser("query", help="SQL over the fleet pipeline's Parquet tables (DuckDB, any fsspec URL)",
                        description="Open the warehouse the nightly flow writes (a local folder, file:// or s3://) "

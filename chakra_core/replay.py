@@ -1,0 +1,194 @@
+"""Replay a Chakra job on a real torch.distributed runtime (`chakra replay`).
+
+One process per rank walks its rank's trace in dependency order (ready nodes by ascending id,
+the order ASTRA-sim issues them in) and runs every collective and send/recv with its
+recorded size and process group; compute nodes take their recorded duration (`sleep`: the
+process waits, `spin`: it busy-waits, `none`: compute is skipped to time communication
+alone). Compute time is paid as a debt just before the next communication, so a trace of
+many microsecond-long operators is not inflated by one sleep call per node.
+
+Each iteration is timed between two barriers; the job's iteration time is the slowest
+rank's. Every communication node is timed on every rank. The result also gives the time the
+trace itself measured (`recorded_ns`: from its earliest start to its latest end, on the
+slowest rank), so replay and recording can be compared. gloo runs on CPUs; nccl on GPUs
+(one per rank). A peer that never arrives ends the replay after `timeout_s` with the ranks
+and nodes that were waiting.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core.errors import ChakraError
+from chakra_core.etfile import read_table
+
+COMP, COLL = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["COMM_COLL_NODE"]
+SEND, RECV = NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
+WORLD_NAMES = ("", "0")
+SLEEP_SLACK_NS = 200_000  # below this much compute debt, spin: sleep() overshoots by ~0.1 ms
+
+
+class ReplayError(ChakraError):
+    """A trace that cannot be replayed, or a replay that failed or timed out (names ranks and nodes)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "compute", a collective name (COMM_TYPES, lower case), "send" or "recv"
+    node_id: int
+    name: str
+    size: int = 0  # bytes, or ns for compute
+    group: str = "0"
+    peer: int = -1
+    tag: int = 0
+
+
+def plan_rank(table, path: str) -> list[Step]:
+    """The rank's nodes as steps, in dependency order with ascending ids among the ready ones."""
+    rows = table.select(["id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "comm_type",
+                         "comm_size", "pg_name", "comm_src", "comm_dst", "comm_tag"]).to_pylist()
+    index = {row["id"]: i for i, row in enumerate(rows)}
+    children, waiting = [[] for _ in rows], [0] * len(rows)
+    for i, row in enumerate(rows):
+        for parent in {*(row["ctrl_deps"] or ()), *(row["data_deps"] or ())}:
+            if parent in index and index[parent] != i:
+                children[index[parent]].append(i)
+                waiting[i] += 1
+    ready = [(row["id"], i) for i, row in enumerate(rows) if not waiting[i]]
+    heapq.heapify(ready)
+    steps = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        step = _step(rows[i], path)
+        if step is not None:
+            steps.append(step)
+        for child in children[i]:
+            waiting[child] -= 1
+            if not waiting[child]:
+                heapq.heappush(ready, (rows[child]["id"], child))
+    if len(steps) < sum(1 for row in rows if _step(row, path) is not None):
+        raise ReplayError(f"{path}: the dependency graph has a cycle; `chakra validate` names it")
+    return steps
+
+
+def _step(row: dict, path: str) -> Step | None:
+    node_type, node_id, name = row["type"], row["id"], row["name"] or ""
+    if node_type == COMP:
+        return Step("compute", node_id, name, (row["duration_micros"] or 0) * 1000)
+    if node_type == COLL:
+        kind = COMM_TYPES.get(row["comm_type"])
+        if kind is None or row["comm_size"] is None or row["comm_size"] < 0:
+            raise ReplayError(f"{path}: node {node_id}: a collective needs a known comm_type and comm_size >= 0")
+        return Step(kind.lower(), node_id, name, row["comm_size"], _group(row["pg_name"]))
+    if node_type in (SEND, RECV):
+        peer = row["comm_dst"] if node_type == SEND else row["comm_src"]
+        if peer is None or row["comm_size"] is None or row["comm_tag"] is None:
+            raise ReplayError(f"{path}: node {node_id}: send/recv needs its peer, comm_size and comm_tag")
+        return Step("send" if node_type == SEND else "recv", node_id, name, row["comm_size"], peer=peer,
+                    tag=row["comm_tag"])
+    return None  # metadata and memory nodes take no time in a replay
+
+
+def _group(pg_name) -> str:
+    return "0" if pg_name in WORLD_NAMES or pg_name is None else str(pg_name)
+
+
+def recorded_ns(table) -> int | None:
+    """The span the trace measured: earliest start to latest end (None without start times)."""
+    start = np.asarray(table.column("start_time_micros").to_numpy(zero_copy_only=False), dtype=np.float64)
+    duration = np.nan_to_num(np.asarray(table.column("duration_micros").to_numpy(zero_copy_only=False),
+                                        dtype=np.float64))
+    timed = start > 0
+    if not timed.any():
+        return None
+    return int((np.max(start[timed] + duration[timed]) - np.min(start[timed])) * 1000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = None, *, iterations: int = 3,
+               warmup: int = 1, backend: str = "gloo", compute: str = "sleep", timeout_s: float = 60.0,
+               ranks: int | None = None) -> dict:
+    """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given)."""
+    from chakra_core.replay_runtime import run_ranks
+
+    if compute not in ("sleep", "spin", "none"):
+        raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
+    tables = _tables(prefix, ranks)
+    plans = [plan_rank(t, f"{prefix}.{r}.et") for r, t in enumerate(tables)]
+    groups = {str(g): tuple(members) for g, members in sorted((comm_groups or {}).items())}
+    _check_groups(plans, groups, prefix)
+    outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
+                         timeout_s=timeout_s, port=_free_port())
+    return _summary(prefix, plans, tables, outcomes)
+
+
+def _tables(prefix: str, ranks: int | None) -> list:
+    import fsspec
+
+    if ranks is None:
+        fs, path = fsspec.core.url_to_fs(prefix)
+        found = sorted(int(p.rsplit(".", 2)[-2]) for p in fs.glob(f"{path}.*.et") if p.rsplit(".", 2)[-2].isdigit())
+        if not found or found != list(range(len(found))):
+            raise ReplayError(f"{prefix}: expected files {prefix}.0.et ... {prefix}.<N-1>.et, found ranks {found}")
+        ranks = len(found)
+    return [read_table(f"{prefix}.{rank}.et") for rank in range(ranks)]
+
+
+def _check_groups(plans: list[list[Step]], groups: dict[str, tuple[int, ...]], prefix: str) -> None:
+    for rank, plan in enumerate(plans):
+        for step in plan:
+            if step.kind in ("compute", "send", "recv") or step.group == "0":
+                continue
+            if step.group not in groups:
+                raise ReplayError(f"{prefix}.{rank}.et: node {step.node_id}: process group {step.group} is not in "
+                                  f"the communicator groups ({sorted(groups) or 'none; pass --comm-group'})")
+            if rank not in groups[step.group]:
+                raise ReplayError(f"{prefix}.{rank}.et: node {step.node_id}: rank {rank} is not a member of group "
+                                  f"{step.group} {list(groups[step.group])}")
+
+
+def _summary(prefix: str, plans: list[list[Step]], tables: list, outcomes: list[dict]) -> dict:
+    per_iteration = [max(o["iterations_ns"][i] for o in outcomes) for i in range(len(outcomes[0]["iterations_ns"]))]
+    recorded = [recorded_ns(t) for t in tables]
+    nodes = []
+    for rank, (plan, outcome) in enumerate(zip(plans, outcomes)):
+        comm = [s for s in plan if s.kind != "compute"]
+        for step, times in zip(comm, outcome["comm_ns"]):
+            nodes.append({"rank": rank, "node_id": step.node_id, "name": step.name, "kind": step.kind,
+                          "bytes": step.size, "group": step.group, "median_ns": int(statistics.median(times))})
+    return {"prefix": prefix, "ranks": len(plans), "iterations_ns": per_iteration,
+            "median_ns": int(statistics.median(per_iteration)),
+            "recorded_ns": max((r for r in recorded if r is not None), default=None), "nodes": nodes}
+
+
+def tensor_elements(nbytes: int, multiple: int = 1) -> int:
+    """float32 elements holding nbytes, rounded up to a multiple (all-to-all splits evenly)."""
+    return max(multiple, math.ceil(math.ceil(nbytes / 4) / multiple) * multiple)
+
+
+def pay_compute(due_ns: int, spin: bool) -> None:
+    """Wait until the monotonic clock reaches due_ns (sleep for the bulk unless spinning)."""
+    remaining = due_ns - time.perf_counter_ns()
+    if not spin and remaining > SLEEP_SLACK_NS:
+        time.sleep((remaining - SLEEP_SLACK_NS) / 1e9)
+    while time.perf_counter_ns() < due_ns:
+        pass
+
+
+def worker_env() -> dict[str, str]:
+    """Threads per rank: one, so that ranks sharing a machine do not fight over its cores."""
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

@@ -1,0 +1,96 @@
+"""`chakra replay` on real torch.distributed (gloo processes on this CPU)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from datapaths import GLOO
+
+from chakra_core.replay import ReplayError, plan_rank, recorded_ns, replay_job
+from chakra_core.sim.config import load_comm_groups
+from chakra_core.synth.builder import JobBuilder
+
+pytest.importorskip("torch.distributed")
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory) -> str:
+    from chakra_core.convert.job import convert_job
+
+    out = tmp_path_factory.mktemp("mlp")
+    convert_job(str(GLOO / "mlp_ddp-w2"), str(out), "mlp")
+    return str(out / "mlp")
+
+
+def test_a_recorded_gloo_job_replays_near_its_recorded_time(mlp):
+    from chakra_core.etfile import read_table
+
+    result = replay_job(mlp, iterations=2, warmup=1, timeout_s=30)
+    spans = [recorded_ns(read_table(f"{mlp}.{rank}.et")) for rank in (0, 1)]
+    assert result["ranks"] == 2 and len(result["iterations_ns"]) == 2 and result["recorded_ns"] == max(spans)
+    assert sorted({(n["rank"], n["kind"]) for n in result["nodes"]}) == [
+        (0, "all_reduce"), (0, "broadcast"), (1, "all_reduce"), (1, "broadcast")]
+    # compute is replayed for its recorded time, so the replay cannot be faster than the compute it
+    # holds, and a loaded 2-core machine stays within a few times the recording
+    assert 0.5 * result["recorded_ns"] < result["median_ns"] < 4 * result["recorded_ns"], result
+
+
+def _pipeline_job(tmp_path) -> tuple[str, dict]:
+    """4 ranks: pairs {0,1} and {2,3} reduce, then 0 -> 2 and 1 -> 3 send, all with compute."""
+    job = JobBuilder(4, flops_per_s=1e12)
+    pairs = [job.group([0, 1]), job.group([2, 3])]
+    for rank in range(4):
+        g = job.rank(rank)
+        x = g.compute("fwd", num_ops=2e9, tensor_size=1 << 20)
+        ar = g.collective("grads", "ALL_REDUCE", 1 << 16, [x], pg_name=pairs[rank // 2])
+        if rank < 2:
+            g.send("act", rank + 2, 1 << 12, 7, [ar])
+        else:
+            g.recv("act", rank - 2, 1 << 12, 7, [ar])
+    job.write(str(tmp_path), "pipe")
+    return str(tmp_path / "pipe"), load_comm_groups(str(tmp_path / "pipe.comm_groups.json"))
+
+
+def test_sub_groups_and_sends_replay_with_compute_skipped(tmp_path):
+    prefix, groups = _pipeline_job(tmp_path)
+    result = replay_job(prefix, groups, iterations=1, warmup=0, compute="none", timeout_s=30)
+    kinds = sorted((n["rank"], n["kind"], n["group"]) for n in result["nodes"])
+    assert kinds == [(0, "all_reduce", "1"), (0, "send", "0"), (1, "all_reduce", "1"), (1, "send", "0"),
+                     (2, "all_reduce", "2"), (2, "recv", "0"), (3, "all_reduce", "2"), (3, "recv", "0")]
+    with pytest.raises(ReplayError, match=r"pipe\.0\.et: node \d+: process group 1 is not in the communicator groups"):
+        replay_job(prefix, None, iterations=1)
+
+
+def test_a_missing_peer_fails_with_the_waiting_rank_and_node_never_hangs(tmp_path):
+    job = JobBuilder(2)
+    for rank in range(2):
+        g = job.rank(rank)
+        first = g.collective("first", "ALL_REDUCE", 1024, [])
+        if rank == 0:  # rank 1 never issues the second all-reduce
+            g.collective("second", "ALL_REDUCE", 1024, [first])
+    job.write(str(tmp_path), "lonely")
+    started = time.monotonic()
+    with pytest.raises(ReplayError, match=r"rank 0 failed at node 1 \(all_reduce 'second'\)"):
+        replay_job(str(tmp_path / "lonely"), iterations=1, warmup=0, timeout_s=3)
+    assert time.monotonic() - started < 60
+
+
+def test_steps_follow_dependencies_then_ascending_ids(tmp_path):
+    import pyarrow as pa
+
+    from chakra_core import normalize_table
+
+    table = normalize_table(pa.table({"id": pa.array([5, 3, 9, 1], pa.uint64()), "type": pa.array([4] * 4, pa.int32()),
+                                      "duration_micros": pa.array([1] * 4, pa.uint64()),
+                                      "data_deps": pa.array([[], [9], [], []], pa.list_(pa.uint64()))}))
+    assert [s.node_id for s in plan_rank(table, "t")] == [1, 5, 9, 3]
+
+
+def test_the_command_prints_iterations_and_the_recorded_time(mlp):
+    run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "replay", mlp, "--iterations", "1", "--warmup",
+                          "0", "--timeout", "30"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "2 ranks, iterations (ms): " in run.stdout and "the trace recorded" in run.stdout
