@@ -532,6 +532,34 @@ def cmd_replay(args) -> int:
     return EXIT_OK
 
 
+def cmd_calibrate(args) -> int:
+    import fsspec
+
+    from chakra_core.calibrate import fit, measure, samples_from_tables, write_calibration
+    from chakra_core.replay import _tables
+    from chakra_core.sim.config import load_comm_groups
+
+    samples = []
+    for prefix in args.workloads:
+        tables = _tables(prefix, None)
+        group_file = args.comm_group or f"{prefix}.comm_groups.json"
+        groups = load_comm_groups(group_file) if fsspec.core.url_to_fs(group_file)[0].exists(
+            fsspec.core.url_to_fs(group_file)[1]) else None
+        samples += samples_from_tables(tables, groups, len(tables))
+    if args.measure:
+        samples += measure(args.npus)
+    result = fit(samples)
+    paths = write_calibration(args.out, args.npus, result)
+    if args.json:
+        _print_json({**result, **paths})
+        return EXIT_OK
+    print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
+          f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
+          f"{result['median_abs_error']:.1%}")
+    print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
+    return EXIT_OK
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -737,6 +765,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a rank may wait for its peers before the replay fails (default 60)")
     p.add_argument("--json", action="store_true", help="one JSON document with every communication node")
     p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("calibrate", help="fit the network model to measured communication; write ASTRA-sim configs",
+                       description="Fit latency and bandwidth of a ring network to measured collectives: the linked "
+                       "durations in the given jobs' traces (PREFIX.<rank>.et) and, with --measure, a sweep of "
+                       "all-reduce from 1 KiB to 64 MiB run here on torch.distributed (gloo). Writes "
+                       "DIR/network.yml and DIR/system.json for N NPUs, which chakra simulate takes as they are, and "
+                       "DIR/calibration.json with the fit and every sample's residual.")
+    p.add_argument("workloads", nargs="*", metavar="PREFIX", help="jobs whose traces carry measured durations")
+    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs of the network to write")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
+    p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
+    p.set_defaults(run=cmd_calibrate)
 
     p = sub.add_parser("query", help="SQL over the fleet pipeline's Parquet tables (DuckDB, any fsspec URL)",
                        description="Open the warehouse the nightly flow writes (a local folder, file:// or s3://) "

@@ -1,0 +1,137 @@
+"""Fit the analytical network model to measured communication (`chakra calibrate`).
+
+Samples are (collective, group size N, bytes S, measured ns): the linked durations of the
+communication nodes of converted traces, and, with `measure`, a sweep of collectives over
+sizes run on this machine's torch.distributed runtime (like nccl-tests). On a ring of N NPUs
+with one chunk, ASTRA-sim's ring algorithm sends `steps` messages one after another, each
+taking `latency + bytes / bandwidth` (docs/simulator.md, 'Ring'):
+
+    all_reduce      2 (N-1) messages of S/N      reduce_scatter  (N-1) of S/N
+    all_gather      (N-1) of S (S: each rank's share)   all_to_all  (N-1) of S/N
+
+so every sample is linear in the two unknowns: ns = steps x latency + moved bytes / bandwidth.
+A non-negative least-squares fit of the relative errors over all samples gives latency (ns)
+and bandwidth; the
+network YAML and system JSON written for N NPUs (a Ring, the ring algorithm, one chunk, no
+endpoint delay, negligible local reduction) make `chakra simulate` reproduce the fit.
+Each (collective, N, S) keeps its fastest measurement: waiting for late peers only adds time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+from scipy.optimize import nnls
+
+from chakra_core.errors import ChakraError
+from chakra_core.outputs import open_output
+
+GIB = 1 << 30
+FITTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+SWEEP_BYTES = tuple(1 << p for p in range(10, 27, 2))  # 1 KiB .. 64 MiB
+
+
+class CalibrationError(ChakraError):
+    """Too few or unusable measurements to fit the model."""
+
+
+def steps_and_bytes(kind: str, npus: int, size: int) -> tuple[int, float]:
+    """(messages sent one after another, bytes they carry in all) on a ring of npus."""
+    if kind == "all_reduce":
+        return 2 * (npus - 1), 2 * (npus - 1) * size / npus
+    if kind == "all_gather":
+        return npus - 1, (npus - 1) * size
+    return npus - 1, (npus - 1) * size / npus  # reduce_scatter, all_to_all
+
+
+def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None, world: int) -> list[tuple]:
+    """(kind, N, S, ns) of every timed collective of the ranks' node tables."""
+    from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+
+    found = []
+    for table in tables:
+        rows = table.select(["type", "comm_type", "comm_size", "pg_name", "duration_micros"]).to_pylist()
+        for row in rows:
+            kind = COMM_TYPES.get(row["comm_type"], "").lower()
+            if row["type"] != NODE_TYPE_VALUES["COMM_COLL_NODE"] or kind not in FITTED or not row["duration_micros"]:
+                continue
+            name = row["pg_name"] or "0"
+            npus = world if name == "0" else len((groups or {}).get(int(name), ()))
+            if npus > 1 and row["comm_size"]:
+                found.append((kind, npus, int(row["comm_size"]), int(row["duration_micros"]) * 1000))
+    return found
+
+
+def fit(samples: list[tuple]) -> dict:
+    """latency_ns, bandwidth_gbps (1 GB = 2^30 B, as ASTRA-sim reads it) and the residuals."""
+    fastest: dict[tuple, int] = defaultdict(lambda: 1 << 62)
+    for kind, npus, size, ns in samples:
+        fastest[(kind, npus, size)] = min(fastest[(kind, npus, size)], ns)
+    if len({(k, s) for k, _, s in fastest}) < 2:
+        raise CalibrationError(f"{len(fastest)} distinct measurement(s): need at least two sizes to fit latency "
+                               "and bandwidth (run with --measure, or give traces with linked durations)")
+    keys = sorted(fastest)
+    design = np.array([steps_and_bytes(k, n, s) for k, n, s in keys], dtype=np.float64)
+    measured = np.array([fastest[key] for key in keys], dtype=np.float64)
+    # relative errors, not nanoseconds, are minimised: else the largest sizes alone decide
+    (latency, ns_per_byte), _ = nnls(design / measured[:, None], np.ones(len(measured)))
+    if ns_per_byte <= 0:
+        raise CalibrationError("the measurements do not grow with size: no bandwidth can be fitted")
+    predicted = design @ np.array([latency, ns_per_byte])
+    rows = [{"kind": k, "npus": n, "bytes": s, "measured_ns": int(m), "fitted_ns": int(round(p)),
+             "relative_error": float(p / m - 1)} for (k, n, s), m, p in zip(keys, measured, predicted)]
+    return {"latency_ns": float(latency), "bandwidth_gbps": float(1e9 / ns_per_byte / GIB), "samples": rows,
+            "median_abs_error": float(np.median([abs(r["relative_error"]) for r in rows]))}
+
+
+def network_yaml(npus: int, result: dict) -> str:
+    return (f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ {result['bandwidth_gbps']:.9g} ]\n"
+            f"latency: [ {result['latency_ns']:.9g} ]\n")
+
+
+def system_json() -> dict:
+    """The ring algorithm for every collective, one chunk, no endpoint delay, and a local memory
+    so fast that reductions cost nothing: what the fit assumes."""
+    return {"scheduling-policy": "LIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
+            "all-gather-implementation": ["ring"], "reduce-scatter-implementation": ["ring"],
+            "all-to-all-implementation": ["ring"], "collective-optimization": "baseline", "local-mem-bw": 1e9}
+
+
+def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
+    paths = {"network": f"{out_dir}/network.yml", "system": f"{out_dir}/system.json",
+             "calibration": f"{out_dir}/calibration.json"}
+    with open_output(paths["network"], "w") as f:
+        f.write(network_yaml(npus, result))
+    with open_output(paths["system"], "w") as f:
+        json.dump(system_json(), f, indent=1)
+    with open_output(paths["calibration"], "w") as f:
+        json.dump({**result, "npus": npus}, f, indent=1)
+    return paths
+
+
+def measure(npus: int, kinds=("all_reduce",), sizes=SWEEP_BYTES, iterations: int = 5,
+            timeout_s: float = 120.0) -> list[tuple]:
+    """(kind, N, S, ns) from a sweep of collectives on this runtime (gloo), via chakra replay."""
+    import tempfile
+
+    from chakra_core.replay import replay_job
+    from chakra_core.synth.builder import JobBuilder
+
+    job = JobBuilder(npus)
+    for rank in range(npus):
+        graph, previous = job.rank(rank), []
+        for kind in kinds:
+            for size in sizes:
+                previous = [graph.collective(f"{kind}-{size}", kind.upper(), size, previous)]
+    with tempfile.TemporaryDirectory(prefix="chakra-calibrate-") as folder:
+        job.write(folder, "sweep")
+        result = replay_job(f"{folder}/sweep", iterations=iterations, warmup=1, compute="none", timeout_s=timeout_s)
+    # the rank that arrives last waits least: its time is the collective's own
+    least: dict[int, int] = defaultdict(lambda: 1 << 62)
+    for node in result["nodes"]:
+        least[node["node_id"]] = min(least[node["node_id"]], node["median_ns"])
+    plan = [(kind, size) for kind in kinds for size in sizes]
+    return [(kind, npus, size, least[node_id]) for node_id, (kind, size) in enumerate(plan)]

@@ -1,0 +1,52 @@
+"""`chakra calibrate`: the fit recovers known parameters, and measures a real gloo runtime."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chakra_core.calibrate import CalibrationError, fit, measure, write_calibration
+from chakra_core.cli import main
+from chakra_core.sim.config import load_network, load_system
+from chakra_core.sim.engine import simulate
+from chakra_core.synth.builder import JobBuilder
+
+
+def _simulated(network, system, kind: str, npus: int, size: int) -> int:
+    job = JobBuilder(npus)
+    for rank in range(npus):
+        job.rank(rank).collective("probe", kind.upper(), size, [])
+    return simulate(job.tables(), network, system).finish_ns
+
+
+@pytest.mark.parametrize("npus", [2, 4, 8])
+def test_synthetic_measurements_give_back_the_network_they_came_from(tmp_path, npus):
+    known = {"latency_ns": 1500.0, "bandwidth_gbps": 25.0}
+    paths = write_calibration(str(tmp_path / "known"), npus, known | {"samples": [], "median_abs_error": 0.0})
+    network, system = load_network(paths["network"]), load_system(paths["system"])
+    samples = [(kind, npus, size, _simulated(network, system, kind, npus, size))
+               for kind in ("all_reduce", "all_gather", "reduce_scatter") for size in (1 << 12, 1 << 16, 1 << 22)]
+    result = fit(samples)
+    assert result["latency_ns"] == pytest.approx(1500, rel=1e-3)
+    assert result["bandwidth_gbps"] == pytest.approx(25, rel=1e-4)
+    assert result["median_abs_error"] < 1e-4
+
+
+def test_one_size_is_not_enough():
+    with pytest.raises(CalibrationError, match="need at least two sizes"):
+        fit([("all_reduce", 2, 1024, 5000), ("all_reduce", 2, 1024, 6000)])
+
+
+def test_measured_on_gloo_the_configs_simulate_the_sweep(tmp_path, capsys):
+    samples = measure(2, sizes=(1 << 12, 1 << 16, 1 << 20), iterations=3)
+    assert [(k, n, s) for k, n, s, _ in samples] == [("all_reduce", 2, 1 << 12), ("all_reduce", 2, 1 << 16),
+                                                      ("all_reduce", 2, 1 << 20)]
+    assert all(ns > 0 for *_, ns in samples)
+    assert main(["calibrate", "--npus", "4", "--measure", "-o", str(tmp_path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    network, system = load_network(document["network"]), load_system(document["system"])
+    assert network.npus == 4 and document["bandwidth_gbps"] > 0
+    row = document["samples"][-1]  # what the fit says of a sample is what the simulator gives with the files
+    assert row["npus"] == 4
+    assert _simulated(network, system, row["kind"], 4, row["bytes"]) == pytest.approx(row["fitted_ns"], rel=1e-3)
