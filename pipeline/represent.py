@@ -4,16 +4,19 @@ Selection needs each job's per-rank statistics (the day's `traces` rows) and one
 on the reference system (`chakra_core.synth.reference`): the sweep's `native-ring` rows are
 exactly that when the sweep has such an entry, else the jobs are simulated on the reference
 system here (Ray tasks). A job without a successful reference simulation cannot be placed;
-it still gets a row, with the reason in `status`.
+it still gets a row, with the reason in `status`. Every row also carries what the day's
+subset estimates (`estimates`, `estimate_errors`, `estimate_error`): the day's figures, the
+same on each row, so that one row answers "how far can these representatives be trusted".
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import pyarrow as pa
 
-from chakra_core.synth.select import JobSummary, SelectionError, select_representatives
+from chakra_core.synth.select import JobSummary, Selection, SelectionError, select_representatives
 from pipeline.tables import from_rows
 
 DEFAULT_REPRESENTATIVES = 8
@@ -36,25 +39,27 @@ def job_summaries(traces: pa.Table, reference_rows: list[dict]) -> tuple[list[Jo
     return summaries, unplaced
 
 
-def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, run_id: str,
-                          seed: int = 0) -> pa.Table:
+def _selected_rows(selection: Selection, summaries: list[JobSummary], run_id: str) -> list[dict]:
+    clusters = {c["cluster"]: c for c in selection.clusters}
+    npus = {s.job_id: s.npus for s in summaries}
+    day = {"coverage": selection.coverage, "estimate_error": selection.error,
+           "estimate_errors": json.dumps(selection.errors, sort_keys=True),
+           "estimates": json.dumps(selection.estimates), "k": selection.k, "status": "ok", "run_id": run_id}
+    return [{"job_id": job["job_id"], "npus": npus[job["job_id"]], "family": job["family"], "cluster": job["cluster"],
+             "representative": job["representative"], "distance": job["distance"],
+             "weight": clusters[job["cluster"]]["weight"] if job["representative"] else 0.0,
+             "finish_ns": job["finish_ns"], "cluster_time_share": clusters[job["cluster"]]["time_share"],
+             "cluster_estimate_error": clusters[job["cluster"]]["estimate_error"], **day}
+            for job in selection.jobs]
+
+
+def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, run_id: str) -> pa.Table:
     """One `representatives` row per job of the day (columns: docs/pipeline.md)."""
     summaries, unplaced = job_summaries(traces, reference_rows)
     rows = [{"job_id": job_id, "status": reason, "run_id": run_id} for job_id, reason in unplaced.items()]
     if summaries:
         try:
-            selection = select_representatives(summaries, min(k, len(summaries)), seed)
+            rows += _selected_rows(select_representatives(summaries, min(k, len(summaries))), summaries, run_id)
         except SelectionError as exc:
             rows += [{"job_id": s.job_id, "status": f"not selected: {exc}", "run_id": run_id} for s in summaries]
-            return from_rows("representatives", rows)
-        clusters = {c["cluster"]: c for c in selection.clusters}
-        npus = {s.job_id: s.npus for s in summaries}
-        for job in selection.jobs:
-            cluster = clusters[job["cluster"]]
-            rows.append({"job_id": job["job_id"], "npus": npus[job["job_id"]], "cluster": job["cluster"],
-                         "representative": job["representative"], "distance": job["distance"],
-                         "weight": cluster["weight"], "finish_ns": job["finish_ns"],
-                         "cluster_time_share": cluster["time_share"],
-                         "cluster_estimate_error": cluster["estimate_error"], "coverage": selection.coverage,
-                         "k": selection.k, "status": "ok", "run_id": run_id})
     return from_rows("representatives", sorted(rows, key=lambda r: r["job_id"]))

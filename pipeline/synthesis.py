@@ -10,10 +10,17 @@ Two kinds of Ray task (`chakra_core.synth.synthesize` does the work):
 NPU counts: every count (of 2 or more) seen in the day's training, plus twice the largest (a count never
 traced: the model's what-if scaling). Training jobs the model cannot use are listed, with the
 reason, in `synthetic/date=<d>/training.json`.
+
+Sample size: `count` jobs per NPU count to start with; when a (cluster, NPU count) row has
+fewer simulated synthetic jobs than its comparison needs (`fidelity.jobs_needed`), the count
+is raised so that every cluster gets its need in expectation (clusters are drawn in training
+proportions), at most MAX_JOBS_PER_NPU_COUNT; a row still short says "too few samples (n,
+need m)" in its verdict.
 """
 
 from __future__ import annotations
 
+import math
 import json
 
 import fsspec
@@ -26,6 +33,7 @@ from chakra_core.synth.synthesize import fit, load_training, synthesize
 from pipeline.layout import join
 
 JOBS_PER_NPU_COUNT = 4
+MAX_JOBS_PER_NPU_COUNT = 32  # bounds the nightly's time: each synthetic job is sampled and simulated
 
 
 def synthetic_dir(warehouse: str, date: str) -> str:
@@ -62,6 +70,9 @@ def synthesize_npus(date: str, warehouse: str, model: str, npus: int, run_id: st
     out = join(synthetic_dir(warehouse, date), f"npus={npus}")
     try:
         result = synthesize(out, npus, count, model_in=model, seed=seed + npus)
+        powered = count_for_power(result["rows"], count)
+        if powered > count:  # the same seed: the first jobs again, then more
+            result = synthesize(out, npus, powered, model_in=model, seed=seed + npus)
     except (ChakraError, ValueError) as exc:  # what the model cannot sample is a row, not a crash
         return [{"job_id": f"npus={npus}", "npus": npus, "status": "failed", "problems": str(exc),
                  "run_id": run_id}], []
@@ -78,6 +89,14 @@ def synthesize_npus(date: str, warehouse: str, model: str, npus: int, run_id: st
     return jobs, fidelity
 
 
+def count_for_power(rows: list[dict], count: int) -> int:
+    """Jobs per NPU count so that every compared cluster expects the synthetic jobs its
+    comparison needs (a cluster's share of the jobs drawn is kept), within MAX_JOBS_PER_NPU_COUNT."""
+    wanted = [math.ceil(row["power"]["needed"] * count / max(row["synthetic_jobs"], 1)) for row in rows
+              if row["power"]["samples"] < row["power"]["needed"]]
+    return max(count, min(max(wanted, default=count), MAX_JOBS_PER_NPU_COUNT))
+
+
 def _fidelity_row(npus: int, row: dict, meets: bool, run_id: str) -> dict:
     ks = row["message_size_ks"]
     judged = [v["statistic"] for v in ks.values() if v["judged"]]
@@ -88,4 +107,4 @@ def _fidelity_row(npus: int, row: dict, meets: bool, run_id: str) -> dict:
             "synthetic_median_ns": row["iteration_time"]["synthetic_median_ns"],
             "iteration_time_relative_error": row["iteration_time"]["relative_error"],
             "exposed_comm_relative_error": row["exposed_comm"]["relative_error"], "meets_targets": meets,
-            "run_id": run_id}
+            "samples_needed": row["power"]["needed"], "verdict": row["verdict"], "run_id": run_id}

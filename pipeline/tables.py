@@ -54,9 +54,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("what_if", pa.string()),
     ]),
     "representatives": pa.schema([
-        ("job_id", pa.string()), ("npus", pa.int32()), ("cluster", pa.int32()), ("representative", pa.bool_()),
-        ("distance", pa.float64()), ("weight", pa.float64()), ("finish_ns", pa.int64()),
+        ("job_id", pa.string()), ("npus", pa.int32()), ("family", pa.string()), ("cluster", pa.int32()),
+        ("representative", pa.bool_()), ("distance", pa.float64()), ("weight", pa.float64()), ("finish_ns", pa.int64()),
         ("cluster_time_share", pa.float64()), ("cluster_estimate_error", pa.float64()), ("coverage", pa.float64()),
+        ("estimate_error", pa.float64()), ("estimate_errors", pa.string()), ("estimates", pa.string()),
         ("k", pa.int32()), ("status", pa.string()), ("run_id", pa.string()),
     ]),
     "synthetic_traces": pa.schema([
@@ -69,7 +70,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("composition_tv", pa.float64()), ("message_size_ks_worst", pa.float64()), ("message_size_ks", pa.string()),
         ("real_median_ns", pa.float64()), ("synthetic_median_ns", pa.float64()),
         ("iteration_time_relative_error", pa.float64()), ("exposed_comm_relative_error", pa.float64()),
-        ("meets_targets", pa.bool_()), ("run_id", pa.string()),
+        ("meets_targets", pa.bool_()), ("samples_needed", pa.int32()), ("verdict", pa.string()),
+        ("run_id", pa.string()),
     ]),
 }
 # an ad hoc sweep's results: sim_results' columns, under tables/sweep_results/sweep=<name>/date=<d>/

@@ -6,6 +6,7 @@ an unknown file and a file outside any job folder.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -83,17 +84,25 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     # two jobs, two clusters: each job represents itself and the estimate is exact
     chosen = tables.read_day(warehouse.as_uri(), "representatives", DATE).to_pylist()
     assert {r["job_id"] for r in chosen} == {"mlp", "coll"}
-    assert all(r["status"] == "ok" and r["representative"] and r["k"] == 2 and r["weight"] == 0.5
-               and r["coverage"] == 1.0 for r in chosen)
+    assert all(r["status"] == "ok" and r["representative"] and r["k"] == 2 and r["weight"] == pytest.approx(1.0)
+               and r["estimate_error"] == pytest.approx(0.0, abs=1e-6) for r in chosen)
+    estimates = json.loads(chosen[0]["estimates"])
+    assert {e["group"] for e in estimates} == {"jobs", "time", "exposed_comm", "time_by_family", "bytes_by_kind"}
+    assert all(e["estimate"] == pytest.approx(e["actual"], rel=1e-6) for e in estimates)
+    assert summary["synthetic"]["selection_errors"] == json.loads(chosen[0]["estimate_errors"])
     # the synthesizer learnt the day's two jobs (2 ranks each) and sampled jobs at 2 and 4 NPUs
     assert summary["synthetic"]["training_jobs"] == 2 and summary["synthetic"]["training_skipped"] == 0
     synthetic = tables.read_day(warehouse.as_uri(), "synthetic_traces", DATE).to_pylist()
-    assert sorted(r["npus"] for r in synthetic) == [2] * 4 + [4] * 4
+    # 4 per NPU count, more at 2 NPUs when a compared cluster needs more for its verdict
+    assert sum(r["npus"] == 4 for r in synthetic) == 4 and sum(r["npus"] == 2 for r in synthetic) >= 4
     assert all(r["status"] == "ok" and r["finish_ns"] > 0 for r in synthetic)
     assert fsspec.filesystem("file").exists(synthetic[0]["path"] + ".0.et")
     fidelity = tables.read_day(warehouse.as_uri(), "fidelity", DATE).to_pylist()
     assert fidelity and {r["npus"] for r in fidelity} == {2}  # real jobs exist at 2 NPUs only
     assert all(r["real_jobs"] >= 1 and r["synthetic_jobs"] >= 1 for r in fidelity)
+    assert all(r["samples_needed"] >= 3 and (r["synthetic_jobs"] >= r["samples_needed"]
+                                             or r["verdict"].startswith("too few samples")) for r in fidelity)
+    assert sorted(summary["synthetic"]["verdicts"].values()) == sorted(r["verdict"] for r in fidelity)
 
     assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
@@ -189,4 +198,5 @@ def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path
     assert systems == [("coll", "reference"), ("coll", "ring-8"), ("mlp", "reference"), ("mlp", "ring-8")]
     chosen = day.tables["representatives"].to_pylist()
     assert [r["k"] for r in chosen] == [1, 1] and sum(r["representative"] for r in chosen) == 1
-    assert all(r["weight"] == 1.0 and 0.0 <= r["coverage"] < 1.0 for r in chosen)
+    assert all((r["weight"] > 0) == r["representative"] and r["coverage"] == pytest.approx(1 - r["estimate_error"])
+               and 0.0 <= r["coverage"] < 1.0 for r in chosen)

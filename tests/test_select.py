@@ -61,37 +61,42 @@ def test_same_job_under_two_folders_gets_distinct_ids(tmp_path):
     assert [j.job_id for j in jobs] == ["j", "j#2"]
 
 
-def test_two_families_form_two_clusters_with_exact_coverage(summaries):
+def test_two_families_are_estimated_exactly_by_one_job_each(summaries):
     selection = select_representatives(summaries, 2)
     by_rep = {c["representative"]: c for c in selection.clusters}
     assert {rep.rsplit("-copy", 1)[0] for rep in by_rep} == {"gen-dp-000-n8", "gen-dlrm-003-n8"}
-    assert all(c["jobs"] == 3 and c["weight"] == 0.5 for c in selection.clusters)
-    assert selection.coverage == pytest.approx(1.0)
+    assert all(c["jobs"] == 3 and c["weight"] == pytest.approx(3.0) for c in selection.clusters)
+    assert selection.error == pytest.approx(0.0, abs=1e-6) and selection.coverage == pytest.approx(1.0)
+    assert all(r["estimate"] == pytest.approx(r["actual"], rel=1e-6) for r in selection.estimates)
     members = {}
     for row in selection.jobs:
         members.setdefault(row["cluster"], set()).add(row["job_id"].rsplit("-copy", 1)[0])
     assert all(len(families) == 1 for families in members.values())
-    assert sum(c["time_share"] for c in selection.clusters) == pytest.approx(1.0)
     assert sum(row["representative"] for row in selection.jobs) == 2
 
 
-def test_one_cluster_estimates_from_its_representative(summaries):
+def test_one_representative_estimates_with_its_calibrated_weight(summaries):
     selection = select_representatives(summaries, 1)
     [cluster] = selection.clusters
-    finish = {j.job_id: j.finish_ns for j in summaries}
-    assert cluster["weight"] == 1.0 and cluster["jobs"] == 6
-    assert cluster["estimated_ns"] == 6 * finish[cluster["representative"]]
-    actual = sum(finish.values())
-    assert cluster["actual_ns"] == actual
-    assert selection.coverage == pytest.approx(1 - abs(cluster["estimated_ns"] - actual) / actual)
-    assert selection.coverage < 1.0  # the two families' times differ
+    rep = next(j for j in summaries if j.job_id == cluster["representative"])
+    time = next(r for r in selection.estimates if r["group"] == "time")
+    assert time["estimate"] == pytest.approx(cluster["weight"] * rep.finish_ns)
+    assert time["actual"] == sum(j.finish_ns for j in summaries)
+    # one job cannot reproduce two kinds of job: some estimate is off
+    assert selection.error > 0.1 and selection.coverage == pytest.approx(1 - selection.error)
+    assert selection.curve == [{"k": 1, "error": selection.error, "errors": selection.errors}]
 
 
-def test_k_above_distinct_jobs_is_lowered_and_said(summaries):
+def test_k_beyond_an_exact_estimate_is_lowered_and_said(summaries):
     selection = select_representatives(summaries, 4)
     assert selection.k == 2 and "k lowered from 4" in selection.notes[0]
     with pytest.raises(SelectionError, match="k may not exceed"):
         select_representatives(summaries, 7)
+
+
+def test_without_k_the_fewest_meeting_the_error(summaries):
+    selection = select_representatives(summaries, max_error=0.05)
+    assert selection.k == 2 and selection.error <= 0.05 and selection.curve[0]["error"] > 0.05
 
 
 def test_features_follow_the_jobs(summaries):
@@ -110,8 +115,16 @@ def test_cli_select(tmp_path, capsys):
     document = json.loads(capsys.readouterr().out)
     assert document == json.loads(out.read_text())
     assert document["k"] == 3 and len(document["clusters"]) == 3 and len(document["jobs"]) == 6
-    assert sum(c["weight"] for c in document["clusters"]) == pytest.approx(1.0)
-    assert 0.0 <= document["coverage"] <= 1.0
+    assert [c["k"] for c in document["curve"]] == [1, 2, 3]
+    errors = [c["error"] for c in document["curve"]]
+    assert errors == sorted(errors, reverse=True) and document["error"] == errors[-1]
+    time = next(r for r in document["estimates"] if r["group"] == "time")
+    assert time["error"] == pytest.approx(abs(time["estimate"] - time["actual"]) / time["actual"])
+    assert time["error"] <= document["errors"]["time"] + 1e-12
     assert len(document["skipped"]) == 1 and "broken" in document["skipped"][0]
+    assert main(["select", str(tmp_path / "fleet"), "--max-error", "0.1"]) == 0
+    printed = capsys.readouterr()
+    assert "what the subset estimates" in printed.out and "bytes_by_kind" in printed.out
+    assert "the fewest representatives whose largest error is within 10.0%" in printed.err
     assert main(["select", str(tmp_path / "fleet"), "-k", "9"]) == 2
     assert "k may not exceed" in capsys.readouterr().err

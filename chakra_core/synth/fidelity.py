@@ -18,10 +18,19 @@ Rows per (cluster, NPU count) where both exist, and `overall`: all of those real
 pooled against all synthetic jobs (fair when the synthetic jobs are drawn in the training
 proportions of clusters and NPU counts, as `sample.sample_like_training` and the CLI do).
 Targets (TARGETS) are checked on `overall` and on each row's iteration time.
+
+Power (`jobs_needed`): a row's iteration-time comparison means something only when the
+synthetic median is known to better than the 10% target. The median of n jobs whose log
+times spread by sigma has a standard error of about sqrt(pi/2) sigma / sqrt(n), so a row
+needs n >= pi/2 (1.96 sigma / ln 1.1)^2 simulated synthetic jobs (at least
+MIN_SYNTHETIC_JOBS), sigma the larger of the real and the synthetic jobs' spreads. Each row
+gets `power` ({samples, needed, sigma_log}) and a `verdict` (`row_verdict`): "meets targets",
+"misses: <metric> <value> > <target>; ..." or "too few samples (n, need m)".
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +45,8 @@ from chakra_core.synth.reference import describe, simulate_reference
 
 TARGETS = {"message_size_ks": 0.1, "composition_tv": 0.05, "iteration_time_relative_error": 0.10}
 MIN_KS_SAMPLES = 50  # kinds with fewer messages on either side are reported, not judged
+MIN_SYNTHETIC_JOBS = 3  # a median of fewer jobs is one or two jobs' own value
+CONFIDENCE_Z = 1.96  # two-sided 95%
 MAX_SIZE_VALUES = 4096  # a reference keeps at most this many distinct sizes per kind (quantiles beyond)
 
 
@@ -157,6 +168,39 @@ def _compare(references: Sequence[Reference], synthetic: Sequence[JobMeasure]) -
             "unsimulated_synthetic_jobs": sum(m.finish_ns is None for m in synthetic)}
 
 
+def jobs_needed(*log_time_samples: Sequence[float],
+                target: float = TARGETS["iteration_time_relative_error"]) -> tuple[int, float]:
+    """(synthetic jobs needed, sigma): see the module docstring; sigma is the largest spread of
+    log times among the samples with two jobs or more (0 when none has)."""
+    sigma = max((float(np.std(s, ddof=1)) for s in log_time_samples if len(s) >= 2), default=0.0)
+    return max(MIN_SYNTHETIC_JOBS, math.ceil(math.pi / 2 * (CONFIDENCE_Z * sigma / math.log1p(target)) ** 2)), sigma
+
+
+def _power(ref: Reference, synthetic: Sequence[JobMeasure]) -> dict:
+    times = [m.finish_ns for m in synthetic if m.finish_ns]
+    needed, sigma = jobs_needed(np.log([t for t in ref.finish_ns if t]), np.log(times))
+    return {"samples": len(times), "needed": needed, "sigma_log": sigma}
+
+
+def row_verdict(row: dict) -> str:
+    """One line for a (cluster, NPU count) row: which targets it misses and by how much, or
+    that it has too few simulated synthetic jobs to tell."""
+    misses = []
+    if row["composition_tv"] > TARGETS["composition_tv"]:
+        misses.append(f"composition TV {row['composition_tv']:.3f} > {TARGETS['composition_tv']}")
+    misses += [f"KS {kind} {ks['statistic']:.3f} > {TARGETS['message_size_ks']}"
+               for kind, ks in row["message_size_ks"].items()
+               if ks["judged"] and ks["statistic"] > TARGETS["message_size_ks"]]
+    error = row["iteration_time"]["relative_error"]
+    if error is not None and error > TARGETS["iteration_time_relative_error"]:
+        misses.append(f"iteration time {error:.1%} off > {TARGETS['iteration_time_relative_error']:.0%}")
+    power = row["power"]
+    if power["samples"] < power["needed"]:
+        return (f"too few samples ({power['samples']}, need {power['needed']})"
+                + (f"; so far misses: {'; '.join(misses)}" if misses else ""))
+    return "misses: " + "; ".join(misses) if misses else "meets targets"
+
+
 def fidelity_report(references: Mapping[tuple[int, int], Reference],
                     synthetic: Sequence[tuple[int, JobMeasure]]) -> dict:
     """The report for synthetic jobs given as (cluster, measure) against the real references
@@ -170,7 +214,8 @@ def fidelity_report(references: Mapping[tuple[int, int], Reference],
         if ref is None:
             unmatched.append({"cluster": cluster, "npus": npus, "synthetic_jobs": len(measures)})
             continue
-        rows.append({"cluster": cluster, "npus": npus, **_compare([ref], measures)})
+        row = {"cluster": cluster, "npus": npus, **_compare([ref], measures), "power": _power(ref, measures)}
+        rows.append({**row, "verdict": row_verdict(row)})
     matched_refs = [references[(r["cluster"], r["npus"])] for r in rows]
     matched = [m for (c, n), ms in by_group.items() if (c, n) in references for m in ms]
     overall = _compare(matched_refs, matched) if rows else None

@@ -13,6 +13,8 @@ extension) and returns ``out``. Tables that lack a needed column, or have no usa
   per-dimension link bandwidths, and draw runtime as a heat map.
 - :func:`message_sizes` -- ``collectives``: message-size histogram per kind (log x, one panel each).
 - :func:`rank_imbalance` -- ``collectives``: per-rank bytes and node counts of one job.
+- :func:`selection_error` -- ``chakra select --json`` documents: the subset's estimate error
+  against the number of representatives k.
 
 :func:`add_plot_parser` registers ``chakra plot KIND ...`` on the CLI's subparsers.
 """
@@ -473,6 +475,56 @@ def rank_imbalance(collectives: Any, out: str | os.PathLike, job: str | None = N
     return _save(fig, out)
 
 
+# ------------------------------------------------------------------ 6. selection error against k
+
+
+def _selection_curves(selections: Sequence[Any]) -> list[tuple[str, list[dict]]]:
+    """(label, curve) per selection: a `chakra select --json` document, or the path of one."""
+    import json
+
+    import fsspec
+
+    curves = []
+    for i, selection in enumerate(selections):
+        label = f"selection {i + 1}"
+        if isinstance(selection, (str, os.PathLike)):
+            label = os.path.splitext(os.path.basename(os.fspath(selection)))[0]
+            with fsspec.open(os.fspath(selection), "r") as f:
+                selection = json.load(f)
+        if not isinstance(selection, dict) or not selection.get("curve"):
+            raise ValueError(f"{label}: not a `chakra select --json` document with an error curve ('curve')")
+        curves.append((label, selection["curve"]))
+    return curves
+
+
+def selection_error(selections: Sequence[Any], out: str | os.PathLike, target: float | None = None) -> str:
+    """The largest estimate error (solid) and each metric group's (thin) against k, one colour
+    per selection (`chakra select --json` documents or their paths: the curve runs up to their
+    k); a log y axis, since errors fall by orders of magnitude; `target` as a dotted line."""
+    out = _check_out(out)
+    curves = _selection_curves(selections)
+    fig, ax = _figure()
+    floor = 1e-4  # an exact estimate (error 0) is drawn on the axis floor, not dropped from a log scale
+    for i, (label, curve) in enumerate(curves):
+        ks = [point["k"] for point in curve]
+        color = f"C{i % 10}"
+        ax.plot(ks, [max(point["error"], floor) for point in curve], color=color, marker=MARKERS[i % len(MARKERS)],
+                linewidth=2, label=f"{label}: largest error")
+        for j, group in enumerate(sorted({g for point in curve for g in point["errors"]})):
+            ax.plot(ks, [max(point["errors"].get(group, 0.0), floor) for point in curve], color=color,
+                    linestyle=DASHES[1 + j % (len(DASHES) - 1)], linewidth=0.8, alpha=0.6,
+                    label=group if i == 0 else None)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"target {target:.0%}")
+    ax.set_yscale("log")
+    ax.set_xlabel("representatives (k)")
+    ax.set_ylabel(f"estimate error (fraction; {floor:g} = exact)")
+    ax.set_title("What the subset estimates of the fleet: error against k", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out)
+
+
 # ------------------------------------------------------------------ CLI
 
 
@@ -493,7 +545,7 @@ def _done(path: str) -> int:
 
 def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     """Register `chakra plot KIND ...` (KIND: runtime-vs-npus, compute-vs-exposed, message-sizes,
-    rank-imbalance, bandwidth-heatmap); each subcommand sets `run` to a function(args) -> 0."""
+    rank-imbalance, bandwidth-heatmap, selection-error); each subcommand sets `run` to a function(args) -> 0."""
     plot = subparsers.add_parser(
         "plot", help="draw performance figures (PNG or SVG) from the pipeline's Parquet tables",
         description="Draw a figure from the fleet pipeline's tables (a Parquet file, a folder of "
@@ -543,4 +595,11 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
                                      f"{os.path.basename(a.workload)}\n(cells: finish time, µs)"))
 
     p.set_defaults(run=heatmap)
+
+    p = kinds.add_parser("selection-error", help="chakra select --json: estimate error against k")
+    p.add_argument("selections", nargs="+", metavar="SELECTION.json",
+                   help="`chakra select --json` output(s); the curve runs up to each one's k")
+    output(p)
+    p.add_argument("--target", type=float, help="draw this error (a fraction, e.g. 0.05) as a line")
+    p.set_defaults(run=lambda a: _done(selection_error(a.selections, a.output, target=a.target)))
     return plot
