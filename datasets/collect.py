@@ -450,7 +450,7 @@ BUILDERS = {
 # Running
 # --------------------------------------------------------------------------------------------
 
-def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str) -> None:
+def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed_steps: int = 0) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                       RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
@@ -470,11 +470,27 @@ def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str) -> No
                 log.begin_step(step)
                 step_fn(step)
                 rec.step()
+        if timed_steps:
+            _time_steps(rank, step_fn, log, timed_steps, out)
         log.begin_step(-1)
         log.write(out / f"rank{rank}.program.json")
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _time_steps(rank: int, step_fn, log, count: int, out: Path) -> None:
+    """Wall time of `count` more steps with the profiler off, each between two barriers: the
+    iteration time the traces are to be compared with (rank<R>.timing.json)."""
+    times = []
+    for step in range(STEPS, STEPS + count):
+        log.begin_step(step)
+        dist.barrier()
+        start = time.perf_counter_ns()
+        step_fn(step)
+        dist.barrier()
+        times.append(time.perf_counter_ns() - start)
+    (out / f"rank{rank}.timing.json").write_text(json.dumps({"steps_ns": times}) + "\n")
 
 
 def _free_port() -> int:
@@ -483,12 +499,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(scenario: str, world: int, out_root: Path) -> Path:
+def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0) -> Path:
     run_dir = out_root / f"{scenario}-w{world}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir)), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps), nprocs=world, join=True)
     model, parallelism = DESCRIPTIONS[scenario]
     job = {"job_id": f"{scenario}-w{world}", "model": model, "world_size": world,
            "backend": "gloo", "parallelism": parallelism, "steps_recorded": ACTIVE,
@@ -503,6 +519,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "pytorch-gloo")
     parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--timed-steps", type=int, default=0, metavar="K",
+                        help="after recording, time K more steps with the profiler off (rank<R>.timing.json)")
     args = parser.parse_args(argv)
     for w in args.world_sizes:
         if w < 2 or (w > 2 and w % 2):
@@ -514,7 +532,7 @@ def main(argv=None) -> int:
         for world in args.world_sizes:
             t0 = time.monotonic()
             print(f"[collect] {scenario} world_size={world} ...", flush=True)
-            run_dir = run(scenario, world, args.out)
+            run_dir = run(scenario, world, args.out, args.timed_steps)
             files = sorted(p for p in run_dir.iterdir() if p.is_file())
             size = sum(p.stat().st_size for p in files)
             print(f"[collect]   -> {run_dir} ({len(files)} files, {size / 1024:.1f} KiB, "
