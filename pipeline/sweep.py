@@ -68,6 +68,11 @@ def reference_spec(systems: list[SystemSpec]) -> SystemSpec:
                 SystemSpec("reference", NATIVE_RING, json.dumps(reference.SYSTEM)))
 
 
+# where the time of the NPU that finishes last went (sim/breakdown.py): the columns add up to finish_ns
+PARTS = {"compute": "compute_ns", "host": "host_ns", "memory": "memory_ns", "communication": "exposed_comm_ns",
+         "idle": "idle_ns"}
+
+
 def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, spec: SystemSpec) -> dict:
     """One sim_results row: the job's traces (scaled to the network's NPU count) on one system."""
     network_url = _materialise(f"{spec.name}-{ranks}.yml", _native_ring(ranks) if spec.network == NATIVE_RING
@@ -77,7 +82,8 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
     npus = network.npus
     row = {"job_id": job_id, "system": spec.name, "topology": "x".join(d.topology.value for d in network.dims),
            "npus": npus, "traced_npus": ranks, "status": "ok", "error": None, "finish_ns": None,
-           "max_compute_ns": None, "max_cpu_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None}
+           "max_compute_ns": None, "max_cpu_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None,
+           **dict.fromkeys(PARTS.values()), "astra_exposed_comm_ns": None}
     groups = comm_groups if comm_groups and _has_groups(comm_groups) else None
     try:
         result, assumptions = simulate_files(prefix, network_url, system_url, groups,
@@ -92,7 +98,10 @@ def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, 
                max_cpu_ns=max(n.cpu_ns for n in result.npus),
                max_exposed_comm_ns=max(n.exposed_comm_ns for n in result.npus),
                comm_ns=max(sum(n.comm_ns.values()) for n in result.npus),
+               astra_exposed_comm_ns=max(n.astra_exposed_comm_ns for n in result.npus),
                what_if="; ".join(assumptions) or None)
+    last = max(result.npus, key=lambda n: n.finish_ns)  # the NPU the job waits for: its parts add up to finish_ns
+    row.update({column: last.time_by_category[part] for part, column in PARTS.items()})
     return row
 
 

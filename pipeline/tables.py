@@ -52,6 +52,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("max_compute_ns", pa.int64()), ("max_cpu_ns", pa.int64()), ("max_exposed_comm_ns", pa.int64()),
         ("comm_ns", pa.int64()),
         ("what_if", pa.string()),
+        ("compute_ns", pa.int64()), ("host_ns", pa.int64()), ("memory_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
+        ("idle_ns", pa.int64()), ("astra_exposed_comm_ns", pa.int64()),
     ]),
     "representatives": pa.schema([
         ("job_id", pa.string()), ("npus", pa.int32()), ("family", pa.string()), ("cluster", pa.int32()),

@@ -212,34 +212,37 @@ def runtime_vs_npus(sim_results: Any, out: str | os.PathLike, normalize: bool = 
 # ------------------------------------------------------------------ 2. compute vs exposed comm
 
 
+# sim_results columns that split the finish time, with their legend and colour
+PARTS = (("compute_ns", "NPU compute", "#4c72b0"), ("host_ns", "host CPU", "#dd8452"),
+         ("memory_ns", "memory", "#8172b3"), ("exposed_comm_ns", "exposed communication", "#c44e52"),
+         ("idle_ns", "idle", "#cccccc"))
+
+
 def compute_vs_exposed(sim_results: Any, out: str | os.PathLike, job: str | None = None) -> str:
-    """Stacked bar per system: NPU compute (max_compute_ns), host CPU (max_cpu_ns) and exposed
-    communication = max(finish_ns − max_compute_ns − max_cpu_ns, 0), in milliseconds; the
-    bar's height is the finish time (unless compute + CPU exceed it: they come from the
-    slowest NPU each). For one job, or the mean over all jobs simulated on each system."""
+    """Stacked bar per system: where the time of the NPU that finishes last went (compute_ns,
+    host_ns, memory_ns, exposed_comm_ns, idle_ns: they add up to finish_ns), in milliseconds.
+    For one job, or the mean over all jobs simulated on each system."""
     out = _check_out(out)
-    rows = _sim_rows(sim_results, job, extra=("max_compute_ns", "max_cpu_ns"))
-    acc: dict[str, list[tuple[float, float, float]]] = {}
+    columns = tuple(column for column, _, _ in PARTS)
+    rows = _sim_rows(sim_results, job, extra=columns)
+    acc: dict[str, list[list[float]]] = {}
     for r in rows:
-        compute = float(r["max_compute_ns"] or 0)
-        cpu = float(r["max_cpu_ns"] or 0)
-        exposed = max(float(r["finish_ns"]) - compute - cpu, 0.0)
-        acc.setdefault(r["system"], []).append((compute / 1e6, cpu / 1e6, exposed / 1e6))
+        acc.setdefault(r["system"], []).append([float(r[c] or 0) / 1e6 for c in columns])
     systems = list(acc)  # in table order (the sweep's order)
-    means = [[sum(v[i] for v in acc[s]) / len(acc[s]) for i in range(3)] for s in systems]
+    means = [[sum(v[i] for v in acc[s]) / len(acc[s]) for i in range(len(columns))] for s in systems]
     counts = [len(acc[s]) for s in systems]
+    exposed = columns.index("exposed_comm_ns")
 
     fig, ax = _figure(size=(max(6, 1.1 * len(systems) + 3), 5))
     xs = range(len(systems))
     bottom = [0.0] * len(systems)
-    for i, (label, color) in enumerate((("NPU compute", "#4c72b0"), ("host CPU", "#dd8452"),
-                                        ("exposed communication", "#c44e52"))):
+    for i, (_, label, color) in enumerate(PARTS):
         heights = [m[i] for m in means]
         ax.bar(xs, heights, bottom=bottom, label=label, color=color, width=0.65)
         bottom = [b + h for b, h in zip(bottom, heights)]
     top = max(bottom) or 1.0
     for x, total, m in zip(xs, bottom, means):
-        share = 100 * m[2] / total if total else 0
+        share = 100 * m[exposed] / total if total else 0
         ax.text(x, total + 0.01 * top, f"{total:.3g} ms\n{share:.0f}% exposed", ha="center", va="bottom", fontsize=8)
     ax.set_ylim(0, top * 1.18)
     labels = systems if job is not None or len(set(counts)) == 1 else [f"{s}\n(n={c})" for s, c in zip(systems, counts)]
