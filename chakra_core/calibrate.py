@@ -64,6 +64,35 @@ def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None,
     return found
 
 
+def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> list[tuple]:
+    """(kind, N, S, ns) of the timed collectives of every job `<prefix>.<rank>.et` (groups from
+    comm_group, else `<prefix>.comm_groups.json` where it exists)."""
+    import fsspec
+
+    from chakra_core.replay import job_tables
+    from chakra_core.sim.config import load_comm_groups
+
+    found = []
+    for prefix in prefixes:
+        tables = job_tables(prefix)
+        group_file = comm_group or f"{prefix}.comm_groups.json"
+        fs, path = fsspec.core.url_to_fs(group_file)
+        found += samples_from_tables(tables, load_comm_groups(group_file) if fs.exists(path) else None, len(tables))
+    return found
+
+
+def compute_scale(prefix: str, measured_ns: float) -> float:
+    """How much faster the job ran unprofiled than its trace recorded (the profiler's cost
+    lies in every operator's duration): the --compute-scale that makes the trace's compute
+    match a measurement of the same steps taken with the profiler off."""
+    from chakra_core.replay import job_tables, recorded_ns
+
+    spans = [recorded_ns(table) for table in job_tables(prefix)]
+    if not any(spans):
+        raise CalibrationError(f"{prefix}: the traces hold no start times: nothing to compare the measurement with")
+    return measured_ns / max(s for s in spans if s)
+
+
 def fit(samples: list[tuple]) -> dict:
     """latency_ns, bandwidth_gbps (1 GB = 2^30 B, as ASTRA-sim reads it) and the residuals."""
     fastest: dict[tuple, int] = defaultdict(lambda: 1 << 62)

@@ -193,9 +193,8 @@ def cmd_stats(args) -> int:
     import csv
     import re
 
-    from rich.table import Table
-
     import pyarrow as pa
+    from rich.table import Table
 
     from chakra_core.etfile import read_table
     from chakra_core.stats import collective_rows, job_stats, trace_row
@@ -427,7 +426,11 @@ def cmd_synthesize(args) -> int:
 def cmd_select(args) -> int:
     from chakra_core.errors import ChakraError
     from chakra_core.synth.fleet import find_jobs, load_job
-    from chakra_core.synth.select import DEFAULT_MAX_ERROR, select_representatives, summarize_job
+    from chakra_core.synth.select import (
+        DEFAULT_MAX_ERROR,
+        select_representatives,
+        summarize_job,
+    )
 
     jobs, skipped = find_jobs(args.dirs)
     summaries = []
@@ -533,22 +536,22 @@ def cmd_replay(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    import fsspec
+    from chakra_core.calibrate import (
+        compute_scale,
+        fit,
+        measure,
+        samples_from_jobs,
+        write_calibration,
+    )
 
-    from chakra_core.calibrate import fit, measure, samples_from_tables, write_calibration
-    from chakra_core.replay import _tables
-    from chakra_core.sim.config import load_comm_groups
-
-    samples = []
-    for prefix in args.workloads:
-        tables = _tables(prefix, None)
-        group_file = args.comm_group or f"{prefix}.comm_groups.json"
-        groups = load_comm_groups(group_file) if fsspec.core.url_to_fs(group_file)[0].exists(
-            fsspec.core.url_to_fs(group_file)[1]) else None
-        samples += samples_from_tables(tables, groups, len(tables))
+    samples = samples_from_jobs(args.workloads, args.comm_group)
     if args.measure:
         samples += measure(args.npus)
     result = fit(samples)
+    if args.measured_ms is not None:
+        if not args.workloads:
+            raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
+        result["compute_scale"] = compute_scale(args.workloads[0], args.measured_ms * 1e6)
     paths = write_calibration(args.out, args.npus, result)
     if args.json:
         _print_json({**result, **paths})
@@ -556,6 +559,9 @@ def cmd_calibrate(args) -> int:
     print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
           f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
           f"{result['median_abs_error']:.1%}")
+    if "compute_scale" in result:
+        print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate with --compute-scale "
+              f"{result['compute_scale']:.3f}")
     print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
     return EXIT_OK
 
@@ -777,6 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
     p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
+    p.add_argument("--measured-ms", type=float, metavar="MS",
+                   help="the first job's recorded steps measured with the profiler off: gives the compute scale")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
     p.set_defaults(run=cmd_calibrate)
 

@@ -127,7 +127,7 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
 
     if compute not in ("sleep", "spin", "none"):
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
-    tables = _tables(prefix, ranks)
+    tables = job_tables(prefix, ranks)
     plans = [plan_rank(t, f"{prefix}.{r}.et") for r, t in enumerate(tables)]
     groups = {str(g): tuple(members) for g, members in sorted((comm_groups or {}).items())}
     _check_groups(plans, groups, prefix)
@@ -136,7 +136,8 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     return _summary(prefix, plans, tables, outcomes)
 
 
-def _tables(prefix: str, ranks: int | None) -> list:
+def job_tables(prefix: str, ranks: int | None = None) -> list:
+    """The node tables of `<prefix>.0.et ... <prefix>.<N-1>.et` (N found from the files unless given)."""
     import fsspec
 
     if ranks is None:

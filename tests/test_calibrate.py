@@ -50,3 +50,20 @@ def test_measured_on_gloo_the_configs_simulate_the_sweep(tmp_path, capsys):
     row = document["samples"][-1]  # what the fit says of a sample is what the simulator gives with the files
     assert row["npus"] == 4
     assert _simulated(network, system, row["kind"], 4, row["bytes"]) == pytest.approx(row["fitted_ns"], rel=1e-3)
+
+
+def test_the_compute_scale_compares_a_measurement_with_the_recorded_span(tmp_path, capsys):
+    from datapaths import GLOO
+
+    from chakra_core.convert.job import convert_job
+    from chakra_core.etfile import read_table
+    from chakra_core.replay import recorded_ns
+
+    result = convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "mlp"), "mlp")
+    span = max(recorded_ns(read_table(url)) for url in result.et_files)
+    prefix = str(tmp_path / "mlp" / "mlp")
+    assert main(["calibrate", prefix, "--npus", "2", "-o", str(tmp_path / "cal"), "--measured-ms",
+                 str(span / 2e6), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["compute_scale"] == pytest.approx(0.5)
+    assert json.loads((tmp_path / "cal" / "calibration.json").read_text())["compute_scale"] == pytest.approx(0.5)
