@@ -17,46 +17,114 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.exceptions import FailedRun  # noqa: E402
+from prefect.states import Failed  # noqa: E402
 
-from pipeline import tables  # noqa: E402
+from pipeline import preflight, tables  # noqa: E402
+from pipeline.layout import StorageError  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
 from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 from pipeline.sweep import load_sweep  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = (PROJECT / "out" / "object-store" / "drops").as_uri()
-DEFAULT_WAREHOUSE = (PROJECT / "out" / "warehouse").as_uri()
+# The flow's defaults are literals, folders of the checkout: `prefect deploy` evaluates the
+# signature from the source without __file__, and a computed default would show as None.
+CHECKOUT_SOURCE = "out/object-store/drops"
+CHECKOUT_WAREHOUSE = "out/warehouse"
+
+
+def in_checkout(url: str) -> str:
+    """A relative local path as a folder of the checkout; URLs and absolute paths as they are."""
+    if preflight.is_local(url) and "://" not in url and not Path(url).is_absolute():
+        return (PROJECT / url).as_uri()
+    return url
+
+
+DEFAULT_SOURCE = in_checkout(CHECKOUT_SOURCE)
+DEFAULT_WAREHOUSE = in_checkout(CHECKOUT_WAREHOUSE)
 STORAGE_RETRIES = 3
+T = TypeVar("T")
 
 
-@task(name="process day on Ray", cache_policy=NO_CACHE)  # inputs: a callback; outputs: tables
-def process_day(date: str, source: str, warehouse: str, sweep: str | None, progress=None,
-                representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> DayResult:
-    return run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs)
+def _no_empty_traceback(record: logging.LogRecord) -> bool:
+    """Prefect logs a task's returned Failed state with exc_info=True and no exception, which
+    prints a stray `NoneType: None`; keep the record, without it."""
+    if record.exc_info and record.exc_info[0] is None:
+        record.exc_info = None
+    return True
 
 
-@task(name="write table", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
+logging.getLogger("prefect.task_runs").addFilter(_no_empty_traceback)
+
+
+class StageFailed(Exception):
+    """A stage of the day failed; the message is its name and the one line of its failure."""
+
+
+def _stage(name: str, step: Callable[[], T], counts: Callable[[T], str]) -> T:
+    """A stage of the day (pipeline/run.py) as a Prefect task of its own that logs its counts, so
+    that the UI shows where a night stopped."""
+    def run():
+        try:
+            value = step()
+        except (StorageError, FileNotFoundError) as e:  # retried already, or no drop that day: one line
+            return Failed(message=str(e))
+        get_run_logger().info(counts(value))
+        return value
+
+    # inputs: closures; outputs: tables, kept in memory for the flow only
+    state = task(name=name, cache_policy=NO_CACHE)(run)(return_state=True)
+    if state.is_failed():  # the task logged why (a traceback only for a fault of the code)
+        raise StageFailed(f"{name}: {state.message}")
+    return state.result()
+
+
+@task(name="write table", task_run_name="write {table}", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10],
+      cache_policy=NO_CACHE)
 def write_table(warehouse: str, table: str, date: str, data) -> str:
     return tables.write_day(warehouse, table, date, data)
 
 
 @flow(name="nightly")
-def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: str = DEFAULT_WAREHOUSE,
+def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
             representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> dict:
-    """Process one day's drop; returns the summary (also logged)."""
+    """Process one day's drop; returns the summary (also logged).
+
+    Args:
+        date: the day to process, YYYY-MM-DD; none: yesterday in UTC (the day that just ended)
+        source: drops, SOURCE/<date>/<job>/... (an fsspec URL; a relative path is a folder of the checkout)
+        warehouse: traces and tables (an fsspec URL; a relative path is a folder of the checkout)
+        sweep: the sweep file; none: pipeline/sweeps/default.yaml
+        num_cpus: CPUs of a local Ray; none: every CPU (ignored on the cluster RAY_ADDRESS names)
+        progress: a progress callback, for the command line only; none: no progress shown
+        representatives: representative jobs to choose
+        synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
+    """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    source, warehouse = in_checkout(source), in_checkout(warehouse)
     start_ray(num_cpus)
-    day = process_day(date, source, warehouse, sweep, progress, representatives, synthetic_jobs)
+    try:
+        preflight.check(source, warehouse)
+    except preflight.PreflightError as e:  # the run fails with this line as its message, no traceback
+        get_run_logger().error(str(e))
+        return Failed(message=str(e))
+    try:
+        day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs, _stage)
+    except StageFailed as e:  # the run fails with the stage's line as its message, no second traceback
+        return Failed(message=str(e))
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
@@ -68,6 +136,7 @@ def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: st
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
                          None),
         "synthetic": _synthetic_summary(day),
+        "ray_nodes": sorted(day.ray_nodes),
         "tables": paths,
     }
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
@@ -76,13 +145,19 @@ def nightly(date: str | None = None, source: str = DEFAULT_SOURCE, warehouse: st
 
 
 def _synthetic_summary(day: DayResult) -> dict:
+    import json
+
     jobs = day.tables["synthetic_traces"].to_pylist()
     fidelity = day.tables["fidelity"].to_pylist()
+    chosen = next((r for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"), None)
     return {"model": day.training.get("model"), "training_jobs": day.training.get("training_jobs", 0),
             "training_skipped": len(day.training.get("skipped", [])), "error": day.training.get("error"),
             "jobs": len(jobs), "valid": sum(j["status"] == "ok" for j in jobs),
             "npus": sorted({j["npus"] for j in jobs}),
-            "comparisons": len(fidelity), "meeting_targets": sum(bool(r["meets_targets"]) for r in fidelity)}
+            "comparisons": len(fidelity), "meeting_targets": sum(r["verdict"] == "meets targets" for r in fidelity),
+            "verdicts": {f"cluster {r['cluster']} at {r['npus']} NPUs": r["verdict"] for r in fidelity},
+            # the representatives' estimate error per group: here because nightly() builds the rest of the summary
+            "selection_errors": json.loads(chosen["estimate_errors"]) if chosen else {}}
 
 
 def _print_summary(summary: dict) -> None:
@@ -101,14 +176,20 @@ def _print_summary(summary: dict) -> None:
     console.print(best)
     if summary["representatives"]:
         console.print(f"{len(summary['representatives'])} representative job(s) (weight): "
-                      + ", ".join(f"{job} ({w:.2f})" for job, w in summary["representatives"].items())
-                      + f"; coverage of the day's simulated time {summary['coverage']:.1%}")
+                      + ", ".join(f"{job} ({w:.2f})" for job, w in summary["representatives"].items()))
     synthetic = summary["synthetic"]
+    errors = synthetic["selection_errors"]
+    if errors:
+        console.print(f"  their estimate of the day's totals: largest error {max(errors.values()):.1%} ("
+                      + ", ".join(f"{group} {error:.1%}" for group, error in errors.items()) + ")")
     if synthetic["model"]:
         console.print(f"synthesizer: trained on {synthetic['training_jobs']} job(s) ({synthetic['training_skipped']} "
                       f"not usable), model {synthetic['model']}; {synthetic['valid']} of {synthetic['jobs']} "
                       f"synthetic job(s) valid at {synthetic['npus']} NPUs; {synthetic['meeting_targets']} of "
-                      f"{synthetic['comparisons']} fidelity comparison(s) within targets")
+                      f"{synthetic['comparisons']} (cluster, NPU count) comparison(s) meet the targets")
+        for group, verdict in synthetic["verdicts"].items():
+            if verdict != "meets targets":  # what misses, by how much, or why it cannot be judged yet
+                console.print(f"  {group}: {verdict}")
     elif synthetic["error"]:
         console.print(f"synthesizer: no model ({synthetic['error']})")
     console.print("tables:")
@@ -119,8 +200,10 @@ def _print_summary(summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
     parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: yesterday, UTC)")
-    parser.add_argument("--source", default=DEFAULT_SOURCE, help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
-    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="traces and tables (any fsspec URL)")
+    parser.add_argument("--source", default=DEFAULT_SOURCE, type=_from_cwd,
+                        help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
+    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=_from_cwd,
+                        help="traces and tables (any fsspec URL)")
     parser.add_argument("--sweep", help="sweep file (default: pipeline/sweeps/default.yaml)")
     parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
     parser.add_argument("--representatives", type=int, default=DEFAULT_REPRESENTATIVES, metavar="K",
@@ -130,11 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from chakra_core.terminal import Progress
 
-    with Progress(items=True) as progress:
-        summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                          args.representatives, args.synthetic_jobs)
+    try:
+        with Progress(items=True) as progress:
+            summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
+                              args.representatives, args.synthetic_jobs)
+    except FailedRun as e:  # a preflight refusal or a failed stage: its one line
+        print(f"nightly: {e}", file=sys.stderr)
+        return 2
     _print_summary(summary)
     return 0
+
+
+def _from_cwd(url: str) -> str:
+    """On the command line a relative path means the current directory, as everywhere else."""
+    return str(Path(url).resolve()) if preflight.is_local(url) and "://" not in url else url
 
 
 if __name__ == "__main__":

@@ -9,10 +9,37 @@ WAREHOUSE/tables/sweep_results/sweep=<name>/date=<d>/part-0.parquet   an ad hoc 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import fsspec
+
+T = TypeVar("T")
+RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, then back
+# Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
+PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError)
+
+
+class StorageError(Exception):
+    """Storage failed after its retries; the message is one line that names the URL."""
+
+
+def retried(what: str, url: str, call: Callable[[], T], delays: tuple[float, ...] = RETRY_DELAYS) -> T:
+    """call(), retried with backoff when storage fails transiently, then StorageError."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except PERMANENT:
+            raise
+        except Exception as e:  # noqa: BLE001 - fsspec backends raise their own types (botocore, aiohttp)
+            if attempt == len(delays):
+                detail = str(e).splitlines()[0] if str(e) else "no detail"
+                raise StorageError(f"{what} {url} failed {attempt + 1} times: {type(e).__name__}: {detail}") from None
+            time.sleep(delays[attempt])
+            attempt += 1
 
 
 def join(base: str, *parts: str) -> str:

@@ -3,8 +3,10 @@ every system of the sweep. Tasks read and write object storage themselves and re
 (small), so traces never pass through the driver.
 
 Ray: `start_ray()` connects to the cluster named by RAY_ADDRESS, or starts a local one with
-`num_cpus` CPUs. Tasks are retried by Ray when their worker process dies (max_retries); bad
-input is not an exception of the task but reject rows, so it is never retried.
+`num_cpus` CPUs (never attaching to a cluster that happens to run on the machine). Tasks are
+retried by Ray when their worker process dies (max_retries); bad input is not an exception of the
+task but reject rows, so it is never retried. The day runs in named stages (`run_day`'s `stage`),
+which the nightly flow shows as Prefect tasks.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
-from pipeline.ingest import JobInput, list_day, sha256
+from pipeline.ingest import InputFile, JobInput, list_day, sha256
 from pipeline.jobs import JobOutcome, process_job
-from pipeline.layout import remove, staging_day
+from pipeline.layout import remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep import SystemSpec, reference_spec, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
@@ -35,8 +38,8 @@ def start_ray(num_cpus: int | None = None) -> None:
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    else:  # "local": without it, ray.init joins a `ray start` cluster found on this machine
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 @dataclass
@@ -49,6 +52,7 @@ class DayResult:
     ranks: int = 0
     nodes: int = 0
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/synthesis.py)
+    ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
     def best_systems(self) -> dict[str, tuple[str, int]]:
         """job -> (system, finish_ns) with the earliest finish."""
@@ -59,76 +63,119 @@ class DayResult:
         return best
 
 
-def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOutcome:
+def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> tuple[JobOutcome, str]:
+    """The job's outcome, and the node that ran it (on a cluster, the summary says where work went)."""
+    import ray
+
     marker = os.environ.get(FAULT_KILL_ONCE)
     if marker and not os.path.exists(marker):  # fault injection for the retry test: die once
         open(marker, "w").close()
         os._exit(1)
-    return process_job(job, date, warehouse, run_id)
+    return process_job(job, date, warehouse, run_id), ray.get_runtime_context().get_node_id()
+
+
+Stage = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
+
+
+def direct(name: str, step: Callable[[], Any], counts: Callable[[Any], str]) -> Any:
+    """The default stage runner: the step itself (the flow runs each as a Prefect task instead)."""
+    return step()
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
             progress: Callable[[str, int, int], None] | None = None,
             representatives: int = DEFAULT_REPRESENTATIVES,
-            synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> DayResult:
-    """Everything for one day, as tables (not yet written)."""
-    import ray
-
-    run_id = uuid.uuid4().hex[:12]
-    jobs, loose = list_day(source, date)
-    remove(staging_day(warehouse, date))  # what a run of this day left when it died mid-job; no reader looks there
-    result = DayResult(date, run_id, jobs=len(jobs))
-    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": sha256(f.url), "stage": "ingest",
-                "reason": f"{f.name}: not inside a job folder", "run_id": run_id} for f in loose]
-    process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
-    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
-    pending = {process.remote(job, date, warehouse, run_id): job for job in jobs}
+            synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct) -> DayResult:
+    """Everything for one day, as tables (not yet written), in named stages: `stage(name, step,
+    counts)` runs each step and says what it did with counts(result)."""
+    result = DayResult(date, uuid.uuid4().hex[:12])
+    jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
+                        lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
+    result.jobs = len(jobs)
+    outcomes = stage("ingest, convert and statistics (Ray)",
+                     lambda: _convert(jobs, date, warehouse, result, progress),
+                     lambda done: f"{result.jobs_converted} of {len(done)} jobs converted, {result.ranks} ranks, "
+                                  f"{result.nodes} nodes")
     reference = reference_spec(systems)
     if reference not in systems:  # representatives need every job on the reference system
         systems = [*systems, reference]
-    sims: list = []
-    ingest, traces, collectives = [], [], []
-    total_steps, done_steps = len(jobs), 0
+    sim_rows = stage("simulate (Ray)", lambda: _simulate(outcomes, systems, progress),
+                     lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok")
+    result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
+    result.tables["representatives"] = stage(
+        "select representatives", lambda: representatives_table(
+            result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives,
+            result.run_id),
+        lambda table: f"{sum(r['representative'] for r in table.to_pylist())} representatives of {table.num_rows} jobs")
+    synthetic, fidelity, result.training = stage(
+        "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id,
+                                               synthetic_jobs if result.jobs_converted else 0, progress),
+        lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
+    result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
+    result.tables["fidelity"] = from_rows("fidelity", fidelity)
+    return result
+
+
+def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[InputFile]]:
+    """The day's jobs and loose files; clears what a dead run of the day left in staging."""
+    listed = retried("listing", source, lambda: list_day(source, date))
+    staging = staging_day(warehouse, date)
+    retried("clearing", staging, lambda: remove(staging))  # no reader looks there
+    return listed
+
+
+def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
+             progress: Callable[[str, int, int], None] | None) -> list[tuple[JobInput, JobOutcome]]:
+    """A Ray task per job (hash, convert or validate, statistics, publish); counts into result."""
+    import ray
+
+    process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
+    pending = {process.remote(job, date, warehouse, result.run_id): job for job in jobs}
+    outcomes = []
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         job = pending.pop(ready[0])
-        outcome: JobOutcome = ray.get(ready[0])
-        done_steps += 1
-        ingest += outcome.ingest
-        rejects += outcome.rejects
-        traces += outcome.traces
-        if outcome.collectives is not None:
-            collectives.append(outcome.collectives)
+        outcome, node = ray.get(ready[0])
+        result.ray_nodes.add(node)
+        outcomes.append((job, outcome))
         if outcome.prefix:
             result.jobs_converted += 1
             result.ranks += outcome.ranks
             result.nodes += sum(t["nodes"] for t in outcome.traces)
-            sims += [simulate.remote(job.job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, spec)
-                     for spec in systems]
-            total_steps += len(systems)
         if progress:
-            progress("jobs and simulations", done_steps, total_steps)
-    sim_rows = []
+            progress("jobs", len(outcomes), len(jobs))
+    return outcomes
+
+
+def _simulate(outcomes: list[tuple[JobInput, JobOutcome]], systems: list[SystemSpec],
+              progress: Callable[[str, int, int], None] | None) -> list[dict]:
+    """A Ray task per converted job and system."""
+    import ray
+
+    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
+    sims = [simulate.remote(job.job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, spec)
+            for job, outcome in outcomes if outcome.prefix for spec in systems]
+    rows, total = [], len(sims)
     while sims:
         ready, sims = ray.wait(sims, num_returns=1)
-        sim_rows.append(ray.get(ready[0]))
-        done_steps += 1
+        rows.append(ray.get(ready[0]))
         if progress:
-            progress("jobs and simulations", done_steps, total_steps)
-    result.tables = {
-        "ingest_log": from_rows("ingest_log", _mark_duplicates(ingest)),
-        "rejects": from_rows("rejects", rejects),
-        "traces": from_rows("traces", traces),
+            progress("simulations", len(rows), total)
+    return sorted(rows, key=lambda r: (r["job_id"], r["system"]))
+
+
+def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]], sim_rows: list[dict],
+            run_id: str) -> dict[str, pa.Table]:
+    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": sha256(f.url), "stage": "ingest",
+                "reason": f"{f.name}: not inside a job folder", "run_id": run_id} for f in loose]
+    collectives = [o.collectives for _, o in outcomes if o.collectives is not None]
+    return {
+        "ingest_log": from_rows("ingest_log", _mark_duplicates([r for _, o in outcomes for r in o.ingest])),
+        "rejects": from_rows("rejects", rejects + [r for _, o in outcomes for r in o.rejects]),
+        "traces": from_rows("traces", [r for _, o in outcomes for r in o.traces]),
         "collectives": pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else empty("collectives"),
-        "sim_results": from_rows("sim_results", sorted(sim_rows, key=lambda r: (r["job_id"], r["system"]))),
+        "sim_results": from_rows("sim_results", sim_rows),
     }
-    result.tables["representatives"] = representatives_table(
-        result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives, run_id)
-    synthetic, fidelity, result.training = _synthesize(date, warehouse, run_id,
-                                                       synthetic_jobs if result.jobs_converted else 0, progress)
-    result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
-    result.tables["fidelity"] = from_rows("fidelity", fidelity)
-    return result
 
 
 def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Idempotent set-up on a fresh machine: a .venv at the repository root with the project
-# (and its C codec) installed editable, with the dev, torch and fleet extras. Re-runs are quick: the install
-# is redone only when the packaging files or the C source change.
+# Idempotent set-up on a fresh machine: a .venv at the repository root with exactly the versions
+# of requirements.lock (every dependency of the dev, torch, fleet and s3 extras; its header says
+# how to regenerate it), then the project (and its C codec) installed editable without
+# dependencies. Re-runs are quick: the install is redone only when the lock, the packaging files
+# or the C source change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,11 +20,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.chakra-install-stamp
-want=$(cat pyproject.toml setup.py chakra_core/_native/*.c chakra_core/_native/*.h | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.lock pyproject.toml setup.py chakra_core/_native/*.c chakra_core/_native/*.h | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; then
-    echo "setup: installing the project into .venv (first run takes a minute)" >&2
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel 2> >(grep -v "^WARNING: Location" >&2)
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[dev,torch,fleet]" 2> >(grep -v "^WARNING: Location" >&2)
+    echo "setup: installing requirements.lock and the project into .venv (first run takes a few minutes)" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock 2> >(grep -v "^WARNING: Location" >&2)
+    # The lock has every dependency (setuptools for the C build included): no resolving here.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e . 2> >(grep -v "^WARNING: Location" >&2)
     echo "$want" > "$stamp"
 fi
 

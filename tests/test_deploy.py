@@ -163,6 +163,21 @@ def test_parameters_are_arguments_of_the_flow(nightly):
         assert set(schedule.get("parameters") or {}) <= names
 
 
+def test_flow_defaults_are_what_the_deployment_shows(nightly):
+    """`prefect deploy` evaluates the defaults from the source without the module's __file__ (a
+    computed default shows as None in the deployment): each is a literal or a module constant,
+    and a None default is explained in the docstring's Args ("none: ...")."""
+    file, _, function = nightly["entrypoint"].partition(":")
+    node = _flow_function(REPO / file, function)
+    docstring = ast.get_docstring(node) or ""
+    args = node.args.args[len(node.args.args) - len(node.args.defaults):]
+    for arg, default in zip(args, node.args.defaults):
+        if isinstance(default, ast.Constant) and default.value is None:
+            assert re.search(rf"^\s*{arg.arg}: .*\bnone: ", docstring, re.M), f"{arg.arg}: None, unexplained"
+        else:
+            assert isinstance(default, (ast.Constant, ast.Name)), f"{arg.arg}: computed default"
+
+
 def test_schedule_is_a_valid_nightly_cron(nightly, prefect_fields):
     from cronsim import CronSim, CronSimError  # installed with Prefect, which validates crons with it
 
