@@ -26,11 +26,13 @@ job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism`
   16 (pipeline_parallel only 4 and 8: what-if scaling of send/recv needs the simulated NPU
   count to be a multiple of the traced one).
 
-With corrupt=True, four jobs the pipeline must reject, each marked ``"expected": "reject"``
+With corrupt=True, three jobs the pipeline must reject, each marked ``"expected": "reject"``
 with a ``reason`` and the ``bad_files`` in its job.json: ``bad-truncated-gzip`` (a real rank
-ET cut in half), ``bad-malformed-json`` (a valid gzip of text that is not JSON),
-``bad-truncated-et`` (a generated Chakra ET cut in the middle of a node message) and
-``bad-unknown-file`` (a valid generated job with a ``notes.txt`` beside its traces).
+ET cut in half), ``bad-malformed-json`` (a valid gzip of text that is not JSON) and
+``bad-truncated-et`` (a generated Chakra ET cut in the middle of a node message); and
+``bad-unknown-file``, a valid generated job with a ``notes.txt`` beside its traces, whose
+``notes.txt`` alone is to be rejected (``"expected": "accept"``, with the reason and
+``bad_files``) while its traces convert.
 
 Existing files of the same names are overwritten; nothing else under ROOT is removed.
 """
@@ -539,7 +541,7 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
     info, tables = _tensor_parallel(_rng(seed, "bad-unknown-file"), 4)
     job = GeneratedJob("bad-unknown-file", "tensor_parallel", 4, info, tables)
     ji = _generated_info(job, seed, -1)
-    ji.update(expected="reject", reason="notes.txt: unknown file type next to the rank traces",
+    ji.update(reason="notes.txt: unknown file type next to the rank traces (rejected alone; the job converts)",
               bad_files=["notes.txt"])
     notes = b"operator notes: rerun this job with NCCL_DEBUG=INFO if it hangs again\n"
     _write_generated(drop, job, ji, extra={"notes.txt": notes})

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REFERENCE_CONFIGS
 DATE = "2025-01-15"
 FAMILIES = {"data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe"}
-BAD_JOBS = {"bad-truncated-gzip", "bad-malformed-json", "bad-truncated-et", "bad-unknown-file"}
+BAD_JOBS = {"bad-truncated-gzip", "bad-malformed-json", "bad-truncated-et"}
 
 
 
@@ -130,6 +130,8 @@ def test_corrupt_jobs(drop):
         json.loads(text)
     findings = validate_file(str(day / "bad-truncated-et" / "bad-truncated-et.1.et"))
     assert [f.code for f in findings] == ["unreadable"] and "truncated" in findings[0].message
+    stray = jobs["bad-unknown-file"]  # a good job with one file to reject
+    assert stray["expected"] == "accept" and stray["bad_files"] == ["notes.txt"] and "notes.txt" in stray["reason"]
     assert (day / "bad-unknown-file" / "notes.txt").is_file()
 
 
