@@ -119,41 +119,24 @@ def _read_and_validate(path: str) -> None:
     validate_table(read_table(path))
 
 
-@SETTINGS
-@given(st.binary(max_size=512))
-def et_random_bytes(data):
-    _attempt(data, ".et", _read_and_validate)
+def _target(name: str, inputs, suffix: str, *readers):
+    """A fuzz target: every reader on every drawn input must succeed or raise a ChakraError."""
+    @SETTINGS
+    @given(inputs)
+    def target(data):
+        for read in readers:
+            _attempt(data, suffix, read)
+
+    target.__name__ = target.__qualname__ = name
+    return target
 
 
-@SETTINGS
-@given(mutated_et())
-def et_mutated(data):
-    _attempt(data, ".et", _read_and_validate)
-
-
-@SETTINGS
-@given(mutated_json(REAL_HOST))
-def pytorch_et_mutated(data):
-    _attempt(data, ".et.json", read_host_trace)
-
-
-@SETTINGS
-@given(odd_host_trace())
-def pytorch_et_meaning(data):
-    _attempt(data, ".et.json", _convert)
-
-
-@SETTINGS
-@given(mutated_json(REAL_KINETO))
-def kineto_mutated(data):
-    _attempt(data, ".json", read_kineto)
-
-
-@SETTINGS
-@given(st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config())
-def configs_mutated(data):
-    for load in (load_system, load_network, load_comm_groups):
-        _attempt(data, ".json", load)
-
-
-TARGETS = [et_random_bytes, et_mutated, pytorch_et_mutated, pytorch_et_meaning, kineto_mutated, configs_mutated]
+TARGETS = [
+    _target("et_random_bytes", st.binary(max_size=512), ".et", _read_and_validate),
+    _target("et_mutated", mutated_et(), ".et", _read_and_validate),
+    _target("pytorch_et_mutated", mutated_json(REAL_HOST), ".et.json", read_host_trace),
+    _target("pytorch_et_meaning", odd_host_trace(), ".et.json", _convert),
+    _target("kineto_mutated", mutated_json(REAL_KINETO), ".json", read_kineto),
+    _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
+            load_system, load_network, load_comm_groups),
+]
