@@ -62,7 +62,7 @@ def cmd_info(args) -> int:
             shown = text if len(text) <= 100 or not for_a_person() else text[:97] + "..."
             out.print(f"  {name}: {shown}")
         out.print(f"  nodes: {s['nodes']:,}  dependencies: {s['dependencies']:,}  "
-                      f"total duration: {s['total_duration_micros']:,} us")
+                  f"total duration: {s['total_duration_micros']:,} us")
         types = Table("node type", "count", title=None, box=None, pad_edge=False)
         for name, count in s["node_types"].items():
             types.add_row(name, f"{count:,}")
@@ -234,8 +234,8 @@ def cmd_stats(args) -> int:
     for job in jobs:
         b, c = job["bytes_imbalance"], job["count_imbalance"]
         out.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
-                      f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
-                      f"{job['stragglers'] or 'none'}")
+                  f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
+                  f"{job['stragglers'] or 'none'}")
     return status
 
 
@@ -273,8 +273,8 @@ def _print_conversion(result, as_json: bool) -> int:
         for note in result.inference_notes:
             print(f"groups: {note}", file=sys.stderr)
         out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
-                      f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
-                      f" report in {result.report_file}")
+                  f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
+                  f" report in {result.report_file}")
         if len(result.ranks) > 1 and not result.mismatches:
             out.print("collectives match across ranks")
     for problem in result.mismatches:
@@ -410,13 +410,13 @@ def cmd_synthesize(args) -> int:
             ks, tv, it = checks["message_size_ks"], checks["composition_tv"], checks["iteration_time_relative_error"]
             fmt = (lambda v: "-" if v is None else f"{v:.3f}")
             out.print(f"fidelity against the real jobs of the same clusters at {args.npus} NPUs: message-size KS "
-                          f"worst {fmt(ks['worst'])} (target {TARGETS['message_size_ks']:g}), composition TV "
-                          f"{fmt(tv['value'])} (target {TARGETS['composition_tv']:g}), iteration time error worst "
-                          f"{fmt(it['worst'])} (target {TARGETS['iteration_time_relative_error']:g})")
+                      f"worst {fmt(ks['worst'])} (target {TARGETS['message_size_ks']:g}), composition TV "
+                      f"{fmt(tv['value'])} (target {TARGETS['composition_tv']:g}), iteration time error worst "
+                      f"{fmt(it['worst'])} (target {TARGETS['iteration_time_relative_error']:g})")
         else:
             out.print(f"fidelity: {summary['note']}")
         out.print(f"wrote {len(summary['jobs'])} job(s) under {summary['out_dir']}/, the report "
-                      f"{summary['fidelity']}" + (f" and the model {summary['model']}" if summary["model"] else ""))
+                  f"{summary['fidelity']}" + (f" and the model {summary['model']}" if summary["model"] else ""))
     for job in broken:
         for problem in job["problems"]:
             print(f"{job['job']}: {problem}", file=sys.stderr)
@@ -566,13 +566,22 @@ def cmd_calibrate(args) -> int:
     return EXIT_OK
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked for: reading the package metadata costs every
+    other command ~25 ms of start-up."""
 
-    try:
-        return f"chakra-fleet {version('chakra-fleet')}"
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "chakra-fleet (not installed)"
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = f"chakra-fleet {version('chakra-fleet')}"
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            text = "chakra-fleet (not installed)"
+        print(text)
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -581,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read, check and convert Chakra execution traces (.et). Paths may be any fsspec URL "
         "(local, file://, s3://, memory://); gzip input is detected automatically.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="summarise a trace: node counts by type, collectives by type and bytes, metadata",
