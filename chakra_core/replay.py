@@ -29,7 +29,7 @@ import numpy as np
 
 from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
+from chakra_core.sim.workload import load_tables
 
 COMP, COLL = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["COMM_COLL_NODE"]
 SEND, RECV = NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
@@ -146,7 +146,7 @@ def job_tables(prefix: str, ranks: int | None = None) -> list:
         if not found or found != list(range(len(found))):
             raise ReplayError(f"{prefix}: expected files {prefix}.0.et ... {prefix}.<N-1>.et, found ranks {found}")
         ranks = len(found)
-    return [read_table(f"{prefix}.{rank}.et") for rank in range(ranks)]
+    return load_tables(prefix, ranks)
 
 
 def _check_groups(plans: list[list[Step]], groups: dict[str, tuple[int, ...]], prefix: str) -> None:

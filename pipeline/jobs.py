@@ -17,6 +17,7 @@ import pyarrow as pa
 from chakra_core.convert.job import convert_job
 from chakra_core.errors import ChakraError
 from chakra_core.etfile import read_table, write_table
+from chakra_core.outputs import open_output
 from chakra_core.stats import collective_rows, trace_row
 from chakra_core.validate import validate_table
 from pipeline.ingest import InputFile, JobInput, job_problem, sha256, unusable_files
@@ -145,8 +146,7 @@ def _earlier_conversion(out_dir: str, hashes: dict[str, str]) -> dict | None:
 def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], comm_groups: str | None) -> None:
     """Written last, once the job is published, so a conversion or a publication interrupted
     half-way (on object stores a folder moves file by file) is never taken for a finished one."""
-    fs, path = filesystem(join(out_dir, MANIFEST))
-    with fs.open(path, "w") as f:
+    with open_output(join(out_dir, MANIFEST), "w") as f:
         json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups}, f, indent=1)
 
 

@@ -10,11 +10,10 @@ re-run with fewer rejects clears the old ones. Columns are documented in docs/pi
 
 from __future__ import annotations
 
-import uuid
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chakra_core.outputs import open_output
 from pipeline.layout import filesystem, join, table_dir
 
 PART = "part-0.parquet"
@@ -91,19 +90,10 @@ def from_rows(table: str, rows: list[dict]) -> pa.Table:
 def write_day(warehouse: str, table: str, date: str, data: pa.Table, sweep: str | None = None) -> str:
     """Replace `table` for `date` (and `sweep`, for sweep_results) atomically; returns the object's URL."""
     data = data.cast(SCHEMAS[table])
-    directory = table_dir(warehouse, table, date, sweep)
-    fs, path = filesystem(directory)
-    fs.makedirs(path, exist_ok=True)
-    final = join(path, PART)
-    temporary = join(path, f".{PART}.{uuid.uuid4().hex}.tmp")  # not *.parquet: globs skip it
-    try:
-        with fs.open(temporary, "wb") as f:
-            pq.write_table(data, f, compression="zstd")
-        fs.mv(temporary, final)
-    finally:
-        if fs.exists(temporary):
-            fs.rm(temporary)
-    return join(directory, PART)
+    url = join(table_dir(warehouse, table, date, sweep), PART)
+    with open_output(url, "wb", gzipped=False) as f:  # a temporary beside it (not *.parquet: globs skip it)
+        pq.write_table(data, f, compression="zstd")
+    return url
 
 
 def read_day(warehouse: str, table: str, date: str, sweep: str | None = None) -> pa.Table:
