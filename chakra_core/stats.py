@@ -93,7 +93,8 @@ def critical_path(table: pa.Table) -> dict:
     and the graph's depth (longest path in nodes) and width (most nodes on one depth level)."""
     n = table.num_rows
     if n == 0:
-        return {"micros": 0, "nodes": [], "compute_share": 0.0, "comm_share": 0.0, "depth": 0, "width": 0}
+        return {"micros": 0, "nodes": [], "compute_share": 0.0, "comm_share": 0.0, "depth": 0, "width": 0,
+                "missing_parents": 0, "cycle_edges_set_aside": 0, "cycle_edge_examples": []}
     ids = to_numpy(table.column("id")).astype(np.uint64)
     src, dst, missing = _edges(table, ids)
     weight = to_numpy(table.column("duration_micros"), 0).astype(np.int64)

@@ -67,6 +67,11 @@ def test_trace_row_counts_classes_and_quantiles():
     assert op_class("volta_sgemm_128x64_nn") == "gemm" and op_class("aten::convolution") == "convolution"
 
 
+def test_an_empty_trace_has_zero_statistics():
+    row = trace_row(_table([]))
+    assert (row["nodes"], row["critical_path_micros"], row["missing_parents"], row["cycle_edges_set_aside"]) == (0,) * 4
+
+
 def test_a_cycle_is_set_aside_and_counted():
     table = _table([{"id": 1, "name": "a", "type": COMP, "data": [2]}, {"id": 2, "name": "b", "type": COMP, "data": [1]}])
     path = critical_path(table)  # 1 -> 2 is kept (forward in the file), 2 -> 1 closes the cycle
