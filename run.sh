@@ -10,7 +10,7 @@ scripts/setup.sh
 day=$(date -u -d yesterday +%F 2>/dev/null || date -u -v-1d +%F)
 source_url="file://$PWD/out/object-store/drops"
 warehouse_url="file://$PWD/out/warehouse"
-.venv/bin/python datasets/make_drop.py --root "$source_url" --date "$day"
+.venv/bin/python -m tools.make_drop --root "$source_url" --date "$day"
 .venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
 echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
 .venv/bin/chakra query --warehouse "$warehouse_url" "

@@ -4,12 +4,12 @@
     table = chakra_core.read_table("s3://bucket/job.0.et")   # pyarrow.Table, one row per node
     chakra_core.write_table(table, "out/job.0.et.gz")          # byte-identical nodes, gzipped
 
-See chakra_core.columns for the table's columns, chakra_core.etfile for streaming access.
+See chakra_core.format.columns for the table's columns, chakra_core.format.etfile for streaming access.
 """
 
-from chakra_core.columns import NODE_SCHEMA, WELL_KNOWN_ATTRIBUTES
 from chakra_core.errors import ChakraError, ChakraFormatError, ChakraTableError
-from chakra_core.etfile import (
+from chakra_core.format.columns import NODE_SCHEMA, WELL_KNOWN_ATTRIBUTES
+from chakra_core.format.etfile import (
     ETReader,
     ETWriter,
     iter_nodes,
@@ -19,7 +19,7 @@ from chakra_core.etfile import (
     write_messages,
     write_table,
 )
-from chakra_core.normalize import normalize_table
+from chakra_core.format.normalize import normalize_table
 
 __all__ = [
     "NODE_SCHEMA",

@@ -44,7 +44,7 @@ def _per_file(urls: list[str], command: str, label: str, work: Callable[[str], o
 def cmd_info(args) -> int:
     from rich.table import Table
 
-    from chakra_core.info import summarize
+    from chakra_core.analysis.info import summarize
 
     summarized, failed = _per_file(args.inputs, "info", "summarising traces", summarize)
     summaries = [s for _, s in summarized]
@@ -84,7 +84,7 @@ def _human_bytes(n: int) -> str:
 
 
 def cmd_jsonize(args) -> int:
-    from chakra_core.jsonio import et_to_json
+    from chakra_core.format.jsonio import et_to_json
 
     count = et_to_json(args.input, args.output)
     print(f"wrote {count:,} nodes to {args.output}", file=sys.stderr)
@@ -92,7 +92,7 @@ def cmd_jsonize(args) -> int:
 
 
 def cmd_unjsonize(args) -> int:
-    from chakra_core.jsonio import json_to_et
+    from chakra_core.format.jsonio import json_to_et
 
     count = json_to_et(args.input, args.output)
     print(f"wrote {count:,} nodes to {args.output}", file=sys.stderr)
@@ -100,7 +100,7 @@ def cmd_unjsonize(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from chakra_core.validate import validate_file
+    from chakra_core.analysis.validate import validate_file
 
     findings = [f for url in args.inputs for f in validate_file(url)]
     errors = [f for f in findings if f.severity == "error"]
@@ -122,7 +122,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_survey(args) -> int:
-    from chakra_core.survey import survey
+    from chakra_core.analysis.survey import survey
 
     with Progress(items=True) as progress:
         result = survey(args.roots, args.out, progress=lambda done, total, url: progress("surveying traces", done, total))
@@ -196,8 +196,8 @@ def cmd_stats(args) -> int:
     import pyarrow as pa
     from rich.table import Table
 
-    from chakra_core.etfile import read_table
-    from chakra_core.stats import collective_rows, job_stats, trace_row
+    from chakra_core.analysis.stats import collective_rows, job_stats, trace_row
+    from chakra_core.format.etfile import read_table
 
     def statistics(url: str) -> tuple[dict, pa.Table]:
         table = read_table(url)
@@ -304,7 +304,7 @@ def cmd_link(args) -> int:
     from chakra_core.convert.kineto import rank_of, read_kineto
     from chakra_core.convert.pytorch import RankConversion
     from chakra_core.convert.pytorch_et import read_host_trace
-    from chakra_core.etfile import write_table
+    from chakra_core.format.etfile import write_table
 
     host = read_host_trace(args.host)
     kineto = read_kineto(args.kineto)
@@ -323,7 +323,7 @@ def cmd_link(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from chakra_core.synth.workloads import generate
+    from chakra_core.generate.workloads import generate
 
     # the workload options given (as strings; generate parses them and refuses another workload's)
     options = {key[4:]: value for key, value in vars(args).items() if key.startswith("opt_")}
@@ -353,7 +353,7 @@ def cmd_generate(args) -> int:
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     """WORKLOAD, the job's size and place, and every workload's options (help lists whose they are)."""
-    from chakra_core.synth.workloads import WORKLOADS
+    from chakra_core.generate.workloads import WORKLOADS
 
     p.add_argument("workload", choices=list(WORKLOADS), metavar="WORKLOAD", help=", ".join(WORKLOADS))
     p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs (ranks) of the job")
@@ -424,13 +424,13 @@ def cmd_synthesize(args) -> int:
 
 
 def cmd_select(args) -> int:
-    from chakra_core.errors import ChakraError
-    from chakra_core.synth.fleet import find_jobs, load_job
-    from chakra_core.synth.select import (
+    from chakra_core.analysis.fleet import find_jobs, load_job
+    from chakra_core.analysis.select import (
         DEFAULT_MAX_ERROR,
         select_representatives,
         summarize_job,
     )
+    from chakra_core.errors import ChakraError
 
     jobs, skipped = find_jobs(args.dirs)
     summaries = []
@@ -476,7 +476,7 @@ def cmd_select(args) -> int:
 
 
 def cmd_query(args) -> int:
-    from chakra_core.warehouse import open_warehouse, run_query, table_counts
+    from chakra_core.analysis.warehouse import open_warehouse, run_query, table_counts
 
     con, files_by_table = open_warehouse(args.warehouse)
     if args.sql is None:
@@ -507,7 +507,7 @@ def cmd_query(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from chakra_core.replay import replay_job
+    from chakra_core.replay.launch import replay_job
     from chakra_core.sim.config import load_comm_groups
 
     groups = load_comm_groups(args.comm_group) if args.comm_group else None
@@ -536,7 +536,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from chakra_core.calibrate import (
+    from chakra_core.replay.calibrate import (
         compute_scale,
         fit,
         measure,

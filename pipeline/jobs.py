@@ -14,14 +14,22 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from chakra_core.analysis.stats import collective_rows, trace_row
+from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table, write_table
+from chakra_core.format.etfile import read_table, write_table
 from chakra_core.outputs import open_output
-from chakra_core.stats import collective_rows, trace_row
-from chakra_core.validate import validate_table
 from pipeline.ingest import InputFile, JobInput, job_problem, sha256, unusable_files
-from pipeline.layout import filesystem, join, publish, remove, staged, staging_dir, traces_dir
+from pipeline.layout import (
+    filesystem,
+    join,
+    publish,
+    remove,
+    staged,
+    staging_dir,
+    traces_dir,
+)
 from pipeline.tables import SCHEMAS
 
 

@@ -1,7 +1,7 @@
-"""The day's representative jobs: `chakra_core.synth.select` over the warehouse's own rows.
+"""The day's representative jobs: `chakra_core.analysis.select` over the warehouse's own rows.
 
 Selection needs each job's per-rank statistics (the day's `traces` rows) and one simulation
-on the reference system (`chakra_core.synth.reference`): the sweep's `native-ring` rows are
+on the reference system (`chakra_core.sim.reference`): the sweep's `native-ring` rows are
 exactly that when the sweep has such an entry, else the jobs are simulated on the reference
 system here (Ray tasks). A job without a successful reference simulation cannot be placed;
 it still gets a row, with the reason in `status`. Every row also carries what the day's
@@ -16,7 +16,12 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from chakra_core.synth.select import JobSummary, Selection, SelectionError, select_representatives
+from chakra_core.analysis.select import (
+    JobSummary,
+    Selection,
+    SelectionError,
+    select_representatives,
+)
 from pipeline.tables import from_rows
 
 DEFAULT_REPRESENTATIVES = 8

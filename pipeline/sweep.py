@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import fsspec
 
 from chakra_core.errors import ChakraError
+from chakra_core.sim import reference
 from chakra_core.sim.config import load_network, read_document
 from chakra_core.sim.workload import simulate_files
-from chakra_core.synth import reference
 
 DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml")
 

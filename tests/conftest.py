@@ -12,7 +12,6 @@ import fsspec
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import et_builders`
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "datasets"))  # for `import make_drop`
 # Prefect in tests: no telemetry, and no INFO lines from its ephemeral server's shutdown after
 # pytest has closed the captured streams.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -1,6 +1,6 @@
 """Test-data builders: Chakra ETs made with the generated protobuf classes.
 
-Everything here builds messages with `chakra_core.schema.et_def_pb2` (the reference
+Everything here builds messages with `chakra_core.format.schema.et_def_pb2` (the reference
 encoding, protobuf's own serializer) so that the columnar codec is checked against an
 independent implementation of the wire format.
 """
@@ -11,8 +11,8 @@ import math
 
 import fsspec
 
-from chakra_core.etfile import encode_varint, write_messages
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.etfile import encode_varint, write_messages
+from chakra_core.format.schema import et_def_pb2 as pb
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -122,7 +122,7 @@ def et_bytes(meta: pb.GlobalMetadata | bytes, nodes) -> bytes:
 
 
 def write_et(url: str, meta: pb.GlobalMetadata, nodes) -> bytes:
-    """Writes with chakra_core.etfile.write_messages; returns the (uncompressed) file bytes."""
+    """Writes with chakra_core.format.etfile.write_messages; returns the (uncompressed) file bytes."""
     write_messages(str(url), meta, nodes)
     return et_bytes(meta, nodes)
 

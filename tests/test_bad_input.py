@@ -11,16 +11,23 @@ import random
 import zlib
 from pathlib import Path
 
+import et_builders as eb
 import fsspec
 import pytest
+from datapaths import PYTORCH_ET
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import et_builders as eb
-from datapaths import PYTORCH_ET
-from chakra_core import ChakraFormatError, etfile
-from chakra_core.etfile import ETReader, iter_nodes, read_metadata, read_table, write_table
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core import ChakraFormatError
+from chakra_core.format import etfile
+from chakra_core.format.etfile import (
+    ETReader,
+    iter_nodes,
+    read_metadata,
+    read_table,
+    write_table,
+)
+from chakra_core.format.schema import et_def_pb2 as pb
 
 PYTORCH_JSON = PYTORCH_ET / "allgather_2ranks.rank0.et.json"
 PYTORCH_JSON_GZ = PYTORCH_ET / "resnet_ddp.rank0.et.json.gz"

@@ -6,11 +6,16 @@ import json
 
 import pytest
 
-from chakra_core.calibrate import CalibrationError, fit, measure, write_calibration
 from chakra_core.cli import main
+from chakra_core.generate.builder import JobBuilder
+from chakra_core.replay.calibrate import (
+    CalibrationError,
+    fit,
+    measure,
+    write_calibration,
+)
 from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import simulate
-from chakra_core.synth.builder import JobBuilder
 
 
 def _simulated(network, system, kind: str, npus: int, size: int) -> int:
@@ -56,8 +61,8 @@ def test_the_compute_scale_compares_a_measurement_with_the_recorded_span(tmp_pat
     from datapaths import GLOO
 
     from chakra_core.convert.job import convert_job
-    from chakra_core.etfile import read_table
-    from chakra_core.replay import recorded_ns
+    from chakra_core.format.etfile import read_table
+    from chakra_core.replay.launch import recorded_ns
 
     result = convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "mlp"), "mlp")
     span = max(recorded_ns(read_table(url)) for url in result.et_files)

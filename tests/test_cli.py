@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from datapaths import MICROBENCHMARKS
 
 import chakra_core
-from datapaths import MICROBENCHMARKS
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.schema import et_def_pb2 as pb
 
 DATASETS = MICROBENCHMARKS
 ALL_REDUCE = DATASETS / "all_reduce" / "4npus_1MB" / "all_reduce.0.et"

@@ -1,4 +1,4 @@
-"""chakra_core.collect.TraceRecorder on a real 2-process gloo run (torch, CPU)."""
+"""chakra_core.convert.collect.TraceRecorder on a real 2-process gloo run (torch, CPU)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, out: str, port: int) -> None:
     import torch.distributed as dist
 
-    from chakra_core.collect import TraceRecorder
+    from chakra_core.convert.collect import TraceRecorder
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)

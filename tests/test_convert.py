@@ -9,17 +9,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from datapaths import GLOO, PYTORCH_ET, REFERENCE_CONFIGS
 
+from chakra_core.analysis.validate import validate_file
 from chakra_core.cli import main
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.jsonstream import TraceJSONError
 from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch import RankConversion
 from chakra_core.convert.pytorch_et import KNOWN_SCHEMAS, read_host_trace
-from chakra_core.etfile import read_metadata, read_table
-from chakra_core.validate import validate_file
+from chakra_core.format.etfile import read_metadata, read_table
 
 DATA = PYTORCH_ET
 RESNET = DATA / "resnet_ddp.rank0.et.json.gz"

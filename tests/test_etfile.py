@@ -1,4 +1,4 @@
-"""chakra_core.etfile: the reader/writer API, framing, gzip handling, streaming memory."""
+"""chakra_core.format.etfile: the reader/writer API, framing, gzip handling, streaming memory."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import subprocess
 import sys
 import textwrap
 
+import et_builders as eb
 import pyarrow as pa
 import pytest
 
-import et_builders as eb
-from chakra_core import etfile
-from chakra_core.columns import NODE_SCHEMA
-from chakra_core.etfile import (
+from chakra_core.format import etfile
+from chakra_core.format.columns import NODE_SCHEMA
+from chakra_core.format.etfile import (
     ETReader,
     ETWriter,
     encode_varint,
@@ -25,7 +25,7 @@ from chakra_core.etfile import (
     write_messages,
     write_table,
 )
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.schema import et_def_pb2 as pb
 
 META = eb.metadata("1.0.0", [eb.attr("schema", "string_val", "1.0.2-chakra.1.0.0"), eb.attr("pid", "uint64_val", 1)])
 
@@ -176,7 +176,7 @@ def test_threaded_decoding_reports_first_error(tmp_path):
 
 STREAM_SCRIPT = textwrap.dedent("""
     import json, resource, sys
-    from chakra_core.etfile import ETReader
+    from chakra_core.format.etfile import ETReader
 
     def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

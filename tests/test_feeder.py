@@ -1,4 +1,4 @@
-"""chakra_core.feeder: feeder_v3 issuability on hand-built graphs, errors, the reference traces, speed."""
+"""chakra_core.sim.feeder: feeder_v3 issuability on hand-built graphs, errors, the reference traces, speed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 import chakra_core
 from chakra_core.errors import ChakraError
-from chakra_core.feeder import FeederError, GraphFeeder, UnknownNodeError
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.sim.feeder import FeederError, GraphFeeder, UnknownNodeError
 
 
 def table(ids, data=None, ctrl=None, **extra) -> pa.Table:

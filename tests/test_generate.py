@@ -1,5 +1,5 @@
-"""The test-case generator: the builder API (chakra_core.synth.builder), the canned workloads
-(chakra_core.synth.workloads) and `chakra generate`; workloads are checked by simulating them."""
+"""The test-case generator: the builder API (chakra_core.generate.builder), the canned workloads
+(chakra_core.generate.workloads) and `chakra generate`; workloads are checked by simulating them."""
 
 from __future__ import annotations
 
@@ -13,12 +13,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from chakra_core.etfile import read_metadata, read_table
+from chakra_core.analysis.validate import validate_table
+from chakra_core.format.etfile import read_metadata, read_table
+from chakra_core.generate.builder import (
+    NODE_COLUMNS,
+    JobBuilder,
+    RankGraph,
+    check_send_recv,
+    node_table,
+    write_job,
+)
+from chakra_core.generate.workloads import WORKLOADS, generate
 from chakra_core.sim.config import NetworkConfig, load_comm_groups, load_system
 from chakra_core.sim.engine import SimResult, simulate
-from chakra_core.synth.builder import NODE_COLUMNS, JobBuilder, RankGraph, check_send_recv, node_table, write_job
-from chakra_core.synth.workloads import WORKLOADS, generate
-from chakra_core.validate import validate_table
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEM = load_system(str(REPO / "pipeline" / "sweeps" / "ring_system.json"))

@@ -14,13 +14,13 @@ from datapaths import MICROBENCHMARKS, REFERENCE_CONFIGS
 from et_builders import attr, metadata, node, write_et
 
 from chakra_core import limits
+from chakra_core.analysis.validate import validate_file
 from chakra_core.cli import main
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
+from chakra_core.format.etfile import read_table
+from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.outputs import open_output
-from chakra_core.schema import et_def_pb2 as pb
 from chakra_core.sim.config import ConfigError, load_network, load_system
-from chakra_core.validate import validate_file
 
 SYSTEM = REFERENCE_CONFIGS / "Ring_4chunks.json"
 

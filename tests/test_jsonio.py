@@ -1,4 +1,4 @@
-"""chakra_core.jsonio: ET -> JSON -> ET is byte-identical; the JSON is one readable document."""
+"""chakra_core.format.jsonio: ET -> JSON -> ET is byte-identical; the JSON is one readable document."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chakra_core import jsonio
 from chakra_core.errors import ChakraFormatError
-from chakra_core.etfile import encode_varint
-from chakra_core.jsonio import et_to_json, json_to_et, node_from_dict, node_to_dict
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format import jsonio
+from chakra_core.format.etfile import encode_varint
+from chakra_core.format.jsonio import (
+    et_to_json,
+    json_to_et,
+    node_from_dict,
+    node_to_dict,
+)
+from chakra_core.format.schema import et_def_pb2 as pb
 
 FLT_MAX_BITS = b"\xff\xff\x7f\x7f"
 
@@ -281,7 +286,7 @@ def jsonizer_text(meta: pb.GlobalMetadata, nodes) -> str:
 
 
 def test_reference_jsonizer_output_is_accepted(tmp_path, microbenchmark_files):
-    from chakra_core.etfile import iter_nodes, read_metadata
+    from chakra_core.format.etfile import iter_nodes, read_metadata
 
     for path in microbenchmark_files[:8]:
         ref = tmp_path / "ref.json"

@@ -1,4 +1,4 @@
-"""datasets/make_drop.py: one day's drop (real runs, generated Chakra jobs, files to reject)."""
+"""tools/make_drop.py: one day's drop (real runs, generated Chakra jobs, files to reject)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-
-from chakra_core.etfile import read_table
-from chakra_core.validate import validate_file
-
-import make_drop as md  # datasets/ is on the path: conftest.py
 from datapaths import REFERENCE_CONFIGS
+
+from chakra_core.analysis.validate import validate_file
+from chakra_core.format.etfile import read_table
+from tools import make_drop as md
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REFERENCE_CONFIGS

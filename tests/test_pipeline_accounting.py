@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import make_drop as md  # datasets/ is on the path: conftest.py
-from chakra_core.etfile import write_table
+from chakra_core.format.etfile import write_table
 from pipeline import jobs as jobs_module
 from pipeline.ingest import list_day
 from pipeline.jobs import process_job
 from pipeline.layout import filesystem, join, staging_dir, traces_dir
+from tools import make_drop as md
 
 GLOO = Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo" / "collectives-w2"
 DATE = "2026-11-21"

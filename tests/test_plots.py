@@ -13,14 +13,13 @@ pytest.importorskip("matplotlib")
 
 from datapaths import MICROBENCHMARKS  # noqa: E402
 
-from chakra_core.etfile import read_table, write_table  # noqa: E402
-from chakra_core.stats import collective_rows  # noqa: E402
+from chakra_core.analysis.stats import collective_rows  # noqa: E402
+from chakra_core.format.etfile import read_table, write_table  # noqa: E402
 from chakra_core.viz import plots  # noqa: E402
+from pipeline.sweep import load_sweep, simulate_row  # noqa: E402
+from tools.make_drop import generate_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-from make_drop import generate_job  # noqa: E402  (datasets/ is on the path: conftest.py)
-
-from pipeline.sweep import load_sweep, simulate_row  # noqa: E402
 
 ALL_REDUCE_8 = MICROBENCHMARKS / "all_reduce" / "8npus_1MB" / "all_reduce"
 SYSTEM_2D = REPO / "pipeline" / "sweeps" / "ring_system_2d.json"

@@ -8,8 +8,8 @@ import pytest
 from datapaths import GLOO, REFERENCE_CONFIGS
 
 from chakra_core.convert.job import convert_job
-from chakra_core.etfile import read_table
-from chakra_core.replay import recorded_ns
+from chakra_core.format.etfile import read_table
+from chakra_core.replay.launch import recorded_ns
 from chakra_core.sim.workload import simulate_files
 
 

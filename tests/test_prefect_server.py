@@ -105,7 +105,7 @@ def _runs(client: httpx.Client, deployment_id: str) -> list[dict]:
 
 
 def test_schedule_fires_and_a_worker_completes_a_run(server, s3, tmp_path):
-    from make_drop import make_drop
+    from tools.make_drop import make_drop
 
     env, client = server
     cli(env, "work-pool", "create", POOL, "--type", "process")

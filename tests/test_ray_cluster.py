@@ -106,9 +106,8 @@ def _wait_for_nodes(count: int, procs: list[subprocess.Popen]) -> None:
 
 
 def test_nightly_runs_on_both_nodes(cluster, s3, tmp_path):
-    from make_drop import make_drop
-
     from flows.nightly import nightly
+    from tools.make_drop import make_drop
 
     for bucket in ("cluster-drops", "cluster-warehouse"):
         s3.mkdir(bucket)

@@ -9,9 +9,9 @@ import time
 import pytest
 from datapaths import GLOO
 
-from chakra_core.replay import ReplayError, plan_rank, recorded_ns, replay_job
+from chakra_core.generate.builder import JobBuilder
+from chakra_core.replay.launch import ReplayError, plan_rank, recorded_ns, replay_job
 from chakra_core.sim.config import load_comm_groups
-from chakra_core.synth.builder import JobBuilder
 
 pytest.importorskip("torch.distributed")
 
@@ -26,7 +26,7 @@ def mlp(tmp_path_factory) -> str:
 
 
 def test_a_recorded_gloo_job_replays_near_its_recorded_time(mlp):
-    from chakra_core.etfile import read_table
+    from chakra_core.format.etfile import read_table
 
     result = replay_job(mlp, iterations=2, warmup=1, timeout_s=30)
     spans = [recorded_ns(read_table(f"{mlp}.{rank}.et")) for rank in (0, 1)]

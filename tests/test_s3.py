@@ -13,13 +13,21 @@ import subprocess
 import sys
 import uuid
 
-import pytest
-
 import et_builders as eb
-from chakra_core import ChakraFormatError, etfile
-from chakra_core.etfile import ETReader, ETWriter, iter_nodes, read_metadata, read_table, write_messages, write_table
-
+import pytest
 from conftest import s3_env
+
+from chakra_core import ChakraFormatError
+from chakra_core.format import etfile
+from chakra_core.format.etfile import (
+    ETReader,
+    ETWriter,
+    iter_nodes,
+    read_metadata,
+    read_table,
+    write_messages,
+    write_table,
+)
 
 META = eb.metadata("0.0.4", [eb.attr("schema", "string_val", "1.1.1-chakra.1.0.0")])
 

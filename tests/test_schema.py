@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
-from chakra_core.schema import et_def_pb2 as pb
-from chakra_core.schema import regenerate
+from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.format.schema import regenerate
 
 F = descriptor_pb2.FieldDescriptorProto
 OPT, REP = F.LABEL_OPTIONAL, F.LABEL_REPEATED
@@ -138,7 +138,7 @@ def test_generated_code_is_current():
 
 
 def test_regenerate_check_cli():
-    proc = subprocess.run([sys.executable, "-m", "chakra_core.schema.regenerate", "--check"],
+    proc = subprocess.run([sys.executable, "-m", "chakra_core.format.schema.regenerate", "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -6,12 +6,16 @@ import json
 import shutil
 
 import pytest
-from make_drop import generate_job
 
+from chakra_core.analysis.fleet import find_jobs, load_job
+from chakra_core.analysis.select import (
+    SelectionError,
+    select_representatives,
+    summarize_job,
+)
 from chakra_core.cli import main
-from chakra_core.synth.builder import write_job
-from chakra_core.synth.fleet import find_jobs, load_job
-from chakra_core.synth.select import SelectionError, select_representatives, summarize_job
+from chakra_core.generate.builder import write_job
+from tools.make_drop import generate_job
 
 
 def _write(folder, index: int, seed: int = 0) -> str:

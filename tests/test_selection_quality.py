@@ -2,9 +2,9 @@
 fleet's truth for every k, and representatives chosen on one day estimating the next; the
 error plot; and the power of the nightly fidelity report (jobs needed, verdicts).
 
-The fleet: the five families of `datasets/make_drop.py` (`generate_job`, 20 jobs at 4-16
+The fleet: the five families of `tools/make_drop.py` (`generate_job`, 20 jobs at 4-16
 NPUs, sizes drawn from the day's seed) and six jobs of the test-case generator
-(`chakra_core.synth.workloads`: MLP data parallel, DLRM, transformer tensor parallel at 4 and 8
+(`chakra_core.generate.workloads`: MLP data parallel, DLRM, transformer tensor parallel at 4 and 8
 NPUs, sized by the day). Day 1 and day 2 have the same families and NPU counts, different sizes.
 Bounds (docs/synthesis.md#representative-selection): largest group error <= 10% at k = 4,
 <= 5% at k = a quarter of the jobs (rounded up), never growing with k, 0 at k = all jobs; day 1's quarter
@@ -19,17 +19,23 @@ import math
 
 import numpy as np
 import pytest
-from make_drop import generate_job
 
+from chakra_core.analysis.select import (
+    JobSummary,
+    estimands,
+    estimate_fleet,
+    greedy_path,
+    select_representatives,
+    summarize_job,
+)
 from chakra_core.cli import main
+from chakra_core.generate.workloads import generate
 from chakra_core.sim.config import NetworkConfig
 from chakra_core.sim.engine import simulate
+from chakra_core.sim.reference import reference_system
 from chakra_core.synth.fidelity import jobs_needed, row_verdict
-from chakra_core.synth.reference import reference_system
-from chakra_core.synth.select import (JobSummary, estimate_fleet, estimands, greedy_path, select_representatives,
-                                      summarize_job)
-from chakra_core.synth.workloads import generate
 from chakra_core.viz import plots
+from tools.make_drop import generate_job
 
 DAY2_BOUND = 0.15  # measured 11.0% (k = 7): day 2's sizes shift the families' shares of time and bytes
 HOLDOUT_BOUND = 0.05  # measured 1.1% (k = 7) on a 10 GB/s, 2 µs ring

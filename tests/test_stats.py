@@ -1,4 +1,4 @@
-"""Statistics (chakra_core.stats, chakra stats) against hand-computed expectations."""
+"""Statistics (chakra_core.analysis.stats, chakra stats) against hand-computed expectations."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ import json
 
 import pyarrow as pa
 import pytest
-
 from datapaths import PYTORCH_ET
 
+from chakra_core.analysis.stats import (
+    collective_rows,
+    critical_path,
+    job_stats,
+    op_class,
+    trace_row,
+)
 from chakra_core.cli import main
-from chakra_core.etfile import write_table
-from chakra_core.stats import collective_rows, critical_path, job_stats, op_class, trace_row
+from chakra_core.format.etfile import write_table
 
 COMP, COLL, SEND = 4, 7, 5
 DATA = PYTORCH_ET

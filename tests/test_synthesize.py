@@ -2,7 +2,7 @@
 fitting, sampling at seen and unseen NPU counts, fidelity, obfuscation, the model file.
 
 The training fleet (session fixtures): the 8 real gloo runs of datasets/pytorch-gloo
-(converted with convert_job) and 45 jobs of chakra_core.synth.workloads: five families
+(converted with convert_job) and 45 jobs of chakra_core.generate.workloads: five families
 (MLP data parallel, MLP model x data parallel, DLRM, transformer tensor x ZeRO data
 parallel, transformer pipeline x ZeRO data parallel) at 4, 8 and 16 NPUs, three jobs each
 whose NPUs differ in speed by up to +-10% (the effective FLOP/s).
@@ -18,18 +18,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from make_drop import generate_job
 
+from chakra_core.analysis.stats import op_class
 from chakra_core.cli import main
 from chakra_core.convert.job import convert_job
-from chakra_core.etfile import read_table, table_metadata
+from chakra_core.format.etfile import read_table, table_metadata
+from chakra_core.generate.workloads import generate
 from chakra_core.synth.fidelity import TARGETS, fidelity_report, report_rows
 from chakra_core.synth.master import CrossRankError, build_master, comm_sequence
 from chakra_core.synth.model import ModelFileError, load_model, save_model
-from chakra_core.synth.sample import CLASS_WORDS, sample_job, sample_jobs, write_sampled_job
-from chakra_core.synth.synthesize import check_job, fit, load_training, vocabulary_clashes
-from chakra_core.synth.workloads import generate
-from chakra_core.stats import op_class
+from chakra_core.synth.sample import (
+    CLASS_WORDS,
+    sample_job,
+    sample_jobs,
+    write_sampled_job,
+)
+from chakra_core.synth.synthesize import (
+    check_job,
+    fit,
+    load_training,
+    vocabulary_clashes,
+)
+from tools.make_drop import generate_job
 
 REAL = Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo"
 FAMILIES = {  # family -> (workload, options, nominal FLOP/s)

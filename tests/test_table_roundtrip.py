@@ -9,8 +9,8 @@ from __future__ import annotations
 import gzip
 import math
 
+import et_builders as eb
 import fsspec
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -18,12 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import et_builders as eb
-from chakra_core import etfile
-from chakra_core.columns import NODE_SCHEMA, WELL_KNOWN_BY_NAME
-from chakra_core.etfile import ETReader, ETWriter, iter_nodes, read_table, write_table
-from chakra_core.normalize import normalize_table
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format import etfile
+from chakra_core.format.columns import NODE_SCHEMA, WELL_KNOWN_BY_NAME
+from chakra_core.format.etfile import (
+    ETReader,
+    ETWriter,
+    iter_nodes,
+    read_table,
+    write_table,
+)
+from chakra_core.format.normalize import normalize_table
+from chakra_core.format.schema import et_def_pb2 as pb
 
 
 def roundtrip_bytes(src: str, dst: str) -> bytes:

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from datapaths import MICROBENCHMARKS, REFERENCE_CONFIGS
 
-from chakra_core.etfile import read_table, write_table
+from chakra_core.format.etfile import read_table, write_table
 from chakra_core.sim.engine import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.workload import load_tables, simulate_files
 from chakra_core.viz.timeline import (
@@ -71,7 +70,7 @@ def test_microbenchmark_all_reduce_8_npus():
 
 @pytest.fixture(scope="module")
 def data_parallel(tmp_path_factory):
-    import make_drop as md
+    from tools import make_drop as md
     job = md.generate_job(0)  # data_parallel, 8 NPUs
     assert job.family == "data_parallel" and job.npus == 8
     folder = tmp_path_factory.mktemp("dp")

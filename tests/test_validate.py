@@ -1,4 +1,4 @@
-"""chakra_core.validate: every check on small hand-built graphs, the reference traces, speed."""
+"""chakra_core.analysis.validate: every check on small hand-built graphs, the reference traces, speed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ import pyarrow as pa
 import pytest
 
 import chakra_core
-from chakra_core.columns import OTHER_ATTR_TYPE
-from chakra_core.schema import et_def_pb2 as pb
-from chakra_core.validate import CHECKS, ERROR, WARNING, Finding, validate_file, validate_table
+from chakra_core.analysis.validate import (
+    CHECKS,
+    ERROR,
+    WARNING,
+    Finding,
+    validate_file,
+    validate_table,
+)
+from chakra_core.format.columns import OTHER_ATTR_TYPE
+from chakra_core.format.schema import et_def_pb2 as pb
+
 
 def write(tmp_path: Path, columns: dict, name: str = "t.0.et", version: str = "0.0.4") -> str:
     path = str(tmp_path / name)

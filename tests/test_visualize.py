@@ -13,7 +13,7 @@ import pytest
 from datapaths import PYTORCH_ET
 from et_builders import attr, metadata, node, write_et
 
-from chakra_core.etfile import read_table
+from chakra_core.format.etfile import read_table
 from chakra_core.viz import graph as viz
 from chakra_core.viz.graph import add_visualize_parser, render, select
 

@@ -30,13 +30,18 @@ from dataclasses import dataclass
 import fsspec
 
 from chakra_core.convert import comms
-from chakra_core.convert.groups import COMM_GROUP_SUFFIX, WORLD, ProcessGroups, comm_group_document
+from chakra_core.convert.groups import (
+    COMM_GROUP_SUFFIX,
+    WORLD,
+    ProcessGroups,
+    comm_group_document,
+)
 from chakra_core.convert.jsonstream import TraceJSONError, check_depth
 from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import write_table
+from chakra_core.format.etfile import write_table
 from chakra_core.outputs import open_output
 
 RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
@@ -148,7 +153,7 @@ def _unpack(src: str, workdir: str) -> str:
 
 
 def _is_multi_rank_json(src: str) -> bool:
-    from chakra_core.etfile import open_binary
+    from chakra_core.format.etfile import open_binary
 
     with open_binary(src) as f:
         head = f.read(4096).lstrip()
@@ -159,7 +164,7 @@ def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
     """A multi-rank JSON is read whole (it is meant for small jobs) and written per rank."""
     import orjson
 
-    from chakra_core.etfile import open_binary
+    from chakra_core.format.etfile import open_binary
 
     with open_binary(src) as f:
         data = f.read()

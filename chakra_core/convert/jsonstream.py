@@ -23,7 +23,7 @@ import orjson
 from chakra_core import limits
 from chakra_core._native import _jsonscan
 from chakra_core.errors import ChakraFormatError
-from chakra_core.etfile import READ_ERRORS, open_binary
+from chakra_core.format.etfile import READ_ERRORS, open_binary
 
 READ_CHUNK = 4 << 20
 BATCH_ITEMS = 4096

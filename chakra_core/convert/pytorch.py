@@ -33,17 +33,29 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.columns import NODE_TYPE_VALUES
 from chakra_core.convert import comms, deps
-from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init, simulator_names
+from chakra_core.convert.groups import (
+    WORLD,
+    ProcessGroups,
+    parse_pg_init,
+    simulator_names,
+)
 from chakra_core.convert.kineto import KinetoTrace, Linked, link
-from chakra_core.convert.pytorch_et import ID_ATTRS, PG_INIT_NAME, ROOT_NAME, HostTrace, tensor_nbytes, tensors_in
+from chakra_core.convert.pytorch_et import (
+    ID_ATTRS,
+    PG_INIT_NAME,
+    ROOT_NAME,
+    HostTrace,
+    tensor_nbytes,
+    tensors_in,
+)
 from chakra_core.errors import ChakraFormatError
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.schema import et_def_pb2 as pb
 
 COMP, METADATA = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["METADATA_NODE"]
 COLL, SEND, RECV = NODE_TYPE_VALUES["COMM_COLL_NODE"], NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
-PG_ANNOTATION_PREFIX = "chakra::pg="  # chakra_core.collect.PG_ANNOTATION_PREFIX (no torch import here)
+PG_ANNOTATION_PREFIX = "chakra::pg="  # chakra_core.convert.collect.PG_ANNOTATION_PREFIX (no torch import here)
 
 # node roles
 OP, ROOT, ANNOTATION, META, ANCHOR, WRAPPED, GLOO = range(7)

@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from chakra_core.columns import NODE_TYPE_VALUES
-from chakra_core.etfile import table_source
-from chakra_core.feeder import GraphFeeder
+from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.etfile import table_source
+from chakra_core.sim import breakdown
+from chakra_core.sim.aware import AwareCollectiveModel, AwareFabric
 from chakra_core.sim.collectives import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -49,8 +50,7 @@ from chakra_core.sim.collectives import (
 )
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.events import CALL, EventQueue
-from chakra_core.sim import breakdown
-from chakra_core.sim.aware import AwareCollectiveModel, AwareFabric
+from chakra_core.sim.feeder import GraphFeeder
 from chakra_core.sim.network import UnawareNetwork
 from chakra_core.sim.replay import Instance, Replay
 

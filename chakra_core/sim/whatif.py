@@ -24,8 +24,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.columns import NODE_TYPE_VALUES
-from chakra_core.normalize import normalize_table
+from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.normalize import normalize_table
 from chakra_core.sim.collectives import SimulationError
 from chakra_core.sim.engine import DEFAULT_GROUP_NAMES
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
-from chakra_core.feeder import GraphFeeder
+from chakra_core.format.etfile import read_table
 from chakra_core.sim.collectives import SimulationError
 from chakra_core.sim.config import load_comm_groups, load_network, load_system
 from chakra_core.sim.engine import Engine, SimResult
+from chakra_core.sim.feeder import GraphFeeder
 from chakra_core.sim.whatif import scale_job
 
 

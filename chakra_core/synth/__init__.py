@@ -1,16 +1,12 @@
-"""Synthetic Chakra ETs: building per-NPU graphs, generating whole training jobs, learning from real ones.
+"""The learned synthesizer: a generative model fitted to a fleet's real traces that samples
+new, obfuscated jobs for any NPU count (``chakra synthesize``).
 
-Modules:
+- ``master``, ``profile``, ``supersequence``: what a job is reduced to before fitting (its
+  lossless master trace and per-node profile; pipeline stages merged into one program);
+- ``mixture``, ``model``: the fitted model (Gaussian mixtures, a Markov token chain);
+- ``sample``: new jobs for any N; ``fidelity``: how faithful they are; ``synthesize``: the
+  command's driver.
 
-- ``builder``: the node-table and graph API (``NODE_COLUMNS``, ``node_table``, ``RankGraph``,
-  ``JobBuilder``, ``write_job``) that everything here writes ETs with;
-- ``workloads``: canned jobs (``mlp``, ``dlrm``, ``transformer``) for any NPU count, sized
-  from model dimensions and a parallelism description (``generate``, ``WORKLOADS``);
-- ``master``, ``profile``, ``supersequence``, ``mixture``, ``model``, ``sample``,
-  ``fidelity``, ``synthesize``: learning a generative model from real traces (their master
-  trace and profile), sampling new jobs from it and judging how faithful they are
-  (``chakra synthesize``);
-- ``select`` (with ``fleet`` and ``reference``): choosing representative jobs of a fleet.
-
-Each module's docstring has the details.
+Writing graphs is the generator's (chakra_core.generate); choosing representative jobs is
+analysis (chakra_core.analysis.select).
 """

@@ -2,7 +2,7 @@
 
 Per job (`measure_job`): operations per kind and every message size (over all ranks, as the
 `collectives` table counts them), and one simulation on the reference system
-(`chakra_core.synth.reference`: a Ring of the job's NPUs, 50 GB/s, 500 ns, the ring system
+(`chakra_core.sim.reference`: a Ring of the job's NPUs, 50 GB/s, 500 ns, the ring system
 of pipeline/sweeps/ring_system.json): the iteration time (the traced steps' finish time,
 ns) and the exposed communication (the largest NPU's finish minus its GPU compute time).
 
@@ -39,9 +39,9 @@ import pyarrow as pa
 from scipy.stats import ks_2samp
 
 from chakra_core.errors import ChakraError
+from chakra_core.sim.reference import describe, simulate_reference
 from chakra_core.synth.master import KIND_NAMES
 from chakra_core.synth.profile import JobProfile
-from chakra_core.synth.reference import describe, simulate_reference
 
 TARGETS = {"message_size_ks": 0.1, "composition_tv": 0.05, "iteration_time_relative_error": 0.10}
 MIN_KS_SAMPLES = 50  # kinds with fewer messages on either side are reported, not judged

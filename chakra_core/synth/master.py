@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core.analysis.graph import to_numpy
 from chakra_core.errors import ChakraError
-from chakra_core.graph import to_numpy
+from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
 
 COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
 SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]

@@ -15,7 +15,7 @@ per rank, in the order of its communication sequence:
   that depends on it (0 = the next compute waits for it; -1 = no compute ever does);
 - the **gaps**: the compute nodes between consecutive operations (by node id; gap i is
   before operation i, the last gap after the last operation): count, µs, µs on the CPU;
-- the operator-class counts of its compute nodes (`chakra_core.stats.op_class`) and the
+- the operator-class counts of its compute nodes (`chakra_core.analysis.stats.op_class`) and the
   replay durations of its broadcasts (the simulator replays broadcasts by duration).
 
 Memory and metadata nodes are not modelled (they are neither compute nor communication).
@@ -29,10 +29,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.columns import NODE_TYPE_VALUES
-from chakra_core.graph import flat_list, lookup, to_numpy
-from chakra_core.stats import OP_CLASS_NAMES, op_class
-from chakra_core.synth.master import CommSequence, MasterTrace, build_master, comm_sequence
+from chakra_core.analysis.graph import flat_list, lookup, to_numpy
+from chakra_core.analysis.stats import OP_CLASS_NAMES, op_class
+from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.synth.master import (
+    CommSequence,
+    MasterTrace,
+    build_master,
+    comm_sequence,
+)
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
 BROADCAST = 5

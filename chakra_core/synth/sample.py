@@ -38,10 +38,10 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.etfile import write_table
+from chakra_core.format.etfile import write_table
+from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.generate.builder import COMM_GROUP_SUFFIX, VERSION, WORLD, node_table
 from chakra_core.outputs import open_output
-from chakra_core.schema import et_def_pb2 as pb
-from chakra_core.synth.builder import COMM_GROUP_SUFFIX, VERSION, WORLD, node_table
 from chakra_core.synth.master import KIND_NAMES, KINDS, RECV_KIND, SEND_KIND
 from chakra_core.synth.model import END, Cluster, SynthModel, segments
 from chakra_core.synth.profile import NEVER, OP_CLASS_NAMES
@@ -51,7 +51,7 @@ BROADCAST, BARRIER, ALL_TO_ALL = 5, 9, 6
 SNAP_LOG2 = 0.03  # a sampled size within 2% of a recurring size (at a seen NPU count) becomes that size
 TAG_STRIDE = 1 << 24  # tags: (point-to-point class << 24) | message index
 # Node names: this module's vocabulary only. An operator class gets a word that
-# chakra_core.stats.op_class maps back to it; operations their kind's name.
+# chakra_core.analysis.stats.op_class maps back to it; operations their kind's name.
 CLASS_WORDS = {"gemm": "gemm", "convolution": "conv", "attention": "attention", "normalization": "norm",
                "embedding": "embedding", "memory": "memcpy", "optimizer": "optimizer", "elementwise": "elementwise",
                "other": "compute"}

@@ -1,7 +1,7 @@
 """Training on a fleet, sampling jobs and judging them in one call: what `chakra synthesize`
 and the nightly flow run.
 
-- `load_training(folders)`: every job under the folders (chakra_core.synth.fleet), each
+- `load_training(folders)`: every job under the folders (chakra_core.analysis.fleet), each
   validated, profiled (its master trace checks the cross-rank constraints) and simulated on
   the reference system; a job that cannot be read, fails validation or whose ranks disagree
   is reported in `skipped` with the reason, never dropped silently.
@@ -27,10 +27,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chakra_core.analysis.fleet import find_jobs, load_job
+from chakra_core.analysis.validate import validate_table
 from chakra_core.errors import ChakraError
 from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import JobMeasure, fidelity_report, measure_job
-from chakra_core.synth.fleet import find_jobs, load_job
 from chakra_core.synth.master import CrossRankError
 from chakra_core.synth.model import SynthModel, fit_model, load_model, save_model
 from chakra_core.synth.profile import JobProfile, profile_job
@@ -40,7 +41,6 @@ from chakra_core.synth.sample import (
     sample_jobs,
     write_sampled_job,
 )
-from chakra_core.validate import validate_table
 
 MIN_STRING_LENGTH = 4  # shorter strings ("0", "mm") are too common to be secrets, and are not scanned
 STRING_COLUMNS = ("name", "pg_name", "op_schema", "op_type")

@@ -1,7 +1,7 @@
 """Render a Chakra ET's dependency graph: Graphviz (.dot, .png, .svg, .pdf) or GraphML.
 
 Real traces have 10k-500k nodes, far more than a picture can show, so the nodes are selected
-first, with numpy over CSR arrays (chakra_core.graph), never node by node in networkx:
+first, with numpy over CSR arrays (chakra_core.analysis.graph), never node by node in networkx:
 
 * ``only="comm"``: communication nodes (COMM_SEND, COMM_RECV, COMM_COLL) only. An edge a -> b
   is kept when b depends on a directly or through dropped nodes only (paths are contracted by
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPES
+from chakra_core.analysis.graph import flat_list, lookup, to_numpy
 from chakra_core.errors import ChakraError
-from chakra_core.graph import flat_list, lookup, to_numpy
+from chakra_core.format.columns import COMM_TYPES, NODE_TYPES
 from chakra_core.outputs import open_output
 
 DATA, CTRL = 1, 2  # edge kind bits
@@ -427,7 +427,7 @@ def render(url: str, out: str, *, around: int | None = None, depth: int = 2, onl
 
     Returns a summary: nodes (shown), edges, selected (before the max_nodes cut), left_out,
     total (nodes in the trace), output, format, notes."""
-    from chakra_core.etfile import read_table
+    from chakra_core.format.etfile import read_table
 
     fmt = output_format(out)
     if fmt in IMAGE_FORMATS:

@@ -194,7 +194,7 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
     """One .et file per rank of one job (rank from `<prefix>.<rank>.et`, else file order).
     Nodes without a start time are skipped and counted. With `rebase`, times start at the job's
     earliest node (ranks stay aligned); otherData.time_origin_us holds the offset."""
-    from chakra_core.etfile import read_table
+    from chakra_core.format.etfile import read_table
 
     wanted = ["id", "name", "type", "start_time_micros", "duration_micros", "is_cpu_op", "comm_size", "stream",
               "tid", "ctrl_deps", "data_deps", "comm_type", "tensor_size"]

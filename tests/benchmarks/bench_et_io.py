@@ -96,7 +96,7 @@ def build_rank_table(rank: int, ranks: int, n: int, id_base: int, seed: int = 0)
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from chakra_core.columns import IO_INFO_TYPE, OTHER_ATTR_TYPE, VALUE_KINDS
+    from chakra_core.format.columns import IO_INFO_TYPE, OTHER_ATTR_TYPE, VALUE_KINDS
 
     rng = np.random.default_rng(seed * 1000003 + rank)
     idx = np.arange(n, dtype=np.int64)
@@ -301,7 +301,7 @@ def _other_attrs(np, pa, other_type, value_kinds, rng, gpu, n):
 
 
 def global_metadata(rank: int):
-    from chakra_core.schema import et_def_pb2 as pb
+    from chakra_core.format.schema import et_def_pb2 as pb
 
     meta = pb.GlobalMetadata(version="0.0.4")
     meta.attr.add(name="schema", string_val="1.1.1-chakra.0.0.4")
@@ -317,7 +317,7 @@ def plain_loop_read(path: str) -> int:
     """The reference tools' way: read the bytes, decode each varint prefix in Python, ParseFromString."""
     from google.protobuf.internal.decoder import _DecodeVarint32
 
-    from chakra_core.schema import et_def_pb2 as pb
+    from chakra_core.format.schema import et_def_pb2 as pb
 
     with open(path, "rb") as f:
         data = f.read()
@@ -344,7 +344,7 @@ def plain_loop_table(path: str):
     import pyarrow as pa
     from google.protobuf.internal.decoder import _DecodeVarint32
 
-    from chakra_core.schema import et_def_pb2 as pb
+    from chakra_core.format.schema import et_def_pb2 as pb
 
     with open(path, "rb") as f:
         data = f.read()
@@ -384,7 +384,7 @@ def plain_loop_nodes(path: str, wanted: set[int]) -> dict[int, object]:
     """Protobuf nodes at the given 0-based node indices (same loop as plain_loop_read)."""
     from google.protobuf.internal.decoder import _DecodeVarint32
 
-    from chakra_core.schema import et_def_pb2 as pb
+    from chakra_core.format.schema import et_def_pb2 as pb
 
     with open(path, "rb") as f:
         data = f.read()
@@ -618,7 +618,7 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
 
 
 def default_decode_threads() -> int:
-    from chakra_core.codec import default_decode_threads as threads
+    from chakra_core.format.codec import default_decode_threads as threads
 
     return threads()
 

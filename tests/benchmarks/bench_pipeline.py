@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_pipeline.py [--min-rank-traces 200] [--systems 6]
 
-Builds a day's drop with datasets/make_drop.py (recorded gloo jobs, generated jobs, corrupt
+Builds a day's drop with tools/make_drop.py (recorded gloo jobs, generated jobs, corrupt
 files; at least --min-rank-traces rank traces), then runs pipeline.run.run_day on it twice,
 each time in a fresh local Ray instance: num_cpus=1, then num_cpus=2. Prints rank traces per
 minute, nodes per second and simulations per minute for each, and the speed-up (target
@@ -19,7 +19,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "datasets"))
 
 SPEEDUP_TARGET = 1.7
 DATE = "2026-11-20"
@@ -41,9 +40,8 @@ def run(num_cpus: int, source: str, warehouse: str, systems) -> tuple[float, obj
 
 
 def main() -> None:
-    from make_drop import generated_jobs_for, make_drop
-
     from pipeline.sweep import load_sweep
+    from tools.make_drop import generated_jobs_for, make_drop
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--min-rank-traces", type=int, default=200)

@@ -1,7 +1,7 @@
 """Benchmark: how close replay and simulation come to measured iteration time.
 
 Records fresh gloo runs on this machine (mlp and transformer with DDP, 2 and 4 ranks;
-datasets/collect.py, two profiled steps, then five steps timed with the profiler off),
+tools/collect.py, two profiled steps, then five steps timed with the profiler off),
 converts them, replays them (`chakra replay`), calibrates the network model on the 2-rank
 runs' measured collectives plus an all-reduce sweep (`chakra calibrate`), and simulates every
 job with the calibrated model at its own size and the 2-rank jobs also projected to 4 NPUs.
@@ -24,15 +24,19 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "datasets")]
+sys.path.insert(0, str(REPO))
 
-import collect  # noqa: E402  (datasets/collect.py)
-
-from chakra_core.calibrate import fit, measure, samples_from_tables, write_calibration  # noqa: E402
 from chakra_core.convert.job import convert_job  # noqa: E402
-from chakra_core.etfile import read_table  # noqa: E402
-from chakra_core.replay import recorded_ns, replay_job  # noqa: E402
+from chakra_core.format.etfile import read_table  # noqa: E402
+from chakra_core.replay.calibrate import (  # noqa: E402
+    fit,
+    measure,
+    samples_from_tables,
+    write_calibration,
+)
+from chakra_core.replay.launch import recorded_ns, replay_job  # noqa: E402
 from chakra_core.sim.workload import simulate_files  # noqa: E402
+from tools import collect  # noqa: E402
 
 SCENARIOS = ("mlp_ddp", "transformer_ddp")
 WORLDS = (2, 4)

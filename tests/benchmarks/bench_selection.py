@@ -3,17 +3,17 @@
     .venv/bin/python tests/benchmarks/bench_selection.py [--seed 0]
 
 Two fleets:
-- the nightly drop: `datasets/make_drop.py` (the 8 recorded gloo runs, converted, and 6
+- the nightly drop: `tools/make_drop.py` (the 8 recorded gloo runs, converted, and 6
   generated jobs of five families; no corrupt files) written to a temporary folder, twice:
   families derived from the traces (the collective kind carrying most bytes: what `chakra
   select` and the nightly flow see) and families from each job's job.json (6 families);
 - a generated fleet: tests/test_selection_quality.py's day 1 (20 make_drop jobs and 6 jobs of
-  `chakra_core.synth.workloads`), 26 jobs.
+  `chakra_core.generate.workloads`), 26 jobs.
 
 Per k: the largest group error (jobs, time, exposed_comm, time_by_family, bytes_by_kind;
-`chakra_core.synth.select.group_errors`), and the error of the estimated fleet time on a
+`chakra_core.analysis.select.group_errors`), and the error of the estimated fleet time on a
 network selection never saw (a 10 GB/s, 2 µs ring: `slower_network_ns`), of
-- new: `chakra_core.synth.select` (greedy forward selection, minimax-calibrated weights);
+- new: `chakra_core.analysis.select` (greedy forward selection, minimax-calibrated weights);
 - old: today's method until issue 18, reimplemented here as the same-run baseline: k-means
   (10 restarts, --seed) on the standardised features, the member nearest each centroid, the
   estimate = representative x the cluster's job count; also its `coverage` of the fleet's time.
@@ -33,13 +33,22 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 REPO = Path(__file__).resolve().parents[2]
-for folder in (REPO, REPO / "datasets", REPO / "tests"):
+for folder in (REPO, REPO / "tests"):
     sys.path.insert(0, str(folder))
 
-from chakra_core.synth.select import (Estimands, estimands, feature_matrix, greedy_path,  # noqa: E402
-                                      group_errors, job_family, max_error, standardised,
-                                      summarize_job)
 from test_selection_quality import fleet_jobs, generated_fleet, slower_network_ns  # noqa: E402
+
+from chakra_core.analysis.select import (  # noqa: E402
+    Estimands,
+    estimands,
+    feature_matrix,
+    greedy_path,
+    group_errors,
+    job_family,
+    max_error,
+    standardised,
+    summarize_job,
+)
 
 DATE = "2026-01-01"
 
@@ -47,10 +56,9 @@ DATE = "2026-01-01"
 def drop_fleet(work: Path) -> tuple[list, np.ndarray]:
     """The nightly drop's jobs, converted where they are PyTorch traces, as summaries with
     families, and their times on the hold-out network."""
-    from make_drop import make_drop
-
+    from chakra_core.analysis.fleet import find_jobs, load_job
     from chakra_core.convert.job import convert_job
-    from chakra_core.synth.fleet import find_jobs, load_job
+    from tools.make_drop import make_drop
 
     make_drop(str(work / "drop"), DATE, corrupt=False)
     summaries, holdout = [], []

@@ -5,7 +5,7 @@
 Builds (vectorised) a trace shaped like a converted training step: 4 threads of compute
 chains with tensor data deps between them, and a collective after every 50th node, each with
 a duration; writes it and reads it back as the node table; then times
-chakra_core.stats.trace_row (node counts, compute by operator class, communication by kind
+chakra_core.analysis.stats.trace_row (node counts, compute by operator class, communication by kind
 and group, message-size quantiles, critical path, depth, width) and reports nodes/s and the
 peak RSS added while it ran. Target: >= 1,000,000 nodes/s. Exit status 0 (a report).
 """
@@ -50,8 +50,8 @@ def build(n: int) -> pa.Table:
 
 
 def main() -> None:
-    from chakra_core.etfile import read_table, write_table
-    from chakra_core.stats import trace_row
+    from chakra_core.analysis.stats import trace_row
+    from chakra_core.format.etfile import read_table, write_table
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1_000_000)

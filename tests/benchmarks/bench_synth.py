@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_synth.py [--npus 64] [--nodes 100000]
 
 Fits the synthesizer once on a small fleet (the 8 real gloo runs of datasets/pytorch-gloo,
-converted, and 6 jobs of chakra_core.synth.workloads: MLP data parallel and transformer
+converted, and 6 jobs of chakra_core.generate.workloads: MLP data parallel and transformer
 tensor x ZeRO data parallel at 4, 8 and 16 NPUs), then, each case in a fresh process,
 samples one job of NPUS NPUs with at least NODES nodes on every rank (its operations per
 rank set to reach them) and writes it as .et files. Printed per case: nodes per second over
@@ -44,9 +44,9 @@ def _rss_mb(field: str) -> float:
 def fit_fleet(work: Path) -> tuple[str, dict[str, int]]:
     """Writes the fleet under work/, fits, saves the model; returns its path and the cluster of each case."""
     from chakra_core.convert.job import convert_job
+    from chakra_core.generate.workloads import generate
     from chakra_core.synth.model import save_model
     from chakra_core.synth.synthesize import fit, load_training
-    from chakra_core.synth.workloads import generate
 
     fleet = work / "fleet"
     for run in sorted(p for p in REAL.iterdir() if p.is_dir()):

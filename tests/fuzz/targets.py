@@ -17,13 +17,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
+from chakra_core.format.etfile import read_table
 from chakra_core.sim.config import load_comm_groups, load_network, load_system
-from chakra_core.validate import validate_table
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 EXAMPLES = int(os.environ.get("CHAKRA_FUZZ_EXAMPLES", "40"))

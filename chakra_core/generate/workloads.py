@@ -53,7 +53,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chakra_core.synth.builder import JobBuilder
+from chakra_core.generate.builder import JobBuilder
 
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = "ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER"
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, gradient and two moments, read and written by the update

@@ -18,7 +18,7 @@ import fsspec
 import pyarrow as pa
 
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
+from chakra_core.format.etfile import read_table
 from chakra_core.sim.config import load_comm_groups
 
 RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>\d+)\.et(\.gz)?$")

@@ -2,8 +2,8 @@
 
 Run from anywhere, with the dev extra installed (it brings grpcio-tools, which ships protoc):
 
-    python -m chakra_core.schema.regenerate           # rewrite the generated files
-    python -m chakra_core.schema.regenerate --check   # exit 1 if they are stale
+    python -m chakra_core.format.schema.regenerate           # rewrite the generated files
+    python -m chakra_core.format.schema.regenerate --check   # exit 1 if they are stale
 
 The generated files are committed so that users need no protoc; tests/test_schema.py runs
 the --check form so that the .proto and the generated code cannot drift apart.
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_files()
         if stale:
-            print(f"stale generated code: {', '.join(stale)}; run python -m chakra_core.schema.regenerate")
+            print(f"stale generated code: {', '.join(stale)}; run python -m chakra_core.format.schema.regenerate")
             return 1
         print("generated code matches et_def.proto")
         return 0

@@ -68,8 +68,8 @@ from google.protobuf import descriptor, json_format, unknown_fields
 from google.protobuf.message import DecodeError, Message
 
 from chakra_core.errors import ChakraFormatError
-from chakra_core.etfile import ETReader, encode_varint, iter_nodes, open_binary
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.etfile import ETReader, encode_varint, iter_nodes, open_binary
+from chakra_core.format.schema import et_def_pb2 as pb
 
 FORMAT = "chakra-et-json"
 FORMAT_VERSION = 1

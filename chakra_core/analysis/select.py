@@ -36,9 +36,9 @@ import numpy as np
 import pyarrow as pa
 from scipy.optimize import linprog
 
+from chakra_core.analysis.stats import OP_CLASS_NAMES, trace_row
 from chakra_core.errors import ChakraError
-from chakra_core.stats import OP_CLASS_NAMES, trace_row
-from chakra_core.synth.reference import simulate_reference
+from chakra_core.sim.reference import simulate_reference
 
 DEFAULT_MAX_ERROR = 0.05  # the error `chakra select` without -k aims for
 EXACT = 1e-6  # an error this small is exact: more representatives add nothing

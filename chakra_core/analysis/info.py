@@ -12,9 +12,9 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
-from chakra_core.etfile import ETReader, table_metadata
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
+from chakra_core.format.etfile import ETReader, table_metadata
+from chakra_core.format.schema import et_def_pb2 as pb
 
 _COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
 _SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]

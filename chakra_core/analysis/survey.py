@@ -21,11 +21,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chakra_core.analysis.info import summarize_table
+from chakra_core.analysis.validate import unreadable_finding, validate_table
 from chakra_core.errors import ChakraError
-from chakra_core.etfile import read_table
-from chakra_core.info import summarize_table
+from chakra_core.format.etfile import read_table
 from chakra_core.outputs import open_output
-from chakra_core.validate import unreadable_finding, validate_table
 
 ET_SUFFIXES = (".et", ".et.gz")
 

@@ -26,9 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core._native import _graphpath
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
-from chakra_core.graph import csr, cycle_candidates, flat_list, lookup, to_numpy
-from chakra_core.normalize import normalize_table
+from chakra_core.analysis.graph import (
+    csr,
+    cycle_candidates,
+    flat_list,
+    lookup,
+    to_numpy,
+)
+from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
+from chakra_core.format.normalize import normalize_table
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
 COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]

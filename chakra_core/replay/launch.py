@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
 from chakra_core.errors import ChakraError
+from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
 from chakra_core.sim.workload import load_tables
 
 COMP, COLL = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["COMM_COLL_NODE"]
@@ -123,7 +123,7 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
                warmup: int = 1, backend: str = "gloo", compute: str = "sleep", timeout_s: float = 60.0,
                ranks: int | None = None) -> dict:
     """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given)."""
-    from chakra_core.replay_runtime import run_ranks
+    from chakra_core.replay.worker import run_ranks
 
     if compute not in ("sleep", "spin", "none"):
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")

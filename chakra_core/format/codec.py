@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core._native import _etcodec
-from chakra_core.columns import (
+from chakra_core.format.columns import (
     ARROW_TYPE_OF_CLASS,
     IO_INFO_TYPE,
     KIND_FIELD,

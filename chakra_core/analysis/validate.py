@@ -1,6 +1,6 @@
 """Checks a Chakra ET node table for what makes ASTRA-sim or the reference tools fail.
 
-    from chakra_core.validate import validate_file
+    from chakra_core.analysis.validate import validate_file
     for finding in validate_file("trace.0.et"):
         print(finding.severity, finding.code, finding.message)
 
@@ -24,17 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.columns import (
-    COMM_TYPES,
-    NODE_TYPE_VALUES,
-    NODE_TYPES,
-    WELL_KNOWN_ATTRIBUTES,
-    WELL_KNOWN_BY_NAME,
-    ValueClass,
-)
-from chakra_core.errors import ChakraError, ChakraFormatError
-from chakra_core.etfile import read_table, table_metadata, table_source
-from chakra_core.graph import (
+from chakra_core.analysis.graph import (
     TARJAN_LIMIT,
     csr,
     cycle_candidates,
@@ -45,7 +35,17 @@ from chakra_core.graph import (
     to_numpy,
     walk_cycle,
 )
-from chakra_core.normalize import normalize_table
+from chakra_core.errors import ChakraError, ChakraFormatError
+from chakra_core.format.columns import (
+    COMM_TYPES,
+    NODE_TYPE_VALUES,
+    NODE_TYPES,
+    WELL_KNOWN_ATTRIBUTES,
+    WELL_KNOWN_BY_NAME,
+    ValueClass,
+)
+from chakra_core.format.etfile import read_table, table_metadata, table_source
+from chakra_core.format.normalize import normalize_table
 
 ERROR = "error"
 WARNING = "warning"

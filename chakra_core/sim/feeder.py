@@ -1,6 +1,6 @@
 """A graph feeder over one rank's node table, with feeder_v3's dependency semantics.
 
-    from chakra_core.feeder import GraphFeeder
+    from chakra_core.sim.feeder import GraphFeeder
     feeder = GraphFeeder.from_file("trace.0.et")
     while feeder.has_nodes_to_issue():
         i = feeder.next_issuable()          # lowest id first, as ASTRA-sim's issue loop visits them
@@ -54,8 +54,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chakra_core.analysis.graph import (
+    csr,
+    cycle_candidates,
+    flat_list,
+    lookup,
+    walk_cycle,
+)
 from chakra_core.errors import ChakraError
-from chakra_core.graph import csr, cycle_candidates, flat_list, lookup, walk_cycle
 
 __all__ = ["FeederError", "GraphFeeder", "UnknownNodeError"]
 
@@ -246,7 +252,7 @@ class GraphFeeder:
     @classmethod
     def from_file(cls, url: str) -> "GraphFeeder":
         """Reads a Chakra ET (any fsspec URL) and builds its feeder."""
-        from chakra_core.etfile import read_table
+        from chakra_core.format.etfile import read_table
 
         return cls(read_table(url), path=url)
 

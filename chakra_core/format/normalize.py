@@ -11,8 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.columns import NODE_SCHEMA, NODE_TYPE_VALUES
 from chakra_core.errors import ChakraTableError
+from chakra_core.format.columns import NODE_SCHEMA, NODE_TYPE_VALUES
 
 _REQUIRED = ("id",)
 

@@ -15,7 +15,7 @@ from enum import IntEnum
 
 import pyarrow as pa
 
-from chakra_core.schema import et_def_pb2 as pb
+from chakra_core.format.schema import et_def_pb2 as pb
 
 # AttributeProto oneof members, in field-number order (field 3 .. 32).
 VALUE_KINDS: tuple[str, ...] = tuple(

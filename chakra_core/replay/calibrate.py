@@ -48,7 +48,7 @@ def steps_and_bytes(kind: str, npus: int, size: int) -> tuple[int, float]:
 
 def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None, world: int) -> list[tuple]:
     """(kind, N, S, ns) of every timed collective of the ranks' node tables."""
-    from chakra_core.columns import COMM_TYPES, NODE_TYPE_VALUES
+    from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
 
     found = []
     for table in tables:
@@ -69,7 +69,7 @@ def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> lis
     comm_group, else `<prefix>.comm_groups.json` where it exists)."""
     import fsspec
 
-    from chakra_core.replay import job_tables
+    from chakra_core.replay.launch import job_tables
     from chakra_core.sim.config import load_comm_groups
 
     found = []
@@ -85,7 +85,7 @@ def compute_scale(prefix: str, measured_ns: float) -> float:
     """How much faster the job ran unprofiled than its trace recorded (the profiler's cost
     lies in every operator's duration): the --compute-scale that makes the trace's compute
     match a measurement of the same steps taken with the profiler off."""
-    from chakra_core.replay import job_tables, recorded_ns
+    from chakra_core.replay.launch import job_tables, recorded_ns
 
     spans = [recorded_ns(table) for table in job_tables(prefix)]
     if not any(spans):
@@ -146,8 +146,8 @@ def measure(npus: int, kinds=("all_reduce",), sizes=SWEEP_BYTES, iterations: int
     """(kind, N, S, ns) from a sweep of collectives on this runtime (gloo), via chakra replay."""
     import tempfile
 
-    from chakra_core.replay import replay_job
-    from chakra_core.synth.builder import JobBuilder
+    from chakra_core.generate.builder import JobBuilder
+    from chakra_core.replay.launch import replay_job
 
     job = JobBuilder(npus)
     for rank in range(npus):

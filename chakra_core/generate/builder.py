@@ -24,11 +24,11 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
+from chakra_core.analysis.info import summarize_table
 from chakra_core.convert.groups import COMM_GROUP_SUFFIX
-from chakra_core.etfile import with_metadata, write_table
-from chakra_core.info import summarize_table
+from chakra_core.format.etfile import with_metadata, write_table
+from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.outputs import open_output
-from chakra_core.schema import et_def_pb2 as pb
 
 VERSION = "0.0.4"  # the schema version ASTRA-sim's feeders expect
 WORLD = "0"  # pg_name of the default group: all NPUs

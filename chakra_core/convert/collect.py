@@ -3,7 +3,7 @@
 Usage, inside each rank's process (after torch.distributed is initialised, so that the
 execution trace carries the `## process_group:init ##` node)::
 
-    from chakra_core.collect import TraceRecorder
+    from chakra_core.convert.collect import TraceRecorder
 
     with TraceRecorder("traces/job1") as recorder:
         for batch in loader:
@@ -58,7 +58,12 @@ class TraceRecorder:
                  annotate_process_groups: bool = True, compress: bool = False):
         try:
             import torch
-            from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+            from torch.profiler import (
+                ExecutionTraceObserver,
+                ProfilerActivity,
+                profile,
+                schedule,
+            )
         except ImportError as exc:  # pragma: no cover - exercised only without torch
             raise RuntimeError("trace collection needs PyTorch: pip install '.[torch]'") from exc
         if warmup < 0 or active < 1:

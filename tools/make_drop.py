@@ -3,7 +3,7 @@
 
 Usage::
 
-    python datasets/make_drop.py --root URL --date YYYY-MM-DD [--generated-jobs N]
+    python -m tools.make_drop --root URL --date YYYY-MM-DD [--generated-jobs N]
         [--copies-of-real K] [--no-corrupt] [--seed S] [--min-rank-traces N] [--json]
 
 or, from Python, ``make_drop(root, date, generated_jobs=6, copies_of_real=1, corrupt=True,
@@ -17,7 +17,7 @@ job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism`
   ``gloo-<run>``, ``copies_of_real`` times (extra copies are ``gloo-<run>-c1``, ``-c2``, ...;
   byte-identical rank files, separate jobs); ``program.json`` files are not copied;
 - per-rank Chakra ETs ``<job_id>.<R>.et`` (``source: "generated"``), written with
-  ``chakra_core.etfile.write_table``, deterministic from the seed. Five families cycle through
+  ``chakra_core.format.etfile.write_table``, deterministic from the seed. Five families cycle through
   the jobs: data_parallel (DDP-style per-layer gradient all-reduces overlapping backward),
   tensor_parallel (all-gather / reduce-scatter of activations around every layer),
   pipeline_parallel (GPipe micro-batches, activations and gradients exchanged with matching
@@ -50,18 +50,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python datasets/make_drop.py` puts datasets/ first, not the repo
-    sys.path.insert(0, str(REPO))
+import fsspec
+import pyarrow as pa
 
-import fsspec  # noqa: E402
-import pyarrow as pa  # noqa: E402
+from chakra_core.format.etfile import write_table
+from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.generate.builder import RankGraph, check_send_recv
 
-from chakra_core.etfile import write_table  # noqa: E402
-from chakra_core.schema import et_def_pb2 as pb  # noqa: E402
-from chakra_core.synth.builder import RankGraph, check_send_recv  # noqa: E402
+DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
-REAL_DIR = Path(__file__).resolve().parent / "pytorch-gloo"
+REAL_DIR = DATASETS / "pytorch-gloo"
 
 SEND, RECV = pb.COMM_SEND_NODE, pb.COMM_RECV_NODE  # node types, for code that reads the drop back
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7
@@ -484,7 +482,7 @@ def _write_real(drop: _Drop, run: Path, job_id: str, copy: int) -> None:
 def _generated_info(job: GeneratedJob, seed: int, index: int) -> dict:
     return {"job_id": job.job_id, "model": job.info["model"], "family": job.family,
             "parallelism": job.info["parallelism"], "npus": job.npus, "source": "generated", "expected": "accept",
-            "generator": "datasets/make_drop.py", "seed": seed, "index": index, "steps": STEPS,
+            "generator": "tools/make_drop.py", "seed": seed, "index": index, "steps": STEPS,
             **{k: v for k, v in job.info.items() if k not in ("model", "parallelism")}}
 
 

@@ -27,11 +27,12 @@ import pyarrow as pa
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
-from chakra_core import codec, limits
+from chakra_core import limits
 from chakra_core.errors import ChakraFormatError
-from chakra_core.normalize import normalize_table
+from chakra_core.format import codec
+from chakra_core.format.normalize import normalize_table
+from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.outputs import open_output
-from chakra_core.schema import et_def_pb2 as pb
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_CHUNK_BYTES = 4 << 20

@@ -3,13 +3,13 @@
 
 Usage::
 
-    python datasets/collect.py --out datasets/pytorch-gloo \
+    python -m tools.collect --out datasets/pytorch-gloo \
         [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4]
 
 Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/`:
 
 - `rank<R>.et.json.gz`, `rank<R>.kineto.json.gz`: written by
-  `chakra_core.collect.TraceRecorder` (warmup=1, active=2), so steps 1 and 2 (0-based) are
+  `chakra_core.convert.collect.TraceRecorder` (warmup=1, active=2), so steps 1 and 2 (0-based) are
   recorded and appear as `ProfilerStep#1` / `ProfilerStep#2`;
 - `rank<R>.program.json`: ground truth written by the program itself: every collective and
   point-to-point call it issued during the recorded steps, in issue order (see
@@ -35,16 +35,14 @@ import time
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python datasets/collect.py` puts datasets/ first, not the repo
-    sys.path.insert(0, str(REPO))
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
+from chakra_core.convert.collect import TraceRecorder
 
-from chakra_core.collect import TraceRecorder  # noqa: E402
+DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
 WARMUP = 1
 ACTIVE = 2
@@ -516,7 +514,7 @@ def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0) -> Path
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "pytorch-gloo")
+    parser.add_argument("--out", type=Path, default=DATASETS / "pytorch-gloo")
     parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--timed-steps", type=int, default=0, metavar="K",

@@ -1,0 +1,156 @@
+"""A whole job on storage: one Chakra ET per rank plus its communicator groups.
+
+The layout is the one ASTRA-sim opens: ``<prefix>.<rank>.et`` for ranks 0..N-1 (its
+``--workload-configuration=<prefix>``) and, when the job has sub-groups,
+``<prefix>.comm_groups.json`` (its ``--comm-group-configuration``): ``{"<id>": [ranks]}``
+with ids >= 1 (0 is every NPU). Every reader and writer of that layout goes through here;
+``prefix`` is any fsspec URL. A rank file may also be gzipped (``.et.gz``) where a reader
+finds it so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import fsspec
+import pyarrow as pa
+
+from chakra_core.errors import ChakraError
+from chakra_core.outputs import open_output
+
+COMM_GROUPS_SUFFIX = ".comm_groups.json"
+RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+SCHEMA_VERSION = "0.0.4"
+
+CommGroups = dict[int, tuple[int, ...]]
+
+
+class JobLayoutError(ChakraError):
+    """A job whose files do not form ranks 0..N-1."""
+
+
+def rank_url(prefix: str, rank: int) -> str:
+    return f"{prefix}.{rank}.et"
+
+
+def groups_url(prefix: str) -> str:
+    return f"{prefix}{COMM_GROUPS_SUFFIX}"
+
+
+def split_rank_url(url: str) -> tuple[str, int] | None:
+    """``.../job.3.et[.gz]`` -> (``.../job``, 3); None for a name outside the layout."""
+    match = RANK_FILE.match(url)
+    return (match["prefix"], int(match["rank"])) if match else None
+
+
+def find_ranks(prefix: str) -> int:
+    """How many rank files ``<prefix>.<R>.et[.gz]`` exist; they must be exactly ranks 0..N-1."""
+    fs, path = fsspec.core.url_to_fs(prefix)
+    ranks = sorted(found[1] for p in fs.glob(f"{path}.*.et*") if (found := split_rank_url(p)) and found[0] == path)
+    if not ranks:
+        raise JobLayoutError(f"{prefix}: no rank files {prefix}.<rank>.et")
+    if ranks != list(range(len(ranks))):
+        missing = sorted(set(range(ranks[-1] + 1)) - set(ranks))
+        raise JobLayoutError(f"{prefix}: rank files are not 0..{ranks[-1]} (missing {missing[:8]}"
+                             f"{' ...' if len(missing) > 8 else ''}; duplicates are .et and .et.gz of one rank)"
+                             if missing else f"{prefix}: a rank has both a .et and a .et.gz file")
+    return len(ranks)
+
+
+def read_comm_groups(url: str) -> CommGroups:
+    """``{"1": [0, 1], ...}`` -> {1: (0, 1), ...}, checked (sim/config.load_comm_groups gives the
+    one-line error naming the key)."""
+    from chakra_core.sim.config import load_comm_groups  # checks live with the other config readers
+
+    return load_comm_groups(url)
+
+
+def comm_groups_text(groups: Mapping[int, Sequence[int]]) -> str:
+    """The one serialisation every writer uses: ids ascending, one rank per line (so that no
+    run of ranks can spell a training string, and diffs stay readable)."""
+    for gid in groups:
+        if int(gid) < 1:
+            raise ValueError(f"communicator group id {gid} must be >= 1 (0 means all NPUs)")
+    return json.dumps({str(int(g)): [int(r) for r in m] for g, m in sorted(groups.items(), key=lambda kv: int(kv[0]))},
+                      indent=0) + "\n"
+
+
+def write_comm_groups(groups: Mapping[int, Sequence[int]], url: str) -> str:
+    with open_output(url, "w") as f:
+        f.write(comm_groups_text(groups))
+    return url
+
+
+@dataclass
+class Job:
+    """A job in memory: one node table per rank (rank = index) and its communicator groups.
+    Ranks may share one table object (an SPMD job); it is then encoded once."""
+
+    tables: list[pa.Table]
+    comm_groups: CommGroups = field(default_factory=dict)
+    name: str = "job"
+
+    @property
+    def npus(self) -> int:
+        return len(self.tables)
+
+    @classmethod
+    def read(cls, prefix: str, npus: int | None = None, comm_groups: str | None = None) -> Job:
+        """Ranks 0..npus-1 (all found when None) and the groups file (the one beside the ranks
+        when not named; none if it does not exist). Errors name the rank's file."""
+        from chakra_core.format.etfile import read_table
+
+        npus = find_ranks(prefix) if npus is None else npus
+        tables = []
+        for rank in range(npus):
+            try:
+                tables.append(read_table(_existing_rank_file(prefix, rank)))
+            except ChakraError as exc:
+                raise JobLayoutError(f"rank {rank} of {npus}: {exc}") from None
+        groups_file = comm_groups or (groups_url(prefix) if _exists(groups_url(prefix)) else None)
+        return cls(tables, read_comm_groups(groups_file) if groups_file else {}, prefix.rstrip("/").rsplit("/", 1)[-1])
+
+    def write(self, out_dir: str, name: str | None = None) -> list[str]:
+        """``out_dir/<name>.<rank>.et`` per rank (schema 0.0.4) and ``<name>.comm_groups.json`` when
+        there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written."""
+        from chakra_core.format.etfile import write_table
+        from chakra_core.format.schema import et_def_pb2 as pb
+
+        name = name or self.name
+        if not self.tables:
+            raise ValueError("a job needs at least one rank's table")
+        if not name or "/" in name:
+            raise ValueError(f"job name {name!r} must be a non-empty file name prefix")
+        text = comm_groups_text(self.comm_groups) if self.comm_groups else None  # checked before any write
+        fs, root = fsspec.core.url_to_fs(out_dir)
+        fs.makedirs(root, exist_ok=True)
+        prefix = f"{out_dir.rstrip('/')}/{name}"
+        metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)
+        first: dict[int, str] = {}
+        written = []
+        for rank, table in enumerate(self.tables):
+            url = rank_url(prefix, rank)
+            if id(table) in first:  # a table shared by several ranks: encoded once, copied
+                fs.copy(fsspec.core.url_to_fs(first[id(table)])[1], fsspec.core.url_to_fs(url)[1])
+            else:
+                write_table(table, url, metadata)
+                first[id(table)] = url
+            written.append(url)
+        if text is not None:
+            with open_output(groups_url(prefix), "w") as f:
+                f.write(text)
+            written.append(groups_url(prefix))
+        return written
+
+
+def _exists(url: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
+
+
+def _existing_rank_file(prefix: str, rank: int) -> str:
+    url = rank_url(prefix, rank)
+    return url if _exists(url) or not _exists(url + ".gz") else url + ".gz"
