@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import fsspec
@@ -357,7 +358,36 @@ def _token_fields(key: int) -> tuple[int, ...]:
 
 def _fit_cluster(profiles: Sequence[JobProfile], measures: Sequence[JobMeasure], centroid: np.ndarray,
                  seed: int) -> Cluster:
-    # cluster-wide labels by name, in order of first use
+    names, labels = _fit_labels(profiles, seed)
+    ops = _flat_operations(profiles, names)
+    sizes, atoms, size_comp = _fit_sizes(ops, seed)
+    gap_mixtures, gap_comp = _fit_gaps(ops, seed)
+    programs, tokens, chains = _fit_programs(profiles, ops, size_comp, gap_mixtures, gap_comp)
+    job_rows = np.array([(math.log2(p.npus), math.log2(max(len(prog), 1)),
+                          math.log2(1 + np.mean([r.compute_us for r in p.ranks])))
+                         for p, (_, prog, _) in zip(profiles, programs)])
+    ratios = np.concatenate([p.split_ratios for p in profiles])
+    broadcast_rows = [(math.log2(p.npus), math.log2(1 + us)) for p in profiles for r in p.ranks
+                      for us in r.broadcast_us.tolist()]
+    compute_total = sum(r.compute_us for p in profiles for r in p.ranks)
+    by_npus: dict[int, list[JobMeasure]] = {}
+    for p, m in zip(profiles, measures):
+        by_npus.setdefault(p.npus, []).append(m)
+    class_counts = np.sum([r.class_counts for p in profiles for r in p.ranks], axis=0)
+    return Cluster(
+        jobs_by_npus=sorted((n, len(ms)) for n, ms in by_npus.items()), centroid=centroid.tolist(),
+        job=fit_mixture(job_rows, seed), labels=labels, tokens=tokens, chains=chains, sizes=sizes, atoms=atoms,
+        split_ratios=np.quantile(ratios, np.linspace(0, 1, SPLIT_QUANTILES)).tolist() if len(ratios) else [],
+        cpu_share=min(1.0, sum(r.cpu_us for p in profiles for r in p.ranks) / compute_total) if compute_total else 0.0,
+        rank_spread=_rank_spread(profiles),
+        gap_noise=_gap_noise(profiles),
+        op_classes={OP_CLASS_NAMES[i]: int(c) for i, c in enumerate(class_counts) if c},
+        broadcast=fit_mixture(np.array(broadcast_rows), seed) if broadcast_rows else None,
+        reference=_reference_summaries(by_npus))
+
+
+def _fit_labels(profiles: Sequence[JobProfile], seed: int) -> tuple[dict[str, int], list[Label]]:
+    """Cluster-wide labels by name, in order of first use, with a mixture for their sizes."""
     names: dict[str, int] = {}
     label_rows: dict[str, list[tuple[float, float]]] = {}  # (log2 N, log2 members or block) per job
     label_info: dict[str, tuple[str, int, bool]] = {}
@@ -376,64 +406,93 @@ def _fit_cluster(profiles: Sequence[JobProfile], measures: Sequence[JobMeasure],
         labels.append(Label(name=name, kind=kind, members=size if kind != "p2p" else None,
                             block=size if kind == "p2p" else None, offset=offset, half=name == "p2p:half",
                             wrap=wrap))
+    return names, labels
 
-    # every operation and gap of every rank, as flat columns
-    ops_n, ops_kind, ops_size, ops_label, ops_uneven, ops_overlap = [], [], [], [], [], []
-    gap_n, gap_us, gap_count, seq_lengths = [], [], [], []
+
+@dataclass
+class _Operations:
+    """Every operation and gap of every rank of a cluster, as flat columns."""
+
+    n: np.ndarray
+    kind: np.ndarray
+    size: np.ndarray
+    label: np.ndarray
+    uneven: np.ndarray
+    overlap: np.ndarray
+    gap_n: np.ndarray
+    gap_us: np.ndarray
+    gap_count: np.ndarray
+    lengths: np.ndarray  # operations per rank sequence
+
+
+def _flat_operations(profiles: Sequence[JobProfile], names: dict[str, int]) -> _Operations:
+    columns: dict[str, list[np.ndarray]] = {k: [] for k in ("n", "kind", "size", "label", "uneven", "overlap",
+                                                          "gap_n", "gap_us", "gap_count")}
+    lengths = []
     for p in profiles:
         to_cluster = np.array([names[lab.name] for lab in p.labels] or [0], np.int64)
         for r in p.ranks:
-            ops_n.append(np.full(len(r.kind), p.npus))
-            ops_kind.append(r.kind)
-            ops_size.append(r.size)
-            ops_label.append(to_cluster[r.label] if len(r.label) else r.label)
-            ops_uneven.append(r.uneven)
-            ops_overlap.append(np.where(r.overlap > OVERLAP_CAP, NEVER, r.overlap))
-            gap_n.append(np.full(len(r.gap_us), p.npus))
-            gap_us.append(r.gap_us)
-            gap_count.append(r.gap_count)
-            seq_lengths.append(len(r.kind))
-    ops_n, ops_kind, ops_size = np.concatenate(ops_n), np.concatenate(ops_kind), np.concatenate(ops_size)
-    ops_label, ops_uneven = np.concatenate(ops_label), np.concatenate(ops_uneven).astype(np.int64)
-    ops_overlap = np.concatenate(ops_overlap)
-    gap_n, gap_us, gap_count = np.concatenate(gap_n), np.concatenate(gap_us), np.concatenate(gap_count)
-    log_n = np.log2(ops_n)
+            columns["n"].append(np.full(len(r.kind), p.npus))
+            columns["kind"].append(r.kind)
+            columns["size"].append(r.size)
+            columns["label"].append(to_cluster[r.label] if len(r.label) else r.label)
+            columns["uneven"].append(r.uneven)
+            columns["overlap"].append(np.where(r.overlap > OVERLAP_CAP, NEVER, r.overlap))
+            columns["gap_n"].append(np.full(len(r.gap_us), p.npus))
+            columns["gap_us"].append(r.gap_us)
+            columns["gap_count"].append(r.gap_count)
+            lengths.append(len(r.kind))
+    flat = {k: np.concatenate(v) for k, v in columns.items()}
+    flat["uneven"] = flat["uneven"].astype(np.int64)
+    return _Operations(**flat, lengths=np.array(lengths, np.int64))
 
+
+def _fit_sizes(ops: _Operations, seed: int) -> tuple[dict[str, Mixture], dict[str, list], np.ndarray]:
+    """A size mixture per collective kind, its recurring exact sizes, and each operation's component."""
+    log_n = np.log2(ops.n)
     sizes, atoms = {}, {}
-    size_comp = np.zeros(len(ops_kind), np.int64)
-    for k in np.unique(ops_kind).tolist():
-        at = np.flatnonzero(ops_kind == k)
-        rows = np.column_stack([log_n[at], np.log2(1.0 + ops_size[at])])
+    size_comp = np.zeros(len(ops.kind), np.int64)
+    for k in np.unique(ops.kind).tolist():
+        at = np.flatnonzero(ops.kind == k)
+        rows = np.column_stack([log_n[at], np.log2(1.0 + ops.size[at])])
         mixture = fit_mixture(rows, seed)
         sizes[KIND_NAMES[k]] = mixture
         size_comp[at] = mixture.predict(rows)
         recurring = []
-        for npus in np.unique(ops_n[at]).tolist():
-            values, counts = np.unique(ops_size[at][ops_n[at] == npus], return_counts=True)
+        for npus in np.unique(ops.n[at]).tolist():
+            values, counts = np.unique(ops.size[at][ops.n[at] == npus], return_counts=True)
             keep = counts >= ATOM_SHARE * counts.sum()
             recurring += [(int(npus), int(v)) for v in values[keep]]
         atoms[KIND_NAMES[k]] = recurring[:MAX_ATOMS]
-    # gaps: one mixture per NPU count (a count's jobs repeat a few exact gaps, which one mixture
-    # over every count blurs together), sharing the cluster's trend across counts
-    gap_rows = np.column_stack([np.log2(gap_n), np.log2(1.0 + gap_us), np.log2(1.0 + gap_count)])
+    return sizes, atoms, size_comp
+
+
+def _fit_gaps(ops: _Operations, seed: int) -> tuple[dict[int, Mixture], np.ndarray]:
+    """One gap mixture per NPU count (a count's jobs repeat a few exact gaps, which one mixture
+    over every count blurs together), sharing the cluster's trend across counts."""
+    gap_rows = np.column_stack([np.log2(ops.gap_n), np.log2(1.0 + ops.gap_us), np.log2(1.0 + ops.gap_count)])
     spread = gap_rows[:, 0] - gap_rows[:, 0].mean()
     gap_trend = (spread @ (gap_rows[:, 1:] - gap_rows[:, 1:].mean(axis=0)) / (spread @ spread)
                  if spread @ spread > 0 else np.zeros(2))
     gap_mixtures: dict[int, Mixture] = {}
     gap_comp = np.zeros(len(gap_rows), np.int64)
-    for npus in np.unique(gap_n).tolist():
-        at = np.flatnonzero(gap_n == npus)
+    for npus in np.unique(ops.gap_n).tolist():
+        at = np.flatnonzero(ops.gap_n == npus)
         gap_mixtures[npus] = fit_mixture(gap_rows[at], seed, GAP_COMPONENTS, trend=gap_trend)
         gap_comp[at] = gap_mixtures[npus].predict(gap_rows[at])
+    return gap_mixtures, gap_comp
 
-    # tokens: an operation's fields plus the component of the gap before it; END carries the last
-    # gap. One program per job: its distinct rank sequences merged (supersequence.py)
-    lengths = np.array(seq_lengths, np.int64)
-    op_starts = np.concatenate([[0], np.cumsum(lengths)])
-    gap_starts = op_starts + np.arange(len(lengths) + 1)  # each sequence has one gap more than operations
+
+def _fit_programs(profiles: Sequence[JobProfile], ops: _Operations, size_comp: np.ndarray,
+                  gap_mixtures: dict[int, Mixture], gap_comp: np.ndarray) -> tuple[list, list, list[Chain]]:
+    """Tokens (an operation's fields plus the component of the gap before it; END carries the
+    last gap), one program per job (its distinct rank sequences merged: supersequence.py) and a
+    token chain per NPU count."""
+    op_starts = np.concatenate([[0], np.cumsum(ops.lengths)])
+    gap_starts = op_starts + np.arange(len(ops.lengths) + 1)  # each sequence has one gap more than operations
     is_end_gap = np.zeros(len(gap_comp), bool)
     is_end_gap[gap_starts[1:] - 1] = True
-    fields = np.column_stack([ops_kind, ops_label, size_comp, ops_overlap, gap_comp[~is_end_gap], ops_uneven])
+    fields = np.column_stack([ops.kind, ops.label, size_comp, ops.overlap, gap_comp[~is_end_gap], ops.uneven])
     end_gaps = gap_comp[is_end_gap]
     programs, first_rank = [], 0
     for p in profiles:
@@ -448,40 +507,37 @@ def _fit_cluster(profiles: Sequence[JobProfile], measures: Sequence[JobMeasure],
     gaps_of = [np.append(prog[:, 4], end) for _, prog, end in programs]
     unique_keys, token_of = np.unique(np.concatenate(keyed), return_inverse=True)
     tokens = [_token_fields(int(k)) for k in unique_keys.tolist()]
-    chains = []
-    splits = np.cumsum([len(k) for k in keyed])[:-1]
-    by_program = np.split(token_of, splits)
+    by_program = np.split(token_of, np.cumsum([len(k) for k in keyed])[:-1])
     program_npus = np.array([n for n, _, _ in programs])
-    for npus in np.unique(program_npus).tolist():
-        mine = [t for t, n in zip(by_program, program_npus) if n == npus]
-        first, first_counts = np.unique([t[0] for t in mine], return_counts=True)
-        pair, pair_counts = np.unique(np.concatenate([t[:-1] * len(tokens) + t[1:] for t in mine]),
-                                      return_counts=True)
-        width = gap_mixtures[npus].components
-        emitted = np.concatenate([t * width + g for t, g, n in zip(by_program, gaps_of, program_npus) if n == npus])
-        emit, emit_counts = np.unique(emitted, return_counts=True)
-        chains.append(Chain(npus=npus, start=list(zip(first.tolist(), first_counts.tolist())),
-                            transitions=[(int(a), int(b), int(c)) for a, b, c in
-                                         zip(pair // len(tokens), pair % len(tokens), pair_counts)],
-                            gaps=[(int(t), int(g), int(c))
-                                  for t, g, c in zip(emit // width, emit % width, emit_counts)],
-                            gap_mixture=gap_mixtures[npus]))
+    chains = [_chain(npus, [t for t, n in zip(by_program, program_npus) if n == npus],
+                     [g for g, n in zip(gaps_of, program_npus) if n == npus], len(tokens), gap_mixtures[npus])
+              for npus in np.unique(program_npus).tolist()]
+    return programs, tokens, chains
 
-    job_rows = np.array([(math.log2(p.npus), math.log2(max(len(prog), 1)),
-                          math.log2(1 + np.mean([r.compute_us for r in p.ranks])))
-                         for p, (_, prog, _) in zip(profiles, programs)])
+
+def _chain(npus: int, mine: list[np.ndarray], gaps: list[np.ndarray], token_count: int, gap_mixture: Mixture) -> Chain:
+    """The token chain of one NPU count's programs: first tokens, transitions and emitted gaps, counted."""
+    first, first_counts = np.unique([t[0] for t in mine], return_counts=True)
+    pair, pair_counts = np.unique(np.concatenate([t[:-1] * token_count + t[1:] for t in mine]), return_counts=True)
+    width = gap_mixture.components
+    emit, emit_counts = np.unique(np.concatenate([t * width + g for t, g in zip(mine, gaps)]), return_counts=True)
+    return Chain(npus=npus, start=list(zip(first.tolist(), first_counts.tolist())),
+                 transitions=[(int(a), int(b), int(c)) for a, b, c in
+                              zip(pair // token_count, pair % token_count, pair_counts)],
+                 gaps=[(int(t), int(g), int(c)) for t, g, c in zip(emit // width, emit % width, emit_counts)],
+                 gap_mixture=gap_mixture)
+
+
+def _rank_spread(profiles: Sequence[JobProfile]) -> float:
     spreads = []
     for p in profiles:
         compute = np.array([r.compute_us for r in p.ranks])
         if compute.min() > 0:
             spreads.append(float(np.var(np.log(compute / compute.mean()))))
-    ratios = np.concatenate([p.split_ratios for p in profiles])
-    broadcast_rows = [(math.log2(p.npus), math.log2(1 + us)) for p in profiles for r in p.ranks
-                      for us in r.broadcast_us.tolist()]
-    compute_total = sum(r.compute_us for p in profiles for r in p.ranks)
-    by_npus: dict[int, list[JobMeasure]] = {}
-    for p, m in zip(profiles, measures):
-        by_npus.setdefault(p.npus, []).append(m)
+    return math.sqrt(float(np.mean(spreads))) if spreads else 0.0
+
+
+def _reference_summaries(by_npus: dict[int, list[JobMeasure]]) -> list[ReferenceSummary]:
     reference = []
     for npus, ms in sorted(by_npus.items()):
         ref = summarize(npus, ms)
@@ -489,17 +545,7 @@ def _fit_cluster(profiles: Sequence[JobProfile], measures: Sequence[JobMeasure],
             npus=npus, jobs=ref.jobs, kind_counts={KIND_NAMES[k]: c for k, c in ref.kind_counts.items()},
             sizes={KIND_NAMES[k]: list(zip(v.tolist(), c.tolist())) for k, (v, c) in ref.sizes.items()},
             finish_ns=ref.finish_ns, exposed_ns=ref.exposed_ns))
-    class_counts = np.sum([r.class_counts for p in profiles for r in p.ranks], axis=0)
-    return Cluster(
-        jobs_by_npus=sorted((n, len(ms)) for n, ms in by_npus.items()), centroid=centroid.tolist(),
-        job=fit_mixture(job_rows, seed), labels=labels, tokens=tokens, chains=chains, sizes=sizes, atoms=atoms,
-        split_ratios=np.quantile(ratios, np.linspace(0, 1, SPLIT_QUANTILES)).tolist() if len(ratios) else [],
-        cpu_share=min(1.0, sum(r.cpu_us for p in profiles for r in p.ranks) / compute_total) if compute_total else 0.0,
-        rank_spread=math.sqrt(float(np.mean(spreads))) if spreads else 0.0,
-        gap_noise=_gap_noise(profiles),
-        op_classes={OP_CLASS_NAMES[i]: int(c) for i, c in enumerate(class_counts) if c},
-        broadcast=fit_mixture(np.array(broadcast_rows), seed) if broadcast_rows else None,
-        reference=reference)
+    return reference
 
 
 def segments(kind: np.ndarray, overlap: np.ndarray) -> np.ndarray:
