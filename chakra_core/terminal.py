@@ -23,6 +23,13 @@ def console():
     return Console(highlight=False, width=_UNLIMITED_WIDTH, soft_wrap=True, no_color=True, emoji=False)
 
 
+def plain_table(*columns: str, **options):
+    """A rich Table without borders (columns apart by spaces), as the commands print them."""
+    from rich.table import Table
+
+    return Table(*columns, box=None, pad_edge=False, **options)
+
+
 def for_a_person() -> bool:
     """True when stdout is a terminal, where long lists may be shortened."""
     return sys.stdout.isatty()
@@ -34,25 +41,41 @@ class Progress:
     (`items=True`) for stages that count files, jobs or nodes."""
 
     def __init__(self, items: bool = False):
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
-
-        stderr = Console(stderr=True)
-        self._progress = RichProgress(TextColumn("{task.description}"), BarColumn(),
-                                      MofNCompleteColumn() if items else DownloadColumn(), TimeElapsedColumn(),
-                                      console=stderr, transient=True, disable=not stderr.is_terminal)
+        # Off a terminal there is nothing to draw, and rich is not even imported: start-up
+        # of every command that a script or a pipeline runs.
+        self._progress = _rich_progress(items) if sys.stderr.isatty() else None
         self._describe = "{}" if items else "reading {}"
         self._tasks: dict[str, int] = {}
 
     def __enter__(self):
-        self._progress.__enter__()
+        if self._progress is not None:
+            self._progress.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._progress.__exit__(*exc)
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
 
     def __call__(self, label: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
         if label not in self._tasks:
             self._tasks[label] = self._progress.add_task(self._describe.format(label), total=total or None)
         self._progress.update(self._tasks[label], completed=done, total=total or None)
+
+
+def _rich_progress(items: bool):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as RichProgress
+
+    stderr = Console(stderr=True)
+    return RichProgress(TextColumn("{task.description}"), BarColumn(),
+                        MofNCompleteColumn() if items else DownloadColumn(), TimeElapsedColumn(),
+                        console=stderr, transient=True, disable=not stderr.is_terminal)

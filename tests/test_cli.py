@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from datapaths import MICROBENCHMARKS
 
 import chakra_core
+from chakra_core.cli import GROUPS, build_parser, main
 from chakra_core.format.schema import et_def_pb2 as pb
 
 DATASETS = MICROBENCHMARKS
@@ -68,6 +70,45 @@ def test_every_command_has_help(command):
     result = chakra(command, "--help")
     assert result.returncode == 0
     assert "usage: chakra " + command in result.stdout
+
+
+def test_each_command_parser_matches_the_command_list(capsys):
+    """`chakra --help` lists the commands from each group's COMMANDS alone, without building
+    their parsers: the one-line helps there must be those the parsers register (the viz group
+    repeats chakra_core.viz's), in the same order, and every command named gets its parser."""
+    listed = [(name, text) for group in GROUPS for name, text in group.COMMANDS.items()]
+    for group in GROUPS:
+        parser = build_parser(next(iter(group.COMMANDS)))
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        assert [(c.dest, c.help) for c in commands._choices_actions] == listed
+    for name, _ in listed:
+        with pytest.raises(SystemExit) as exit_:
+            main([name, "--help"])
+        assert exit_.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: chakra {name} ")
+
+
+# what no command needs to start: the fleet's, the simulator's and the figures' libraries
+NEVER_AT_START = {"matplotlib", "sklearn", "scipy", "prefect", "ray", "torch", "pydantic", "duckdb", "yaml",
+                  "networkx"}
+# what reading a trace needs, and a command that reads none does not import
+TRACE_LIBRARIES = {"pyarrow", "numpy", "fsspec", "google", "rich"}
+
+
+@pytest.mark.parametrize("argv, allowed", [
+    (["--help"], set()),
+    (["--version"], set()),
+    (["info", "--help"], set()),
+    (["info", "--json", str(ALL_REDUCE)], TRACE_LIBRARIES - {"rich"}),  # nothing to draw on a pipe
+    (["validate", str(ALL_REDUCE)], TRACE_LIBRARIES - {"rich"}),
+])
+def test_start_up_imports_only_what_the_command_uses(argv, allowed):
+    report = "import atexit, sys; atexit.register(lambda: print(*sys.modules, file=sys.stderr))"
+    run = subprocess.run([sys.executable, "-c", f"{report}\nfrom chakra_core.cli import main\nsys.exit(main())", *argv],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    imported = {name.split(".")[0] for name in run.stderr.split()}
+    assert not imported & ((NEVER_AT_START | TRACE_LIBRARIES) - allowed)
 
 
 def test_bad_input_is_one_line_without_traceback(tmp_path):

@@ -1,0 +1,112 @@
+"""The `chakra` command.
+
+Every path argument is an fsspec URL (a local path, file://, memory://, s3://...; gzip is
+detected on read). Exit status: 0 success, 1 validation findings, 2 bad input or usage.
+Bad input is reported as one line on stderr, never as a traceback (set CHAKRA_DEBUG=1 to
+see one).
+
+One module per command group, each with COMMANDS (its commands' names and one-line helps),
+`add_parsers(subparsers)` and the cmd_* functions; common.py holds what they share. Start-up
+is kept to what the command uses (tests/benchmarks/bench_startup.py): a group module imports
+the library inside its functions, and only the group of the command given registers its
+parsers (which can import, as the viz group's do); the other commands are listed by name and
+help alone, all that `chakra --help` and an unknown command's error show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from chakra_core.cli import convert, files, fleet, replay, simulate, stats, viz
+from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from chakra_core.errors import ChakraError
+
+# in the order `chakra --help` lists their commands
+GROUPS = (files, simulate, stats, viz, convert, fleet, replay)
+
+
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked for: reading the package metadata costs every
+    other command ~25 ms of start-up."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = f"chakra-fleet {version('chakra-fleet')}"
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            text = "chakra-fleet (not installed)"
+        print(text)
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with every option of the group of `command` (when it names one) and the
+    other commands by name and help only."""
+    parser = argparse.ArgumentParser(
+        prog="chakra",
+        description="Read, check and convert Chakra execution traces (.et). Paths may be any fsspec URL "
+        "(local, file://, s3://, memory://); gzip input is detected automatically.",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        if command in group.COMMANDS:
+            group.add_parsers(sub)
+        else:
+            for name, text in group.COMMANDS.items():
+                sub.add_parser(name, help=text)
+    return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command word: the top-level options take no value, so it is the first word."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def _run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, command: str) -> int:
+    try:
+        return run(args)
+    except ChakraError as exc:
+        print(f"chakra {command}: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # e.g. `chakra info --json x.et | head`: the reader left, nothing to say
+        raise
+    except (OSError, ValueError) as exc:
+        if os.environ.get("CHAKRA_DEBUG"):
+            raise
+        print(f"chakra {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"chakra {command}: interrupted", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def configure_arrow_memory() -> None:
+    """The `chakra` process allocates Arrow buffers with jemalloc, which hands freed memory
+    back sooner than pyarrow's default mimalloc: converting the ResNet trace peaks at 2.7x
+    its JSON instead of 4.5x (tests/benchmarks/bench_convert.py). ARROW_DEFAULT_MEMORY_POOL,
+    when set, wins; so does a build without jemalloc."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except NotImplementedError:  # pyarrow built without jemalloc
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_in(argv)).parse_args(argv)
+    configure_arrow_memory()
+    try:
+        return _run_guarded(args.run, args, args.command)
+    except BrokenPipeError:
+        sys.stderr.close()  # no second complaint from the interpreter at exit
+        return EXIT_OK

@@ -1,0 +1,126 @@
+"""PyTorch traces to Chakra: convert, split (a multi-rank job) and link (one rank with Kineto)."""
+
+from __future__ import annotations
+
+import sys
+
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
+from chakra_core.terminal import Progress, console, plain_table
+
+COMMANDS = {
+    "convert": "convert PyTorch execution traces (+ Kineto) to one Chakra ET per rank",
+    "split": "split a multi-rank input into one Chakra ET per NPU, checking collectives",
+    "link": "link one rank's PyTorch ET with its Kineto trace into a Chakra ET",
+}
+
+
+def _convert_job(args):
+    from chakra_core.convert.job import convert_job
+
+    with Progress() as progress:
+        return convert_job(args.src, args.out, args.prefix, progress=progress)
+
+
+def cmd_convert(args) -> int:
+    return _print_conversion(_convert_job(args), args.json)
+
+
+def cmd_split(args) -> int:
+    from chakra_core.convert.job import JobInputError
+
+    result = _convert_job(args)
+    if len(result.ranks) < 2:
+        raise JobInputError(f"{args.src} describes one rank; `chakra convert` converts a single trace")
+    return _print_conversion(result, args.json)
+
+
+def _print_conversion(result, as_json: bool) -> int:
+    if as_json:
+        print_json(result.summary())
+    else:
+        out = console()
+        table = plain_table("rank", "host nodes", "operators", "communication", "kernels", "collapsed", "cut/notes")
+        for report in result.reports:
+            counts = report["counts"]
+            comm = ", ".join(f"{k.split(': ', 1)[1]} {v}" for k, v in sorted(counts.items())
+                             if k.startswith("communication: ")) or "-"
+            collapsed = sum(v for k, v in counts.items() if "collapsed" in k or "dropped" in k)
+            cut = counts.get("parent cycle cut", 0)
+            table.add_row(str(report["rank"]), f"{report['host_nodes']:,}", f"{counts.get('operators', 0):,}", comm,
+                          f"{counts.get('device kernels', 0):,}", f"{collapsed:,}", f"{cut} cut, {len(report['notes'])} notes")
+        out.print(table)
+        for report in result.reports:
+            for note in report["notes"]:
+                print(f"rank {report['rank']}: {note}", file=sys.stderr)
+        for note in result.inference_notes:
+            print(f"groups: {note}", file=sys.stderr)
+        out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
+                  f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
+                  f" report in {result.report_file}")
+        if len(result.ranks) > 1 and not result.mismatches:
+            out.print("collectives match across ranks")
+    for problem in result.mismatches:
+        print(f"mismatch: {problem}", file=sys.stderr)
+    return EXIT_FINDINGS if result.mismatches else EXIT_OK
+
+
+def cmd_link(args) -> int:
+    from chakra_core.convert.kineto import rank_of, read_kineto
+    from chakra_core.convert.pytorch import RankConversion
+    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.format.etfile import write_table
+
+    host = read_host_trace(args.host)
+    kineto = read_kineto(args.kineto)
+    conversion = RankConversion(host, kineto, rank_of(args.host, kineto, args.rank))
+    table, metadata = conversion.emit()
+    write_table(table, args.output, metadata)
+    report = conversion.linked.report
+    if args.json:
+        print_json({"output": args.output, "nodes": table.num_rows, **report.__dict__,
+                    "conversion": conversion.report.to_dict()})
+    else:
+        for line in report.lines():
+            print(line)
+        print(f"wrote {table.num_rows:,} nodes to {args.output}")
+    return EXIT_OK
+
+
+def _add_job_arguments(p) -> None:
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")
+    p.add_argument("--prefix", default="trace", metavar="NAME", help="output names NAME.<rank>.et (default trace)")
+    p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("convert", help=COMMANDS["convert"],
+                       description="Convert SRC, one PyTorch ET JSON file (any schema seen in the wild, gzip ok) or "
+                       "a folder / .tar / .zip holding rank<R>.et.json[.gz] with optional rank<R>.kineto.json[.gz] "
+                       "beside them, or a multi-rank JSON {\"<rank>\": <ET>}, into DSTDIR/NAME.<R>.et per rank, "
+                       "DSTDIR/NAME.comm_groups.json (ASTRA-sim --comm-group-configuration) and "
+                       "DSTDIR/NAME.report.json. Prints what was kept, collapsed and cut per rank. Exit 1 when "
+                       "collectives do not match across ranks, 2 on unreadable input.")
+    _add_job_arguments(p)
+    p.set_defaults(run=cmd_convert)
+
+    p = sub.add_parser("split", help=COMMANDS["split"],
+                       description="Like convert, for an input that describes several ranks (a folder of per-rank "
+                       "traces, a multi-rank JSON, a .tar/.zip job bundle): writes DSTDIR/NAME.<R>.et per NPU and "
+                       "checks that every process group's members issue the same collectives in the same order, "
+                       "type and size, and that sends meet receives; the first mismatch per group is printed. "
+                       "Exit 1 on a mismatch.")
+    _add_job_arguments(p)
+    p.set_defaults(run=cmd_split)
+
+    p = sub.add_parser("link", help=COMMANDS["link"],
+                       description="Match host operators to Kineto CPU events (record-function id, or External id "
+                       "and operator order in older traces), attach the device kernels each launched (by "
+                       "correlation), and write one Chakra ET with measured CPU and kernel durations. Prints how "
+                       "much was linked.")
+    p.add_argument("host", metavar="HOST.et.json")
+    p.add_argument("kineto", metavar="KINETO.json")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.et")
+    p.add_argument("--rank", type=int, help="the rank (default: Kineto's distributedInfo, else 0)")
+    p.add_argument("--json", action="store_true", help="print the link report as JSON")
+    p.set_defaults(run=cmd_link)

@@ -1,0 +1,107 @@
+"""A job on a real torch.distributed runtime: replay (timed) and calibrate (the network model
+fitted to measured communication)."""
+
+from __future__ import annotations
+
+from chakra_core.cli.common import EXIT_OK, print_json
+from chakra_core.terminal import console, plain_table
+
+COMMANDS = {
+    "replay": "replay a job on a real torch.distributed runtime and time it",
+    "calibrate": "fit the network model to measured communication; write ASTRA-sim configs",
+}
+
+
+def cmd_replay(args) -> int:
+    from chakra_core.replay.launch import replay_job
+    from chakra_core.sim.config import load_comm_groups
+
+    groups = load_comm_groups(args.comm_group) if args.comm_group else None
+    result = replay_job(args.workload, groups, iterations=args.iterations, warmup=args.warmup, backend=args.backend,
+                        compute=args.compute, timeout_s=args.timeout)
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    by_kind: dict[tuple, list[int]] = {}
+    for node in result["nodes"]:
+        by_kind.setdefault((node["rank"], node["kind"]), []).append(node["median_ns"])
+    table = plain_table("rank", "communication", "nodes", "time per iteration (ms)")
+    for (rank, kind), times in sorted(by_kind.items()):
+        table.add_row(str(rank), kind, str(len(times)), f"{sum(times) / 1e6:,.3f}")
+    out = console()
+    out.print(table)
+    iterations = ", ".join(f"{ns / 1e6:,.3f}" for ns in result["iterations_ns"])
+    recorded = result["recorded_ns"]
+    compared = "" if not recorded else (f"; the trace recorded {recorded / 1e6:,.3f} ms "
+                                        f"({result['median_ns'] / recorded - 1:+.1%})")
+    out.print(f"{result['ranks']} ranks, iterations (ms): {iterations}; median {result['median_ns'] / 1e6:,.3f} ms"
+              + compared)
+    return EXIT_OK
+
+
+def cmd_calibrate(args) -> int:
+    from chakra_core.replay.calibrate import (
+        compute_scale,
+        fit,
+        measure,
+        samples_from_jobs,
+        write_calibration,
+    )
+
+    samples = samples_from_jobs(args.workloads, args.comm_group)
+    if args.measure:
+        samples += measure(args.npus)
+    result = fit(samples)
+    if args.measured_ms is not None:
+        if not args.workloads:
+            raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
+        result["compute_scale"] = compute_scale(args.workloads[0], args.measured_ms * 1e6)
+    paths = write_calibration(args.out, args.npus, result)
+    if args.json:
+        print_json({**result, **paths})
+        return EXIT_OK
+    print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
+          f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
+          f"{result['median_abs_error']:.1%}")
+    if "compute_scale" in result:
+        print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate with --compute-scale "
+              f"{result['compute_scale']:.3f}")
+    print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
+    return EXIT_OK
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("replay", help=COMMANDS["replay"],
+                       description="Run one process per rank (torch.distributed: gloo on CPUs, nccl on GPUs), each "
+                       "walking its <PREFIX>.<rank>.et in dependency order: every collective and send/recv with its "
+                       "recorded size and process group, compute nodes for their recorded duration (sleep or spin; "
+                       "none: skipped, to time communication alone). Prints the iteration times (the slowest rank's), "
+                       "their median against the time the trace itself recorded, and communication time per kind "
+                       "and rank; --json gives every communication node. Needs the torch extra.")
+    p.add_argument("workload", metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (sub-groups)")
+    p.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
+    p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed iterations first (default 1)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    p.add_argument("--compute", choices=["sleep", "spin", "none"], default="sleep",
+                   help="how compute nodes take their recorded time (default sleep)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a rank may wait for its peers before the replay fails (default 60)")
+    p.add_argument("--json", action="store_true", help="one JSON document with every communication node")
+    p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("calibrate", help=COMMANDS["calibrate"],
+                       description="Fit latency and bandwidth of a ring network to measured collectives: the linked "
+                       "durations in the given jobs' traces (PREFIX.<rank>.et) and, with --measure, a sweep of "
+                       "all-reduce from 1 KiB to 64 MiB run here on torch.distributed (gloo). Writes "
+                       "DIR/network.yml and DIR/system.json for N NPUs, which chakra simulate takes as they are, and "
+                       "DIR/calibration.json with the fit and every sample's residual.")
+    p.add_argument("workloads", nargs="*", metavar="PREFIX", help="jobs whose traces carry measured durations")
+    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs of the network to write")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
+    p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
+    p.add_argument("--measured-ms", type=float, metavar="MS",
+                   help="the first job's recorded steps measured with the profiler off: gives the compute scale")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
+    p.set_defaults(run=cmd_calibrate)

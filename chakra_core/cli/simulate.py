@@ -1,0 +1,95 @@
+"""`chakra simulate`: ASTRA-sim's analytical model on one ET per NPU."""
+
+from __future__ import annotations
+
+import sys
+
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
+from chakra_core.terminal import Progress, console, plain_table
+
+COMMANDS = {
+    "simulate": "replay one ET per NPU on an ASTRA-sim network/system model",
+}
+
+
+def _npu_speeds(spec: list[str] | None, network_url: str) -> list[float] | None:
+    """--npu-speed 3=0.5 --npu-speed 7=0.8 -> one factor per NPU (1.0 elsewhere)."""
+    if not spec:
+        return None
+    from chakra_core.sim.config import load_network
+
+    speeds = [1.0] * load_network(network_url).npus
+    for item in spec:
+        npu, _, factor = item.partition("=")
+        try:
+            speeds[int(npu)] = float(factor)
+        except (ValueError, IndexError):
+            raise ValueError(f"--npu-speed {item!r}: expected NPU=FACTOR with NPU below {len(speeds)}") from None
+    return speeds
+
+
+def cmd_simulate(args) -> int:
+    from chakra_core.sim.engine import SimulationDeadlock
+    from chakra_core.sim.workload import simulate_files
+
+    try:
+        with Progress(items=True) as progress:
+            result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group,
+                                                 args.mode, args.traced_npus, args.scaling,
+                                                 compute_scale=args.compute_scale, comm_scale=args.comm_scale,
+                                                 npu_speed=_npu_speeds(args.npu_speed, args.network),
+                                                 progress=progress)
+    except SimulationDeadlock as exc:
+        if args.json:
+            print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
+        print(f"chakra simulate: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    for line in assumptions:
+        print(f"what-if: {line}", file=sys.stderr)
+    for line in result.notes:
+        print(f"note: {line}", file=sys.stderr)
+    if args.json:
+        print_json({**result.to_dict(), "what_if": assumptions})
+        return EXIT_OK
+    table = plain_table("NPU", "finish (ns)", "compute (ns)", "host (ns)", "exposed comm (ns)", "idle (ns)",
+                        "communication (ns)")
+    for npu in result.npus:
+        comm = ", ".join(f"{op} {ns:,}" for op, ns in sorted(npu.comm_ns.items())) or "-"
+        spent = npu.time_by_category  # adds up to the finish; memory time shows as its own line below
+        table.add_row(str(npu.npu), f"{npu.finish_ns:,}", f"{spent['compute']:,}", f"{spent['host']:,}",
+                      f"{spent['communication']:,}", f"{spent['idle']:,}", comm)
+    out = console()
+    out.print(table)
+    memory = [n for n in result.npus if n.time_by_category["memory"]]
+    if memory:
+        out.print("memory (ns): " + ", ".join(f"NPU {n.npu} {n.time_by_category['memory']:,}" for n in memory))
+    out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
+    return EXIT_OK
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("simulate", help=COMMANDS["simulate"],
+                       description="Simulate <PREFIX>.<npu>.et for every NPU of the network (as ASTRA-sim does) "
+                       "with ASTRA-sim's analytical model: network YAML (Ring, FullyConnected, Switch per "
+                       "dimension) and system JSON (collective algorithms, chunking, queues, endpoint delay, "
+                       "roofline). Prints per-NPU finish, compute and exposed communication times. Exit 1 "
+                       "with a report of what each NPU waits for if the job can never finish.")
+    p.add_argument("--workload", required=True, metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
+    p.add_argument("--network", required=True, metavar="NET.yml", help="ASTRA-sim analytical network YAML")
+    p.add_argument("--system", required=True, metavar="SYS.json", help="ASTRA-sim system JSON")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON")
+    p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
+                   help="congestion-unaware (default) or congestion-aware network")
+    p.add_argument("--traced-npus", type=int, metavar="N",
+                   help="what-if: the workload has files for N NPUs; run it on the network's NPU count "
+                   "(assumptions are printed)")
+    p.add_argument("--scaling", choices=["weak", "strong"], default="weak",
+                   help="what-if: keep each NPU's compute (weak, default) or divide it by M/N (strong)")
+    p.add_argument("--compute-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every compute time by X (e.g. 0.5: compute twice as fast)")
+    p.add_argument("--comm-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every communication time by X (e.g. 0.5: network twice as fast)")
+    p.add_argument("--npu-speed", action="append", metavar="NPU=FACTOR",
+                   help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")
+    p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
+    p.set_defaults(run=cmd_simulate)

@@ -1,0 +1,23 @@
+"""Pictures of traces and tables: visualize (the dependency graph), timeline (Perfetto), plot
+(figures from the pipeline's tables). Each command and its parser live in chakra_core.viz."""
+
+from __future__ import annotations
+
+# The one-line helps again, as the viz parsers give them: `chakra --help` lists these commands
+# without importing chakra_core.viz, which imports numpy, pyarrow and fsspec at module level
+# (tests/test_cli.py checks that the texts agree).
+COMMANDS = {
+    "visualize": "draw a trace's dependency graph (.png, .svg, .pdf, .dot, .graphml)",
+    "timeline": "write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
+    "plot": "draw performance figures (PNG or SVG) from the pipeline's Parquet tables",
+}
+
+
+def add_parsers(sub) -> None:
+    from chakra_core.viz.graph import add_visualize_parser
+    from chakra_core.viz.plots import add_plot_parser
+    from chakra_core.viz.timeline import add_timeline_parser
+
+    add_visualize_parser(sub)
+    add_timeline_parser(sub)
+    add_plot_parser(sub)
