@@ -7,12 +7,12 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from chakra_core.format.job import split_rank_url
 from pipeline.layout import day_url, filesystem
 
 PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
-CHAKRA_ET = re.compile(r"^(.+)\.(\d+)\.et(\.gz)?$")
-RANK_GROUP = {"pytorch_et": (PYTORCH_ET, 1), "kineto": (KINETO, 1), "chakra_et": (CHAKRA_ET, 2)}
+RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO}  # chakra_et: <name>.<R>.et[.gz], format.job
 HASH_CHUNK = 4 << 20
 
 
@@ -30,8 +30,14 @@ class InputFile:
     @property
     def rank(self) -> int:
         """The rank a trace or Kineto file claims by its name."""
-        pattern, group = RANK_GROUP[self.kind]
-        return int(pattern.match(self.basename).group(group))
+        if self.kind == "chakra_et":
+            return split_rank_url(self.basename)[1]
+        return int(RANK_NAME[self.kind].match(self.basename).group(1))
+
+    @property
+    def job_name(self) -> str:
+        """The <name> of a Chakra ET <name>.<R>.et."""
+        return split_rank_url(self.basename)[0]
 
 
 @dataclass
@@ -53,7 +59,7 @@ def kind_of(name: str) -> str:
         return "pytorch_et"
     if KINETO.match(name):
         return "kineto"
-    if CHAKRA_ET.match(name):
+    if split_rank_url(name):
         return "chakra_et"
     return "job_json" if name == "job.json" else "unknown"
 
@@ -105,8 +111,8 @@ def _names_differ(traces: list[InputFile]) -> tuple[InputFile, str] | None:
     """Chakra ETs of one job are <name>.<R>.et with one name: two names are two jobs' files."""
     if traces[0].kind != "chakra_et":
         return None
-    name = CHAKRA_ET.match(traces[0].basename).group(1)
-    odd = next((f for f in traces if CHAKRA_ET.match(f.basename).group(1) != name), None)
+    name = traces[0].job_name
+    odd = next((f for f in traces if f.job_name != name), None)
     return None if odd is None else (odd, f"{odd.name}: its name differs from {traces[0].name}'s;"
                                           " a job's ranks must share one name (<name>.<R>.et)")
 

@@ -19,6 +19,7 @@ from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
+from chakra_core.format.job import rank_url
 from chakra_core.outputs import open_output
 from pipeline.ingest import InputFile, JobInput, job_problem, sha256, unusable_files
 from pipeline.layout import (
@@ -167,7 +168,7 @@ def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:
         errors = [x for x in validate_table(table, f.url) if x.severity == "error"]
         if errors:
             raise ValueError(f"{f.url}: {errors[0].message}")
-        url = join(out_dir, f"{job.job_id}.{f.rank}.et")
+        url = rank_url(join(out_dir, job.job_id), f.rank)
         write_table(table, url)
         urls.append(url)
     return urls

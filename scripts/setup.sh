@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine: a .venv at the repository root with exactly the versions
-# of requirements.lock (every dependency of the dev, torch, fleet and s3 extras; its header says
-# how to regenerate it), then the project (and its C codec) installed editable without
-# dependencies. Re-runs are quick: the install is redone only when the lock, the packaging files
+# of requirements.lock (the core dependencies and those of every extra: viz, synth, fleet, s3,
+# torch and dev; its header says how to regenerate it), then the project (and its C codec)
+# installed editable without dependencies, so the extras declared in pyproject.toml never
+# resolve anything here. Re-runs are quick: the install is redone only when the lock, the packaging files
 # or the C source change.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,12 +19,12 @@ from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch import RankConversion
 from chakra_core.convert.pytorch_et import KNOWN_SCHEMAS, read_host_trace
 from chakra_core.format.etfile import read_metadata, read_table
+from chakra_core.format.nodetypes import COLL, COMP, METADATA, RECV, SEND
 
 DATA = PYTORCH_ET
 RESNET = DATA / "resnet_ddp.rank0.et.json.gz"
 ALLGATHER = DATA / "allgather_2ranks.rank0.et.json"
 LINEAR, LINEAR_KINETO = DATA / "linear.et.json.gz", DATA / "linear.kineto.json.gz"
-COMP, COLL, SEND, RECV, METADATA = 4, 7, 5, 6, 1
 
 
 def _convert(tmp_path, src, prefix="t"):

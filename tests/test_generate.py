@@ -15,13 +15,14 @@ import pytest
 
 from chakra_core.analysis.validate import validate_table
 from chakra_core.format.etfile import read_metadata, read_table
+from chakra_core.format.job import Job
+from chakra_core.format.nodetypes import COLL, RECV, SEND
 from chakra_core.generate.builder import (
     NODE_COLUMNS,
     JobBuilder,
     RankGraph,
     check_send_recv,
     node_table,
-    write_job,
 )
 from chakra_core.generate.workloads import WORKLOADS, generate
 from chakra_core.sim.config import NetworkConfig, load_comm_groups, load_system
@@ -30,7 +31,6 @@ from chakra_core.sim.engine import SimResult, simulate
 REPO = Path(__file__).resolve().parents[1]
 SYSTEM = load_system(str(REPO / "pipeline" / "sweeps" / "ring_system.json"))
 CHAKRA = str(Path(sys.executable).parent / "chakra")
-COLL, SEND, RECV = 7, 5, 6
 
 
 def ring(*dims: int) -> NetworkConfig:
@@ -161,9 +161,9 @@ def test_write_and_read_back(tmp_path):
     assert json.loads(Path(files[-1]).read_text()) == {"1": [0, 1], "2": [2, 3]}
     assert load_comm_groups(files[-1]) == job.comm_groups
     # no sub-groups: no group file; any fsspec URL
-    assert write_job([job.rank(0).table()], "memory://gen/one", "x") == ["memory://gen/one/x.0.et"]
+    assert Job([job.rank(0).table()], name="x").write("memory://gen/one") == ["memory://gen/one/x.0.et"]
     with pytest.raises(ValueError, match="no tables"):
-        write_job([], str(tmp_path), "x")
+        Job([], name="x").write(str(tmp_path))
 
 
 # ------------------------------------------------------------------ workloads: valid and simulated
@@ -356,3 +356,24 @@ def test_cli_generate_help_documents_every_option():
         for name in workload.options:
             assert f"--{name.replace('_', '-')}" in text
     assert "dp-mp" in text and "mp-dp" in text
+
+
+# ------------------------------------------------------------------ families (the drops' generator)
+
+
+def test_families_draw_valid_reproducible_jobs():
+    from chakra_core.generate.families import FAMILIES, generate_family
+
+    for family in FAMILIES:
+        info, tables = generate_family(family, 4, seed=1)
+        assert len(tables) == 4 and info["model"] and info["parallelism"], family
+        assert check_send_recv(tables) == []
+        for table in tables:
+            assert [f for f in validate_table(table, family) if f.severity == "error"] == [], family
+        again = generate_family(family, 4, seed=1)[1]
+        assert [t.to_pylist() for t in again] == [t.to_pylist() for t in tables], family
+    assert generate_family("moe", 4, seed=2)[1][0].to_pylist() != generate_family("moe", 4, seed=1)[1][0].to_pylist()
+    with pytest.raises(ValueError, match="expected one of data_parallel"):
+        generate_family("resnet", 4)
+    with pytest.raises(ValueError, match="npus"):
+        generate_family("moe", 0)

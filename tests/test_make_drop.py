@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import re
 import zlib
@@ -13,6 +14,8 @@ from datapaths import REFERENCE_CONFIGS
 
 from chakra_core.analysis.validate import validate_file
 from chakra_core.format.etfile import read_table
+from chakra_core.format.nodetypes import RECV, SEND
+from chakra_core.generate.builder import check_send_recv
 from tools import make_drop as md
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,7 +23,19 @@ CONFIGS = REFERENCE_CONFIGS
 DATE = "2025-01-15"
 FAMILIES = {"data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe"}
 BAD_JOBS = {"bad-truncated-gzip", "bad-malformed-json", "bad-truncated-et"}
-
+# Per generated job of the default drop: sha256 over its files' names and sha256s (_job_digest),
+# first 16 hex digits. Taken from the drop as tools/make_drop.py wrote it before its families
+# moved to chakra_core.generate.families: a drop stays byte for byte what it was.
+GENERATED_DIGESTS = {
+    "bad-truncated-et": "42fe78e2e97b92fe",
+    "bad-unknown-file": "3934b80511016679",
+    "gen-dlrm-003-n8": "b660b7fb69264069",
+    "gen-dp-000-n8": "c7600107045e1140",
+    "gen-dp-005-n16": "15e125819e22cac5",
+    "gen-moe-004-n8": "a68bc27276e8f626",
+    "gen-pp-002-n4": "4fc08c4e6e249cd9",
+    "gen-tp-001-n4": "c431b77cff5be807",
+}
 
 
 def _files(day: Path) -> dict[str, bytes]:
@@ -29,6 +44,13 @@ def _files(day: Path) -> dict[str, bytes]:
 
 def _jobs(day: Path) -> dict[str, dict]:
     return {p.name: json.loads((p / "job.json").read_text()) for p in sorted(day.iterdir())}
+
+
+def _job_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        digest.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +128,9 @@ def test_pipeline_sends_match_receives(drop):
     for job_id in pipelines:
         npus = _jobs(day)[job_id]["npus"]
         tables = [read_table(str(day / job_id / f"{job_id}.{r}.et")) for r in range(npus)]
-        assert md.check_send_recv(tables) == []
-        sends = sum(t.column("type").to_pylist().count(md.SEND) for t in tables)
-        recvs = sum(t.column("type").to_pylist().count(md.RECV) for t in tables)
+        assert check_send_recv(tables) == []
+        sends = sum(t.column("type").to_pylist().count(SEND) for t in tables)
+        recvs = sum(t.column("type").to_pylist().count(RECV) for t in tables)
         assert sends == recvs > 0
 
 
@@ -132,6 +154,13 @@ def test_corrupt_jobs(drop):
     stray = jobs["bad-unknown-file"]  # a good job with one file to reject
     assert stray["expected"] == "accept" and stray["bad_files"] == ["notes.txt"] and "notes.txt" in stray["reason"]
     assert (day / "bad-unknown-file" / "notes.txt").is_file()
+
+
+def test_generated_jobs_are_the_bytes_they_always_were(drop):
+    day, _ = drop
+    assert {job: _job_digest(day / job) for job in GENERATED_DIGESTS} == GENERATED_DIGESTS
+    generated = {p.name for p in day.iterdir() if json.loads((p / "job.json").read_text())["source"] == "generated"}
+    assert generated == set(GENERATED_DIGESTS)
 
 
 def test_same_seed_same_bytes(drop, tmp_path):

@@ -23,6 +23,7 @@ from chakra_core.analysis.stats import op_class
 from chakra_core.cli import main
 from chakra_core.convert.job import convert_job
 from chakra_core.format.etfile import read_table, table_metadata
+from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
 from chakra_core.synth.fidelity import TARGETS, fidelity_report, report_rows
 from chakra_core.synth.master import CrossRankError, build_master, comm_sequence
@@ -122,10 +123,9 @@ def _rows(master, tables):
 
 def test_master_trace_is_lossless_on_the_real_runs(gloo_runs):
     for run, folder in gloo_runs.items():
-        ranks = len(list(folder.glob("*.et")))
-        tables = [read_table(str(folder / f"{run}.{r}.et")) for r in range(ranks)]
-        groups = json.loads((folder / f"{run}.comm_groups.json").read_text())
-        master = build_master(run, tables, {int(k): v for k, v in groups.items()})
+        job = Job.read(str(folder / run))
+        ranks, tables = job.npus, job.tables
+        master = build_master(run, tables, job.comm_groups)
         original = _rows(master, tables)
         assert [master.sequence(r).rows(master.members) for r in range(ranks)] == original, run
         assert all(original), run  # every rank communicates
@@ -436,3 +436,136 @@ def test_supersequence_keeps_every_rank_sequence():
     for s, seq in enumerate((stage0, stage1)):
         picked = [i for m in members for t, i in m if t == s]
         assert picked == list(range(len(seq)))  # each sequence, in order, inside the merge
+
+
+# ------------------------------------------------------------------ the profile pass
+
+
+def _profile_digest(profile) -> str:
+    """A hash of everything a JobProfile holds (arrays with their dtypes)."""
+    import dataclasses
+    import hashlib
+
+    from chakra_core.synth.profile import RankProfile
+
+    h = hashlib.sha256()
+    h.update(repr((profile.job, profile.npus, [dataclasses.astuple(lab) for lab in profile.labels])).encode())
+    for rank in profile.ranks:
+        for f in dataclasses.fields(RankProfile):
+            value = getattr(rank, f.name)
+            if isinstance(value, np.ndarray):
+                h.update(f"{f.name}:{value.dtype.str}:{value.shape}".encode())
+                h.update(np.ascontiguousarray(value).tobytes())
+            else:
+                h.update(f"{f.name}:{value!r}".encode())
+    ratios = profile.split_ratios
+    h.update(f"split:{ratios.dtype.str}:{ratios.shape}".encode())
+    h.update(np.ascontiguousarray(ratios).tobytes())
+    return h.hexdigest()[:16]
+
+
+PROFILED_GENERATED = {
+    "transformer-tp2-pp2": lambda: generate("transformer", 8, tp=2, pp=2, layers=4, steps=2),
+    "mlp-dp-mp": lambda: generate("mlp", 8, parallelism="dp-mp", mp=2, layers=3),
+    "dlrm": lambda: generate("dlrm", 4),
+}
+
+
+def _profiled_jobs(gloo_runs):
+    for run, folder in gloo_runs.items():
+        job = Job.read(str(folder / run))
+        yield run, job.tables, job.comm_groups
+    for name, make in PROFILED_GENERATED.items():
+        job = make()
+        yield name, job.tables(), job.comm_groups
+    for index in range(5):  # one job of each make_drop family: dp, tp, pp (send/recv), dlrm, moe
+        job = generate_job(index)
+        yield job.job_id, job.tables, None
+
+
+# (nodes, _profile_digest) of profile_job on each job, recorded with the per-node implementation
+# that the vectorised pass replaced (tests/benchmarks/bench_synth.py keeps it as its baseline).
+# A different node count means the input changed (conversion, generators), not the profile pass.
+EXPECTED_PROFILES = {
+    "collectives-w2": (680, "7364694af8239eca"), "collectives-w4": (1694, "03469a7dcfc4000d"),
+    "dlrm-w2": (2470, "dc4a13e7063eecbf"), "dlrm-w4": (5036, "98550bcaad056d81"),
+    "mlp_ddp-w2": (1130, "854b73f151465921"), "mlp_ddp-w4": (2260, "a83c24bb39292d1f"),
+    "transformer_ddp-w2": (5496, "a020db2eb38a2fa0"), "transformer_ddp-w4": (10992, "9ff230697aaec32c"),
+    "transformer-tp2-pp2": (1232, "5cd07f306652f9c6"), "mlp-dp-mp": (144, "6838557716dfa299"),
+    "dlrm": (140, "50ec5eac6cc4b59b"), "gen-dp-000-n8": (768, "34caa675a1eb6939"),
+    "gen-tp-001-n4": (608, "61f2c0e7e2d90819"), "gen-pp-002-n4": (314, "79481462f160d96d"),
+    "gen-dlrm-003-n8": (400, "d93306cb67c74078"), "gen-moe-004-n8": (1584, "2212c75b577acba7"),
+}
+
+
+def test_profile_pass_matches_the_per_node_implementation(gloo_runs):
+    from chakra_core.synth.profile import profile_job
+
+    got = {}
+    for name, tables, groups in _profiled_jobs(gloo_runs):
+        _, profile = profile_job(name, tables, groups)
+        got[name] = (sum(t.num_rows for t in tables), _profile_digest(profile))
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in EXPECTED_PROFILES.items()}, "inputs changed"
+    assert got == EXPECTED_PROFILES
+
+
+def _awkward_graph() -> pa.Table:
+    """One rank whose ids do not follow the dependencies, with a chain of collectives, cycles
+    (through a collective, through two compute nodes), a self-loop, a missing parent and a
+    node that is neither compute nor communication."""
+    comp, coll = 4, 7
+    rows = [  # (id, name, type, ctrl parents, data parents, duration)
+        (50, "aten::mm", comp, [], [], 10),
+        (10, "nccl:all_reduce", coll, [50], [], 0),
+        (11, "nccl:all_reduce", coll, [], [10], 0),
+        (12, "nccl:all_reduce", coll, [11], [], 0),
+        (5, "aten::add", comp, [12], [], 3),
+        (30, "aten::relu", comp, [], [11, 999], 4),
+        (60, "nccl:all_reduce", coll, [61], [], 0),
+        (61, "aten::layer_norm", comp, [60], [], 7),
+        (70, "nccl:all_reduce", coll, [], [], 0),
+        (90, "nccl:all_reduce", coll, [90], [], 0),
+        (95, "Memcpy DtoD", comp, [90], [], 2),
+        (101, "nccl:all_reduce", coll, [], [], 0),
+        (100, "aten::layer_norm", comp, [101], [101], 8),
+        (112, "nccl:all_reduce", coll, [], [], 0),
+        (110, "aten::bmm", comp, [112, 111], [], 6),
+        (111, "aten::softmax", comp, [110], [], 5),
+        (7, "aten::empty", 3, [], [], 1),
+    ]
+    return pa.table({
+        "id": pa.array([r[0] for r in rows], pa.uint64()), "name": [r[1] for r in rows],
+        "type": pa.array([r[2] for r in rows], pa.int32()),
+        "ctrl_deps": pa.array([r[3] for r in rows], pa.list_(pa.uint64())),
+        "data_deps": pa.array([r[4] for r in rows], pa.list_(pa.uint64())),
+        "duration_micros": pa.array([r[5] for r in rows], pa.uint64()),
+        "comm_type": pa.array([0 if r[2] == coll else None for r in rows], pa.int64()),
+        "comm_size": pa.array([1024 if r[2] == coll else None for r in rows], pa.int64()),
+        "is_cpu_op": pa.array([r[2] != coll and r[0] % 2 == 0 for r in rows]),
+    })
+
+
+def test_first_compute_descendant_on_an_awkward_graph():
+    """Values recorded with the per-node implementation: the smallest id among the compute
+    nodes below each collective, however the ids are ordered and whatever cycles there are."""
+    from chakra_core.synth.profile import _first_compute_descendant, profile_job
+
+    table = _awkward_graph()
+    comm_rows = np.array([1, 2, 3, 6, 8, 9, 11, 13])  # ids 10, 11, 12, 60, 70, 90, 101, 112
+    assert _first_compute_descendant(table, comm_rows).tolist() == [5, 5, 5, 61, -1, 95, 100, 110]
+    _, profile = profile_job("awkward", [table], None)
+    rank = profile.ranks[0]
+    assert rank.overlap.tolist() == [0, 0, 0, 0, -1, 0, 0, 0]
+    assert rank.gap_count.tolist() == [1, 0, 0, 2, 1, 0, 2, 2, 0]
+    assert rank.class_counts.tolist() == [2, 0, 1, 2, 0, 1, 0, 2, 0]
+    assert _profile_digest(profile) == "7c53bc4398079808"
+
+
+def test_operator_classes_of_whole_name_columns():
+    """The column-wise op_class agrees with op_class on every name, non-ASCII ones included."""
+    from chakra_core.analysis.stats import OP_CLASS_NAMES
+    from chakra_core.synth.profile import _op_class_indices
+
+    names = pa.array(["aten::mm", "ATEN::ADDMM", "\u0130conv", "Kelvin_NORM", "x::empty", None, "", "flash_attn",
+                      "aten::to", "na\u00efve::add", "\ufb01linear", "aten::TO_copy", "sgd step", "\u212aernel"])
+    assert _op_class_indices(names).tolist() == [OP_CLASS_NAMES.index(op_class(s or "")) for s in names.to_pylist()]

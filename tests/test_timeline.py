@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from datapaths import MICROBENCHMARKS, REFERENCE_CONFIGS
 
-from chakra_core.format.etfile import read_table, write_table
+from chakra_core.format.etfile import read_table
+from chakra_core.format.job import Job, read_ranks
 from chakra_core.sim.engine import NpuResult, SimResult, TimelineEvent
-from chakra_core.sim.workload import load_tables, simulate_files
+from chakra_core.sim.workload import simulate_files
 from chakra_core.viz.timeline import (
     add_timeline_parser,
     timeline_from_log,
@@ -74,14 +75,13 @@ def data_parallel(tmp_path_factory):
     job = md.generate_job(0)  # data_parallel, 8 NPUs
     assert job.family == "data_parallel" and job.npus == 8
     folder = tmp_path_factory.mktemp("dp")
-    for rank, table in enumerate(job.tables):
-        write_table(table, str(folder / f"dp.{rank}.et"))
+    Job(job.tables, name="dp").write(str(folder))
     return str(folder / "dp")
 
 
 def test_generated_data_parallel_job(data_parallel):
     result, _ = simulate_files(data_parallel, NETWORK, SYSTEM, record_timeline=True)
-    doc = _roundtrip(timeline_from_simulation(result, load_tables(data_parallel, 8)))
+    doc = _roundtrip(timeline_from_simulation(result, read_ranks(data_parallel, 8)))
     assert validate_trace_events(doc) == []
     assert len(_processes(doc)) == 8
     threads = _threads(doc)
@@ -99,7 +99,7 @@ def test_generated_data_parallel_job(data_parallel):
     assert all(f["bp"] == "e" for f in finishes)
     by_id = {s["id"]: s for s in starts}
     assert all(by_id[f["id"]]["pid"] == f["pid"] and by_id[f["id"]]["tid"] != f["tid"] for f in finishes)
-    capped = timeline_from_simulation(result, load_tables(data_parallel, 8), max_flows=5)
+    capped = timeline_from_simulation(result, read_ranks(data_parallel, 8), max_flows=5)
     assert capped["otherData"]["flows"] == 5 and capped["otherData"]["flows_dropped"] > 0
     assert len(_events(capped, "s")) == 5
 

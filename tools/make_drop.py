@@ -17,14 +17,10 @@ job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism`
   ``gloo-<run>``, ``copies_of_real`` times (extra copies are ``gloo-<run>-c1``, ``-c2``, ...;
   byte-identical rank files, separate jobs); ``program.json`` files are not copied;
 - per-rank Chakra ETs ``<job_id>.<R>.et`` (``source: "generated"``), written with
-  ``chakra_core.format.etfile.write_table``, deterministic from the seed. Five families cycle through
-  the jobs: data_parallel (DDP-style per-layer gradient all-reduces overlapping backward),
-  tensor_parallel (all-gather / reduce-scatter of activations around every layer),
-  pipeline_parallel (GPipe micro-batches, activations and gradients exchanged with matching
-  send/recv pairs), dlrm (embedding all-to-alls + data-parallel MLP all-reduces) and moe
-  (expert dispatch / combine all-to-alls + dense-gradient all-reduces). NPU counts 4, 8 and
-  16 (pipeline_parallel only 4 and 8: what-if scaling of send/recv needs the simulated NPU
-  count to be a multiple of the traced one).
+  ``chakra_core.format.job.Job.write``, deterministic from the seed. The five families of
+  ``chakra_core.generate.families`` cycle through the jobs: data_parallel, tensor_parallel,
+  pipeline_parallel, dlrm and moe. NPU counts 4, 8 and 16 (pipeline_parallel only 4 and 8:
+  what-if scaling of send/recv needs the simulated NPU count to be a multiple of the traced one).
 
 With corrupt=True, three jobs the pipeline must reject, each marked ``"expected": "reject"``
 with a ``reason`` and the ``bad_files`` in its job.json: ``bad-truncated-gzip`` (a real rank
@@ -53,18 +49,15 @@ from pathlib import Path
 import fsspec
 import pyarrow as pa
 
-from chakra_core.format.etfile import write_table
-from chakra_core.format.schema import et_def_pb2 as pb
-from chakra_core.generate.builder import RankGraph, check_send_recv
+from chakra_core.format.job import Job, split_rank_url
+from chakra_core.generate import families
+from chakra_core.generate.families import STEPS, generate_family
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
 REAL_DIR = DATASETS / "pytorch-gloo"
 
-SEND, RECV = pb.COMM_SEND_NODE, pb.COMM_RECV_NODE  # node types, for code that reads the drop back
-ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7
-
-FAMILIES = ("data_parallel", "tensor_parallel", "pipeline_parallel", "dlrm", "moe")
+FAMILIES = tuple(families.FAMILIES)  # data_parallel, tensor_parallel, pipeline_parallel, dlrm, moe
 SHORT = {"data_parallel": "dp", "tensor_parallel": "tp", "pipeline_parallel": "pp", "dlrm": "dlrm", "moe": "moe"}
 # NPU counts per family, taken in turn: job i is family FAMILIES[i % 5] with the (i // 5)-th
 # size of its cycle, so the first five jobs (one per family) are all at 4 or 8 NPUs.
@@ -78,28 +71,16 @@ SIZE_CYCLE = {
 # Recorded runs: scenario -> family (job.json already has model and parallelism).
 REAL_FAMILY = {"mlp_ddp": "data_parallel", "transformer_ddp": "data_parallel", "dlrm": "dlrm",
                "collectives": "collectives"}
-RANK_TRACE = re.compile(r"^(rank\d+\.et\.json\.gz|.+\.\d+\.et)$")
+PYTORCH_RANK_TRACE = re.compile(r"^rank\d+\.et\.json\.gz$")
 REAL_FILE = re.compile(r"^rank\d+\.(et|kineto)\.json\.gz$")
 
-STEPS = 2
-BUCKET_BYTES = 16 << 20  # gradient all-reduces larger than this are split into buckets (like DDP's)
-MIN_US, MAX_US = 10, 950  # compute durations are clamped to tens .. hundreds of microseconds
+
+def _is_rank_trace(name: str) -> bool:
+    """A rank's trace: a recorded rank<R>.et.json.gz or a Chakra <job>.<R>.et."""
+    return bool(PYTORCH_RANK_TRACE.match(name) or split_rank_url(name))
 
 
-# ------------------------------------------------------------------ node tables
-
-
-def _graph(rate_flops: float, rank: int = 0) -> RankGraph:
-    """A rank's graph whose compute nodes are timed from their FLOPs at the job's effective rate."""
-    return RankGraph(rank, flops_per_s=rate_flops, duration_bounds=(MIN_US, MAX_US))
-
-
-def _all_reduce(g: RankGraph, name: str, deps, size: int) -> list[int]:
-    """Gradient all-reduce(s) of size bytes: one node, or equal buckets of at most BUCKET_BYTES."""
-    n = -(-size // BUCKET_BYTES)
-    if n <= 1:
-        return [g.collective(name, ALL_REDUCE, size, deps)]
-    return [g.collective(f"{name}/bucket{b}", ALL_REDUCE, size // n + (b < size % n), deps) for b in range(n)]
+# ------------------------------------------------------------------ jobs
 
 
 @dataclass
@@ -115,246 +96,6 @@ def _rng(seed: int, key: str) -> random.Random:
     return random.Random(f"make_drop:{seed}:{key}")  # str seeds hash with sha512: stable across runs
 
 
-def _data_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
-    """DDP: forward chain, backward chain with one all-reduce per layer's gradients, optimizer."""
-    layers = rng.randint(4, 24)
-    widths = [rng.choice((256, 512, 1024, 2048)) for _ in range(layers + 1)]
-    tokens = rng.choice((1024, 2048, 4096))  # samples (or tokens) per rank per step
-    rate = rng.uniform(30e12, 80e12)
-    params = [widths[i] * widths[i + 1] for i in range(layers)]
-    g = _graph(rate)
-    prev = None
-    for s in range(STEPS):
-        load = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
-        x = load
-        for l in range(layers):
-            x = g.compute(f"step{s}/fwd/layer{l}/linear", [x], num_ops=2 * tokens * params[l],
-                          tensor_size=4 * (params[l] + tokens * (widths[l] + widths[l + 1])))
-        x = g.compute(f"step{s}/loss", [x], num_ops=4 * tokens * widths[-1], tensor_size=8 * tokens * widths[-1])
-        reduces = []
-        for l in reversed(range(layers)):
-            x = g.compute(f"step{s}/bwd/layer{l}/linear", [x], num_ops=4 * tokens * params[l],
-                          tensor_size=4 * (2 * params[l] + tokens * (widths[l] + widths[l + 1])))
-            reduces += _all_reduce(g, f"step{s}/ddp/all_reduce/layer{l}", [x], 4 * params[l])
-        prev = g.compute(f"step{s}/optimizer/sgd", reduces + [x], num_ops=3 * sum(params),
-                         tensor_size=12 * sum(params))
-    info = {"model": f"synthetic MLP, {layers} linear layers (widths {widths[0]}..{widths[-1]}), fp32, SGD",
-            "parallelism": "data parallel (DDP, gradient all-reduce per layer)",
-            "layers": layers, "tokens_per_rank": tokens, "gradient_bytes": 4 * sum(params)}
-    table = g.table()
-    return info, [table] * npus
-
-
-def _tensor_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
-    """Megatron-style sequence/tensor parallel: all-gather before and reduce-scatter after each block."""
-    layers = rng.randint(2, 12)
-    hidden = rng.choice((1024, 2048, 4096))
-    tokens = rng.choice((256, 512, 1024))
-    rate = rng.uniform(60e12, 150e12)
-    act = 2 * tokens * hidden  # bf16 activations of the whole sequence
-    attn, mlp = 4 * hidden * hidden // npus, 8 * hidden * hidden // npus  # parameters per rank
-    g = _graph(rate)
-    prev = None
-    for s in range(STEPS):
-        x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
-        x = g.compute(f"step{s}/fwd/embedding", [x], num_ops=2 * tokens * hidden, tensor_size=act)
-        for l in range(layers):
-            x = g.collective(f"step{s}/fwd/layer{l}/attn/all_gather", ALL_GATHER, act, [x])
-            x = g.compute(f"step{s}/fwd/layer{l}/attn", [x],
-                          num_ops=2 * tokens * attn + 4 * tokens * tokens * hidden // npus,
-                          tensor_size=2 * attn + 3 * act)
-            x = g.collective(f"step{s}/fwd/layer{l}/attn/reduce_scatter", REDUCE_SCATTER, act, [x])
-            x = g.collective(f"step{s}/fwd/layer{l}/mlp/all_gather", ALL_GATHER, act, [x])
-            x = g.compute(f"step{s}/fwd/layer{l}/mlp", [x], num_ops=2 * tokens * mlp, tensor_size=2 * mlp + 3 * act)
-            x = g.collective(f"step{s}/fwd/layer{l}/mlp/reduce_scatter", REDUCE_SCATTER, act, [x])
-        x = g.compute(f"step{s}/loss", [x], num_ops=2 * tokens * hidden, tensor_size=act)
-        for l in reversed(range(layers)):
-            x = g.collective(f"step{s}/bwd/layer{l}/mlp/all_gather", ALL_GATHER, act, [x])
-            x = g.compute(f"step{s}/bwd/layer{l}/mlp", [x], num_ops=4 * tokens * mlp, tensor_size=4 * mlp + 3 * act)
-            x = g.collective(f"step{s}/bwd/layer{l}/mlp/reduce_scatter", REDUCE_SCATTER, act, [x])
-            x = g.collective(f"step{s}/bwd/layer{l}/attn/all_gather", ALL_GATHER, act, [x])
-            x = g.compute(f"step{s}/bwd/layer{l}/attn", [x],
-                          num_ops=4 * tokens * attn + 8 * tokens * tokens * hidden // npus,
-                          tensor_size=4 * attn + 3 * act)
-            x = g.collective(f"step{s}/bwd/layer{l}/attn/reduce_scatter", REDUCE_SCATTER, act, [x])
-        per_rank = layers * (attn + mlp)
-        prev = g.compute(f"step{s}/optimizer/adam", [x], num_ops=10 * per_rank, tensor_size=16 * per_rank)
-    info = {"model": f"synthetic transformer, {layers} layers, hidden {hidden}, {tokens} tokens, bf16",
-            "parallelism": f"tensor parallel ({npus}-way, sequence parallel: all-gather / reduce-scatter)",
-            "layers": layers, "hidden": hidden, "tokens": tokens, "activation_bytes": act}
-    table = g.table()
-    return info, [table] * npus
-
-
-def _pipeline_parallel(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
-    """GPipe: one stage per rank, all forward micro-batches then all backward, send/recv between stages."""
-    per_stage = [rng.randint(1, 6) for _ in range(npus)]
-    hidden = rng.choice((1024, 2048))
-    mb_tokens = rng.choice((128, 256, 512))
-    micro = rng.choice((4, 6, 8))
-    rate = rng.uniform(80e12, 200e12)
-    act = 2 * mb_tokens * hidden  # bf16 activations (and their gradients) of one micro-batch
-    layer_params = 12 * hidden * hidden
-    fwd_flops = 2 * mb_tokens * layer_params
-    tables = []
-    for stage in range(npus):
-        g = _graph(rate, stage)
-        prev, x = None, None
-        for s in range(STEPS):
-            base = s * 100_000
-            x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40),
-                          is_cpu=True) if stage == 0 else prev
-            for m in range(micro):
-                deps = [x]
-                if stage > 0:
-                    deps.append(g.recv(f"step{s}/fwd/mb{m}/recv_act", stage - 1, act, base + m, [prev]))
-                for l in range(per_stage[stage]):
-                    x = g.compute(f"step{s}/fwd/mb{m}/layer{l}", deps, num_ops=fwd_flops,
-                                  tensor_size=2 * layer_params + 3 * act)
-                    deps = [x]
-                if stage < npus - 1:
-                    g.send(f"step{s}/fwd/mb{m}/send_act", stage + 1, act, base + m, [x])
-            for m in reversed(range(micro)):
-                deps = [x]
-                if stage < npus - 1:
-                    deps.append(g.recv(f"step{s}/bwd/mb{m}/recv_grad", stage + 1, act, base + 50_000 + m, [prev]))
-                for l in reversed(range(per_stage[stage])):
-                    x = g.compute(f"step{s}/bwd/mb{m}/layer{l}", deps, num_ops=2 * fwd_flops,
-                                  tensor_size=4 * layer_params + 3 * act)
-                    deps = [x]
-                if stage > 0:
-                    g.send(f"step{s}/bwd/mb{m}/send_grad", stage - 1, act, base + 50_000 + m, [x])
-            params = per_stage[stage] * layer_params
-            prev = x = g.compute(f"step{s}/optimizer/adam", [x], num_ops=10 * params, tensor_size=16 * params)
-        tables.append(g.table())
-    info = {"model": f"synthetic transformer, {sum(per_stage)} layers over {npus} stages ({per_stage}), "
-                     f"hidden {hidden}, {micro} micro-batches of {mb_tokens} tokens, bf16",
-            "parallelism": f"pipeline parallel ({npus} stages, GPipe schedule, {micro} micro-batches)",
-            "layers": sum(per_stage), "layers_per_stage": per_stage, "micro_batches": micro,
-            "activation_bytes": act}
-    return info, tables
-
-
-def _mlp(g: RankGraph, prefix: str, x: int, dims: list[int], batch: int) -> int:
-    for l in range(len(dims) - 1):
-        p = dims[l] * dims[l + 1]
-        x = g.compute(f"{prefix}/layer{l}", [x], num_ops=2 * batch * p,
-                      tensor_size=4 * (p + batch * (dims[l] + dims[l + 1])))
-    return x
-
-
-def _mlp_backward(g: RankGraph, prefix: str, x: int, dims: list[int], batch: int, reduces: list[int]) -> int:
-    for l in reversed(range(len(dims) - 1)):
-        p = dims[l] * dims[l + 1]
-        x = g.compute(f"{prefix}/layer{l}", [x], num_ops=4 * batch * p,
-                      tensor_size=4 * (2 * p + batch * (dims[l] + dims[l + 1])))
-        reduces += _all_reduce(g, f"{prefix}/layer{l}/all_reduce", [x], 4 * p)
-    return x
-
-
-def _dlrm(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
-    """DLRM: sharded embedding tables (all-to-all of indices and pooled vectors), DDP MLPs."""
-    tables_per_rank = rng.randint(1, 4)
-    n_tables = tables_per_rank * npus
-    dim = rng.choice((32, 64))
-    batch = rng.choice((256, 512, 1024))
-    pooling = rng.choice((8, 16, 32))
-    bottom = [13] + [rng.choice((256, 512)) for _ in range(rng.randint(1, 3))] + [dim]
-    top = [dim * (n_tables + 1)] + [rng.choice((256, 512, 1024)) for _ in range(rng.randint(2, 4))] + [1]
-    rate = rng.uniform(20e12, 60e12)
-    indices = 8 * batch * n_tables * pooling  # int64 indices of the local batch, to the table owners
-    pooled = 4 * batch * n_tables * dim  # fp32 pooled vectors, back from the owners
-    g = _graph(rate)
-    prev = None
-    for s in range(STEPS):
-        load = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
-        a2a = g.collective(f"step{s}/fwd/indices/all_to_all", ALL_TO_ALL, indices, [load])
-        emb = g.compute(f"step{s}/fwd/embedding_bag", [a2a], num_ops=2 * batch * n_tables * pooling * dim,
-                        tensor_size=indices + pooled)
-        a2a = g.collective(f"step{s}/fwd/pooled/all_to_all", ALL_TO_ALL, pooled, [emb])
-        dense = _mlp(g, f"step{s}/fwd/bottom_mlp", load, bottom, batch)
-        x = g.compute(f"step{s}/fwd/interaction", [a2a, dense], num_ops=2 * batch * (n_tables + 1) ** 2 * dim,
-                      tensor_size=pooled + 4 * batch * dim)
-        x = _mlp(g, f"step{s}/fwd/top_mlp", x, top, batch)
-        x = g.compute(f"step{s}/loss", [x], num_ops=10 * batch, tensor_size=8 * batch)
-        reduces: list[int] = []
-        x = _mlp_backward(g, f"step{s}/bwd/top_mlp", x, top, batch, reduces)
-        x = g.compute(f"step{s}/bwd/interaction", [x], num_ops=4 * batch * (n_tables + 1) ** 2 * dim,
-                      tensor_size=2 * pooled)
-        a2a = g.collective(f"step{s}/bwd/pooled/all_to_all", ALL_TO_ALL, pooled, [x])
-        x = _mlp_backward(g, f"step{s}/bwd/bottom_mlp", x, bottom, batch, reduces)
-        upd = g.compute(f"step{s}/bwd/embedding_update", [a2a], num_ops=2 * batch * n_tables * pooling * dim,
-                        tensor_size=2 * pooled + indices)
-        prev = g.compute(f"step{s}/optimizer/sgd", reduces + [x, upd], num_ops=3 * 4096 * 1024,
-                         tensor_size=12 * 4096 * 1024)
-    info = {"model": f"synthetic DLRM, {n_tables} embedding tables (dim {dim}, pooling {pooling}), "
-                     f"bottom MLP {bottom}, top MLP {top}, batch {batch}/rank",
-            "parallelism": "hybrid: model-parallel embeddings (all-to-all) + data-parallel MLPs (all-reduce)",
-            "layers": len(bottom) + len(top) - 2, "embedding_tables": n_tables, "batch_per_rank": batch}
-    table = g.table()
-    return info, [table] * npus
-
-
-def _moe(rng: random.Random, npus: int) -> tuple[dict, list[pa.Table]]:
-    """Mixture of experts (expert parallel): all-to-all dispatch and combine around every expert layer."""
-    layers = rng.randint(2, 12)
-    every = rng.choice((1, 2))  # an MoE block every layer or every other layer
-    hidden = rng.choice((512, 1024, 2048))
-    tokens = rng.choice((512, 1024, 2048))
-    top_k = rng.choice((1, 2))
-    rate = rng.uniform(60e12, 150e12)
-    act = 2 * tokens * hidden
-    routed = act * top_k
-    attn, ffn = 4 * hidden * hidden, 8 * hidden * hidden
-    g = _graph(rate)
-    prev = None
-    for s in range(STEPS):
-        x = g.compute(f"step{s}/dataloader", [prev], duration_us=rng.randint(5, 40), is_cpu=True)
-        moe_layers = []
-        for l in range(layers):
-            x = g.compute(f"step{s}/fwd/layer{l}/attn", [x],
-                          num_ops=2 * tokens * attn + 4 * tokens * tokens * hidden, tensor_size=2 * attn + 3 * act)
-            if l % every == 0:
-                moe_layers.append(l)
-                x = g.compute(f"step{s}/fwd/layer{l}/router", [x], num_ops=2 * tokens * hidden * npus,
-                              tensor_size=act)
-                x = g.collective(f"step{s}/fwd/layer{l}/dispatch/all_to_all", ALL_TO_ALL, routed, [x])
-                x = g.compute(f"step{s}/fwd/layer{l}/experts", [x], num_ops=2 * tokens * top_k * ffn,
-                              tensor_size=2 * ffn + 2 * routed)
-                x = g.collective(f"step{s}/fwd/layer{l}/combine/all_to_all", ALL_TO_ALL, routed, [x])
-            else:
-                x = g.compute(f"step{s}/fwd/layer{l}/ffn", [x], num_ops=2 * tokens * ffn,
-                              tensor_size=2 * ffn + 2 * act)
-        x = g.compute(f"step{s}/loss", [x], num_ops=2 * tokens * hidden, tensor_size=act)
-        reduces = []
-        for l in reversed(range(layers)):
-            if l in moe_layers:
-                x = g.collective(f"step{s}/bwd/layer{l}/combine/all_to_all", ALL_TO_ALL, routed, [x])
-                x = g.compute(f"step{s}/bwd/layer{l}/experts", [x], num_ops=4 * tokens * top_k * ffn,
-                              tensor_size=4 * ffn + 2 * routed)
-                x = g.collective(f"step{s}/bwd/layer{l}/dispatch/all_to_all", ALL_TO_ALL, routed, [x])
-                dense = attn
-            else:
-                x = g.compute(f"step{s}/bwd/layer{l}/ffn", [x], num_ops=4 * tokens * ffn,
-                              tensor_size=4 * ffn + 2 * act)
-                dense = attn + ffn
-            x = g.compute(f"step{s}/bwd/layer{l}/attn", [x],
-                          num_ops=4 * tokens * attn + 8 * tokens * tokens * hidden, tensor_size=4 * attn + 3 * act)
-            reduces += _all_reduce(g, f"step{s}/bwd/layer{l}/dense_grads/all_reduce", [x], 2 * dense)
-        params = layers * (attn + ffn)
-        prev = g.compute(f"step{s}/optimizer/adam", reduces + [x], num_ops=10 * params, tensor_size=16 * params)
-    info = {"model": f"synthetic MoE transformer, {layers} layers ({len(range(0, layers, every))} with experts, "
-                     f"top-{top_k}, one expert per rank), hidden {hidden}, {tokens} tokens/rank, bf16",
-            "parallelism": f"expert parallel ({npus} experts, all-to-all) + data-parallel dense layers (all-reduce)",
-            "layers": layers, "hidden": hidden, "tokens_per_rank": tokens, "top_k": top_k}
-    table = g.table()
-    return info, [table] * npus
-
-
-BUILDERS = {"data_parallel": _data_parallel, "tensor_parallel": _tensor_parallel,
-            "pipeline_parallel": _pipeline_parallel, "dlrm": _dlrm, "moe": _moe}
-
-
 def plan_generated(index: int) -> tuple[str, int]:
     """(family, npus) of generated job `index` (independent of the seed)."""
     family = FAMILIES[index % len(FAMILIES)]
@@ -366,18 +107,11 @@ def generate_job(index: int, seed: int = 0) -> GeneratedJob:
     """Generated job `index` of a drop made with `seed`: its id, job.json fields and one table per rank."""
     family, npus = plan_generated(index)
     job_id = f"gen-{SHORT[family]}-{index:03d}-n{npus}"
-    info, tables = BUILDERS[family](_rng(seed, f"job{index}"), npus)
-    problems = check_send_recv(tables)
-    if problems:  # a generator bug: the pipeline would see a job that hangs
-        raise ValueError(f"{job_id}: unmatched send/recv: {problems[0]}")
+    info, tables = generate_family(family, npus, _rng(seed, f"job{index}"))
     return GeneratedJob(job_id, family, npus, info, tables)
 
 
 # ------------------------------------------------------------------ writing
-
-
-def _metadata() -> pb.GlobalMetadata:
-    return pb.GlobalMetadata(version="0.0.4")
 
 
 def _gzip(data: bytes) -> bytes:
@@ -430,17 +164,19 @@ class _Drop:
     def _count(self, name: str, size: int) -> None:
         self.files += 1
         self.bytes += size
-        if RANK_TRACE.match(name):
+        if _is_rank_trace(name):
             self.rank_traces += 1
 
     def put(self, job_dir: str, name: str, data: bytes) -> None:
         self.fs.pipe_file(f"{job_dir}/{name}", data)
         self._count(name, len(data))
 
-    def put_table(self, job_dir: str, name: str, table: pa.Table) -> None:
-        path = f"{job_dir}/{name}"
-        write_table(table, self.fs.unstrip_protocol(path), _metadata())
-        self._count(name, self.fs.size(path))
+    def put_job(self, job_dir: str, job: Job) -> list[str]:
+        """Job.write into job_dir; returns the paths written."""
+        paths = [fsspec.core.url_to_fs(url)[1] for url in job.write(self.fs.unstrip_protocol(job_dir))]
+        for path in paths:
+            self._count(path.rsplit("/", 1)[-1], self.fs.size(path))
+        return paths
 
     def finish_job(self, info: dict, rank_traces: int) -> None:
         if info.get("expected") != "reject":
@@ -476,7 +212,7 @@ def _write_real(drop: _Drop, run: Path, job_id: str, copy: int) -> None:
         drop.put(d, p.name, p.read_bytes())
     info = _real_info(run, job_id, copy)
     drop.put(d, "job.json", _json_bytes(info))
-    drop.finish_job(info, sum(1 for p in files if RANK_TRACE.match(p.name)))
+    drop.finish_job(info, sum(1 for p in files if _is_rank_trace(p.name)))
 
 
 def _generated_info(job: GeneratedJob, seed: int, index: int) -> dict:
@@ -489,15 +225,13 @@ def _generated_info(job: GeneratedJob, seed: int, index: int) -> dict:
 def _write_generated(drop: _Drop, job: GeneratedJob, info: dict, extra: dict[str, bytes] | None = None,
                      truncate_rank: int | None = None) -> None:
     d = drop.job_dir(job.job_id)
-    for rank, table in enumerate(job.tables):
-        name = f"{job.job_id}.{rank}.et"
-        drop.put_table(d, name, table)
-        if rank == truncate_rank:
-            path = f"{d}/{name}"
-            whole = drop.fs.cat_file(path)
-            cut = truncate_mid_message(whole)
-            drop.fs.pipe_file(path, cut)
-            drop.bytes += len(cut) - len(whole)
+    paths = drop.put_job(d, Job(job.tables, name=job.job_id))
+    if truncate_rank is not None:
+        path = paths[truncate_rank]
+        whole = drop.fs.cat_file(path)
+        cut = truncate_mid_message(whole)
+        drop.fs.pipe_file(path, cut)
+        drop.bytes += len(cut) - len(whole)
     for name, data in (extra or {}).items():
         drop.put(d, name, data)
     drop.put(d, "job.json", _json_bytes(info))
@@ -517,7 +251,7 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
         info = _real_info(run, job_id, 0)
         info.update(expected="reject", reason=reason, bad_files=[bad_name])
         drop.put(d, "job.json", _json_bytes(info))
-        drop.finish_job(info, sum(1 for p in files if RANK_TRACE.match(p.name)))
+        drop.finish_job(info, sum(1 for p in files if _is_rank_trace(p.name)))
 
     rank0 = (run / "rank0.et.json.gz").read_bytes()
     real_based("bad-truncated-gzip", "rank0.et.json.gz", rank0[:len(rank0) // 2],
@@ -529,14 +263,14 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
                "rank1.et.json.gz: valid gzip, but the text is not JSON")
 
     # Chakra-format bad jobs, generated like index 0 / 1 jobs but on 4 NPUs and their own seeds
-    info, tables = _data_parallel(_rng(seed, "bad-truncated-et"), 4)
+    info, tables = generate_family("data_parallel", 4, _rng(seed, "bad-truncated-et"))
     job = GeneratedJob("bad-truncated-et", "data_parallel", 4, info, tables)
     ji = _generated_info(job, seed, -1)
     ji.update(expected="reject", reason="bad-truncated-et.1.et: truncated in the middle of a node message",
               bad_files=["bad-truncated-et.1.et"])
     _write_generated(drop, job, ji, truncate_rank=1)
 
-    info, tables = _tensor_parallel(_rng(seed, "bad-unknown-file"), 4)
+    info, tables = generate_family("tensor_parallel", 4, _rng(seed, "bad-unknown-file"))
     job = GeneratedJob("bad-unknown-file", "tensor_parallel", 4, info, tables)
     ji = _generated_info(job, seed, -1)
     ji.update(reason="notes.txt: unknown file type next to the rank traces (rejected alone; the job converts)",
@@ -546,7 +280,7 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
 
 
 def count_real_rank_traces(real_dir: Path = REAL_DIR) -> int:
-    return sum(1 for run in _real_runs(real_dir) for p in _real_files(run) if RANK_TRACE.match(p.name))
+    return sum(1 for run in _real_runs(real_dir) for p in _real_files(run) if _is_rank_trace(p.name))
 
 
 def generated_jobs_for(min_rank_traces: int, copies_of_real: int = 1, real_dir: Path = REAL_DIR) -> int:

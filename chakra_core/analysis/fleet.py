@@ -9,7 +9,6 @@ ranks, or a folder with no ETs at all.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,10 +17,7 @@ import fsspec
 import pyarrow as pa
 
 from chakra_core.errors import ChakraError
-from chakra_core.format.etfile import read_table
-from chakra_core.sim.config import load_comm_groups
-
-RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>\d+)\.et(\.gz)?$")
+from chakra_core.format.job import Job, groups_url, split_rank_url
 
 
 class FleetError(ChakraError):
@@ -42,13 +38,18 @@ class JobFiles:
     def ranks(self) -> int:
         return len(self.rank_files)
 
+    @property
+    def prefix(self) -> str:
+        """The job's `<prefix>` (its rank files are `<prefix>.<rank>.et`)."""
+        return f"{self.folder}/{self.name}"
+
 
 def _job_in(fs, folder: str, files: list[str]) -> JobFiles:
     by_name: dict[str, dict[int, str]] = defaultdict(dict)
     for path in files:
-        match = RANK_FILE.match(path.rsplit("/", 1)[-1])
-        if match:
-            by_name[match["name"]][int(match["rank"])] = path
+        found = split_rank_url(path.rsplit("/", 1)[-1])
+        if found:
+            by_name[found[0]][found[1]] = path
     if len(by_name) > 1:
         raise FleetError(f"{folder}: rank files of several jobs ({', '.join(sorted(by_name))}); "
                          "put each job in its own folder")
@@ -56,7 +57,7 @@ def _job_in(fs, folder: str, files: list[str]) -> JobFiles:
     missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
     if missing:
         raise FleetError(f"{folder}: job {name!r} lacks rank file(s) {missing} (has {sorted(ranks)})")
-    groups = f"{folder}/{name}.comm_groups.json"
+    groups = groups_url(f"{folder}/{name}")
     return JobFiles(name, folder, name, tuple(ranks[r] for r in range(len(ranks))),
                     groups if fs.exists(groups) else None)
 
@@ -76,7 +77,7 @@ def find_jobs(folders: Iterable[str]) -> tuple[list[JobFiles], list[str]]:
             continue
         by_folder: dict[str, list[str]] = defaultdict(list)
         for path in fs.find(base):
-            if RANK_FILE.match(path.rsplit("/", 1)[-1]):
+            if split_rank_url(path.rsplit("/", 1)[-1]):
                 by_folder[path.rsplit("/", 1)[0]].append(prefix + path)
         if not by_folder:
             problems.append(f"{root}: no per-rank ETs (<name>.<rank>.et) in it or below it")
@@ -96,6 +97,6 @@ def find_jobs(folders: Iterable[str]) -> tuple[list[JobFiles], list[str]]:
 
 
 def load_job(job: JobFiles) -> tuple[list[pa.Table], dict[int, tuple[int, ...]]]:
-    """The job's node tables (index = rank) and its communicator groups (empty when none)."""
-    tables = [read_table(path) for path in job.rank_files]
-    return tables, (load_comm_groups(job.comm_groups) if job.comm_groups else {})
+    """The job's node tables (index = rank) and its communicator groups (empty when none): Job.read."""
+    loaded = Job.read(job.prefix, job.ranks, job.comm_groups)
+    return loaded.tables, loaded.comm_groups

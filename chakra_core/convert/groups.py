@@ -19,7 +19,6 @@ import orjson
 from chakra_core import limits
 
 WORLD = "0"
-COMM_GROUP_SUFFIX = "comm_groups.json"
 
 
 @dataclass
@@ -116,8 +115,9 @@ def simulator_names(groups: ProcessGroups) -> dict[str, str]:
     return mapping
 
 
-def comm_group_document(groups: ProcessGroups) -> dict[str, list[int]]:
-    """The communicator-group JSON for ASTRA-sim: every group but the world, by simulator name."""
+def comm_group_document(groups: ProcessGroups) -> dict[int, list[int]]:
+    """The communicator groups for ASTRA-sim: every group but the world, by simulator name
+    (written by chakra_core.format.job.write_comm_groups)."""
     names = simulator_names(groups)
-    return {names[name]: group.ranks for name, group in sorted(groups.groups.items(), key=lambda kv: int(names[kv[0]]))
-            if names[name] != WORLD}
+    return {int(names[name]): group.ranks for name, group in
+            sorted(groups.groups.items(), key=lambda kv: int(names[kv[0]])) if names[name] != WORLD}

@@ -30,18 +30,14 @@ from dataclasses import dataclass
 import fsspec
 
 from chakra_core.convert import comms
-from chakra_core.convert.groups import (
-    COMM_GROUP_SUFFIX,
-    WORLD,
-    ProcessGroups,
-    comm_group_document,
-)
+from chakra_core.convert.groups import WORLD, ProcessGroups, comm_group_document
 from chakra_core.convert.jsonstream import TraceJSONError, check_depth
 from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import write_table
+from chakra_core.format.job import groups_url, rank_url, write_comm_groups
 from chakra_core.outputs import open_output
 
 RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
@@ -205,8 +201,9 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         inference_notes.extend(job_groups.problems)
         fs, root = fsspec.core.url_to_fs(out_dir)
         fs.makedirs(root, exist_ok=True)
-        result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], f"{out_dir}/{prefix}.{COMM_GROUP_SUFFIX}",
-                           f"{out_dir}/{prefix}.report.json", [], [], inference_notes)
+        job_prefix = f"{out_dir}/{prefix}"
+        result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
+                           f"{job_prefix}.report.json", [], [], inference_notes)
         try:
             _write_outputs(result, conversions, resolved, job_groups)
         except BaseException:  # a job is written whole or not at all: no ranks of a failed conversion remain
@@ -226,15 +223,14 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
     """Every rank's ET, then the communicator groups and the report (each file atomically)."""
     for c in conversions:
         table, metadata = c.emit(resolved.get(c.rank), job_groups)
-        url = f"{result.out_dir}/{result.prefix}.{c.rank}.et"
+        url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
         write_table(table, url, metadata)
         result.reports.append(c.report.to_dict())
         result.nodes += table.num_rows
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
-    with open_output(result.comm_group_file, "w") as f:
-        json.dump(comm_group_document(job_groups), f, indent=1)
+    write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
     with open_output(result.report_file, "w") as f:
         json.dump(result.summary(), f, indent=1)
 

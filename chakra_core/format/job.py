@@ -6,6 +6,10 @@ The layout is the one ASTRA-sim opens: ``<prefix>.<rank>.et`` for ranks 0..N-1 (
 with ids >= 1 (0 is every NPU). Every reader and writer of that layout goes through here;
 ``prefix`` is any fsspec URL. A rank file may also be gzipped (``.et.gz``) where a reader
 finds it so.
+
+Every groups file this project ever wrote is that one mapping, pretty-printed three ways (one
+group per line, ``indent=1``, one rank per line); a reader parses JSON, so it reads them all.
+``comm_groups_text`` is the one way it is written now.
 """
 
 from __future__ import annotations
@@ -60,10 +64,26 @@ def find_ranks(prefix: str) -> int:
     return len(ranks)
 
 
+def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
+    """The node tables of ranks 0..npus-1 (all found when None), index = rank; an error names
+    the rank and its file."""
+    from chakra_core.format.etfile import read_table
+
+    npus = find_ranks(prefix) if npus is None else npus
+    tables = []
+    for rank in range(npus):
+        try:
+            tables.append(read_table(_existing_rank_file(prefix, rank)))
+        except ChakraError as exc:
+            raise JobLayoutError(f"rank {rank} of {npus}: {exc}") from None
+    return tables
+
+
 def read_comm_groups(url: str) -> CommGroups:
     """``{"1": [0, 1], ...}`` -> {1: (0, 1), ...}, checked (sim/config.load_comm_groups gives the
     one-line error naming the key)."""
-    from chakra_core.sim.config import load_comm_groups  # checks live with the other config readers
+    # the checks live with the other config readers
+    from chakra_core.sim.config import load_comm_groups
 
     return load_comm_groups(url)
 
@@ -99,17 +119,9 @@ class Job:
 
     @classmethod
     def read(cls, prefix: str, npus: int | None = None, comm_groups: str | None = None) -> Job:
-        """Ranks 0..npus-1 (all found when None) and the groups file (the one beside the ranks
-        when not named; none if it does not exist). Errors name the rank's file."""
-        from chakra_core.format.etfile import read_table
-
-        npus = find_ranks(prefix) if npus is None else npus
-        tables = []
-        for rank in range(npus):
-            try:
-                tables.append(read_table(_existing_rank_file(prefix, rank)))
-            except ChakraError as exc:
-                raise JobLayoutError(f"rank {rank} of {npus}: {exc}") from None
+        """Ranks 0..npus-1 (read_ranks) and the groups file (the one beside the ranks when not
+        named; none if it does not exist)."""
+        tables = read_ranks(prefix, npus)
         groups_file = comm_groups or (groups_url(prefix) if _exists(groups_url(prefix)) else None)
         return cls(tables, read_comm_groups(groups_file) if groups_file else {}, prefix.rstrip("/").rsplit("/", 1)[-1])
 
@@ -121,7 +133,7 @@ class Job:
 
         name = name or self.name
         if not self.tables:
-            raise ValueError("a job needs at least one rank's table")
+            raise ValueError("a job needs at least one rank's table (no tables given)")
         if not name or "/" in name:
             raise ValueError(f"job name {name!r} must be a non-empty file name prefix")
         text = comm_groups_text(self.comm_groups) if self.comm_groups else None  # checked before any write

@@ -17,20 +17,17 @@ job; ``JobBuilder.summary`` counts its nodes and communication.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 
 from chakra_core.analysis.info import summarize_table
-from chakra_core.convert.groups import COMM_GROUP_SUFFIX
-from chakra_core.format.etfile import with_metadata, write_table
+from chakra_core.format.etfile import with_metadata
+from chakra_core.format.job import SCHEMA_VERSION, Job
+from chakra_core.format.nodetypes import COLL, COMP, MEM_LOAD, MEM_STORE, RECV, SEND
 from chakra_core.format.schema import et_def_pb2 as pb
-from chakra_core.outputs import open_output
 
-VERSION = "0.0.4"  # the schema version ASTRA-sim's feeders expect
 WORLD = "0"  # pg_name of the default group: all NPUs
 
 NODE_COLUMNS: dict[str, pa.DataType] = {
@@ -40,11 +37,10 @@ NODE_COLUMNS: dict[str, pa.DataType] = {
     "comm_src": pa.int64(), "comm_dst": pa.int64(), "comm_tag": pa.int64(), "pg_name": pa.string(),
 }
 
-MEM_LOAD, MEM_STORE = pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE
-COMP, SEND, RECV, COLL = pb.COMP_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE, pb.COMM_COLL_NODE
 COMM_TYPES: dict[str, int] = dict(pb.CollectiveCommType.items())
 # Generated tables carry version 0.0.4 metadata, so write_table and validate_table see it too.
-_SCHEMA = with_metadata(pa.schema(NODE_COLUMNS.items()), pb.GlobalMetadata(version=VERSION).SerializeToString())
+_SCHEMA = with_metadata(pa.schema(NODE_COLUMNS.items()),
+                        pb.GlobalMetadata(version=SCHEMA_VERSION).SerializeToString())
 
 
 def node_table(columns: Mapping[str, Sequence | np.ndarray | pa.Array]) -> pa.Table:
@@ -218,38 +214,11 @@ class RankGraph:
         return node_table(self._rows)
 
 
-def _write_comm_groups(comm_groups: Mapping[int, Sequence[int]], url: str) -> None:
-    lines = [f' "{int(gid)}": {json.dumps([int(r) for r in ranks])}' for gid, ranks in sorted(comm_groups.items())]
-    with open_output(url, "w") as f:
-        f.write("{\n" + ",\n".join(lines) + "\n}\n")  # one group per line
-
-
 def write_job(tables: Sequence[pa.Table], out_dir: str, name: str,
               comm_groups: Mapping[int, Sequence[int]] | None = None) -> list[str]:
-    """Writes out_dir/name.<rank>.et per table (schema version 0.0.4) and, when there are
-    groups, out_dir/name.comm_groups.json (ASTRA-sim's --comm-group-configuration format:
-    {"<id>": [ranks]}); out_dir is any fsspec URL, created if missing. Returns the paths written."""
-    if not tables:
-        raise ValueError("write_job: no tables (one per rank) to write")
-    if not name or "/" in name:
-        raise ValueError(f"write_job: name {name!r} must be a non-empty file name prefix")
-    for gid in comm_groups or {}:
-        if int(gid) < 1:
-            raise ValueError(f"write_job: communicator group id {gid} must be >= 1 (0 means all NPUs)")
-    fs, path = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(path, exist_ok=True)
-    base = out_dir.rstrip("/")
-    metadata = pb.GlobalMetadata(version=VERSION)
-    written = []
-    for rank, table in enumerate(tables):
-        url = f"{base}/{name}.{rank}.et"
-        write_table(table, url, metadata)
-        written.append(url)
-    if comm_groups:
-        url = f"{base}/{name}.{COMM_GROUP_SUFFIX}"
-        _write_comm_groups(comm_groups, url)
-        written.append(url)
-    return written
+    """Job.write of these tables (index = rank) and groups: out_dir/name.<rank>.et and, when
+    there are groups, out_dir/name.comm_groups.json. Returns the paths written."""
+    return Job(list(tables), {int(g): tuple(m) for g, m in (comm_groups or {}).items()}, name).write(out_dir)
 
 
 def check_send_recv(tables: list[pa.Table]) -> list[str]:
@@ -321,9 +290,14 @@ class JobBuilder:
         """One node table per rank, 0..npus-1 (an untouched rank has no nodes)."""
         return [self.rank(r).table() for r in range(self.npus)]
 
+    def job(self, name: str = "job") -> Job:
+        """This job's tables and groups, to write (Job.write) or simulate."""
+        return Job(self.tables(), self.comm_groups, name)
+
     def write(self, out_dir: str, name: str) -> list[str]:
-        """write_job of this job's tables and groups."""
-        return write_job(self.tables(), out_dir, name, self.comm_groups)
+        """out_dir/name.<rank>.et per rank and, when there are sub-groups, out_dir/name.comm_groups.json
+        (Job.write). Returns the paths written."""
+        return self.job(name).write(out_dir)
 
     def summary(self) -> dict:
         """Ranks, nodes per rank, collectives and send/recv by type (count and bytes over all

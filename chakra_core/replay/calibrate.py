@@ -23,9 +23,11 @@ import json
 from collections import defaultdict
 
 import numpy as np
-from scipy.optimize import nnls
 
 from chakra_core.errors import ChakraError
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.job import Job, read_ranks
+from chakra_core.format.nodetypes import COLL
 from chakra_core.outputs import open_output
 
 GIB = 1 << 30
@@ -48,14 +50,12 @@ def steps_and_bytes(kind: str, npus: int, size: int) -> tuple[int, float]:
 
 def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None, world: int) -> list[tuple]:
     """(kind, N, S, ns) of every timed collective of the ranks' node tables."""
-    from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
-
     found = []
     for table in tables:
         rows = table.select(["type", "comm_type", "comm_size", "pg_name", "duration_micros"]).to_pylist()
         for row in rows:
             kind = COMM_TYPES.get(row["comm_type"], "").lower()
-            if row["type"] != NODE_TYPE_VALUES["COMM_COLL_NODE"] or kind not in FITTED or not row["duration_micros"]:
+            if row["type"] != COLL or kind not in FITTED or not row["duration_micros"]:
                 continue
             name = row["pg_name"] or "0"
             npus = world if name == "0" else len((groups or {}).get(int(name), ()))
@@ -66,18 +66,11 @@ def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None,
 
 def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> list[tuple]:
     """(kind, N, S, ns) of the timed collectives of every job `<prefix>.<rank>.et` (groups from
-    comm_group, else `<prefix>.comm_groups.json` where it exists)."""
-    import fsspec
-
-    from chakra_core.replay.launch import job_tables
-    from chakra_core.sim.config import load_comm_groups
-
+    comm_group, else `<prefix>.comm_groups.json` where it exists): Job.read."""
     found = []
     for prefix in prefixes:
-        tables = job_tables(prefix)
-        group_file = comm_group or f"{prefix}.comm_groups.json"
-        fs, path = fsspec.core.url_to_fs(group_file)
-        found += samples_from_tables(tables, load_comm_groups(group_file) if fs.exists(path) else None, len(tables))
+        job = Job.read(prefix, comm_groups=comm_group)
+        found += samples_from_tables(job.tables, job.comm_groups, job.npus)
     return found
 
 
@@ -85,9 +78,9 @@ def compute_scale(prefix: str, measured_ns: float) -> float:
     """How much faster the job ran unprofiled than its trace recorded (the profiler's cost
     lies in every operator's duration): the --compute-scale that makes the trace's compute
     match a measurement of the same steps taken with the profiler off."""
-    from chakra_core.replay.launch import job_tables, recorded_ns
+    from chakra_core.replay.launch import recorded_ns
 
-    spans = [recorded_ns(table) for table in job_tables(prefix)]
+    spans = [recorded_ns(table) for table in read_ranks(prefix)]
     if not any(spans):
         raise CalibrationError(f"{prefix}: the traces hold no start times: nothing to compare the measurement with")
     return measured_ns / max(s for s in spans if s)
@@ -104,6 +97,10 @@ def fit(samples: list[tuple]) -> dict:
     keys = sorted(fastest)
     design = np.array([steps_and_bytes(k, n, s) for k, n, s in keys], dtype=np.float64)
     measured = np.array([fastest[key] for key in keys], dtype=np.float64)
+    try:
+        from scipy.optimize import nnls
+    except ImportError as exc:  # an optional dependency: a core install reads and simulates without it
+        raise CalibrationError("fitting the network model needs scipy: pip install 'chakra-fleet[synth]'") from exc
     # relative errors, not nanoseconds, are minimised: else the largest sizes alone decide
     (latency, ns_per_byte), _ = nnls(design / measured[:, None], np.ones(len(measured)))
     if ns_per_byte <= 0:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from chakra_core.errors import ChakraError
-from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
-from chakra_core.sim.workload import load_tables
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.job import rank_url, read_ranks
+from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
-COMP, COLL = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["COMM_COLL_NODE"]
-SEND, RECV = NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
 WORLD_NAMES = ("", "0")
 SLEEP_SLACK_NS = 200_000  # below this much compute debt, spin: sleep() overshoots by ~0.1 ms
 
@@ -122,13 +121,14 @@ def _free_port() -> int:
 def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = None, *, iterations: int = 3,
                warmup: int = 1, backend: str = "gloo", compute: str = "sleep", timeout_s: float = 60.0,
                ranks: int | None = None) -> dict:
-    """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given)."""
+    """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given) with
+    the given communicator groups (none when None, as ASTRA-sim without --comm-group-configuration)."""
     from chakra_core.replay.worker import run_ranks
 
     if compute not in ("sleep", "spin", "none"):
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
-    tables = job_tables(prefix, ranks)
-    plans = [plan_rank(t, f"{prefix}.{r}.et") for r, t in enumerate(tables)]
+    tables = read_ranks(prefix, ranks)
+    plans = [plan_rank(t, rank_url(prefix, r)) for r, t in enumerate(tables)]
     groups = {str(g): tuple(members) for g, members in sorted((comm_groups or {}).items())}
     _check_groups(plans, groups, prefix)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
@@ -136,30 +136,18 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     return _summary(prefix, plans, tables, outcomes)
 
 
-def job_tables(prefix: str, ranks: int | None = None) -> list:
-    """The node tables of `<prefix>.0.et ... <prefix>.<N-1>.et` (N found from the files unless given)."""
-    import fsspec
-
-    if ranks is None:
-        fs, path = fsspec.core.url_to_fs(prefix)
-        found = sorted(int(p.rsplit(".", 2)[-2]) for p in fs.glob(f"{path}.*.et") if p.rsplit(".", 2)[-2].isdigit())
-        if not found or found != list(range(len(found))):
-            raise ReplayError(f"{prefix}: expected files {prefix}.0.et ... {prefix}.<N-1>.et, found ranks {found}")
-        ranks = len(found)
-    return load_tables(prefix, ranks)
-
-
 def _check_groups(plans: list[list[Step]], groups: dict[str, tuple[int, ...]], prefix: str) -> None:
     for rank, plan in enumerate(plans):
         for step in plan:
             if step.kind in ("compute", "send", "recv") or step.group == "0":
                 continue
+            where = f"{rank_url(prefix, rank)}: node {step.node_id}"
             if step.group not in groups:
-                raise ReplayError(f"{prefix}.{rank}.et: node {step.node_id}: process group {step.group} is not in "
-                                  f"the communicator groups ({sorted(groups) or 'none; pass --comm-group'})")
+                raise ReplayError(f"{where}: process group {step.group} is not in the communicator groups "
+                                  f"({sorted(groups) or 'none; pass --comm-group'})")
             if rank not in groups[step.group]:
-                raise ReplayError(f"{prefix}.{rank}.et: node {step.node_id}: rank {rank} is not a member of group "
-                                  f"{step.group} {list(groups[step.group])}")
+                raise ReplayError(f"{where}: rank {rank} is not a member of group {step.group} "
+                                  f"{list(groups[step.group])}")
 
 
 def _summary(prefix: str, plans: list[list[Step]], tables: list, outcomes: list[dict]) -> dict:

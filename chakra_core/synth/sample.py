@@ -28,25 +28,21 @@ identical share one table and one encoded file.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.format.etfile import write_table
-from chakra_core.format.schema import et_def_pb2 as pb
-from chakra_core.generate.builder import COMM_GROUP_SUFFIX, VERSION, WORLD, node_table
-from chakra_core.outputs import open_output
+from chakra_core.format.job import Job
+from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
+from chakra_core.generate.builder import WORLD, node_table
 from chakra_core.synth.master import KIND_NAMES, KINDS, RECV_KIND, SEND_KIND
 from chakra_core.synth.model import END, Cluster, SynthModel, segments
 from chakra_core.synth.profile import NEVER, OP_CLASS_NAMES
 
-COMP, COLL, SEND, RECV = pb.COMP_NODE, pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE
 BROADCAST, BARRIER, ALL_TO_ALL = 5, 9, 6
 SNAP_LOG2 = 0.03  # a sampled size within 2% of a recurring size (at a seen NPU count) becomes that size
 TAG_STRIDE = 1 << 24  # tags: (point-to-point class << 24) | message index
@@ -652,26 +648,6 @@ def sample_like_training(model: SynthModel, per_job: int = 2, seed: int = 0) -> 
 
 
 def write_sampled_job(job: SampledJob, out_dir: str, name: str) -> list[str]:
-    """out_dir/name.<rank>.et per rank (a table shared by several ranks is encoded once and
-    copied) and out_dir/name.comm_groups.json when the job has sub-groups."""
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    base = out_dir.rstrip("/")
-    metadata = pb.GlobalMetadata(version=VERSION)
-    first: dict[int, str] = {}
-    written = []
-    for rank, table in enumerate(job.tables):
-        url = f"{base}/{name}.{rank}.et"
-        if id(table) in first:
-            fs.copy(fsspec.core.url_to_fs(first[id(table)])[1], fsspec.core.url_to_fs(url)[1])
-        else:
-            write_table(table, url, metadata)
-            first[id(table)] = url
-        written.append(url)
-    if job.comm_groups:
-        url = f"{base}/{name}.{COMM_GROUP_SUFFIX}"
-        with open_output(url, "w") as f:
-            # one rank per line: no run of ranks can spell a training string such as "[0, 1]"
-            json.dump({str(g): list(m) for g, m in sorted(job.comm_groups.items())}, f, indent=0)
-        written.append(url)
-    return written
+    """Job.write of the sampled job: out_dir/name.<rank>.et per rank (a table shared by several
+    ranks is encoded once and copied) and out_dir/name.comm_groups.json when it has sub-groups."""
+    return Job(job.tables, job.comm_groups, name).write(out_dir)

@@ -29,11 +29,19 @@ from dataclasses import dataclass, field
 
 import fsspec
 
+from chakra_core.format.job import read_ranks, split_rank_url
+from chakra_core.format.nodetypes import (
+    COLL,
+    COMM_NODE_TYPES,
+    MEM_NODE_TYPES,
+    NODE_TYPE_VALUES,
+    RECV,
+    SEND,
+)
 from chakra_core.outputs import open_output
 
 DEFAULT_MAX_FLOWS = 2000
-COMM_NODE_TYPES = {5, 6, 7}  # COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE
-MEMORY_NODE_TYPES = {2, 3}  # MEM_LOAD_NODE, MEM_STORE_NODE
+COMM_KINDS = {SEND: "send", RECV: "recv", COLL: "collective"}
 SIM_TRACK_ORDER = ("cpu", "compute", "comm", "memory")
 LOG_TRACK_ORDER = ("local memory", "remote memory", "compute", "comm", "other")
 
@@ -186,8 +194,8 @@ def _deps(table) -> Iterable[tuple[int, int]]:
 
 
 def _rank_of(url: str, default: int) -> int:
-    m = re.search(r"\.(\d+)\.et(\.gz)?$", url)
-    return int(m.group(1)) if m else default
+    found = split_rank_url(url)
+    return found[1] if found else default
 
 
 def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, rebase: bool = True) -> dict:
@@ -222,9 +230,9 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
                 continue
             node_type = r.get("type")
             if node_type in COMM_NODE_TYPES:
-                track, kind = "communication", {5: "send", 6: "recv", 7: "collective"}[node_type]
+                track, kind = "communication", COMM_KINDS[node_type]
                 b.track_rank.setdefault(track, (2,))
-            elif node_type in MEMORY_NODE_TYPES:
+            elif node_type in MEM_NODE_TYPES:
                 track, kind = "memory", "memory"
                 b.track_rank.setdefault(track, (3,))
             elif r.get("is_cpu_op") is False:
@@ -240,7 +248,7 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
             args = {"node_id": r["id"], "kind": kind}
             if r.get("comm_size") is not None:
                 args["comm_size"] = r["comm_size"]
-            if r.get("comm_type") is not None and node_type == 7:
+            if r.get("comm_type") is not None and node_type == COLL:
                 args["comm_type"] = r["comm_type"]
             if r.get("tensor_size") is not None:
                 args["bytes"] = r["tensor_size"]
@@ -257,7 +265,7 @@ _LOG_TYPES = (  # node-type substrings -> track, as chakra_timeline_visualizer d
     ("MEM_LOAD_NODE", "memory"), ("MEM_STORE_NODE", "memory"), ("COMP_NODE", "compute"),
     ("COMM_SEND_NODE", "comm"), ("COMM_RECV_NODE", "comm"), ("COMM_COLL_NODE", "comm"),
 )
-_NUMERIC_TYPES = {"2": "memory", "3": "memory", "4": "compute", "5": "comm", "6": "comm", "7": "comm"}
+_NUMERIC_TYPES = {str(NODE_TYPE_VALUES[name]): track for name, track in _LOG_TYPES}  # "2" -> "memory", ...
 _TOKEN = re.compile(r"\b(issue|callback)\s*,")
 
 
@@ -459,7 +467,7 @@ def cmd_timeline(args) -> int:
             print("chakra timeline: --workload needs --network and --system", file=sys.stderr)
             return 2
         from chakra_core.sim.engine import SimulationDeadlock
-        from chakra_core.sim.workload import load_tables, simulate_files
+        from chakra_core.sim.workload import simulate_files
 
         try:
             result, _ = simulate_files(args.workload, args.network, args.system, args.comm_group, mode=args.mode,
@@ -467,7 +475,7 @@ def cmd_timeline(args) -> int:
         except SimulationDeadlock as exc:
             print(f"chakra timeline: {exc} (writing the partial timeline)", file=sys.stderr)
             result, status = exc.partial, 1
-        tables = load_tables(args.workload, len(result.npus)) if args.max_flows > 0 else None
+        tables = read_ranks(args.workload, len(result.npus)) if args.max_flows > 0 else None
         doc = timeline_from_simulation(result, tables, args.max_flows)
     elif args.trace:
         doc = timeline_from_traces(args.trace, args.max_flows)

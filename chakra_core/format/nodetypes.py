@@ -1,0 +1,26 @@
+"""Chakra node types (the schema's ``NodeType``), defined once: plain ints, for numpy and Arrow.
+
+    from chakra_core.format.nodetypes import COMP, COLL, COMM_NODE_TYPES
+
+``NODE_TYPES`` maps every number to its schema name (``7 -> "COMM_COLL_NODE"``) and
+``NODE_TYPE_VALUES`` the reverse.
+"""
+
+from __future__ import annotations
+
+from chakra_core.format.schema import et_def_pb2 as pb
+
+INVALID: int = pb.INVALID_NODE  # 0
+METADATA: int = pb.METADATA_NODE  # 1
+MEM_LOAD: int = pb.MEM_LOAD_NODE  # 2
+MEM_STORE: int = pb.MEM_STORE_NODE  # 3
+COMP: int = pb.COMP_NODE  # 4
+SEND: int = pb.COMM_SEND_NODE  # 5
+RECV: int = pb.COMM_RECV_NODE  # 6
+COLL: int = pb.COMM_COLL_NODE  # 7
+
+COMM_NODE_TYPES: tuple[int, ...] = (SEND, RECV, COLL)
+MEM_NODE_TYPES: tuple[int, ...] = (MEM_LOAD, MEM_STORE)
+
+NODE_TYPES: dict[int, str] = {v.number: v.name for v in pb.NodeType.DESCRIPTOR.values}
+NODE_TYPE_VALUES: dict[str, int] = {name: number for number, name in NODE_TYPES.items()}
