@@ -26,6 +26,7 @@ import json
 import fsspec
 
 from chakra_core.errors import ChakraError
+from chakra_core.format.job import split_rank_url
 from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import report_rows
 from chakra_core.synth.model import save_model
@@ -80,7 +81,7 @@ def synthesize_npus(date: str, warehouse: str, model: str, npus: int, run_id: st
              "nodes": row["nodes"], "operations_per_rank": row["operations_per_rank"],
              "finish_ns": row["finish_ns"], "exposed_comm_ns": row["exposed_comm_ns"],
              "status": "ok" if not row["problems"] else "invalid", "problems": "; ".join(row["problems"]) or None,
-             "path": row["files"][0].rsplit(".", 2)[0], "run_id": run_id} for row in result["jobs"]]
+             "path": split_rank_url(row["files"][0])[0], "run_id": run_id} for row in result["jobs"]]
     verdicts: dict[tuple[int, int], list[bool | None]] = {}
     for metric in report_rows({"rows": result["rows"]}):  # each metric judged against its target
         verdicts.setdefault((metric["cluster"], metric["npus"]), []).append(metric["pass"])

@@ -12,13 +12,11 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.nodetypes import COLL, NODE_TYPES, RECV, SEND
 from chakra_core.format.etfile import ETReader, table_metadata
 from chakra_core.format.schema import et_def_pb2 as pb
 
-_COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
-_SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
-_RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
 
 
 def attribute_value(attr: pb.AttributeProto):
@@ -90,8 +88,8 @@ def summarize_batches(path: str, metadata: pb.GlobalMetadata, batches: Iterable[
         node_types.update(dict(zip(*[c.to_pylist() for c in pc.value_counts(types).flatten()])))
         edges += len(pc.list_flatten(batch.column("ctrl_deps"))) + len(pc.list_flatten(batch.column("data_deps")))
         total_duration += pc.sum(batch.column("duration_micros")).as_py() or 0
-        _accumulate(collectives, _count_by(batch, "comm_type", pc.equal(types, _COLL), "comm_size"))
-        p2p_mask = pc.is_in(types, pa.array([_SEND, _RECV], pa.int32()))
+        _accumulate(collectives, _count_by(batch, "comm_type", pc.equal(types, COLL), "comm_size"))
+        p2p_mask = pc.is_in(types, pa.array([SEND, RECV], pa.int32()))
         _accumulate(point_to_point, _count_by(batch, "type", p2p_mask, "comm_size"))
     return {
         "path": path,

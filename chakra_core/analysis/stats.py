@@ -33,14 +33,10 @@ from chakra_core.analysis.graph import (
     lookup,
     to_numpy,
 )
-from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES, NODE_TYPES
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
 from chakra_core.format.normalize import normalize_table
 
-COMP = NODE_TYPE_VALUES["COMP_NODE"]
-COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
-SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
-RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
-COMM_NODE_TYPES = (COLL, SEND, RECV)
 STRAGGLER_FACTOR = 1.1  # compute time this much above the job's median marks a straggler rank
 
 # Operator classes by name keyword, first match wins (host operators and device kernels alike).

@@ -38,13 +38,12 @@ from chakra_core.analysis.graph import (
 from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.format.columns import (
     COMM_TYPES,
-    NODE_TYPE_VALUES,
-    NODE_TYPES,
     WELL_KNOWN_ATTRIBUTES,
     WELL_KNOWN_BY_NAME,
     ValueClass,
 )
 from chakra_core.format.etfile import read_table, table_metadata, table_source
+from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, INVALID, MEM_LOAD, MEM_STORE, NODE_TYPES, RECV, SEND
 from chakra_core.format.normalize import normalize_table
 
 ERROR = "error"
@@ -77,13 +76,6 @@ CHECKS: dict[str, str] = {
 NON_NEGATIVE = ("comm_size", "num_ops", "comm_src", "comm_dst")  # attributes that must be >= 0
 MESSAGE_IDS = 10  # node ids spelled out in a message; Finding.node_ids holds them all
 
-MEM_LOAD = NODE_TYPE_VALUES["MEM_LOAD_NODE"]
-MEM_STORE = NODE_TYPE_VALUES["MEM_STORE_NODE"]
-SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
-RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
-COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
-INVALID = NODE_TYPE_VALUES["INVALID_NODE"]
-COMM_NODE_TYPES = (SEND, RECV, COLL)
 DEP_KINDS = ("data_deps", "ctrl_deps")
 
 # Collectives that ASTRA-sim's Workload.cc rejects with "Unsupported collective comm type".

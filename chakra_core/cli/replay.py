@@ -14,9 +14,9 @@ COMMANDS = {
 
 def cmd_replay(args) -> int:
     from chakra_core.replay.launch import replay_job
-    from chakra_core.sim.config import load_comm_groups
+    from chakra_core.format.job import read_comm_groups
 
-    groups = load_comm_groups(args.comm_group) if args.comm_group else None
+    groups = read_comm_groups(args.comm_group) if args.comm_group else None
     result = replay_job(args.workload, groups, iterations=args.iterations, warmup=args.warmup, backend=args.backend,
                         compute=args.compute, timeout_s=args.timeout)
     if args.json:

@@ -21,12 +21,11 @@ COMMANDS = {
 
 
 def cmd_stats(args) -> int:
-    import re
-
     import pyarrow as pa
 
     from chakra_core.analysis.stats import collective_rows, job_stats, trace_row
     from chakra_core.format.etfile import read_table
+    from chakra_core.format.job import split_rank_url
 
     def statistics(url: str) -> tuple[dict, pa.Table]:
         table = read_table(url)
@@ -36,9 +35,8 @@ def cmd_stats(args) -> int:
     rows, by_job = [row for _, (row, _) in measured], {}
     for url, (row, collectives) in measured:
         _note_set_aside(row)
-        match = re.match(r"^(.*)\.(\d+)\.et(\.gz)?$", url)
-        if match:
-            by_job.setdefault(match.group(1), {})[int(match.group(2))] = (row, collectives)
+        if rank_file := split_rank_url(url):
+            by_job.setdefault(rank_file[0], {})[rank_file[1]] = (row, collectives)
     status = EXIT_BAD_INPUT if failed else EXIT_OK
     jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()})}
             for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]

@@ -50,11 +50,9 @@ from chakra_core.convert.pytorch_et import (
     tensors_in,
 )
 from chakra_core.errors import ChakraFormatError
-from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.nodetypes import COLL, COMP, METADATA, RECV, SEND
 from chakra_core.format.schema import et_def_pb2 as pb
 
-COMP, METADATA = NODE_TYPE_VALUES["COMP_NODE"], NODE_TYPE_VALUES["METADATA_NODE"]
-COLL, SEND, RECV = NODE_TYPE_VALUES["COMM_COLL_NODE"], NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
 PG_ANNOTATION_PREFIX = "chakra::pg="  # chakra_core.convert.collect.PG_ANNOTATION_PREFIX (no torch import here)
 
 # node roles

@@ -15,6 +15,7 @@ from enum import IntEnum
 
 import pyarrow as pa
 
+from chakra_core.format.nodetypes import NODE_TYPE_VALUES, NODE_TYPES  # noqa: F401  (re-exported)
 from chakra_core.format.schema import et_def_pb2 as pb
 
 # AttributeProto oneof members, in field-number order (field 3 .. 32).
@@ -23,8 +24,6 @@ VALUE_KINDS: tuple[str, ...] = tuple(
 )
 KIND_FIELD: dict[str, int] = {name: i + 3 for i, name in enumerate(VALUE_KINDS)}
 
-NODE_TYPES: dict[int, str] = {v.number: v.name for v in pb.NodeType.DESCRIPTOR.values}
-NODE_TYPE_VALUES: dict[str, int] = {name: number for number, name in NODE_TYPES.items()}
 COMM_TYPES: dict[int, str] = {v.number: v.name for v in pb.CollectiveCommType.DESCRIPTOR.values}
 
 

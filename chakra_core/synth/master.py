@@ -29,11 +29,9 @@ import pyarrow as pa
 
 from chakra_core.analysis.graph import to_numpy
 from chakra_core.errors import ChakraError
-from chakra_core.format.columns import COMM_TYPES, NODE_TYPE_VALUES
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.nodetypes import COLL, RECV, SEND
 
-COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
-SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
-RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
 # Operation kinds: a collective's comm_type (0..9), then the two point-to-point directions.
 SEND_KIND, RECV_KIND = 10, 11
 KIND_NAMES: dict[int, str] = {**{k: v.lower() for k, v in COMM_TYPES.items()}, SEND_KIND: "send", RECV_KIND: "recv"}

@@ -32,12 +32,12 @@ import pyarrow.compute as pc
 
 from chakra_core.analysis.graph import flat_list, lookup, to_numpy
 from chakra_core.errors import ChakraError
-from chakra_core.format.columns import COMM_TYPES, NODE_TYPES
+from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.nodetypes import COMM_NODE_TYPES, NODE_TYPES
 from chakra_core.outputs import open_output
 
 DATA, CTRL = 1, 2  # edge kind bits
 DEPENDENCY = {DATA: "data", CTRL: "control", DATA | CTRL: "both"}
-COMM_NODE_TYPES = (5, 6, 7)  # COMM_SEND, COMM_RECV, COMM_COLL
 ONLY_CHOICES = ("comm",)
 FORMATS = ("png", "svg", "pdf", "dot", "graphml")
 IMAGE_FORMATS = ("png", "svg", "pdf")
