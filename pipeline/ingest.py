@@ -7,7 +7,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from chakra_core.format.job import split_rank_url
+from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
 from pipeline.layout import day_url, filesystem
 
 PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
@@ -21,7 +21,7 @@ class InputFile:
     url: str
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
-    kind: str  # pytorch_et, kineto, chakra_et, job_json, unknown
+    kind: str  # pytorch_et, kineto, chakra_et, comm_groups, job_json, unknown
 
     @property
     def basename(self) -> str:
@@ -36,7 +36,9 @@ class InputFile:
 
     @property
     def job_name(self) -> str:
-        """The <name> of a Chakra ET <name>.<R>.et."""
+        """The <name> of a Chakra ET <name>.<R>.et or of its groups file <name>.comm_groups.json."""
+        if self.kind == "comm_groups":
+            return self.basename[:-len(COMM_GROUPS_SUFFIX)]
         return split_rank_url(self.basename)[0]
 
 
@@ -61,6 +63,8 @@ def kind_of(name: str) -> str:
         return "kineto"
     if split_rank_url(name):
         return "chakra_et"
+    if name.endswith(COMM_GROUPS_SUFFIX) and len(name) > len(COMM_GROUPS_SUFFIX):
+        return "comm_groups"
     return "job_json" if name == "job.json" else "unknown"
 
 
@@ -72,12 +76,28 @@ def unusable_files(job: JobInput) -> dict[str, str]:
     for f in job.files:
         if f.kind == "unknown":
             reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
-                               " <name>.<R>.et or job.json)")
+                               " <name>.<R>.et, <name>.comm_groups.json or job.json)")
+        elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
+            reasons[f.name] = (f"{f.name}: communicator groups beside PyTorch traces, whose process groups the"
+                               " converter reads from the traces themselves")
+        elif f.kind == "comm_groups" and f.job_name != _chakra_name(job):
+            reasons[f.name] = (f"{f.name}: communicator groups of job {f.job_name!r}, but the Chakra ETs here are"
+                               f" {_chakra_name(job)}.<R>.et")
         elif f.kind == "kineto" and job.trace_format == "chakra_et":
             reasons[f.name] = f"{f.name}: a Kineto trace beside Chakra ETs, which have no use for it"
         elif f.kind == "kineto" and job.trace_format == "pytorch_et" and f.rank not in host_ranks:
             reasons[f.name] = f"{f.name}: a Kineto trace of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
     return reasons
+
+
+def _chakra_name(job: JobInput) -> str | None:
+    return next((f.job_name for f in sorted(job.files, key=lambda f: f.name) if f.kind == "chakra_et"), None)
+
+
+def groups_file(job: JobInput) -> InputFile | None:
+    """The communicator groups of a Chakra ET job: <name>.comm_groups.json of the ETs' name."""
+    name = _chakra_name(job)
+    return next((f for f in job.files if f.kind == "comm_groups" and f.job_name == name), None)
 
 
 def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:

@@ -19,9 +19,9 @@ from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
-from chakra_core.format.job import rank_url
+from chakra_core.format.job import groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
-from pipeline.ingest import InputFile, JobInput, job_problem, sha256, unusable_files
+from pipeline.ingest import InputFile, JobInput, groups_file, job_problem, sha256, unusable_files
 from pipeline.layout import (
     filesystem,
     join,
@@ -110,7 +110,7 @@ def _convert(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id)
         return result.et_files, result.comm_group_file
-    return _copy_chakra(job, out_dir), None
+    return _copy_chakra(job, out_dir)
 
 
 def _summarise(job: JobInput, urls: list[str], paths: list[str]) -> tuple[list[dict], pa.Table | None]:
@@ -159,9 +159,9 @@ def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], c
         json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups}, f, indent=1)
 
 
-def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:
+def _copy_chakra(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
     """Chakra ETs are validated and copied as <job>.<R>.et (ingest.job_problem checked that the
-    ranks are 0..N-1, one file each)."""
+    ranks are 0..N-1, one file each), their communicator groups, checked, as <job>.comm_groups.json."""
     urls = []
     for f in sorted((f for f in job.files if f.kind == "chakra_et"), key=lambda f: f.rank):
         table = read_table(f.url)  # an unreadable file raises, naming itself
@@ -171,7 +171,14 @@ def _copy_chakra(job: JobInput, out_dir: str) -> list[str]:
         url = rank_url(join(out_dir, job.job_id), f.rank)
         write_table(table, url)
         urls.append(url)
-    return urls
+    source = groups_file(job)
+    if source is None:
+        return urls, None
+    groups = read_comm_groups(source.url)  # a bad file raises, naming itself and the key
+    outside = next(((gid, rank) for gid, members in groups.items() for rank in members if rank >= len(urls)), None)
+    if outside:
+        raise ValueError(f"{source.url}: group {outside[0]} names NPU {outside[1]}, but the job has {len(urls)} ranks")
+    return urls, write_comm_groups(groups, groups_url(join(out_dir, job.job_id)))
 
 
 def _reject(job: JobInput, f, hashes: dict, stage: str, reason: str, run_id: str) -> dict:

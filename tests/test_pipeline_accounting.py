@@ -266,3 +266,38 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
                                           ("_manifest.json", *(f"good.{r}.et" for r in range(4)))]
     assert json.loads((tmp_path / "wh" / "traces" / f"date={DATE}" / "job=good" / "_manifest.json").read_text())[
         "et_files"] == [r["path"] for r in day.tables["traces"].to_pylist()]
+
+
+def _groups(source: str, job: str, name: str, groups: dict) -> None:
+    fs, path = filesystem(join(source, DATE, job, name))
+    fs.pipe_file(path, json.dumps(groups).encode())
+
+
+def test_a_chakra_jobs_communicator_groups_are_published_with_it(memfs):
+    chakra_job(SOURCE, "j", {f"j.{r}.et": r for r in range(4)})
+    _groups(SOURCE, "j", "j.comm_groups.json", {"1": [0, 1], "2": [2, 3]})
+    outcome, files = run_job("j")
+    assert accounted(outcome, files) == {}
+    assert {r["file"]: r["kind"] for r in outcome.ingest}["j/j.comm_groups.json"] == "comm_groups"
+    fs, path = filesystem(outcome.comm_groups)
+    assert outcome.comm_groups.endswith("/j.comm_groups.json")
+    assert json.loads(fs.cat_file(path)) == {"1": [0, 1], "2": [2, 3]}
+
+
+def test_communicator_groups_of_another_name_or_beside_pytorch_traces_are_rejected_alone(memfs):
+    chakra_job(SOURCE, "j", {f"j.{r}.et": r for r in range(4)})
+    _groups(SOURCE, "j", "other.comm_groups.json", {"1": [0, 1]})
+    gloo_job(SOURCE, "g", files={"g.comm_groups.json": b'{"1": [0, 1]}'})
+    outcome, files = run_job("j")
+    assert "job 'other'" in accounted(outcome, files)["j/other.comm_groups.json"]
+    assert outcome.prefix is not None and outcome.comm_groups is None
+    outcome, files = run_job("g")
+    assert "beside PyTorch traces" in accounted(outcome, files)["g/g.comm_groups.json"]
+    assert outcome.prefix is not None
+
+
+def test_communicator_groups_naming_a_rank_the_job_lacks_reject_the_job(memfs):
+    chakra_job(SOURCE, "j", {f"j.{r}.et": r for r in range(4)})
+    _groups(SOURCE, "j", "j.comm_groups.json", {"1": [0, 7]})
+    outcome, files = run_job("j")
+    assert_job_rejected(outcome, files, "j/j.comm_groups.json", "NPU 7", "4 ranks")
