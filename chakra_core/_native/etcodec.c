@@ -460,8 +460,9 @@ typedef struct {
     span_t name;
     int has_io[2];
     span_t io[2][3];
-    uint64_t seen_known;      /* bit s: slot s already taken in this node */
-    attr_t known[MAX_KNOWN];
+    uint64_t seen_known;      /* bit s: slot s already taken in this node (written at once, at the node's row) */
+    int n_attrs;              /* attributes of this node so far */
+    int8_t guess[32];         /* [GUESS_POSITIONS]: well-known slot of the k-th attribute in an earlier node */
     buf_t unknown;
 } scratch_t;
 
@@ -698,13 +699,38 @@ static void build_name_table(void) {
     }
 }
 
+static inline uint64_t load64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t load32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* a[0:n] == b[0:n], for the short names of attributes: two overlapping word compares, no call. */
+static inline int short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n >= 8 && n <= 16) return load64(a) == load64(b) && load64(a + n - 8) == load64(b + n - 8);
+    if (n >= 4 && n < 8) return load32(a) == load32(b) && load32(a + n - 4) == load32(b + n - 4);
+    return memcmp(a, b, n) == 0;
+}
+
 /* Slot of a well-known attribute name, or -1. Runs for every attribute, so: a hash probe, then one compare. */
-static inline int match_known(span_t name) {
+static inline int match_known_hashed(span_t name) {
     for (unsigned h = name_hash(name.p, name.n);; h = (h + 1) & (NAME_TABLE_SIZE - 1)) {
         int s = name_table[h];
         if (s < 0) return -1;
-        if (known_len[s] == name.n && memcmp(known_name[s], name.p, name.n) == 0) return s;
+        if (known_len[s] == name.n && short_eq((const uint8_t *)known_name[s], name.p, name.n)) return s;
     }
+}
+
+/*
+ * Slot of a well-known name, trying first the slot that the attribute at the same position
+ * had in the previous node: writers emit a node's attributes in a fixed order, so this one
+ * compare usually replaces the hash probe. `guess` is that per-position memory (NULL past
+ * GUESS_POSITIONS); a wrong or stale guess only costs the compare.
+ */
+#define GUESS_POSITIONS 32
+static inline int match_known(span_t name, int8_t *guess) {
+    int g = guess ? *guess : -1;
+    if (g >= 0 && g < n_known && known_len[g] == name.n && short_eq((const uint8_t *)known_name[g], name.p, name.n)) return g;
+    int s = match_known_hashed(name);
+    if (guess && s >= 0) *guess = (int8_t)s;
+    return s;
 }
 
 static int visit_bool(void *stp, uint64_t raw, span_t s) {
@@ -722,8 +748,15 @@ static inline int buf_zero_extend(buf_t *b, size_t n) {
 }
 
 static inline int bitmap_set(buf_t *bm, int64_t i) {
-    if (buf_zero_extend(bm, (size_t)(i >> 3) + 1) < 0) return -1;
-    bm->p[i >> 3] |= (uint8_t)(1u << (i & 7));
+    size_t byte = (size_t)(i >> 3);
+    if (byte >= bm->len) {
+        if (byte == bm->len) { /* the next byte: the common case, no memset call */
+            if (buf_u8(bm, 0) < 0) return -1;
+        } else if (buf_zero_extend(bm, byte + 1) < 0) {
+            return -1;
+        }
+    }
+    bm->p[byte] |= (uint8_t)(1u << (i & 7));
     return 0;
 }
 
@@ -765,40 +798,37 @@ static int sparse_finish(sparse_str_t *s, int64_t n) {
     return 0;
 }
 
-/* Writes the well-known attributes this node has into their columns at its row. */
-static int commit_known(ctx_t *cx, batch_t *b, scratch_t *sc) {
+/* Writes a well-known attribute of the node being decoded into its column, at the node's row. */
+static inline int write_known(ctx_t *cx, batch_t *b, int s, const attr_t *a) {
     int64_t row = b->n;
-    for (uint64_t m = sc->seen_known; m; m &= m - 1) {
-        int s = __builtin_ctzll(m);
-        knowncol_t *col = &b->known[s];
-        attr_t *a = &sc->known[s];
-        if (bitmap_set(&col->valid, row) < 0) return -1;
-        col->set++;
-        switch (col->cls) {
-        case C_BOOL:
-            if (a->raw && bitmap_set(&col->vals, row) < 0) return -1;
-            break;
-        case C_INT:
-        case C_UINT: {
-            uint64_t v = (uint64_t)int_from_wire(a->kind, a->raw);
-            if (buf_zero_extend(&col->vals, (size_t)row * 8) < 0 || buf_u64(&col->vals, v) < 0) return -1;
-            break;
-        }
-        case C_STRING:
-            if (catch_up_offsets(&col->str.off, &col->rows, row, (int64_t)col->str.data.len) < 0) return -1;
-            if (col->str.data.len + a->body.n > INT32_MAX) { batch_overflow = 1; return -1; }
-            if (buf_put(&col->str.data, a->body.p, a->body.n) < 0 ||
-                list_close_row(&col->str.off, (int64_t)col->str.data.len) < 0)
-                return -1;
-            col->rows++;
-            break;
-        case C_BOOL_LIST:
-            if (catch_up_offsets(&col->l_off, &col->rows, row, col->l_vals.n) < 0) return -1;
-            if (walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
-            if (list_close_row(&col->l_off, col->l_vals.n) < 0) return -1;
-            col->rows++;
-            break;
-        }
+    knowncol_t *col = &b->known[s];
+    if (bitmap_set(&col->valid, row) < 0) return -1;
+    col->set++;
+    switch (col->cls) {
+    case C_BOOL:
+        if (a->raw && bitmap_set(&col->vals, row) < 0) return -1;
+        break;
+    case C_INT:
+    case C_UINT: {
+        uint64_t v = (uint64_t)int_from_wire(a->kind, a->raw);
+        if (col->vals.len != (size_t)row * 8 && buf_zero_extend(&col->vals, (size_t)row * 8) < 0) return -1;
+        if (buf_u64(&col->vals, v) < 0) return -1;
+        break;
+    }
+    case C_STRING:
+        if (catch_up_offsets(&col->str.off, &col->rows, row, (int64_t)col->str.data.len) < 0) return -1;
+        if (col->str.data.len + a->body.n > INT32_MAX) { batch_overflow = 1; return -1; }
+        if (buf_put(&col->str.data, a->body.p, a->body.n) < 0 ||
+            list_close_row(&col->str.off, (int64_t)col->str.data.len) < 0)
+            return -1;
+        col->rows++;
+        break;
+    case C_BOOL_LIST:
+        if (catch_up_offsets(&col->l_off, &col->rows, row, col->l_vals.n) < 0) return -1;
+        if (walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
+        if (list_close_row(&col->l_off, col->l_vals.n) < 0) return -1;
+        col->rows++;
+        break;
     }
     return 0;
 }
@@ -875,19 +905,21 @@ static inline int parse_attr_fast(span_t msg, attr_t *a) {
 static int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
     attr_t a;
     int slot;
+    int position = sc->n_attrs++;
+    int8_t *guess = position < GUESS_POSITIONS ? &sc->guess[position] : NULL;
     if (parse_attr_fast(msg, &a)) {
-        slot = match_known(a.name); /* a known name is valid UTF-8; any other is checked here */
+        slot = match_known(a.name, guess); /* a known name is valid UTF-8; any other is checked here */
         if (slot < 0 && check_utf8(cx, a.name, "attribute name") < 0) return -1;
         if (a.kind == K_STRING && check_utf8(cx, a.body, "attribute string_val") < 0) return -1;
     } else {
         if (parse_attr(cx, msg, &a) < 0) return -1;
-        slot = match_known(a.name);
+        slot = match_known(a.name, guess);
     }
     if (slot >= 0 && !((sc->seen_known >> slot) & 1) && !a.has_doc && a.kind) {
         __int128 v = kind_is_integer(a.kind) && !kind_is_list(a.kind) ? int_from_wire(a.kind, a.raw) : 0;
         if (class_accepts(known_class[slot], a.kind, v)) {
             sc->seen_known |= (uint64_t)1 << slot;
-            sc->known[slot] = a;
+            if (write_known(cx, b, slot, &a) < 0) return -1;
             return buf_u16(&b->layout, (uint16_t)(((slot + 1) << 5) | (a.kind - K_DOUBLE)));
         }
     }
@@ -934,6 +966,7 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
     sc->name.p = NULL;
     sc->name.n = 0;
     sc->seen_known = 0;
+    sc->n_attrs = 0;
     sc->unknown.len = 0;
     cx->have_id = 0;
     while (p < end) {
@@ -993,7 +1026,6 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
         return -1;
     for (int d = 0; d < 2; d++)
         if (sc->has_io[d] && sparse_set(&b->io[d], b->n, sc->io[d]) < 0) return -1;
-    if (commit_known(cx, b, sc) < 0) return -1;
     if (sc->unknown.len) {
         span_t raw = {sc->unknown.p, sc->unknown.len};
         if (sparse_set(&b->unknown, b->n, &raw) < 0) return -1;
@@ -1166,15 +1198,17 @@ err:
 }
 
 #define MAX_MESSAGE_BYTES ((uint64_t)1 << 30)
+#define PREFETCH_AHEAD 2048 /* bytes of the input fetched ahead of the message being read */
 
 /* Decodes up to max_nodes messages from *pp; stops early at a cut-off message unless final. No Python calls. */
 static int decode_range(ctx_t *cx, batch_t *b, scratch_t *sc, const uint8_t **pp, const uint8_t *end,
                         Py_ssize_t max_nodes, int final) {
-    const uint8_t *p = *pp;
+    const uint8_t *p = *pp, *fetched = p;
     int rc = 0;
     while (b->n < max_nodes && p < end) {
         const uint8_t *q = p;
         uint64_t len;
+        for (; fetched < p + PREFETCH_AHEAD && fetched < end; fetched += 64) __builtin_prefetch(fetched);
         cx->msg_offset = cx->base_offset + (int64_t)(p - cx->base);
         cx->have_id = 0;
         int r = read_varint(&q, end, &len);
@@ -1236,13 +1270,19 @@ static int split_messages(const uint8_t *p, const uint8_t *end, Py_ssize_t max_n
     const uint8_t *q = p;
     Py_ssize_t total = 0;
     uint64_t len;
+    if (parts < 2) return 0;
+    /* Each step needs the previous length, so without help the walk waits on memory once a
+     * message; fetching the lines ahead of it in order turns that into a sequential read
+     * (which the decoding threads then find in cache). */
+    const uint8_t *fetched = p;
     while (total < max_nodes && q < end) {
         const uint8_t *r = q;
+        for (; fetched < q + PREFETCH_AHEAD && fetched < end; fetched += 64) __builtin_prefetch(fetched);
         if (read_varint(&r, end, &len) != 0 || len > MAX_MESSAGE_BYTES || len > (uint64_t)(end - r)) break;
         q = r + len;
         total++;
     }
-    if (parts < 2 || total < (Py_ssize_t)parts * MIN_PART_NODES) return 0;
+    if (total < (Py_ssize_t)parts * MIN_PART_NODES) return 0;
     size_t target = (size_t)(q - p) / (size_t)parts;
     const uint8_t *stop = q;
     int k = 0;
@@ -1793,6 +1833,55 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ scan (benchmark floor) */
+
+/* Walks the tags of one message and of its length-delimited members nested `depth` deep; no output. */
+static uint64_t scan_message(const uint8_t *p, const uint8_t *end, int depth) {
+    uint64_t fields = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (read_varint(&p, end, &tag) != 0) return fields;
+        fields++;
+        switch (tag & 7) {
+        case 0: if (read_varint(&p, end, &v) != 0) return fields; break;
+        case 1: p += 8; break;
+        case 5: p += 4; break;
+        case 2:
+            if (read_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p)) return fields;
+            if (depth && (tag >> 3) >= 8 && (tag >> 3) <= 10) fields += scan_message(p, p + v, depth - 1);
+            p += v;
+            break;
+        default: return fields;
+        }
+    }
+    return fields;
+}
+
+/*
+ * scan(data, start, depth) -> (messages, fields): walks the length-prefixed messages of
+ * data[start:] and every tag of each (depth 1: also inside inputs, outputs and attributes),
+ * building nothing. The floor under any decoder of the same bytes (tests/benchmarks/bench_et_io.py).
+ */
+static PyObject *py_scan(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    int depth;
+    if (!PyArg_ParseTuple(args, "y*ni", &view, &start, &depth)) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf + (start < 0 ? 0 : start), *end = (const uint8_t *)view.buf + view.len;
+    uint64_t messages = 0, fields = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        uint64_t len;
+        if (read_varint(&p, end, &len) != 0 || len > (uint64_t)(end - p)) break;
+        if (depth >= 0) fields += scan_message(p, p + len, depth);
+        p += len;
+        messages++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(KK)", (unsigned long long)messages, (unsigned long long)fields);
+}
+
 /*
  * configure(attributes) with attributes = [(name, value_class, default_kind), ...]:
  * the well-known attribute columns, in column order (chakra_core/columns.py).
@@ -1829,6 +1918,7 @@ static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS, "Set the well-known attribute columns."},
     {"decode", py_decode, METH_VARARGS, "Decode length-prefixed Node messages into column buffers."},
     {"encode", py_encode, METH_VARARGS, "Encode column arrays as length-prefixed Node messages."},
+    {"scan", py_scan, METH_VARARGS, "Walk length-prefixed messages without decoding (a benchmark floor)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -334,10 +334,11 @@ class ETReader:
         data), so resident memory stays near one chunk however large the file.
         """
         total, pos, node_index, released = len(mapped), self._offset, 0, 0
+        window = READ_CHUNK_BYTES * threads  # a chunk per thread: wrapping a batch costs the same however large
         try:
             with memoryview(mapped) as view:
                 while pos < total:
-                    limit = min(total, pos + READ_CHUNK_BYTES)
+                    limit = min(total, pos + window)
                     with view[:limit] as data:
                         batches, end = self._decode(data, pos, 0, node_index, batch_nodes, limit == total, threads)
                     if end == pos:  # one message longer than a chunk

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chakra_core.analysis.graph import flat_list, lookup, to_numpy
-from chakra_core.analysis.stats import OP_CLASS_NAMES, op_class
+from chakra_core.analysis.stats import OP_CLASS_NAMES, OP_CLASSES, op_class
 from chakra_core.format.columns import NODE_TYPE_VALUES
 from chakra_core.synth.master import (
     CommSequence,
@@ -132,15 +133,9 @@ def p2p_block(offset: int, users: set[int], npus: int) -> int:
     return npus
 
 
-def _first_compute_descendant(table: pa.Table, comm_rows: np.ndarray) -> np.ndarray:
-    """Per communication row: the smallest node id among the compute nodes that depend on it
-    (through ctrl or data dependencies, transitively); -1 where none does.
-
-    Compute nodes are taken in id order, each marking its not yet marked ancestors: an
-    ancestor marked earlier had all its own ancestors marked by then, so every node is
-    visited once and each communication node is marked by its first compute descendant."""
+def _edges(table: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent row, child row) of every ctrl and data dependency whose parent is in the table."""
     n = table.num_rows
-    ids = to_numpy(table.column("id")).astype(np.uint64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     parent_rows, child_rows = [], []
@@ -154,25 +149,83 @@ def _first_compute_descendant(table: pa.Table, comm_rows: np.ndarray) -> np.ndar
         child_rows.append(child[ok])
     src = np.concatenate(parent_rows) if parent_rows else np.zeros(0, np.int64)
     dst = np.concatenate(child_rows) if child_rows else np.zeros(0, np.int64)
-    by_child = np.argsort(dst, kind="stable")
-    offsets = np.searchsorted(dst[by_child], np.arange(n + 1)).tolist()
-    parents_of = src[by_child].tolist()
+    return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+
+
+_NONE = np.iinfo(np.uint64).max
+
+
+def _first_compute_descendant(table: pa.Table, comm_rows: np.ndarray) -> np.ndarray:
+    """Per communication row: the smallest node id among the compute nodes that depend on it
+    (through ctrl or data dependencies, transitively); -1 where none does.
+
+    Whole columns at a time: first[p] = min over p's children c of (c's id if c is a compute
+    node, first[c]), starting from the compute children alone and passing each improvement
+    up to the parents of the nodes it improved, until nothing changes. Each round touches
+    only the edges into the nodes the last round changed, and there are as many rounds as
+    the longest chain of improvements (a run of communication nodes depending on each
+    other, typically); cycles need no special case (a value only ever decreases)."""
+    n = table.num_rows
+    ids = to_numpy(table.column("id")).astype(np.uint64)
+    src, dst = _edges(table, ids)
     types = to_numpy(table.column("type"), 0)
-    comp_rows = order[types[order] == COMP].tolist()  # compute rows in id order
-    visited = bytearray(n)
-    first = np.full(n, -1, np.int64)
-    for v in comp_rows:
-        visited[v] = 1
-        vid = int(ids[v])
-        stack = [v]
-        while stack:
-            u = stack.pop()
-            for p in parents_of[offsets[u]:offsets[u + 1]]:
-                if not visited[p]:
-                    visited[p] = 1
-                    first[p] = vid
-                    stack.append(p)
-    return first[comm_rows]
+    first = np.full(n, _NONE, np.uint64)
+    if len(src):
+        np.minimum.at(first, src, np.where(types[dst] == COMP, ids[dst], _NONE))
+        # first round over every edge at once; in traces whose ids follow the dependencies (a
+        # parent's id below its children's) a compute child is its own smallest descendant and
+        # nothing improves: one pass
+        better = first[dst] < first[src]
+        changed = np.zeros(0, np.int64)
+        if better.any():
+            np.minimum.at(first, src[better], first[dst[better]])
+            changed = np.unique(src[better])
+            # edges grouped by child: the parents of row c are parents_of[offsets[c]:offsets[c + 1]]
+            parents_of = src[np.argsort(dst, kind="stable")]
+            offsets = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(dst, minlength=n), out=offsets[1:])
+        while changed.size:
+            counts = offsets[changed + 1] - offsets[changed]
+            total = int(counts.sum())
+            if not total:
+                break
+            # the edge positions of every changed child, concatenated
+            starts = np.repeat(offsets[changed] - np.cumsum(counts) + counts, counts)
+            edge = starts + np.arange(total)
+            parent = parents_of[edge]
+            value = first[np.repeat(changed, counts)]
+            better = value < first[parent]
+            if not better.any():
+                break
+            parent, value = parent[better], value[better]
+            np.minimum.at(first, parent, value)
+            changed = np.unique(parent)
+    out = first[comm_rows]
+    return np.where(out == _NONE, -1, out.astype(np.int64))
+
+
+def _op_class_indices(names: pa.Array) -> np.ndarray:
+    """OP_CLASS_NAMES index of op_class(name) for each name (null: ""), keyword by keyword over
+    the whole array; names that are not ASCII (where str.lower may differ from ASCII
+    lowering) go through op_class itself."""
+    other = OP_CLASS_NAMES.index("other")
+    out = np.full(len(names), other, np.int64)
+    if not len(names):
+        return out
+    names = pc.fill_null(names, "")
+    lowered = pc.ascii_lower(names)
+    unset = np.ones(len(names), bool)
+    for index, (_, keys) in enumerate(OP_CLASSES):
+        hit = np.zeros(len(names), bool)
+        for key in keys:
+            hit |= to_numpy(pc.match_substring(lowered, key), False)
+        hit &= unset
+        out[hit] = index
+        unset &= ~hit
+    not_ascii = np.flatnonzero(~to_numpy(pc.string_is_ascii(names), False))
+    for i in not_ascii.tolist():
+        out[i] = OP_CLASS_NAMES.index(op_class(names[i].as_py()))
+    return out
 
 
 def _rank_profile(table: pa.Table, seq: CommSequence, labels_of_ops: np.ndarray, uneven: np.ndarray) -> RankProfile:
@@ -195,8 +248,7 @@ def _rank_profile(table: pa.Table, seq: CommSequence, labels_of_ops: np.ndarray,
         if "name" in table.column_names else None
     node_class = np.full(len(comp), OP_CLASS_NAMES.index("other"))
     if names is not None and len(names):
-        class_of_name = np.array([OP_CLASS_NAMES.index(op_class(s or "")) for s in names.dictionary.to_pylist()])
-        node_class = class_of_name[to_numpy(names.indices)]
+        node_class = _op_class_indices(names.dictionary)[to_numpy(names.indices)]
     broadcast = seq.kind == BROADCAST
     return RankProfile(
         kind=seq.kind, size=seq.size, label=labels_of_ops, uneven=uneven, overlap=overlap.astype(np.int64),

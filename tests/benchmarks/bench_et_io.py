@@ -3,9 +3,13 @@
 Run it as a script (pytest does not collect it: the file name does not start with ``test_``):
 
     .venv/bin/python tests/benchmarks/bench_et_io.py [--nodes 1000000] [--ranks 8] [--out DIR]
+        [--workload real|pytorch|compact ...] [--copies 40]
 
-It builds a large multi-rank ET that looks like a converted PyTorch trace (vectorised with
-numpy/pyarrow, no per-node Python loop), writes it with ``write_table``, reads it back with
+Workloads: ``real`` is the real ResNet PyTorch trace of datasets/pytorch-et converted to a
+Chakra ET (what ``chakra convert`` writes: tensor text and 8 attributes a node) and repeated
+``--copies`` times with shifted ids into one file (40 copies = 573,880 nodes); ``pytorch`` and
+``compact`` are built vectorised with numpy/pyarrow (no per-node Python loop) over ``--ranks``
+files. Each is written with ``write_table``, read back with
 ``read_table`` and with the reference tools' approach (a Python loop over varint length
 prefixes calling ``Node.ParseFromString``), checks that both views agree, measures the peak
 memory of ``read_table`` in a fresh subprocess, and prints a summary with PASS/FAIL against
@@ -13,6 +17,11 @@ two targets:
 
 - read_table throughput >= 10x the plain protobuf loop;
 - peak RSS of read_table (minus the RSS after imports) < 3x the file size (largest rank file).
+
+Beside the default (``CHAKRA_DECODE_THREADS``, else every CPU) it prints read_table with one
+decoding thread and, as floors on the same bytes, what one core does when it only copies them
+(memcpy), only follows the length prefixes, or walks every protobuf tag (nested into inputs,
+outputs and attributes) without building anything (``_etcodec.scan``).
 
 The exit status is 0 whatever the figures (this is a report) unless a correctness check
 fails (exit status 1). Importing this module has no side effects.
@@ -34,7 +43,7 @@ from dataclasses import dataclass, field
 
 READ_RATIO_TARGET = 10.0
 MEMORY_RATIO_TARGET = 3.0
-REPEATS = 2  # each read measurement runs this often; the best run counts (warm page cache)
+REPEATS = 5  # each read measurement runs this often; the best run counts (warm page cache, a noisy machine)
 SAMPLE_NODES = 2000  # protobuf nodes compared field by field with table rows (one rank)
 
 # ----------------------------------------------------------------------------- trace content
@@ -270,7 +279,38 @@ def build_compact_rank_table(rank: int, ranks: int, n: int, id_base: int, seed: 
     })
 
 
-WORKLOADS = {"pytorch": "build_rank_table", "compact": "build_compact_rank_table"}
+RESNET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets", "pytorch-et",
+                      "resnet_ddp.rank0.et.json.gz")
+REAL_COPIES = 40
+
+
+def build_real_table(copies: int, out_dir: str):
+    """The ResNet trace converted (chakra_core.convert.job.convert_job) and repeated `copies`
+    times, ids and dependencies shifted per copy; returns (table, metadata bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    import chakra_core
+    from chakra_core.convert.job import convert_job
+    from chakra_core.format import etfile
+
+    job = convert_job(RESNET, os.path.join(out_dir, "resnet-job"), "resnet")
+    one = chakra_core.read_table(job.et_files[0])
+    span = pc.max(one.column("id")).as_py() + 1
+    schema = one.schema
+    parts = []
+    for k in range(copies):
+        shift = pa.scalar(k * span, pa.uint64())
+        columns = dict(zip(one.column_names, one.columns))
+        columns["id"] = pc.add(one.column("id"), shift)
+        for name in ("ctrl_deps", "data_deps"):
+            deps = one.column(name).combine_chunks()
+            columns[name] = pa.ListArray.from_arrays(deps.offsets, pc.add(deps.values, shift))
+        parts.append(pa.table(list(columns.values()), schema=schema))
+    return pa.concat_tables(parts), etfile.table_metadata_bytes(one)
+
+
+WORKLOADS = {"real": "build_real_table", "pytorch": "build_rank_table", "compact": "build_compact_rank_table"}
 
 
 def _other_attrs(np, pa, other_type, value_kinds, rng, gpu, n):
@@ -403,6 +443,34 @@ def plain_loop_nodes(path: str, wanted: set[int]) -> dict[int, object]:
     return out
 
 
+def floors(path: str, repeats: int = 5) -> dict:
+    """Seconds of one core (best of `repeats`, process CPU time) to copy the file's bytes, to
+    follow its length prefixes, and to walk every tag of every node (nested one level: inputs,
+    outputs, attributes), building nothing: what any decoder of these bytes costs at least."""
+    import numpy as np
+
+    from chakra_core._native import _etcodec
+    from chakra_core.format import etfile
+
+    with open(path, "rb") as f:
+        data = f.read()
+    with etfile.ETReader(path) as reader:
+        start = reader._offset
+    src = np.frombuffer(data, np.uint8)
+    dst = np.empty_like(src)
+    steps = {"memcpy": lambda: np.copyto(dst, src), "frames": lambda: _etcodec.scan(data, start, -1),
+             "tags": lambda: _etcodec.scan(data, start, 1)}
+    out = {}
+    for name, step in steps.items():
+        best = float("inf")
+        for _ in range(repeats):
+            c0 = time.process_time()
+            step()
+            best = min(best, time.process_time() - c0)
+        out[name] = best
+    return out
+
+
 def _proc_status_bytes(key: str) -> int | None:
     """A VmXXX line of /proc/self/status in bytes (Linux); None where there is none."""
     try:
@@ -479,6 +547,8 @@ class Results:
     plain_s: list = field(default_factory=list)
     read_cpu_s: list = field(default_factory=list)  # process CPU time of the same runs (robust to a busy machine)
     plain_cpu_s: list = field(default_factory=list)
+    read1_cpu_s: list = field(default_factory=list)  # read_table with one decoding thread, process CPU time
+    floors: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     plain_table_s: float = 0.0
     plain_table_nodes: int = 0
@@ -517,17 +587,22 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
     import chakra_core
 
     build_rank = globals()[WORKLOADS[workload]]
+    t0 = time.perf_counter()
+    real_metadata = None
+    if workload == "real":  # one file: the real trace, `nodes` = copies
+        table, real_metadata = build_rank(nodes, out_dir)
+        tables, ranks, nodes = [table], 1, table.num_rows
     r = Results(nodes=nodes, ranks=ranks, workload=workload)
     per_rank = [nodes // ranks + (1 if k < nodes % ranks else 0) for k in range(ranks)]
     paths = [os.path.join(out_dir, f"bench.{k}.et") for k in range(ranks)]
 
     # 1. build
-    t0 = time.perf_counter()
-    tables = []
-    id_base = 0
-    for k in range(ranks):
-        tables.append(build_rank(k, ranks, per_rank[k], id_base))
-        id_base += per_rank[k]
+    if real_metadata is None:
+        tables = []
+        id_base = 0
+        for k in range(ranks):
+            tables.append(build_rank(k, ranks, per_rank[k], id_base))
+            id_base += per_rank[k]
     r.build_s = time.perf_counter() - t0
     print(f"built {nodes:,} nodes over {ranks} ranks in {r.build_s:.2f} s", flush=True)
 
@@ -537,7 +612,7 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
     r.normalize_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     for k, (t, p) in enumerate(zip(tables, paths)):
-        chakra_core.write_table(t, p, metadata=global_metadata(k))
+        chakra_core.write_table(t, p, metadata=real_metadata or global_metadata(k))
     r.write_s = time.perf_counter() - t0
     sizes = [os.path.getsize(p) for p in paths]
     r.file_bytes = sum(sizes)
@@ -573,6 +648,12 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
         r.plain_s.append(time.perf_counter() - t0)
         r.plain_cpu_s.append(time.process_time() - c0)
         plain_rows = rows
+        c0 = time.process_time()
+        for p in paths:
+            with chakra_core.ETReader(p) as reader:
+                for _ in reader.iter_batches(threads=1):
+                    pass
+        r.read1_cpu_s.append(time.process_time() - c0)
         print(f"run {rep + 1}: read_table {r.read_s[-1]:.3f} s, plain protobuf loop {r.plain_s[-1]:.3f} s",
               flush=True)
 
@@ -605,7 +686,12 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
             r.errors.append(f"node #{i}: data_deps differ between protobuf and table")
             break
     meta = chakra_core.table_metadata(table)
-    if meta != global_metadata(check_rank):
+    if real_metadata is not None:
+        from chakra_core.format.etfile import table_metadata_bytes
+
+        if table_metadata_bytes(table) != real_metadata:
+            r.errors.append("the real trace's GlobalMetadata does not round-trip")
+    elif meta != global_metadata(check_rank):
         r.errors.append(f"rank {check_rank}: GlobalMetadata does not round-trip: {meta}")
     print(f"checked {checked} sampled nodes of rank {check_rank} (protobuf vs table vs written); "
           f"node counts {'OK' if table_rows == plain_rows == per_rank else 'MISMATCH'}", flush=True)
@@ -614,6 +700,10 @@ def run(nodes: int, ranks: int, out_dir: str, repeats: int = REPEATS, workload: 
 
     # 6. peak memory of read_table in a fresh process, largest file
     r.memory = measure_read_memory(paths[r.largest_file])
+    # 7. floors on the largest file (per core), scaled to all files by bytes
+    largest = paths[r.largest_file]
+    scale = r.file_bytes / os.path.getsize(largest)
+    r.floors = {k: v * scale for k, v in floors(largest).items()}
     return r
 
 
@@ -653,6 +743,14 @@ def print_summary(r: Results) -> bool:
         f"{'PASS' if read_ok else 'FAIL'}",
         f"  same runs in process CPU time (all threads): read_table {min(r.read_cpu_s):.3f} s, plain loop "
         f"{min(r.plain_cpu_s):.3f} s, ratio {min(r.plain_cpu_s) / min(r.read_cpu_s):.1f} x",
+        f"  one core (process CPU time, best of {len(r.read1_cpu_s)}): read_table with 1 decoding thread "
+        f"{r.nodes / min(r.read1_cpu_s) / 1e6:.2f} M nodes/s ({_mb(r.file_bytes) / min(r.read1_cpu_s):.0f} MB/s), "
+        f"plain loop {r.nodes / min(r.plain_cpu_s) / 1e6:.2f} M nodes/s: ratio "
+        f"{min(r.plain_cpu_s) / min(r.read1_cpu_s):.1f} x per core",
+        "  floors, one core on the same bytes (nothing built): " + ", ".join(
+            f"{label} {r.nodes / r.floors[key] / 1e6:.1f} M nodes/s ({_mb(r.file_bytes) / r.floors[key] / 1e3:.1f} GB/s)"
+            for key, label in (("memcpy", "memcpy"), ("frames", "length prefixes only"),
+                               ("tags", "every tag walked"))),
         f"  for context, a plain loop that also builds a table (rank 0): "
         f"{r.plain_table_nodes / r.plain_table_s / 1e6:.2f} M nodes/s, read_table is "
         f"{(r.plain_table_s / r.plain_table_nodes) / (best_read / r.nodes):.1f} x faster",
@@ -680,8 +778,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="directory for the .et files (kept); default: a temp dir, removed")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="runs per read measurement (best counts)")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), action="append",
-                        help="pytorch: nodes like a converted PyTorch trace (tensor text, ~10 attributes); "
-                        "compact: ASTRA-sim-style compute/collective nodes. Repeatable; default: both")
+                        help="real: the ResNet PyTorch trace of datasets/ converted, --copies times in one file; "
+                        "pytorch: nodes like a converted PyTorch trace (tensor text, ~10 attributes); "
+                        "compact: ASTRA-sim-style compute/collective nodes. Repeatable; default: all three")
+    parser.add_argument("--copies", type=int, default=REAL_COPIES,
+                        help=f"copies of the real trace in the real workload (default {REAL_COPIES} = 573,880 nodes)")
     parser.add_argument("--_measure-memory", dest="measure_memory", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure_memory:
@@ -696,9 +797,10 @@ def main(argv: list[str] | None = None) -> int:
         out_dir, cleanup = tempfile.mkdtemp(prefix="chakra_bench_"), True
     ok = True
     try:
-        for workload in args.workload or ["pytorch", "compact"]:
-            results = run(args.nodes, args.ranks, out_dir, args.repeats, workload)
-            paths = [os.path.join(out_dir, f"bench.{k}.et") for k in range(args.ranks)]
+        for workload in args.workload or ["real", "pytorch", "compact"]:
+            size = args.copies if workload == "real" else args.nodes
+            results = run(size, args.ranks, out_dir, args.repeats, workload)
+            paths = [os.path.join(out_dir, f"bench.{k}.et") for k in range(results.ranks)]
             results.memory["file_bytes"] = os.path.getsize(paths[results.largest_file])
             ok = print_summary(results) and ok
     finally:

@@ -15,6 +15,14 @@ Cases:
   built, encoded once and copied to the other ranks' files;
 - distinct ranks: the cluster of the real gloo transformer runs; every rank has its own
   compute noise and broadcast times, so NPUS tables are built and encoded.
+
+The profile pass (`chakra_core.synth.profile.profile_job`, what fitting runs on every
+training job) is timed first on a million-node real rank (the ResNet trace of
+datasets/pytorch-et converted and repeated `--real-copies` times, ids shifted) and then on
+each sampled job, against the same-run baseline: the per-node implementation it replaced
+(a Python walk per node for the first compute descendant of each communication node,
+op_class per distinct name), kept below; both must give the identical profile.
+`--profile-only` runs the real rank alone (no fitting).
 """
 
 from __future__ import annotations
@@ -32,6 +40,130 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO / "datasets" / "pytorch-gloo"
 CASES = {"lockstep": "mlp-dp", "distinct ranks": "transformer_ddp"}
+
+
+# ------------------------------------------------------------------ the profile pass and its baseline
+
+
+def baseline_first_compute_descendant(table, comm_rows):
+    """The per-node implementation that chakra_core.synth.profile replaced (the baseline)."""
+    import numpy as np
+
+    from chakra_core.analysis.graph import flat_list, lookup, to_numpy
+    from chakra_core.synth.profile import COMP
+
+    n = table.num_rows
+    ids = to_numpy(table.column("id")).astype(np.uint64)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    parent_rows, child_rows = [], []
+    for column in ("ctrl_deps", "data_deps"):
+        if column not in table.column_names:
+            continue
+        parents, child = flat_list(table.column(column), n)
+        at = lookup(sorted_ids, parents)
+        ok = at >= 0
+        parent_rows.append(order[at[ok]])
+        child_rows.append(child[ok])
+    src = np.concatenate(parent_rows) if parent_rows else np.zeros(0, np.int64)
+    dst = np.concatenate(child_rows) if child_rows else np.zeros(0, np.int64)
+    by_child = np.argsort(dst, kind="stable")
+    offsets = np.searchsorted(dst[by_child], np.arange(n + 1)).tolist()
+    parents_of = src[by_child].tolist()
+    types = to_numpy(table.column("type"), 0)
+    comp_rows = order[types[order] == COMP].tolist()
+    visited = bytearray(n)
+    first = np.full(n, -1, np.int64)
+    for v in comp_rows:
+        visited[v] = 1
+        vid = int(ids[v])
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            for p in parents_of[offsets[u]:offsets[u + 1]]:
+                if not visited[p]:
+                    visited[p] = 1
+                    first[p] = vid
+                    stack.append(p)
+    return first[comm_rows]
+
+
+def baseline_op_class_indices(names):
+    import numpy as np
+
+    from chakra_core.analysis.stats import OP_CLASS_NAMES, op_class
+
+    return np.array([OP_CLASS_NAMES.index(op_class(s or "")) for s in names.to_pylist()])
+
+
+def profile_digest(profile) -> str:
+    """A hash of everything a JobProfile holds (arrays with their dtypes), to compare two runs."""
+    import dataclasses
+    import hashlib
+
+    import numpy as np
+
+    from chakra_core.synth.profile import RankProfile
+
+    h = hashlib.sha256()
+    h.update(repr((profile.job, profile.npus, [dataclasses.astuple(lab) for lab in profile.labels])).encode())
+    for rank in profile.ranks:
+        for f in dataclasses.fields(RankProfile):
+            value = getattr(rank, f.name)
+            if isinstance(value, np.ndarray):
+                h.update(f"{f.name}:{value.dtype.str}:{value.shape}".encode())
+                h.update(np.ascontiguousarray(value).tobytes())
+            else:
+                h.update(f"{f.name}:{value!r}".encode())
+    ratios = profile.split_ratios
+    h.update(f"split:{ratios.dtype.str}:{ratios.shape}".encode())
+    h.update(np.ascontiguousarray(ratios).tobytes())
+    return h.hexdigest()[:16]
+
+
+def time_profile(job: str, tables, groups, baseline: bool = True, repeats: int = 3) -> dict:
+    """profile_job on the tables (best of `repeats`) and, once, with the baseline implementation
+    patched in; nodes/s of each and whether the two profiles are identical."""
+    from chakra_core.synth import profile as module
+
+    nodes = sum(t.num_rows for t in tables)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _, prof = module.profile_job(job, tables, groups)
+        best = min(best, time.perf_counter() - t0)
+    out = {"nodes": nodes, "profile_s": best, "profile_nodes_per_s": nodes / best, "digest": profile_digest(prof)}
+    if baseline:
+        saved = module._first_compute_descendant, module._op_class_indices
+        module._first_compute_descendant, module._op_class_indices = \
+            baseline_first_compute_descendant, baseline_op_class_indices
+        try:
+            t0 = time.perf_counter()
+            _, old = module.profile_job(job, tables, groups)
+            out["baseline_s"] = time.perf_counter() - t0
+        finally:
+            module._first_compute_descendant, module._op_class_indices = saved
+        out["baseline_nodes_per_s"] = nodes / out["baseline_s"]
+        out["identical"] = profile_digest(old) == out["digest"]
+    return out
+
+
+def print_profile(label: str, r: dict) -> None:
+    line = (f"profile pass, {label}: {r['nodes']:,} nodes in {r['profile_s']:.2f} s = "
+            f"{r['profile_nodes_per_s']:,.0f} nodes/s")
+    if "baseline_s" in r:
+        line += (f"; baseline (per-node walk) {r['baseline_s']:.2f} s = {r['baseline_nodes_per_s']:,.0f} nodes/s: "
+                 f"{r['baseline_s'] / r['profile_s']:.1f}x; profiles {'identical' if r['identical'] else 'DIFFER'}")
+    print(line, flush=True)
+
+
+def real_rank_profile(copies: int, work: Path) -> dict:
+    """The profile pass on one real rank of `copies` ResNet copies (runs in its own process)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_et_io import build_real_table
+
+    table, _ = build_real_table(copies, str(work))
+    return time_profile("resnet", [table], None)
 
 
 def _rss_mb(field: str) -> float:
@@ -90,10 +222,12 @@ def run_one(model_path: str, cluster: int, npus: int, length: int, out: str) -> 
     files = write_sampled_job(job, out, "bench")
     total_s = time.perf_counter() - t0
     per_rank = [t.num_rows for t in job.tables]
+    peak_mb = _rss_mb("VmHWM:") - base_rss
+    profile = time_profile("sampled", job.tables, job.comm_groups, repeats=1)
     return {"npus": npus, "operations_per_rank": job.operations, "min_nodes_per_rank": min(per_rank),
             "nodes": job.nodes, "distinct_tables": job.distinct_tables, "sample_s": sample_s, "total_s": total_s,
             "sample_nodes_per_s": job.nodes / sample_s, "nodes_per_s": job.nodes / total_s,
-            "bytes": sum(Path(f).stat().st_size for f in files), "peak_mb": _rss_mb("VmHWM:") - base_rss}
+            "bytes": sum(Path(f).stat().st_size for f in files), "peak_mb": peak_mb, "profile": profile}
 
 
 def _child(*args: str) -> dict | int:
@@ -105,9 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--npus", type=int, default=64)
     parser.add_argument("--nodes", type=int, default=100_000, help="at least this many nodes per rank")
+    parser.add_argument("--real-copies", type=int, default=70,
+                        help="ResNet copies in the real rank of the profile pass (70 = 1,004,290 nodes)")
+    parser.add_argument("--profile-only", action="store_true", help="only the profile pass on the real rank")
     parser.add_argument("--_length", help=argparse.SUPPRESS)
     parser.add_argument("--_one", help=argparse.SUPPRESS)
+    parser.add_argument("--_real", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args._real:
+        print(json.dumps(real_rank_profile(args.real_copies, Path(args._real))))
+        return 0
     if args._length:
         model_path, cluster = args._length.split("|")
         print(json.dumps(find_length(model_path, int(cluster), args.npus, args.nodes)))
@@ -118,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-synth-"))
     try:
+        print_profile(f"one real rank ({args.real_copies} ResNet copies)",
+                      _child("--real-copies", str(args.real_copies), "--_real", str(work)))
+        if args.profile_only:
+            return 0
         t0 = time.perf_counter()
         model_path, clusters = fit_fleet(work)
         print(f"fitted on the fleet in {time.perf_counter() - t0:.1f} s (convert, validate, simulate, fit)", flush=True)
@@ -131,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"sampled in {r['sample_s']:.2f} s ({r['sample_nodes_per_s']:,.0f} nodes/s), sampled and written "
                   f"in {r['total_s']:.2f} s ({r['nodes_per_s']:,.0f} nodes/s, {r['bytes'] / 2**20:,.0f} MiB of .et); "
                   f"peak {r['peak_mb']:,.0f} MB over the imports", flush=True)
+            print_profile(f"{case} job ({r['npus']} ranks)", r["profile"])
             shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
