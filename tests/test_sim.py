@@ -14,8 +14,8 @@ import pytest
 
 import chakra_core
 import datapaths
-from chakra_core.sim.aware import AwareCollectiveModel
-from chakra_core.sim.collectives import CollectiveModel, SimulationError, chunking
+from chakra_core.format.job import Job
+from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel, SimulationError, chunking
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.whatif import scale_job
@@ -332,6 +332,26 @@ def test_sub_groups_whose_ring_neighbours_are_unevenly_far_apart_are_replayed():
     assert result.notes == []  # ASTRA-sim's own model, message by message
 
 
+def test_simulate_takes_a_job_object_and_its_groups_and_files_read_them_beside_the_ranks(tmp_path):
+    tables = job(*[[all_reduce(1, MiB, pg_name="1" if npu < 4 else "2")] for npu in range(8)])
+    groups = {1: (0, 1, 2, 3), 2: (4, 5, 6, 7)}
+    on_objects = simulate(Job(tables, groups), FC8, BASE)  # no file, no memory:// URL
+    assert [n.finish_ns for n in on_objects.npus] == [43000] * 8
+    Job(tables, groups).write(str(tmp_path), "grouped")  # writes grouped.comm_groups.json beside the ranks
+    from_files, _ = simulate_files(str(tmp_path / "grouped"), str(CONFIGS / "FullyConnected_8npus.yml"),
+                                   str(CONFIGS / "Ring_4chunks.json"))
+    assert [n.to_dict() for n in from_files.npus] == [n.to_dict() for n in on_objects.npus]
+
+
+def test_simulate_scales_a_job_object_as_simulate_files_does():
+    traced = Job(same_on_every_npu([comp(1, 40), all_reduce(2, MiB, 1)], npus=4))
+    result = simulate(traced, RING8, BASE, traced_npus=4, scaling="strong")
+    assert [n.finish_ns for n in result.npus] == [20_000 + 64440] * 8
+    assert "traced on 4 NPU(s), simulated on 8" in result.assumptions[0]
+    with pytest.raises(SimulationError, match="traced_npus is 2 but the job has 4 rank"):
+        simulate(traced, RING8, BASE, traced_npus=2)
+
+
 def test_group_errors_name_the_node():
     tables = job(*[[all_reduce(1, MiB, pg_name="5")] for _ in range(8)])
     with pytest.raises(SimulationError, match="communicator group '5' not found"):
@@ -565,9 +585,9 @@ def test_a_collective_with_no_dimension_to_run_on_ends_when_each_member_issues_i
 
 
 def test_progress_reports_completed_nodes(monkeypatch):
-    from chakra_core.sim import engine
+    from chakra_core.sim import issue
 
-    monkeypatch.setattr(engine, "PROGRESS_EVERY", 2)
+    monkeypatch.setattr(issue, "PROGRESS_EVERY", 2)
     calls = []
     tables = [pa.table({"id": pa.array(range(5), pa.uint64()), "type": pa.array([4] * 5, pa.int32()),
                         "duration_micros": pa.array([1] * 5, pa.uint64())})] * 4

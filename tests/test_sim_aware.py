@@ -10,6 +10,7 @@ import itertools
 import pytest
 from test_sim import (
     BASE,
+    CONFIGS,
     FC8,
     RING8,
     SWITCH8,
@@ -26,10 +27,13 @@ from test_sim import (
     system,
 )
 
-from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareCollectiveModel, AwareFabric
-from chakra_core.sim.collectives import CollectiveModel, SimulationError
+from chakra_core.generate.builder import JobBuilder
+from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareFabric
+from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel, SimulationError
+from chakra_core.sim.config import load_network
 from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.events import EventQueue
+from chakra_core.sim.holding import translatable
 
 THREE_D = network(("Ring", 3, 50, 500), ("FullyConnected", 4, 100, 300), ("Switch", 2, 25, 700))
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -338,3 +342,84 @@ def test_members_that_order_a_queue_differently_wait_for_one_another_and_say_so(
     assert info.value.report[2] == ["all_reduce (collective #0 of group all) runs chunk 1's reduce_scatter on "
                                     "dimension 0 while chunk 2's all_gather on dimension 0 waits behind it"]
     assert CollectiveModel(THREE_D, sysc.model_copy(update={"active_chunks_per_dim": 2})).duration("all_reduce", MiB)
+
+
+# ---------------------------------------------------------------- members issuing apart: holding tables
+
+
+def drifting_job(npus: int, steps: int, shortest_us: int = 10) -> list:
+    """Every rank alternates its own compute times (shortest_us + 0..5 us) and a 1 MiB all-reduce."""
+    job = JobBuilder(npus)
+    for rank in range(npus):
+        graph, previous = job.rank(rank), None
+        for step in range(steps):
+            compute = graph.compute(f"compute {step}", [previous],
+                                    duration_us=shortest_us + (rank * step + 3 * rank + step) % 6)
+            previous = graph.collective(f"all-reduce {step}", "ALL_REDUCE", MiB, [compute])
+    return job.tables()
+
+
+DBT = system(all_reduce=impls("doubleBinaryTree"))
+DRIFTING = [  # each NPU's finish as the live replay of every collective gave it before holding tables existed
+    ("Ring 8", RING8, BASE, 50, 10, [3903130, 3903640, 3904150, 3904660, 3905170, 3905600, 3906110, 3906620]),
+    ("Switch 8", SWITCH8, BASE, 50, 10, [6980380, 6982000, 6980660, 6980280, 6981900, 6981520, 6981140, 6982760]),
+    ("doubleBinaryTree, FC 8", FC8, DBT, 50, 10,
+     [7299038, 7316192, 7310800, 7316192, 7304919, 7316192, 7310800, 7316192]),
+    ("Ring 64", network(("Ring", 64, 50, 500)), BASE, 5, 10,
+     [1550930, 1551440, 1551950, 1552460, 1552970, 1553480, 1550930, 1551440, 1551950, 1552460, 1552970, 1553480,
+      1550930, 1551440, 1551950, 1552460, 1552970, 1553480, 1550930, 1551440, 1551950, 1552460, 1552970,
+      1553480, 1550930, 1551440, 1551950, 1552460, 1552970, 1553480, 1551950, 1552460, 1552970, 1553480,
+      1552930, 1553440, 1551950, 1552460, 1552970, 1553480, 1552930, 1553440, 1550890, 1551400, 1551910,
+      1552420, 1552930, 1553440, 1550890, 1551400, 1551910, 1552420, 1552930, 1553440, 1551950, 1552460,
+      1552970, 1553480, 1550930, 1551440, 1551950, 1552460, 1552970, 1553480]),
+    ("Ring 8, back to back", RING8, BASE, 50, 0,
+     [3403130, 3403640, 3404150, 3404660, 3405170, 3405600, 3406110, 3406620]),
+    # links still busy when the next all-reduce is issued: those are replayed from the links' state
+    ("Switch 8, back to back", SWITCH8, BASE, 50, 0,
+     [6480380, 6482000, 6480660, 6480280, 6481900, 6481520, 6481140, 6482760]),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,steps,shortest_us,expected", DRIFTING, ids=[c[0] for c in DRIFTING])
+def test_ranks_that_drift_apart_finish_as_before_from_holding_tables_and_live(name, net, sysc, steps, shortest_us,
+                                                                               expected):
+    tables = drifting_job(net.npus, steps, shortest_us)
+    for shortcuts in (True, False):  # holding tables where exact, or every collective replayed live
+        assert finish_times(tables, net=net, sysc=sysc, mode="aware", reuse_alone=shortcuts) == expected
+
+
+HOLDING_TABLES = [  # collectives with a holding table whose every link is entered from one place only
+    ("ring, Ring 8", RING8, BASE, "all_reduce", None),
+    ("ring all-to-all, Switch 8", SWITCH8, BASE, "all_to_all", None),
+    ("ring, dimension 0 of Ring 4 x Switch 4", TWO_D, TWO_D_SYSTEM, "reduce_scatter", (True, False)),
+    ("ring, dimension 1 of Ring 4 x Switch 4", TWO_D, TWO_D_SYSTEM, "all_gather", (False, True)),
+    ("doubleBinaryTree, FC 8", FC8, DBT, "all_reduce", None),
+    ("halvingDoubling, FC 8", FC8, system(all_reduce=impls("halvingDoubling")), "all_reduce", None),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,op,involved", HOLDING_TABLES, ids=[c[0] for c in HOLDING_TABLES])
+@pytest.mark.parametrize("model_class", [CollectiveModel, AwareCollectiveModel])
+def test_holding_tables_give_each_finish_and_link_of_members_issuing_apart(name, net, sysc, op, involved,
+                                                                           model_class):
+    model = model_class(net, sysc)
+    table, plan = model.holding(op, MiB, involved, None), model.plan(op, MiB, involved)
+    assert translatable(plan) == ("ring" in name)  # one replay then gives every member's column
+    for seed in range(3):
+        offsets = tuple((seed * 7919 + k * 104729) % (30_000 if seed < 2 else 5) for k in range(net.npus))
+        finishes, link_free = model.replay_alone(plan, offsets)
+        assert table.finishes(offsets) == finishes
+        assert table.frees(offsets) == link_free  # aware: the tick each link is free from; unaware: no links
+
+
+def test_a_member_that_never_issues_a_collective_left_to_its_table_is_reported_as_live():
+    tables = same_on_every_npu([all_reduce(1, MiB)], npus=4)
+    tables[3] = job([comp(1, 5)])[0]
+    reports = []
+    for shortcuts in (True, False):
+        with pytest.raises(SimulationDeadlock) as info:
+            simulate(tables, load_network(CONFIGS / "Ring_4npus.yml"), BASE, mode="aware", reuse_alone=shortcuts)
+        reports.append(info.value.report)
+    assert reports[0] == reports[1]
+    assert reports[0][0][0] == ("all_reduce (collective #0 of group all) runs chunk 0's all_reduce on dimension 0 "
+                                "while chunk 3's all_reduce on dimension 0 waits behind it")

@@ -1,5 +1,6 @@
-"""ASTRA-sim's congestion-aware backend (docs/simulator.md, 'Congestion-aware links'), and its natural
-extension to several network dimensions.
+"""The congestion-aware network back-end: ASTRA-sim's (docs/simulator.md, 'Congestion-aware
+links'), and its natural extension to several network dimensions. Its interface is the
+network layer's (network.py).
 
 Every directed link is a FIFO server and messages are store-and-forward: a message that
 starts on a link at t occupies it until t + floor(m / bw) and reaches the next device at
@@ -13,16 +14,14 @@ dimension only has that dimension's links, as in the one-dimensional model, and 
 between NPUs that differ in several dimensions is routed dimension by dimension, lowest
 first (so a collective's phase on dimension i uses dimension i's links only).
 
-Collectives are replayed message by message (replay.py) with every algorithm; in a job
-(engine.py) all collectives and sends share one AwareFabric, so concurrent traffic contends
-for the links it shares. AwareCollectiveModel times one collective alone.
+In a job every collective and send shares one AwareFabric (sim/live.py), so concurrent
+traffic contends for the links it shares.
 """
 
 from __future__ import annotations
 
 import math
 
-from chakra_core.sim.collectives import CollectiveModel
 from chakra_core.sim.config import NetworkConfig, NetworkDim, Topology
 from chakra_core.sim.events import EventQueue
 
@@ -47,16 +46,32 @@ def dimension_links(dim: NetworkDim, src: int, dst: int) -> list[tuple]:
     return links
 
 
+def moved_link(network: NetworkConfig, link: tuple, by: tuple[int, ...]) -> tuple:
+    """The link (as AwareFabric.route names it: dimension, line, then its two ends) that every
+    NPU moved by `by` coordinates along the torus of dimensions would use instead."""
+    dim, line, *ends = link
+    stride, at = 1, 0
+    for i, (c, d) in enumerate(zip(network.coords(line), network.dims)):
+        at += (0 if i == dim else (c + by[i]) % d.npus) * stride  # a line is named by its NPU at coordinate 0
+        stride *= d.npus
+    n = network.dims[dim].npus
+    return (dim, at, *((end + by[dim]) % n if isinstance(end, int) else end for end in ends))
+
+
 class AwareFabric:
     """The links of one network as FIFO store-and-forward servers, on one event queue.
 
-    send(now, src, dst, bytes, deliver, args) calls deliver(arrival, *args). With `scale`
-    (the engine's comm_scale) every link time is scaled, then truncated.
+    send(now, src, dst, bytes, deliver, args) calls deliver(arrival, *args) at the arrival
+    tick. With `scale` (the comm_scale knob) every link time is scaled, then truncated;
+    `free` may start with links busy until given ticks.
     """
 
-    def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0):
+    reports_at_send = False
+
+    def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0,
+                 free: dict[tuple, int] | None = None):
         self.network, self.events, self.scale = network, events, scale
-        self.free: dict[tuple, int] = {}  # link -> the tick it is free from
+        self.free: dict[tuple, int] = dict(free or {})  # link -> the tick it is free from
         self._routes: dict[tuple[int, int], tuple] = {}
         self._hop_times: dict[tuple[int, int], tuple[int, int]] = {}
         self._strides = [1]
@@ -96,29 +111,20 @@ class AwareFabric:
 
     def send(self, now: int, src: int, dst: int, size: int, deliver, args: tuple) -> None:
         self.carried = True
-        self.events.call(now, self._hop, self.route(src, dst), 0, size, deliver, args)
+        route = self.route(src, dst)
+        if route:
+            self.events.call(now, self._hop, route, 0, size, deliver, args)
+        else:  # to itself: no link to cross
+            self.events.call(now, deliver, *args)
 
     def _hop(self, now: int, route: tuple, hop: int, size: int, deliver, args: tuple) -> None:
-        """The message reaches the tail of link `hop` of its route (or, past the last, its destination)."""
-        if hop == len(route):
-            deliver(now, *args)
-            return
+        """The message reaches the tail of link `hop` of its route; past the last, deliver() is
+        called at its destination (scheduled now: the same tick and place in it)."""
         link, dim_index = route[hop]
-        occupy, reach = self.hop_times(dim_index, size)
+        occupy, reach = self._hop_times.get((dim_index, size)) or self.hop_times(dim_index, size)
         begin = max(now, self.free.get(link, 0))
         self.free[link] = begin + occupy
-        self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
-
-
-class AwareCollectiveModel(CollectiveModel):
-    """Collectives on the congestion-aware network, each timed alone (no other traffic)."""
-
-    def transport(self, events: EventQueue) -> AwareFabric:
-        return AwareFabric(self.network, events, self.comm_scale)
-
-    def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
-        # contention couples chunks and NPUs: always message by message
-        return self._replay_alone(self.plan(op, size, involved, group), offsets)
-
-    def _duration(self, op: str, size: int, involved=None, group=None) -> int:
-        return max(self.member_durations(op, size, involved, group))
+        if hop + 1 == len(route):
+            self.events.call(begin + reach, deliver, *args)
+        else:
+            self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)

@@ -1,4 +1,4 @@
-"""ASTRA-sim's system layer for one collective (docs/simulator.md, 'The model').
+"""The system layer's timing of one collective alone (docs/simulator.md, 'The model').
 
 A collective of S bytes is cut into K chunks ("streams"). Each chunk runs a list of phases,
 one per logical dimension (reduce-scatter, all-reduce, all-gather or all-to-all on that
@@ -13,6 +13,9 @@ Where ranks differ or there is no closed form (doubleBinaryTree, halvingDoubling
 non-power-of-two N, directK below N-1, a sub-group ring whose neighbours are unevenly far
 apart) or members issue the collective at different ticks, it is replayed message by
 message (replay.py) on the congestion-unaware network; each member gets its own finish.
+Where that replay is the same whatever the issue ticks, each finish is read from its
+holding table (holding.py) instead. AwareCollectiveModel replays every collective on the
+congestion-aware links (aware.py).
 
 A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
 members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
@@ -32,9 +35,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from chakra_core.sim.aware import AwareFabric
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
+from chakra_core.sim.holding import HoldingTable, measure
 from chakra_core.sim.network import UnawareNetwork, hops, message_delay
 from chakra_core.sim.plan import (  # noqa: F401  (re-exported: the simulator's public names)
     ALL_GATHER,
@@ -51,7 +56,7 @@ from chakra_core.sim.plan import (  # noqa: F401  (re-exported: the simulator's 
     message_bytes,
     slots_per_queue,
 )
-from chakra_core.sim.replay import DelayTransport, Replay, halving_doubling_steps, replay_alone
+from chakra_core.sim.replay import Replay, halving_doubling_steps, replay_alone
 
 HD_ALL_TO_ALL_NOTE = ("all-to-all with halvingDoubling (ASTRA-sim refuses it) timed as Bruck's algorithm: "
                       "ceil(log2 N) steps of D/2 to the rank 2^k away")
@@ -147,7 +152,7 @@ class CollectiveModel:
 
     A plan whose phases all have closed forms is a flow shop (run_flow_shop); any other, or
     members that issue the collective at different ticks, is replayed message by message
-    (replay.py) on the congestion-unaware network."""
+    (replay.py) on the congestion-unaware network, or read from its holding table (holding.py)."""
 
     # ASTRA-sim runs a sub-group's collective on rings it builds for the group, whose
     # endpoint delay is fixed at 10 ns, whatever the system file says (docs/simulator.md,
@@ -166,8 +171,8 @@ class CollectiveModel:
         self.plan = lru_cache(maxsize=4096)(self._plan)
         self.duration = lru_cache(maxsize=4096)(self._duration)
         self.member_finish = lru_cache(maxsize=4096)(self._member_finish)
+        self.holding = lru_cache(maxsize=4096)(self._holding)
         self._ranks: dict[tuple, tuple[int, tuple[int, ...]]] = {}
-        self._latencies: dict[tuple, tuple[tuple[int, ...], ...] | None] = {}
         self._strides = [1]
         for d in network.dims:
             self._strides.append(self._strides[-1] * d.npus)
@@ -296,20 +301,20 @@ class CollectiveModel:
                        group: tuple[int, ...] | None, offsets: tuple[int, ...] | None) -> tuple[int, ...]:
         """Each member's finish tick (group order, or NPU order) when member i issues the
         collective at tick offsets[i] (None: all at 0). The same for every member of a flow
-        shop issued together; replayed otherwise, with ASTRA-sim's message holding."""
+        shop issued together; otherwise from its holding table where it has one, else
+        replayed, with ASTRA-sim's message holding."""
         plan = self.plan(op, size, involved, group)
         if plan.symmetric and offsets is None:
             return (self.duration(op, size, involved, group),) * (len(group) if group else self.network.npus)
-        if offsets is not None and self._offsets_only_shift(plan):
-            latency = self._holding_latencies(op, size, involved, group)
-            if latency is not None:
-                return tuple(max(offset + ns for offset, ns in zip(offsets, row)) for row in latency)
-        return self._replay_alone(plan, offsets)
+        table = None if offsets is None else self.holding(op, size, involved, group)
+        if table is not None:
+            return table.finishes(offsets)
+        return self.replay_alone(plan, offsets)[0]
 
     def replayed(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                  group: tuple[int, ...] | None = None, offsets: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """member_finish from the message-level replay, whatever shortcut would apply (to check them)."""
-        return self._replay_alone(self.plan(op, size, involved, group), offsets)
+        return self.replay_alone(self.plan(op, size, involved, group), offsets)[0]
 
     def _offsets_only_shift(self, plan: CollectivePlan) -> bool:
         """Whether every event of the replay waits for the same earlier events whatever the
@@ -322,22 +327,12 @@ class CollectiveModel:
         phase = plan.phases[0]
         return phase.impl.algorithm != "direct" or phase.ranks == 2
 
-    def _holding_latencies(self, op: str, size: int, involved, group) -> tuple[tuple[int, ...], ...] | None:
-        """L_ij: the longest chain of waits from member j's issue to member i's finish, found by
-        issuing member j last, B >= the collective's time after the others (then member i
-        ends at B + L_ij, as every member needs data from every other). None where a member
-        does not wait for another (then the replay itself is needed)."""
-        key = (op, size, involved, group)
-        if key not in self._latencies:
-            plan = self.plan(op, size, involved, group)
-            n = len(group) if group else self.network.npus
-            late = max(self.member_durations(op, size, involved, group)) + 1
-            columns = []
-            for j in range(n):
-                finishes = self._replay_alone(plan, tuple(late if k == j else 0 for k in range(n)))
-                columns.append([finish - late for finish in finishes])
-            self._latencies[key] = tuple(zip(*columns)) if min(map(min, columns)) >= 0 else None
-        return self._latencies[key]
+    def _holding(self, op: str, size: int, involved: tuple[bool, ...] | None,
+                 group: tuple[int, ...] | None) -> HoldingTable | None:
+        """The collective's holding table (holding.py) where one applies (_offsets_only_shift)."""
+        if not self._offsets_only_shift(self.plan(op, size, involved, group)):
+            return None
+        return measure(self, op, size, involved, group)
 
     def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                   group: tuple[int, ...] | None = None) -> int:
@@ -348,19 +343,22 @@ class CollectiveModel:
             return ns if self.comm_scale == 1.0 else math.floor(ns * self.comm_scale)
         return max(self.member_durations(op, size, involved, group))
 
-    def transport(self, events: EventQueue):
-        """How messages travel in this model's replays: congestion-unaware, a fixed delay each."""
-        delay, scale = self.links.delay, self.comm_scale
-        return DelayTransport(delay if scale == 1.0 else lambda *message: math.floor(delay(*message) * scale), events)
+    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None) -> UnawareNetwork:
+        """The network this model's replays run on: congestion-unaware, a fixed delay each (no links)."""
+        return UnawareNetwork(self.network, self.comm_scale)
 
-    def _replay_alone(self, plan: CollectivePlan, offsets: tuple[int, ...] | None) -> tuple[int, ...]:
+    def replay_alone(self, plan: CollectivePlan, offsets: tuple[int, ...] | None = None,
+                     link_free: dict[tuple, int] | None = None) -> tuple[tuple[int, ...], dict[tuple, int]]:
+        """Each member's finish when member i issues the collective at offsets[i] (default 0)
+        and nothing else uses the network, whose links are busy until link_free (aware); and
+        the tick each link it used is free from afterwards."""
         events = EventQueue()
-        transport = self.transport(events)
+        network = self.backend(events, link_free)
         members = plan.group or tuple(range(self.network.npus))
-        replay = Replay(self.system, self.ranks, events, transport, self.timer.p, self.comm_scale)
+        replay = Replay(self.system, self.ranks, events, network, self.timer.p, self.comm_scale)
         finish = replay_alone(replay, plan, members, offsets)
-        self.timer.notes.update(getattr(transport, "notes", ()))
-        return finish
+        self.timer.notes.update(network.notes)
+        return finish, network.free
 
 
 def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
@@ -371,6 +369,21 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
     if not plan.phases:
         return 0
     events = EventQueue()
-    replay = Replay(system, lambda phase, npu, group: (0, (npu,)), events, transport=None, p=None)
+    replay = Replay(system, lambda phase, npu, group: (0, (npu,)), events, network=None, p=None)
     (finish,) = replay_alone(replay, plan, (0,), None, fixed=True)
     return finish
+
+
+class AwareCollectiveModel(CollectiveModel):
+    """Collectives on the congestion-aware network, each timed alone (no other traffic)."""
+
+    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None) -> AwareFabric:
+        return AwareFabric(self.network, events, self.comm_scale, link_free)
+
+    def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
+        # contention couples chunks and NPUs: always message by message (a job's runner,
+        # live.py, knows where a holding table is exact)
+        return self.replay_alone(self.plan(op, size, involved, group), offsets)[0]
+
+    def _duration(self, op: str, size: int, involved=None, group=None) -> int:
+        return max(self.member_durations(op, size, involved, group))

@@ -1,18 +1,18 @@
-"""The simulator's discrete-event core: what every replay and the engine schedule on.
+"""The simulator's discrete-event core: what every layer and replay schedules on.
 
 Events run in tick order; events of the same tick run in the order they were scheduled,
 and an event scheduled during a tick for that same tick runs later in it, as in ASTRA-sim's
 event queue (docs/simulator.md, 'Units and ticks').
 
-An event is any tuple of values. The engine's own are (NPU, node index); the message-level
-replays schedule calls, (CALL, (function, arguments)), so that the engine and the live
-congestion-aware replay share one queue and one tie order.
+An event is a node completion, (NPU, node index), or a call, (CALL, (function, arguments)),
+so that the workload layer, the network and the live replays share one queue and one tie
+order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
-
 
 CALL = -1  # first value of a scheduled call (never an NPU id)
 
@@ -24,9 +24,9 @@ class EventQueue:
         self._heap: list[tuple] = []
         self._sequence = 0
 
-    def at(self, tick: int, *event) -> None:
-        """Schedules `event` (any tuple of values) for `tick`."""
-        heappush(self._heap, (tick, self._sequence, *event))
+    def at(self, tick: int, npu: int, index: int) -> None:
+        """Schedules the completion of node `index` of `npu` for `tick`."""
+        heappush(self._heap, (tick, self._sequence, npu, index))
         self._sequence += 1
 
     def call(self, tick: int, function, *args) -> None:
@@ -34,20 +34,17 @@ class EventQueue:
         heappush(self._heap, (tick, self._sequence, CALL, (function, args)))
         self._sequence += 1
 
-    def run_calls(self) -> None:
-        """Runs a queue that holds only calls until it is empty (a replay of its own)."""
+    def run(self, complete: Callable[[int, int, int], None] | None = None) -> None:
+        """Runs events until none is left: calls, and complete(tick, npu, index) for each node
+        completion (a queue of calls only, a replay of its own, needs none)."""
         heap = self._heap
         while heap:
-            tick, _, _, (function, args) = heappop(heap)
-            function(tick, *args)
-
-    def pop(self) -> tuple:
-        """(tick, *event) of the next event."""
-        tick, _, *event = heappop(self._heap)
-        return (tick, *event)
-
-    def __bool__(self) -> bool:
-        return bool(self._heap)
+            tick, _, npu, index = heappop(heap)
+            if npu == CALL:
+                function, args = index
+                function(tick, *args)
+            else:
+                complete(tick, npu, index)
 
 
 def insert_by_priority(line: list, item, priority_of) -> None:

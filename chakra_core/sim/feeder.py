@@ -121,9 +121,16 @@ class GraphFeeder:
         self.path = path
         self._source = table
         self._table: pa.Table | None = None
-        n_raw = table.num_rows
+        ids_raw, rank, index_of_rank = self._index_ids(table)
+        src, dst = self._dependency_edges(table, ids_raw, index_of_rank)
+        parent, child, indeg, coff = self._unique_edges(src, dst, rank, index_of_rank)
+        self._refuse_unrunnable(parent, child, rank, indeg)
+        self._start(indeg, child, coff)
 
-        # ---- ids, deduplicated: index i <-> the last row of its id, in row order
+    def _index_ids(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Ids deduplicated: index i <-> the last row of its id, in row order. Returns the raw
+        ids, each index's rank in ascending id order, and the index of each rank."""
+        path, n_raw = self.path, table.num_rows
         if "id" not in table.column_names:
             raise FeederError(path, "the node table has no id column")
         id_col = table.column("id")
@@ -162,8 +169,13 @@ class GraphFeeder:
         self._ids_cache: np.ndarray | None = base_ids
         rank = np.empty(n, np.int64)
         rank[index_of_rank] = np.arange(n, dtype=np.int64)
+        return ids_raw, rank, index_of_rank
 
-        # ---- dependency edges parent -> child, over indices
+    def _dependency_edges(self, table: pa.Table, ids_raw: np.ndarray,
+                          index_of_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Dependency edges parent -> child over indices (data and ctrl deps, repeats kept);
+        a reference to an absent id is fatal, naming the first one."""
+        path, n_raw, row_index = self.path, table.num_rows, self._row_index
         src_parts, dst_parts = [], []
         missing = None  # (row, kind, position) of the first missing reference
         n_missing = 0
@@ -197,8 +209,13 @@ class GraphFeeder:
                 node_id=child_id, missing_id=missing_id)
         src = np.concatenate(src_parts) if src_parts else np.zeros(0, np.int64)
         dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, np.int64)
+        return src, dst
 
-        # ---- unique edges, children CSR (each parent's children in ascending id order), in-degrees
+    def _unique_edges(self, src: np.ndarray, dst: np.ndarray, rank: np.ndarray,
+                      index_of_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(parent, child) of each unique edge by parent then child id, in-degrees, and the
+        children CSR offsets (each parent's children in ascending id order)."""
+        n = self._n0
         key = src * max(n, 1) + rank[dst]
         key.sort(kind="stable")  # by parent, then child id; adaptive (fast on the usual near-sorted runs)
         if len(key) > 1:
@@ -214,22 +231,27 @@ class GraphFeeder:
         np.cumsum(np.bincount(parent, minlength=n), out=coff[1:])
         self.num_edges = len(key)
         self._edges = (parent, child)  # for parents CSR, built on first use
+        return parent, child, indeg, coff
 
-        # ---- refuse what can never run: no root, then cycles (self-dependencies first)
+    def _refuse_unrunnable(self, parent: np.ndarray, child: np.ndarray, rank: np.ndarray, indeg: np.ndarray) -> None:
+        """Refuses what can never run: no root, then cycles (self-dependencies first)."""
+        n = self._n0
         if n and not (indeg == 0).any():
             cycle = self._find_cycle(parent, child, rank)
             raise FeederError(
-                path,
+                self.path,
                 f"none of the {n} node(s) is free of dependencies (feeder_v3 throws 'No dependancy free nodes"
                 f" found, there might be deadlocks'); e.g. the cycle {_cycle_text(cycle)}",
                 cycle=cycle)
         cycle = self._find_cycle(parent, child, rank)
         if cycle:
             raise FeederError(
-                path, f"dependency cycle {_cycle_text(cycle)}; these nodes can never be issued",
+                self.path, f"dependency cycle {_cycle_text(cycle)}; these nodes can never be issued",
                 node_id=cycle[0], cycle=cycle)
 
-        # ---- plain-Python state for the hot methods
+    def _start(self, indeg: np.ndarray, child: np.ndarray, coff: np.ndarray) -> None:
+        """The plain-Python state the hot methods work on."""
+        n, base_ids = self._n0, self._base_ids
         self._pend: list[int] = indeg.tolist()
         self._cidx: list[int] = child.tolist()
         self._coff: list[int] = coff.tolist()

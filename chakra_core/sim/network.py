@@ -1,9 +1,21 @@
-"""Message timing on ASTRA-sim's analytical network (docs/simulator.md, 'Message time').
+"""The network layer: how messages travel between NPUs (docs/simulator.md, 'Layers').
 
-Congestion-unaware: a message of m bytes from one NPU to another arrives after
-floor(h * latency + m / bandwidth) ns, timed in the lowest dimension whose coordinates
-differ, with h the hop count of that dimension's topology. Latency is paid per hop,
-serialization once per message, and messages never interact.
+Every network back-end has one interface, ASTRA-sim's sim_send:
+
+    network.send(now, src, dst, size, deliver, args)   # deliver(arrival, *args), see below
+    network.free          # link -> the tick it is free from (an unaware network has no links)
+    network.notes         # modelling choices beyond ASTRA-sim it used
+    network.reports_at_send
+
+A back-end calls deliver(arrival, *args) once the arrival tick is certain:
+congestion-unaware (this module) at the send itself, as nothing can delay a message
+(reports_at_send = True); congestion-aware (aware.py) when the message arrives. Who must act
+at the arrival tick itself (a collective's packet machines, replay.py) schedules it then.
+
+Congestion-unaware (docs/simulator.md, 'Message time'): a message of m bytes from one NPU
+to another arrives after floor(h * latency + m / bandwidth) ns, timed in the lowest
+dimension whose coordinates differ, with h the hop count of that dimension's topology.
+Latency is paid per hop, serialization once per message, and messages never interact.
 """
 
 from __future__ import annotations
@@ -32,10 +44,16 @@ def message_delay(dim: NetworkDim, hop_count: int, size: int) -> int:
 
 
 class UnawareNetwork:
-    """Delays between NPUs of a (possibly multi-dimensional) network, congestion-unaware."""
+    """Delays between NPUs of a (possibly multi-dimensional) network, congestion-unaware.
+    With `scale` (a what-if knob) every delay is scaled, then truncated."""
 
-    def __init__(self, network: NetworkConfig):
+    reports_at_send = True
+    notes: tuple[str, ...] = ()
+
+    def __init__(self, network: NetworkConfig, scale: float = 1.0):
         self.network = network
+        self.scale = scale
+        self.free: dict = {}  # no links: nothing is ever busy
         self._coords = lru_cache(maxsize=None)(network.coords)
 
     def route(self, src: int, dst: int) -> tuple[int, int]:
@@ -48,4 +66,8 @@ class UnawareNetwork:
 
     def delay(self, src: int, dst: int, size: int) -> int:
         dim_index, hop_count = self.route(src, dst)
-        return message_delay(self.network.dims[dim_index], hop_count, size)
+        ns = message_delay(self.network.dims[dim_index], hop_count, size)
+        return ns if self.scale == 1.0 else math.floor(ns * self.scale)
+
+    def send(self, now: int, src: int, dst: int, size: int, deliver, args: tuple) -> None:
+        deliver(now + self.delay(src, dst, size), *args)

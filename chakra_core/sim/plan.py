@@ -111,6 +111,11 @@ def ring_direction(queue: int, queues_per_dim: int) -> int:
     return 1 if queue < max(1, queues_per_dim // 2) else -1
 
 
+def phase_directions(plan: CollectivePlan, phase: int, queues_per_dim: int) -> set[int]:
+    """The ring directions the chunks of one phase of the plan run in."""
+    return {ring_direction(chunk[phase], queues_per_dim) for chunk in queue_choices(plan, queues_per_dim)}
+
+
 def chunk_priorities(system: SystemConfig, chunks: int) -> list[int]:
     """Each new chunk's priority: LIFO counts up, FIFO down (higher runs first); EXPLICIT would
     take the node's comm_priority, the same for all of a collective's chunks."""

@@ -11,9 +11,9 @@ as ASTRA-sim runs it:
 - each running (member, chunk, phase) is a packet machine of the phase's algorithm, talking
   to the ranks of that phase (the NPUs that differ from the member in the phase's dimension
   only, every NPU for the one* implementations, or a sub-group's members);
-- a message is handed to a transport: congestion-unaware (a fixed delay, network.py) or
-  congestion-aware (FIFO links, aware.py); a message that arrives before its receive is
-  posted is held and received when it is posted.
+- a message is handed to a network back-end (network.py): congestion-unaware (a fixed
+  delay) or congestion-aware (FIFO links, aware.py); a message that arrives before its
+  receive is posted is held and received when it is posted.
 
 The packet machines (docs/simulator.md, 'Collective algorithms'): ring and direct are
 ASTRA-sim's Ring / AllToAll machine (RingMachine); halvingDoubling and its extensions
@@ -164,6 +164,12 @@ class RingAlgorithm:
     def machine(self, inst: Instance, npu: int, chunk: int, phase: int, rank: int, peers) -> RingMachine:
         return RingMachine(inst, self, npu, chunk, phase, rank, peers)
 
+    def peers(self, rank: int, directions: set[int]) -> set[int]:
+        """The ranks `rank` sends to: its neighbour in each direction its chunks run (ring), or
+        every other rank (direct)."""
+        offsets = range(1, self.n) if self.rotate else directions
+        return {(rank + offset) % self.n for offset in offsets}
+
 
 class RingMachine(_Machine):
     """RingAlgorithm's machine for one rank's phase of one chunk."""
@@ -236,6 +242,10 @@ class StepsAlgorithm:
     def machine(self, inst: Instance, npu: int, chunk: int, phase: int, rank: int, peers) -> StepsMachine:
         return StepsMachine(inst, self, npu, chunk, phase, rank, peers)
 
+    def peers(self, rank: int, directions: set[int]) -> set[int]:
+        """The ranks `rank` sends to (its steps fix them, whatever the ring directions)."""
+        return {dst for dst, _, _, _ in self.steps(rank) if dst is not None}
+
 
 class StepsMachine(_Machine):
     """StepsAlgorithm's machine for one rank's phase of one chunk."""
@@ -306,16 +316,15 @@ def algorithm(phase: Phase, e: int, p):
 
 
 class Replay:
-    """Collective instances on one event queue and one transport.
+    """Collective instances on one event queue and one network back-end (network.py).
 
     `ranks(phase, npu, group)` -> (the NPU's rank in the phase, the phase's NPUs by rank);
-    `transport.send(now, src, dst, bytes, deliver, args)` calls deliver(arrival, *args);
     `p(bytes)` is the local reduction time. With `scale` (comm_scale), endpoint delays and
-    reductions are scaled here, each truncated; messages by the transport.
+    reductions are scaled here, each truncated; messages by the network.
     """
 
-    def __init__(self, system, ranks, events: EventQueue, transport, p, scale: float = 1.0):
-        self.system, self.ranks, self.events, self.transport = system, ranks, events, transport
+    def __init__(self, system, ranks, events: EventQueue, network, p, scale: float = 1.0):
+        self.system, self.ranks, self.events, self.network = system, ranks, events, network
         self.scale = scale
         self.p = p if scale == 1.0 else lru_cache(maxsize=None)(lambda size: math.floor(p(size) * scale))
         self._algorithms: dict[tuple[Phase, int], object] = {}
@@ -352,6 +361,9 @@ class Instance:
         self.waiting: dict[tuple[int, int, int], list[tuple[int, int]]] = {}  # -> (chunk, phase) by priority
         self.left: dict[int, int] = {}  # npu -> chunks not finished
         self.machines: dict[tuple[int, int, int], _Machine] = {}  # (npu, chunk, phase) -> its machine
+        network = replay.network
+        # a machine takes a message at its arrival tick: if the network reports it at the send, then
+        self._arrives = self._deliver_then if network is not None and network.reports_at_send else self._deliver
 
     def join(self, npu: int, now: int) -> None:
         """The member issues the collective: all its chunks are created and queued at once."""
@@ -390,8 +402,11 @@ class Instance:
 
     def send(self, now: int, machine: _Machine, dst: int, size: int) -> None:
         to = machine.peers[dst]
-        self.replay.transport.send(now, machine.npu, to, size, self._deliver, (to, machine.chunk, machine.phase,
-                                                                                machine.rank))
+        self.replay.network.send(now, machine.npu, to, size, self._arrives, (to, machine.chunk, machine.phase,
+                                                                              machine.rank))
+
+    def _deliver_then(self, arrival: int, *message) -> None:
+        self.call(arrival, self._deliver, *message)
 
     def _deliver(self, now: int, npu: int, chunk: int, phase: int, src: int) -> None:
         self.machine(npu, chunk, phase).arrive(now, src)
@@ -437,16 +452,6 @@ class Instance:
             + (", one chunk at a time per queue here" if self.slots == 1 else ""))
 
 
-class DelayTransport:
-    """Congestion-unaware: a message arrives delay(src, dst, bytes) after it is sent."""
-
-    def __init__(self, delay, events: EventQueue):
-        self.delay, self.events = delay, events
-
-    def send(self, now: int, src: int, dst: int, size: int, deliver, args: tuple) -> None:
-        self.events.call(now + self.delay(src, dst, size), deliver, *args)
-
-
 def replay_alone(replay: Replay, plan: CollectivePlan, members: tuple[int, ...],
                  offsets: tuple[int, ...] | None, fixed: bool = False) -> tuple[int, ...]:
     """Each member's finish tick when it issues the collective at its offset (default 0) and
@@ -455,7 +460,7 @@ def replay_alone(replay: Replay, plan: CollectivePlan, members: tuple[int, ...],
     instance = replay.instance(plan, finish.__setitem__, fixed)
     for i, npu in enumerate(members):
         replay.events.call(offsets[i] if offsets else 0, lambda now, npu=npu: instance.join(npu, now))
-    replay.events.run_calls()
+    replay.events.run()
     if len(finish) != len(members):
         raise instance.stuck_error()
     return tuple(finish[npu] for npu in members)

@@ -58,6 +58,12 @@ class TreeAlgorithm:
     def machine(self, inst, npu: int, chunk: int, phase: int, rank: int, peers) -> TreeMachine:
         return TreeMachine(inst, self, npu, chunk, phase, rank, peers)
 
+    def peers(self, rank: int, directions: set[int]) -> set[int]:
+        """The ranks `rank` sends to: its parent and children in either tree (whatever the ring
+        directions)."""
+        ends = ((parent.get(rank), *children.get(rank, ())) for parent, children in self.trees)
+        return {r for rank_ends in ends for r in rank_ends if r is not None}
+
 
 @lru_cache(maxsize=None)
 def _trees(n: int) -> tuple[tuple[dict[int, int], dict[int, list[int]]], ...]:

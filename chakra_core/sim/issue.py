@@ -1,0 +1,146 @@
+"""The workload layer's issue loop: ASTRA-sim's Workload (docs/simulator.md, 'Workload layer').
+
+One GraphFeeder per NPU says which nodes are free of dependencies. At tick 0 and after
+every node completion, an NPU visits its free nodes in ascending id order and issues each
+one whose hardware slot is free: one CPU op (is_cpu_op), one GPU compute node, and one GPU
+communication operation (collective, send, memory, metadata) at a time; receives take no
+slot. A compute, memory or replayed node takes its decoded duration; metadata ends at once;
+communication goes to the system layer (system.py), which schedules its completion.
+
+It also keeps the per-NPU accounting: results, where the time goes (breakdown.py), the
+timeline when asked for, and progress reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chakra_core.sim import breakdown
+from chakra_core.sim.events import EventQueue
+from chakra_core.sim.feeder import GraphFeeder
+from chakra_core.sim.nodes import (
+    CPU,
+    DO_COLLECTIVE,
+    DO_COMPUTE,
+    DO_RECV,
+    DO_REPLAY,
+    DO_SEND,
+    NO_SLOT,
+    TRACK_OF_SLOT,
+    Node,
+)
+from chakra_core.sim.results import NpuResult, TimelineEvent
+
+PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
+
+
+class Workload:
+    """Every NPU's feeder, decoded nodes and hardware slots, on one event queue. Node
+    completions are events (tick, npu, node index); the engine passes them to complete()."""
+
+    def __init__(self, feeders: list[GraphFeeder], nodes: list[list[Node]], events: EventQueue,
+                 results: list[NpuResult], record_timeline: bool = False,
+                 progress: Callable[[str, int, int], None] | None = None):
+        npus = len(feeders)
+        self.feeders, self.nodes, self.events, self.results = feeders, nodes, events, results
+        self.busy = [[False, False, False, False] for _ in range(npus)]  # per slot
+        self.spent = breakdown.TimeBreakdown(npus)
+        self.extensions: set[str] = set()  # "memory" once a memory node ran (its timing is an assumption)
+        self.system = None  # the system layer, attached before the run
+        # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
+        self.issued_at = [[0] * len(n) for n in nodes] if record_timeline else None
+        self.ran: list[tuple[int, int, int]] | None = [] if record_timeline else None
+        self.progress = progress
+        self.total_nodes, self.done_nodes, self.report_every = sum(map(len, nodes)), 0, PROGRESS_EVERY
+
+    def start(self) -> None:
+        for npu in range(len(self.feeders)):
+            self.issue(npu, 0)
+
+    def complete(self, now: int, npu: int, index: int) -> None:
+        """Node `index` of `npu` ends now: its slot and children are free, and the NPU issues again."""
+        node = self.nodes[npu][index]
+        self.busy[npu][node.slot] = False
+        if node.category is not None:
+            self.spent.move(npu, now, node.category, -1)
+        self.feeders[npu].free_children(index)
+        r = self.results[npu]
+        r.nodes += 1
+        r.finish_ns = now
+        self.done_nodes += 1
+        if self.done_nodes == self.report_every and self.progress is not None:
+            self.progress("simulating nodes", self.done_nodes, self.total_nodes)
+            self.report_every += PROGRESS_EVERY
+        if self.ran is not None:
+            self.ran.append((npu, index, now))
+        self.issue(npu, now)
+
+    def issue(self, npu: int, now: int) -> None:
+        """Visits the free nodes in ascending id order; those whose slot is busy go back."""
+        feeder, npu_nodes, slots, finish_at = self.feeders[npu], self.nodes[npu], self.busy[npu], self.events.at
+        deferred = []
+        while True:
+            index = feeder.next_issuable()
+            if index is None:
+                break
+            node = npu_nodes[index]
+            if slots[node.slot] and node.slot != NO_SLOT:
+                deferred.append(index)
+                continue
+            slots[node.slot] = True
+            if node.category is not None:
+                self.spent.move(npu, now, node.category, 1)
+            if self.issued_at is not None:
+                self.issued_at[npu][index] = now
+            action = node.action
+            if action == DO_COMPUTE or action == DO_REPLAY:
+                finish_at(now + node.duration, npu, index)
+                if action == DO_COMPUTE:
+                    if node.slot == CPU:
+                        self.results[npu].cpu_ns += node.duration
+                    else:
+                        self.results[npu].compute_ns += node.duration
+                elif node.op == "memory":
+                    self.extensions.add("memory")
+            elif action == DO_COLLECTIVE:
+                self.system.collective(npu, index, node, now)
+            elif action == DO_SEND:
+                self.system.send(npu, index, node, now)
+            elif action == DO_RECV:
+                self.system.recv(npu, index, node, now)
+            else:  # metadata / invalid: done at once (later in this same tick)
+                finish_at(now, npu, index)
+        for index in deferred:
+            feeder.push_back(index)
+
+    def time_by_category(self, npu: int) -> dict[str, int]:
+        return self.spent.totals(npu, self.results[npu].finish_ns)
+
+    def timeline(self) -> list[TimelineEvent] | None:
+        """One event per node run, in completion order (None unless recorded)."""
+        if self.ran is None:
+            return None
+        names = [f.table.column("name").to_pylist() if "name" in f.table.column_names else None
+                 for f in self.feeders]
+        events = []
+        for npu, index, end in self.ran:
+            node = self.nodes[npu][index]
+            kind = "compute" if node.action == DO_COMPUTE else (node.label or node.op or "instant")
+            events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
+                                        names[npu][index] if names[npu] else "", TRACK_OF_SLOT[node.slot], kind,
+                                        self.issued_at[npu][index], end, node.size))
+        return events
+
+    def node_id(self, npu: int, index: int) -> int:
+        return int(self.feeders[npu].ids[index])
+
+    def unfinished(self) -> dict[int, int]:
+        """npu -> nodes not finished, for NPUs that have any."""
+        return {npu: f.remaining for npu, f in enumerate(self.feeders) if f.remaining}
+
+    def blocked(self, report: dict[int, list[str]], explained: dict[int, set]) -> None:
+        """Adds, per NPU, the nodes that wait on parents (those not explained by the system layer)."""
+        for npu, feeder in enumerate(self.feeders):
+            blocked = feeder.remaining - len(explained[npu])
+            if blocked > 0:
+                report[npu].append(f"{blocked} node(s) wait on unfinished parents")

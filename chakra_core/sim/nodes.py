@@ -1,0 +1,225 @@
+"""The workload layer's view of a node table: what each node does when an NPU issues it.
+
+Every row is decoded once into a `Node` (shared by rows of the same shape: a trace repeats a
+few shapes many times): its action, its hardware slot, its time where the node alone decides
+it (compute, memory, replayed durations), and what the system layer needs of a
+communication node (the collective it is timed as, its group, its peer).
+
+Collectives ASTRA-sim refuses (REDUCE, GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) are
+timed as the ring-family collective that moves the same data (EXTENSIONS); the run's notes
+say which of these choices it used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.sim import breakdown
+from chakra_core.sim.collectives import CollectiveModel
+from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.errors import SimulationError
+from chakra_core.sim.feeder import GraphFeeder
+from chakra_core.sim.memory import LocalMemory
+from chakra_core.sim.plan import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+
+COMP = NODE_TYPE_VALUES["COMP_NODE"]
+COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
+SEND = NODE_TYPE_VALUES["COMM_SEND_NODE"]
+RECV = NODE_TYPE_VALUES["COMM_RECV_NODE"]
+MEM_TYPES = (NODE_TYPE_VALUES["MEM_LOAD_NODE"], NODE_TYPE_VALUES["MEM_STORE_NODE"])
+INSTANT_TYPES = (NODE_TYPE_VALUES["METADATA_NODE"], NODE_TYPE_VALUES["INVALID_NODE"])
+
+# comm_type -> (the collective it is timed as, its name in results). ASTRA-sim refuses REDUCE,
+# GATHER, SCATTER, REDUCE_SCATTER_BLOCK and BARRIER; they are timed here as the ring-family
+# collective that moves the same data along the same steps, and the result says so (EXTENSIONS).
+COLLECTIVE_OPS = {
+    0: (ALL_REDUCE, "all_reduce"), 1: (ALL_REDUCE, "reduce"), 2: (ALL_GATHER, "all_gather"),
+    3: (ALL_GATHER, "gather"), 4: (REDUCE_SCATTER, "scatter"), 6: (ALL_TO_ALL, "all_to_all"),
+    7: (REDUCE_SCATTER, "reduce_scatter"), 8: (REDUCE_SCATTER, "reduce_scatter_block"), 9: (ALL_REDUCE, "barrier"),
+}
+EXTENSIONS = {
+    "reduce": "REDUCE timed as an all-reduce (a pipelined ring reduce to the root takes the same steps)",
+    "gather": "GATHER timed as an all-gather of the same per-NPU size",
+    "scatter": "SCATTER timed as a reduce-scatter (an upper bound: it adds the local reduction cost)",
+    "reduce_scatter_block": "REDUCE_SCATTER_BLOCK timed as a reduce-scatter",
+    "barrier": "BARRIER timed as an all-reduce of the smallest size (one byte per NPU per chunk)",
+    "uneven_all_to_all": "an all-to-all whose NPUs send different amounts (uneven splits) is timed at the largest"
+                         " NPU's size",
+}
+BROADCAST = 5
+DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
+
+# hardware slots
+CPU, GPU_COMPUTE, GPU_COMM, NO_SLOT = 0, 1, 2, 3
+TRACK_OF_SLOT = {CPU: "cpu", GPU_COMPUTE: "compute", GPU_COMM: "comm", NO_SLOT: "comm"}
+
+# what a node does when issued
+DO_COMPUTE, DO_COLLECTIVE, DO_REPLAY, DO_SEND, DO_RECV, DO_INSTANT = range(6)
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the simulator needs of one node, decoded once from the table (and shared by equal nodes)."""
+
+    action: int
+    slot: int
+    duration: int = 0  # compute / replay ns
+    op: str = ""  # the collective it is timed as, or "send"/"recv"
+    label: str = ""  # its name in results (differs from op for the EXTENSIONS)
+    size: int = 0
+    group: tuple[int, ...] | None = None  # collective members (None: all NPUs)
+    involved: tuple[bool, ...] | None = None
+    idle: bool = False  # a collective with no dimension to run on: each member is done when it issues it
+    peer: int = -1
+    tag: int = 0
+    category: int | None = field(init=False, default=None)  # its share of the NPU's time (sim/breakdown.py)
+
+    def __post_init__(self) -> None:  # once per distinct node shape: nodes are interned
+        object.__setattr__(self, "category", _category_of(self))
+
+
+def _category_of(node: Node) -> int | None:
+    """None for nodes that take no time."""
+    if node.action == DO_INSTANT:
+        return None
+    if node.op == "memory":
+        return breakdown.MEMORY
+    if node.action in (DO_COLLECTIVE, DO_SEND, DO_RECV) or node.op == "broadcast":
+        return breakdown.COMMUNICATION
+    return breakdown.HOST if node.slot == CPU else breakdown.COMPUTE
+
+
+def _column(table: pa.Table, name: str, fill=None) -> list:
+    if name not in table.column_names:
+        return [fill] * table.num_rows
+    return table.column(name).to_pylist()
+
+
+class NodeDecoder:
+    """Decodes each NPU's table into Nodes, checking what ASTRA-sim would refuse.
+
+    compute_scale multiplies every compute time; npu_speed[i] divides NPU i's. `shapes` lists
+    every distinct (NPU, Node) decoded, for layers that check the whole job once."""
+
+    COLUMNS = ("type", "duration_micros", "is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size",
+               "pg_name", "involved_dim", "comm_src", "comm_dst", "comm_tag")
+
+    def __init__(self, network: NetworkConfig, system: SystemConfig, comm_groups: dict[int, tuple[int, ...]],
+                 collectives: CollectiveModel, memory: LocalMemory, compute_scale: float, npu_speed: list[float]):
+        self.network, self.system, self.comm_groups = network, system, comm_groups
+        self.collectives, self.memory = collectives, memory
+        self.compute_scale, self.npu_speed = compute_scale, npu_speed
+        self.shapes: list[tuple[int, Node]] = []
+
+    def decode(self, npu: int, feeder: GraphFeeder) -> list[Node]:
+        t, path = feeder.table, feeder.path
+        cols = {name: _column(t, name) for name in self.COLUMNS}
+        cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
+        nodes = []
+        interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
+        for i, (node_id, shape) in enumerate(zip(feeder.ids.tolist(), zip(*cols.values()))):
+            known = interned.get(shape)
+            if known is None:
+                known = interned[shape] = self._node(cols, i, npu, path, node_id)
+                self.shapes.append((npu, known))
+            nodes.append(known)
+        return nodes
+
+    def _node(self, cols: dict, i: int, npu: int, path: str, node_id: int) -> Node:
+        ntype, is_cpu = cols["type"][i], bool(cols["is_cpu_op"][i])
+        duration_us = cols["duration_micros"][i] or 0
+        if ntype in (COLL, SEND, RECV) and is_cpu:
+            raise SimulationError(f"{path}: node {node_id}: communication node with is_cpu_op true "
+                                  "(ASTRA-sim: Comm node should not be on CPU)")
+        slot = CPU if is_cpu else (GPU_COMPUTE if ntype == COMP else (NO_SLOT if ntype == RECV else GPU_COMM))
+        if self.system.replay_only and ntype not in INSTANT_TYPES:
+            return Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1)
+        if ntype == COMP:
+            return Node(DO_COMPUTE, slot, duration=self._compute_ns(
+                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], is_cpu, path, node_id))
+        if ntype == COLL:
+            return self._collective(cols, i, npu, slot, duration_us, path, node_id)
+        if ntype in (SEND, RECV):
+            return self._point_to_point(cols, i, ntype, path, node_id)
+        if ntype in INSTANT_TYPES:
+            return Node(DO_INSTANT, slot)
+        if ntype in MEM_TYPES:
+            return self._memory(cols["tensor_size"][i], slot, path, node_id)
+        raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
+
+    def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, is_cpu: bool, path: str,
+                    node_id: int) -> int:
+        sysc = self.system
+        if sysc.roofline_enabled and not is_cpu and not sysc.replay_only:
+            if num_ops is None or tensor_size is None:
+                raise SimulationError(f"{path}: node {node_id}: roofline needs num_ops and tensor_size")
+            if tensor_size == 0:
+                return 0
+            intensity = num_ops / tensor_size
+            perf = min(sysc.local_mem_bw_gbps * 1e9 * intensity, sysc.peak_perf_tflops * 1e12)
+            ns = math.floor(num_ops / perf * 1e9)
+        else:
+            ns = duration_us * 1000 or 1
+        scale = self.compute_scale / self.npu_speed[npu]
+        return ns if scale == 1.0 else max(1, math.floor(ns * scale))
+
+    def _collective(self, cols: dict, i: int, npu: int, slot: int, duration_us: int, path: str, node_id: int) -> Node:
+        comm_type, size = cols["comm_type"][i], cols["comm_size"][i]
+        if comm_type is None or size is None:
+            raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
+        if size < 0:
+            raise SimulationError(f"{path}: node {node_id}: comm_size {size} is negative")
+        if comm_type == BROADCAST:  # ASTRA-sim replays broadcasts by their duration
+            return Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", label="broadcast", size=size)
+        if comm_type not in COLLECTIVE_OPS:
+            raise SimulationError(f"{path}: node {node_id}: comm_type {comm_type} is not a CollectiveCommType")
+        op, label = COLLECTIVE_OPS[comm_type]
+        if label == "barrier":
+            size = 0
+        group, involved = self._group(npu, cols["pg_name"][i], path, node_id), cols["involved_dim"][i]
+        return Node(DO_COLLECTIVE, slot, op=op, label=label, size=size, group=group, involved=involved,
+                    idle=group is None and not self.collectives.has_phases(op, involved))
+
+    def _group(self, npu: int, pg_name: str | None, path: str, node_id: int) -> tuple[int, ...] | None:
+        if pg_name is None or pg_name in DEFAULT_GROUP_NAMES:
+            return None
+        try:
+            members = self.comm_groups[int(pg_name)]
+        except (ValueError, KeyError):
+            raise SimulationError(f"{path}: node {node_id}: communicator group {pg_name!r} not found "
+                                  f"(groups: {sorted(self.comm_groups) or 'none; pass --comm-group'})") from None
+        if npu not in members:
+            raise SimulationError(f"{path}: node {node_id}: NPU {npu} runs a collective of communicator group "
+                                  f"{pg_name}, whose members are {list(members)}")
+        if any(not 0 <= m < self.network.npus for m in members):
+            raise SimulationError(f"communicator group {pg_name} {list(members)} names NPUs outside the network's "
+                                  f"{self.network.npus}")
+        if len(members) == self.network.npus:
+            return None
+        return members
+
+    def _memory(self, tensor_size, slot: int, path: str, node_id: int) -> Node:
+        """A memory load/store, timed by the memory layer (sim/memory.py)."""
+        if tensor_size is None:
+            raise SimulationError(f"{path}: node {node_id}: a memory node needs tensor_size")
+        return Node(DO_REPLAY, slot, duration=self.memory.access_ns(tensor_size), op="memory", label="memory",
+                    size=tensor_size)
+
+    def _point_to_point(self, cols: dict, i: int, ntype: int, path: str, node_id: int) -> Node:
+        peer_key = "comm_dst" if ntype == SEND else "comm_src"
+        peer, size, tag = cols[peer_key][i], cols["comm_size"][i], cols["comm_tag"][i]
+        if peer is None or size is None or tag is None:
+            kind = "send" if ntype == SEND else "receive"
+            raise SimulationError(f"{path}: node {node_id}: a {kind} needs {peer_key}, comm_size and comm_tag")
+        if size < 0:
+            raise SimulationError(f"{path}: node {node_id}: comm_size {size} is negative")
+        if not 0 <= peer < self.network.npus:
+            raise SimulationError(f"{path}: node {node_id}: peer NPU {peer} is outside the network's "
+                                  f"{self.network.npus} NPUs")
+        if ntype == SEND:
+            return Node(DO_SEND, GPU_COMM, op="send", size=size, peer=peer, tag=tag)
+        return Node(DO_RECV, NO_SLOT, op="recv", size=size, peer=peer, tag=tag)
