@@ -77,7 +77,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--workload", required=True, metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
     p.add_argument("--network", required=True, metavar="NET.yml", help="ASTRA-sim analytical network YAML")
     p.add_argument("--system", required=True, metavar="SYS.json", help="ASTRA-sim system JSON")
-    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON")
+    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")
     p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
                    help="congestion-unaware (default) or congestion-aware network")
     p.add_argument("--traced-npus", type=int, metavar="N",
