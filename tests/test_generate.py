@@ -25,7 +25,8 @@ from chakra_core.generate.builder import (
     node_table,
 )
 from chakra_core.generate.workloads import WORKLOADS, generate
-from chakra_core.sim.config import NetworkConfig, load_comm_groups, load_system
+from chakra_core.format.job import read_comm_groups
+from chakra_core.sim.config import NetworkConfig, load_system
 from chakra_core.sim.engine import SimResult, simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,7 +160,7 @@ def test_write_and_read_back(tmp_path):
         assert read_metadata(files[r]).version == "0.0.4"
         assert back.select(list(NODE_COLUMNS)).to_pylist() == job.rank(r).table().to_pylist()
     assert json.loads(Path(files[-1]).read_text()) == {"1": [0, 1], "2": [2, 3]}
-    assert load_comm_groups(files[-1]) == job.comm_groups
+    assert read_comm_groups(files[-1]) == job.comm_groups
     # no sub-groups: no group file; any fsspec URL
     assert Job([job.rank(0).table()], name="x").write("memory://gen/one") == ["memory://gen/one/x.0.et"]
     with pytest.raises(ValueError, match="no tables"):
@@ -326,7 +327,7 @@ def test_cli_generate_writes_the_promised_files(tmp_path):
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted([f"gpt.{r}.et" for r in range(8)] + ["gpt.comm_groups.json"])
     assert "8 NPUs" in result.stdout and "ALL_REDUCE" in result.stdout and "COMM_SEND_NODE" in result.stdout
-    groups = load_comm_groups(str(out / "gpt.comm_groups.json"))
+    groups = read_comm_groups(str(out / "gpt.comm_groups.json"))
     assert (0, 1) in groups.values() and (0, 4) in groups.values()
     assert read_table(str(out / "gpt.3.et")).num_rows > 0
 

@@ -11,7 +11,7 @@ from datapaths import GLOO
 
 from chakra_core.generate.builder import JobBuilder
 from chakra_core.replay.launch import ReplayError, plan_rank, recorded_ns, replay_job
-from chakra_core.sim.config import load_comm_groups
+from chakra_core.format.job import read_comm_groups
 
 pytest.importorskip("torch.distributed")
 
@@ -51,7 +51,7 @@ def _pipeline_job(tmp_path) -> tuple[str, dict]:
         else:
             g.recv("act", rank - 2, 1 << 12, 7, [ar])
     job.write(str(tmp_path), "pipe")
-    return str(tmp_path / "pipe"), load_comm_groups(str(tmp_path / "pipe.comm_groups.json"))
+    return str(tmp_path / "pipe"), read_comm_groups(str(tmp_path / "pipe.comm_groups.json"))
 
 
 def test_sub_groups_and_sends_replay_with_compute_skipped(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from datapaths import REFERENCE_CONFIGS
 
 from chakra_core import ChakraError
+from chakra_core.format.job import read_comm_groups
 from chakra_core.sim.config import (
     ASTRA_SIM_IGNORED_SYSTEM_KEYS,
     CollectiveImpl,
@@ -18,7 +19,6 @@ from chakra_core.sim.config import (
     NetworkDim,
     SystemConfig,
     Topology,
-    load_comm_groups,
     load_network,
     load_remote_memory,
     load_system,
@@ -327,7 +327,7 @@ def test_bad_project_system_files(tmp_path, text, fragments):
 
 def test_comm_groups(tmp_path):
     url = _write(tmp_path, "groups.json", json.dumps({"1": [0, 1, 2, 3], "2": [7, 6, 5, 4], "3": [0, 4]}))
-    assert load_comm_groups(url) == {1: (0, 1, 2, 3), 2: (7, 6, 5, 4), 3: (0, 4)}
+    assert read_comm_groups(url) == {1: (0, 1, 2, 3), 2: (7, 6, 5, 4), 3: (0, 4)}
 
 
 @pytest.mark.parametrize("groups, fragments", [
@@ -341,4 +341,4 @@ def test_comm_groups(tmp_path):
     ({"1": {"ranks": [0, 1]}}, ["1", "list"]),
 ])
 def test_bad_comm_groups(tmp_path, groups, fragments):
-    _config_error(load_comm_groups, _write(tmp_path, "bad_groups.json", json.dumps(groups)), *fragments)
+    _config_error(read_comm_groups, _write(tmp_path, "bad_groups.json", json.dumps(groups)), *fragments)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import fsspec
 import pyarrow as pa
 
+from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
 from chakra_core.outputs import open_output
 
@@ -80,12 +81,38 @@ def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
 
 
 def read_comm_groups(url: str) -> CommGroups:
-    """``{"1": [0, 1], ...}`` -> {1: (0, 1), ...}, checked (sim/config.load_comm_groups gives the
-    one-line error naming the key)."""
-    # the checks live with the other config readers
-    from chakra_core.sim.config import load_comm_groups
+    """ASTRA-sim communicator groups: ``{"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}`` -> {1: (0, 1, 2, 3), ...}.
 
-    return load_comm_groups(url)
+    Group ids are integers >= 1 (0 means "all NPUs" and may not be defined); members are
+    distinct non-negative NPU ids, kept in file order. Groups may overlap. An error is one
+    line naming the file and the key (documents.ConfigError).
+    """
+    path, data = read_document(url)
+    groups: dict[int, tuple[int, ...]] = {}
+    for raw_key, members in data.items():
+        key = str(raw_key)
+        if isinstance(raw_key, bool) or not re.fullmatch(r"[0-9]+", key):
+            raise ConfigError(path, key, "a communicator group id must be an integer >= 1")
+        group = int(key)
+        if group == 0:
+            raise ConfigError(path, key, "group id 0 is reserved for all NPUs; number groups from 1")
+        if group in groups:
+            raise ConfigError(path, key, f"group {group} is defined twice")
+        if not isinstance(members, list) or not members:
+            raise ConfigError(path, key, f"expected a non-empty list of NPU ids, got {members!r}")
+        groups[group] = _members(path, key, group, members)
+    return groups
+
+
+def _members(path: str, key: str, group: int, members: list) -> tuple[int, ...]:
+    seen: set[int] = set()
+    for i, npu in enumerate(members):
+        if isinstance(npu, bool) or not isinstance(npu, int) or npu < 0:
+            raise ConfigError(path, f"{key}[{i}]", f"an NPU id must be a non-negative integer, got {npu!r}")
+        if npu in seen:
+            raise ConfigError(path, f"{key}[{i}]", f"NPU {npu} is listed twice in group {group}")
+        seen.add(npu)
+    return tuple(members)
 
 
 def comm_groups_text(groups: Mapping[int, Sequence[int]]) -> str:

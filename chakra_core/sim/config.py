@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar, Literal, NoReturn
 
-import fsspec
 import yaml
 from pydantic import (
     BaseModel,
@@ -40,7 +39,7 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from chakra_core import limits
-from chakra_core.errors import ChakraError
+from chakra_core.documents import ConfigError, read_document
 
 __all__ = [
     "ASTRA_SIM_IGNORED_SYSTEM_KEYS",
@@ -53,24 +52,12 @@ __all__ = [
     "RemoteMemoryConfig",
     "SystemConfig",
     "Topology",
-    "load_comm_groups",
     "load_network",
     "load_remote_memory",
     "load_system",
 ]
 
 GIB = 2**30  # ASTRA-sim's network "GB" (GB/s in the network YAML)
-
-
-class ConfigError(ChakraError):
-    """A configuration file that cannot be used: names the file, the key (when there is one) and why."""
-
-    def __init__(self, path: str, key: str | None, message: str):
-        self.path = path
-        self.key = key
-        self.message = message
-        where = path if key is None else f"{path}: {key}"
-        super().__init__(f"{where}: {message}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,39 +407,6 @@ class RemoteMemoryConfig(_ConfigModel):
 # Loading
 
 
-def read_document(url: Any) -> tuple[str, Any]:
-    """(the path as text, the parsed document): JSON, else YAML (which also takes comments).
-    Files beyond the `config_bytes` limit and documents nested beyond `json_depth` are refused."""
-    path = str(url)
-    try:
-        with fsspec.open(path, "rb") as f:
-            raw = f.read(limits.value("config_bytes") + 1)
-        if len(raw) > limits.value("config_bytes"):
-            raise limits.LimitExceeded(path, "config_bytes", "file too large")
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, None, f"cannot read: {exc}") from None
-    try:
-        data = _parse(text, path)
-    except RecursionError:  # deeper than Python's stack: far beyond the limit
-        raise limits.LimitExceeded(path, "json_depth", "nested too deeply to parse") from None
-    limits.check_depth(data, path)
-    if not isinstance(data, dict):
-        what = "empty" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(path, None, f"expected a mapping of keys to values, got {what}")
-    return path, data
-
-
-def _parse(text: str, path: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(path, None, f"neither valid JSON nor valid YAML: {exc}") from None
-
-
 def _loc_text(loc: tuple) -> str:
     text = ""
     for part in loc:
@@ -568,36 +522,6 @@ def load_system(url: Any) -> SystemConfig:
         return SystemConfig.model_validate(fields)
     except ValidationError as err:
         _raise_invalid(path, err, key_of)
-
-
-def load_comm_groups(url: Any) -> dict[int, tuple[int, ...]]:
-    """ASTRA-sim communicator groups: ``{"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}`` -> {1: (0, 1, 2, 3), ...}.
-
-    Group ids are integers >= 1 (0 means "all NPUs" and may not be defined); members are
-    distinct non-negative NPU ids, kept in file order. Groups may overlap.
-    """
-    path, data = read_document(url)
-    groups: dict[int, tuple[int, ...]] = {}
-    for raw_key, members in data.items():
-        key = str(raw_key)
-        if isinstance(raw_key, bool) or not re.fullmatch(r"[0-9]+", key):
-            raise ConfigError(path, key, "a communicator group id must be an integer >= 1")
-        group = int(key)
-        if group == 0:
-            raise ConfigError(path, key, "group id 0 is reserved for all NPUs; number groups from 1")
-        if group in groups:
-            raise ConfigError(path, key, f"group {group} is defined twice")
-        if not isinstance(members, list) or not members:
-            raise ConfigError(path, key, f"expected a non-empty list of NPU ids, got {members!r}")
-        seen: set[int] = set()
-        for i, npu in enumerate(members):
-            if isinstance(npu, bool) or not isinstance(npu, int) or npu < 0:
-                raise ConfigError(path, f"{key}[{i}]", f"an NPU id must be a non-negative integer, got {npu!r}")
-            if npu in seen:
-                raise ConfigError(path, f"{key}[{i}]", f"NPU {npu} is listed twice in group {group}")
-            seen.add(npu)
-        groups[group] = tuple(members)
-    return groups
 
 
 def load_remote_memory(url: Any) -> RemoteMemoryConfig:

@@ -23,7 +23,8 @@ from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
-from chakra_core.sim.config import load_comm_groups, load_network, load_system
+from chakra_core.format.job import read_comm_groups
+from chakra_core.sim.config import load_network, load_system
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 EXAMPLES = int(os.environ.get("CHAKRA_FUZZ_EXAMPLES", "40"))
@@ -138,5 +139,5 @@ TARGETS = [
     _target("pytorch_et_meaning", odd_host_trace(), ".et.json", _convert),
     _target("kineto_mutated", mutated_json(REAL_KINETO), ".json", read_kineto),
     _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
-            load_system, load_network, load_comm_groups),
+            load_system, load_network, read_comm_groups),
 ]
