@@ -1,11 +1,14 @@
-"""An ad hoc what-if sweep over traces the nightly flow already converted.
+"""An ad hoc what-if sweep: jobs from anywhere on the systems of a sweep file, on Ray.
 
-    python -m flows.sweep --date YYYY-MM-DD --sweep FILE [--name NAME] [--warehouse URL] [--num-cpus N]
+    python -m flows.sweep --sweep FILE [--name NAME] [--warehouse URL] [--num-cpus N] [--max-points N]
+        [--jobs URL ...] [--date D] [--synthetic MODEL --npus N[,N...] --count K] [--generate SPEC ...]
 
-Every converted job of the day (its `traces` table) is simulated on every system of the sweep
-file (the format of pipeline/sweeps/default.yaml); the rows land in
-WAREHOUSE/tables/sweep_results/sweep=<name>/date=<d>/, replacing an earlier run of the same
-sweep and day, leaving the nightly tables untouched.
+Jobs: folders of job folders (`<name>.<rank>.et` + `<name>.comm_groups.json`, local or s3://),
+the jobs the nightly flow converted on a day, synthetic jobs sampled from a saved model, and
+generated ones ('transformer --npus 64 --tp 2', the options of `chakra generate`). The sweep
+file names systems and grids of ASTRA-sim parameters (docs/sweeps.md). Rows land in
+WAREHOUSE/tables/sweep_results/sweep=<name>/ (with --date: .../sweep=<name>/date=<d>/) as
+numbered parts; a re-run simulates only the (job, point) pairs not yet there.
 """
 
 from __future__ import annotations
@@ -13,50 +16,151 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.artifacts import create_progress_artifact, update_progress_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.exceptions import FailedRun  # noqa: E402
+from prefect.states import Failed  # noqa: E402
 
-from flows.nightly import DEFAULT_WAREHOUSE, STORAGE_RETRIES  # noqa: E402
-from pipeline import tables  # noqa: E402
-from pipeline.run import start_ray, sweep_day  # noqa: E402
-from pipeline.sweep import load_sweep  # noqa: E402
+from chakra_core.errors import ChakraError  # noqa: E402
+from flows.nightly import DEFAULT_WAREHOUSE, StageFailed, _from_cwd  # noqa: E402
+from pipeline.grid import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
+from pipeline.layout import StorageError  # noqa: E402
+from pipeline.run import start_ray  # noqa: E402
+from pipeline.sweep import DEFAULT_SWEEP  # noqa: E402
+from pipeline.sweep_jobs import Sources  # noqa: E402
+from pipeline.sweep_run import plan, run_sweep  # noqa: E402
+
+REPORT_SECONDS = 2.0  # how often a stage's Prefect progress artifact is updated
 
 
-@task(name="simulate day on Ray", cache_policy=NO_CACHE)
-def simulate_day(date: str, warehouse: str, sweep: str):
-    return sweep_day(date, warehouse, load_sweep(sweep))
+def _stage(name, step, counts):
+    """A stage of the sweep as a Prefect task of its own; a sweep that cannot run (a bad job
+    source, too many simulations, storage down) fails it with one line, no traceback."""
+    def run():
+        try:
+            value = step()
+        except (ChakraError, StorageError, FileNotFoundError) as e:
+            get_run_logger().error(str(e))
+            return Failed(message=str(e))
+        get_run_logger().info(counts(value))
+        return value
+
+    state = task(name=name, cache_policy=NO_CACHE)(run)(return_state=True)
+    if state.is_failed():
+        raise StageFailed(f"{name}: {state.message}")
+    return state.result()
 
 
-@task(name="write sweep table", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
-def write_sweep(warehouse: str, date: str, name: str, data) -> str:
-    return tables.write_day(warehouse, "sweep_results", date, data, sweep=name)
+class _Reported:
+    """Progress to the terminal (the callback given) and as the running task's Prefect
+    progress artifact, updated every REPORT_SECONDS at most."""
+
+    def __init__(self, terminal=None):
+        self.terminal = terminal
+        self.artifacts: dict[str, tuple[object, float]] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.terminal:
+            self.terminal(label, done, total)
+        percent = 100.0 * done / total if total else 100.0
+        if label not in self.artifacts:
+            self.artifacts[label] = (create_progress_artifact(percent, description=f"sweep: {label}"), time.monotonic())
+        artifact, last = self.artifacts[label]
+        if done == total or time.monotonic() - last >= REPORT_SECONDS:
+            update_progress_artifact(artifact, percent)
+            self.artifacts[label] = (artifact, time.monotonic())
 
 
 @flow(name="sweep")
-def sweep(date: str, sweep: str, name: str | None = None, warehouse: str = DEFAULT_WAREHOUSE,
-          num_cpus: int | None = None) -> dict:
-    """Returns {"table": URL, "rows": n, "ok": simulated rows}."""
-    name = name or Path(sweep).stem
-    start_ray(num_cpus)
-    rows = simulate_day(date, warehouse, sweep)
-    url = write_sweep(warehouse, date, name, rows)
-    return {"table": url, "rows": rows.num_rows, "ok": sum(1 for s in rows.column("status").to_pylist() if s == "ok")}
+def sweep(date: str | None = None, sweep: str | None = None, name: str | None = None,
+          warehouse: str = DEFAULT_WAREHOUSE, num_cpus: int | None = None, jobs: list[str] | None = None,
+          synthetic: str | None = None, npus: list[int] | None = None, count: int = 0,
+          generate: list[str] | None = None, max_points: int = DEFAULT_MAX_POINTS, progress=None) -> dict:
+    """Simulate the jobs on the sweep's points; returns the summary (docs/sweeps.md).
+
+    Args:
+        date: a day the nightly flow processed: its converted jobs (results under date=<d>/)
+        sweep: the sweep file; none: pipeline/sweeps/default.yaml
+        name: the sweep's name in the table path; none: the file's stem
+        warehouse: where the table (and made jobs, under sweeps/<name>/jobs/) go (an fsspec URL)
+        num_cpus: CPUs of a local Ray; none: every CPU (ignored on the cluster RAY_ADDRESS names)
+        jobs: folders of job folders (fsspec URLs)
+        synthetic, npus, count: a synthesizer model file, the NPU counts and jobs per count to sample
+        generate: `chakra generate` specs, e.g. "transformer --npus 64 --tp 2"
+        max_points: refuse a sweep of more simulations
+        progress: a progress callback, for the command line only
+    """
+    path = sweep or DEFAULT_SWEEP
+    sources = Sources(tuple(jobs or ()), date, warehouse, synthetic, tuple(npus or ()), count, tuple(generate or ()))
+    try:
+        grid = load_sweep_file(path, max_points)
+    except ChakraError as e:
+        get_run_logger().error(str(e))
+        return Failed(message=str(e))
+    try:
+        planned = _stage("plan", lambda: plan(grid, sources, max_points), lambda p: p.describe(grid))
+        start_ray(num_cpus)  # only now: a sweep refused above has started nothing
+        result = run_sweep(grid, planned, warehouse, name or Path(path).stem, date, _Reported(progress), _stage)
+    except StageFailed as e:
+        return Failed(message=str(e))
+    ok = result.status.get("ok", 0)
+    get_run_logger().info("sweep: %d rows (%d ok), %d already in %s", result.rows, ok, result.skipped, result.folder)
+    return {"table": result.parts[0] if result.parts else result.folder, "folder": result.folder,
+            "parts": result.parts, "planned": result.planned, "skipped": result.skipped, "rows": result.rows,
+            "ok": ok, "status": result.status, "problems": result.problems, "seconds": result.seconds}
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or N,N,..., got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", required=True, help="sweep file: systems and/or grid (docs/sweeps.md)")
+    parser.add_argument("--name", help="the sweep's name in the table path (default: the file's stem)")
+    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=_from_cwd)
+    parser.add_argument("--num-cpus", type=int)
+    parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
+                        help=f"refuse more simulations than this (default {DEFAULT_MAX_POINTS:,})")
+    jobs = parser.add_argument_group("jobs (any combination)")
+    jobs.add_argument("--jobs", action="append", default=[], metavar="URL", type=_from_cwd,
+                      help="a folder of job folders (<name>.<rank>.et), local or s3://; repeatable")
+    jobs.add_argument("--date", help="the jobs the nightly flow converted that day, YYYY-MM-DD")
+    jobs.add_argument("--synthetic", metavar="MODEL", type=_from_cwd,
+                      help="sample jobs from this synthesizer model file")
+    jobs.add_argument("--npus", type=_counts, default=[], metavar="N[,N...]", help="NPU counts of the synthetic jobs")
+    jobs.add_argument("--count", type=int, default=0, metavar="K", help="synthetic jobs per NPU count")
+    jobs.add_argument("--generate", action="append", default=[], metavar="SPEC",
+                      help="a generated job: 'WORKLOAD --npus N [--option value ...]' (chakra generate); repeatable")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=__doc__.split("\n")[0])
-    parser.add_argument("--date", required=True, help="a day the nightly flow processed, YYYY-MM-DD")
-    parser.add_argument("--sweep", required=True, help="sweep file: systems: [{name, network, system}]")
-    parser.add_argument("--name", help="the sweep's name in the table path (default: the file's stem)")
-    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE)
-    parser.add_argument("--num-cpus", type=int)
-    args = parser.parse_args(argv)
-    result = sweep(args.date, args.sweep, args.name, args.warehouse, args.num_cpus)
-    print(f"{result['rows']} simulations ({result['ok']} ok) -> {result['table']}")
+    args = _parser().parse_args(argv)
+    try:
+        load_sweep_file(args.sweep, args.max_points)  # a bad file is refused before Prefect and Ray start
+    except ChakraError as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
+    from chakra_core.terminal import Progress
+
+    try:
+        with Progress(items=True) as progress:
+            result = sweep(args.date, args.sweep, args.name, args.warehouse, args.num_cpus, args.jobs,
+                           args.synthetic, args.npus, args.count, args.generate, args.max_points, progress)
+    except FailedRun as e:  # a stage's one line
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
+    print(f"{result['rows']} simulations ({result['ok']} ok), {result['skipped']} already done -> {result['folder']}")
     return 0
 
 

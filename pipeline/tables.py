@@ -75,7 +75,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", pa.string()),
     ]),
 }
-# an ad hoc sweep's results: sim_results' columns, under tables/sweep_results/sweep=<name>/date=<d>/
+# an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet) start with
+# sim_results' columns; pipeline/sweep_table.py adds the sweep's own and its parameter columns
 SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]
 
 

@@ -179,3 +179,50 @@ def test_cli(tables, tmp_path, capsys):
         out = argv[argv.index("-o") + 1]
         assert capsys.readouterr().out.strip() == out
         _check_figure(Path(out))
+
+
+@pytest.fixture(scope="module")
+def sweep_results(tmp_path_factory) -> Path:
+    """A sweep's folder of two parts whose parameter columns differ (latency_0 only in the second),
+    as two runs of a sweep file that gained a parameter write them."""
+    folder = tmp_path_factory.mktemp("wh") / "tables" / "sweep_results" / "sweep=bw"
+    folder.mkdir(parents=True)
+    rows = [{"job_id": job, "status": "ok", "topology_0": topology, "bandwidth_0": bandwidth, "latency_0": latency,
+             "finish_ns": int(scale * (1e9 / bandwidth + latency * 1e3)),
+             "exposed_comm_ns": int(scale * 5e8 / bandwidth),
+             "cost": 8 * 0.01 * bandwidth}
+            for job, scale in (("a", 1.0), ("b", 2.5)) for topology in ("Ring", "Switch")
+            for bandwidth in (50.0, 100.0, 200.0, 400.0) for latency in (500.0, 1000.0)]
+    first = pa.Table.from_pylist([r for r in rows if r["latency_0"] == 500.0]).drop_columns(["latency_0"])
+    pq.write_table(first, folder / "part-0.parquet")
+    pq.write_table(pa.Table.from_pylist([r for r in rows if r["latency_0"] == 1000.0]), folder / "part-1.parquet")
+    return folder
+
+
+def test_a_sweep_folder_reads_every_part_by_column_name(sweep_results):
+    table = plots.load_table(str(sweep_results))
+    assert table.num_rows == 32 and table.column("latency_0").null_count == 16
+
+
+def test_sweep_and_pareto(sweep_results, tmp_path):
+    _draw("sweep", tmp_path, plots.sweep_lines, str(sweep_results), x="bandwidth_0", facet="topology_0")
+    _draw("sweep_categorical", tmp_path, plots.sweep_lines, str(sweep_results), x="topology_0")
+    _draw("pareto", tmp_path, plots.pareto, str(sweep_results))
+    with pytest.raises(ValueError, match="missing column.*npus_count_0"):
+        plots.sweep_lines(str(sweep_results), str(tmp_path / "x.png"), x="npus_count_0")
+    with pytest.raises(ValueError, match="missing column.*watts"):
+        plots.pareto(str(sweep_results), str(tmp_path / "x.png"), cost="watts")
+
+
+def test_sweep_plot_cli(sweep_results, tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="chakra")
+    plots.add_plot_parser(parser.add_subparsers(dest="command", required=True))
+    for argv in (["sweep", str(sweep_results), "--x", "bandwidth_0", "--facet", "topology_0",
+                  "-o", str(tmp_path / "s.png")],
+                 ["pareto", str(sweep_results), "--cost", "cost", "-o", str(tmp_path / "p.svg")]):
+        args = parser.parse_args(["plot", *argv])
+        assert args.run(args) == 0
+        assert capsys.readouterr().out.strip() == argv[-1]
+        _check_figure(Path(argv[-1]))

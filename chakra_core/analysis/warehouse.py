@@ -1,8 +1,10 @@
 """SQL over the fleet pipeline's warehouse: DuckDB with one view per table.
 
-The pipeline writes `WAREHOUSE/tables/<table>/[sweep=<name>/]date=<d>/part-0.parquet`
-(docs/pipeline.md). Here every table folder found under `WAREHOUSE/tables/` becomes a view of
-the same name, with its hive partition columns (`date`, and `sweep` for sweep_results). The
+The pipeline writes `WAREHOUSE/tables/<table>/date=<d>/part-0.parquet` and, for ad hoc sweeps,
+`tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet` (docs/pipeline.md, docs/sweeps.md).
+Here every table folder found under `WAREHOUSE/tables/` becomes a view of the same name, with
+its hive partition columns (`date`, and `sweep` for sweep_results) and every column of its
+parts (a sweep's parameter columns are null in the rows of sweeps without them). The
 warehouse is any fsspec URL: for s3:// (or any other remote store) the fsspec filesystem is
 registered with DuckDB, which then reads through it, so no DuckDB extension has to be
 downloaded.
@@ -48,10 +50,20 @@ def open_warehouse(url: str):
         files = sorted(f for f in fs.glob(entry.rstrip("/") + "/**/*.parquet") if "/." not in f)
         files_by_table[name] = [scheme + f.lstrip("/") if scheme else f for f in files]
         if files:
-            listed = ", ".join(_quoted(f) for f in files_by_table[name])
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listed}], hive_partitioning = true, "
-                        "union_by_name = true)")
+            con.execute(f"CREATE VIEW {name} AS {_union(files_by_table[name])}")
     return con, files_by_table
+
+
+def _union(files: list[str]) -> str:
+    """One read_parquet per layout of hive partitions (DuckDB refuses to mix sweep=<n>/ with
+    sweep=<n>/date=<d>/ in one), combined by column name: parts of different sweeps have
+    different parameter columns."""
+    layouts: dict[tuple[str, ...], list[str]] = {}
+    for f in files:
+        layouts.setdefault(tuple(p.split("=", 1)[0] for p in f.split("/") if "=" in p), []).append(f)
+    return " UNION ALL BY NAME ".join(
+        f"SELECT * FROM read_parquet([{', '.join(_quoted(f) for f in group)}], hive_partitioning = true, "
+        "union_by_name = true)" for group in layouts.values())
 
 
 def run_query(con, sql: str):

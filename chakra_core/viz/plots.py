@@ -15,6 +15,9 @@ extension) and returns ``out``. Tables that lack a needed column, or have no usa
 - :func:`rank_imbalance` -- ``collectives``: per-rank bytes and node counts of one job.
 - :func:`selection_error` -- ``chakra select --json`` documents: the subset's estimate error
   against the number of representatives k.
+- :func:`sweep_lines` -- ``sweep_results``: finish time and exposed communication against a swept
+  parameter, a line per job (panels per value of another parameter).
+- :func:`pareto` -- ``sweep_results``: finish time against a cost column, with each job's Pareto front.
 
 :func:`add_plot_parser` registers ``chakra plot KIND ...`` on the CLI's subparsers.
 """
@@ -70,6 +73,10 @@ def load_table(table: Any, name: str = "table") -> pa.Table:
         raise ValueError(f"{name}: {url} does not exist")
     try:
         dataset = ds.dataset(source, filesystem=arrow_fs, format="parquet", partitioning="hive")
+        schemas = {f.physical_schema for f in dataset.get_fragments()}
+        if len(schemas) > 1:  # e.g. parts of sweeps with different parameter columns: every column, by name
+            unified = pa.unify_schemas([dataset.schema, *schemas], promote_options="permissive")
+            dataset = ds.dataset(source, schema=unified, filesystem=arrow_fs, format="parquet", partitioning="hive")
         return dataset.to_table()
     except (pa.ArrowInvalid, OSError) as exc:
         raise ValueError(f"{name}: cannot read Parquet from {url}: {exc}") from exc
@@ -528,6 +535,115 @@ def selection_error(selections: Sequence[Any], out: str | os.PathLike, target: f
     return _save(fig, out)
 
 
+# ------------------------------------------------------------------ 7. sweeps: a parameter, and cost
+
+
+def _sweep_rows(table: Any, columns: Sequence[str]) -> list[dict]:
+    """The 'ok' rows of a sweep_results table that have every one of `columns`."""
+    t = load_table(table, "sweep_results")
+    _require(t, ("job_id", "status", *columns), "sweep_results")
+    rows = [r for r in t.select(list(dict.fromkeys(["job_id", "status", *columns]))).to_pylist()
+            if r["status"] == "ok" and all(r[c] is not None for c in columns)]
+    if not rows:
+        raise ValueError(f"sweep_results: no rows with status 'ok' and values of {', '.join(columns)}")
+    return rows
+
+
+def _ordered(values) -> list:
+    return sorted(set(values), key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+
+
+def sweep_lines(sweep_results: Any, out: str | os.PathLike, x: str, facet: str | None = None) -> str:
+    """Finish time (top) and exposed communication (bottom), in ms, against the parameter column
+    `x`, a line per job; a column of panels per value of `facet`. Where other parameters vary
+    too, the line is the median over them and the shaded band their range."""
+    out = _check_out(out)
+    rows = _sweep_rows(sweep_results, ["finish_ns", "exposed_comm_ns", x, *([facet] if facet else [])])
+    facets = _ordered(r[facet] for r in rows) if facet else [None]
+    numeric = all(isinstance(r[x], (int, float)) for r in rows)
+    ticks = _ordered(r[x] for r in rows)
+    jobs = _ordered(r["job_id"] for r in rows)
+    fig, axes = _figure(2, len(facets), size=(4 * len(facets) + 3, 7), sharex=True, squeeze=False)
+    for col, value in enumerate(facets):
+        for i, job in enumerate(jobs):
+            mine = [r for r in rows if r["job_id"] == job and (facet is None or r[facet] == value)]
+            for row, column in enumerate(("finish_ns", "exposed_comm_ns")):
+                _median_line(axes[row][col], mine, x, column, ticks, numeric, i, job if row == 0 else None)
+        if facet:
+            axes[0][col].set_title(f"{facet} = {value}", fontsize=10)
+        axes[1][col].set_xlabel(x)
+    axes[0][0].set_ylabel("finish time (ms)")
+    axes[1][0].set_ylabel("exposed communication (ms)")
+    for ax in axes.flat:
+        ax.grid(True, alpha=0.3)
+        if numeric and min(ticks) > 0 and max(ticks) / min(ticks) >= 8:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.minorticks_off()
+        elif not numeric:
+            ax.set_xticks(range(len(ticks)), [str(t) for t in ticks])
+    if len(jobs) <= 12:  # more jobs than that make a legend no one reads
+        lines = {label: line for ax in axes[0] for line, label in zip(*ax.get_legend_handles_labels())}
+        axes[0][-1].legend(lines.values(), lines.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                           title="job")
+    fig.suptitle(f"Sweep: finish time and exposed communication against {x} ({len(jobs)} job"
+                 f"{'s' if len(jobs) != 1 else ''})\nline: the median over the other parameters, band: their range",
+                 fontsize=10)
+    return _save(fig, out)
+
+
+def _median_line(ax, rows: list[dict], x: str, column: str, ticks: list, numeric: bool, index: int,
+                 label: str | None) -> None:
+    by_x: dict[Any, list[float]] = defaultdict(list)
+    for r in rows:
+        by_x[r[x]].append(r[column] / 1e6)
+    if not by_x:
+        return
+    xs = [t for t in ticks if t in by_x]
+    values = [sorted(by_x[t]) for t in xs]
+    positions = xs if numeric else [ticks.index(t) for t in xs]
+    color = f"C{index % 10}"
+    ax.plot(positions, [v[(len(v) - 1) // 2] for v in values], marker=MARKERS[index % len(MARKERS)], color=color,
+            linewidth=1.5, markersize=4, label=label)
+    if any(len(v) > 1 for v in values):
+        ax.fill_between(positions, [v[0] for v in values], [v[-1] for v in values], color=color, alpha=0.12)
+
+
+def pareto(sweep_results: Any, out: str | os.PathLike, cost: str = "cost") -> str:
+    """Finish time (ms) against the column `cost`, a colour per job: every simulated point, and
+    the job's Pareto front (the points no other point beats on both cost and time) as a line."""
+    out = _check_out(out)
+    rows = _sweep_rows(sweep_results, ["finish_ns", cost])
+    jobs = _ordered(r["job_id"] for r in rows)
+    fig, ax = _figure(size=(9, 6))
+    for i, job in enumerate(jobs):
+        points = sorted((float(r[cost]), r["finish_ns"] / 1e6) for r in rows if r["job_id"] == job)
+        color = f"C{i % 10}"
+        ax.scatter([p[0] for p in points], [p[1] for p in points], s=12, color=color, alpha=0.35)
+        front, best = [], math.inf
+        for c, t in points:  # cheapest first: a point is on the front when it is faster than every cheaper one
+            if t < best:
+                front.append((c, t))
+                best = t
+        ax.plot([p[0] for p in front], [p[1] for p in front], marker=MARKERS[i % len(MARKERS)], color=color,
+                linewidth=1.5, markersize=5, label=job if len(jobs) <= 12 else None)
+    costs = [float(r[cost]) for r in rows]
+    if min(costs) > 0 and max(costs) / min(costs) >= 100:
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(cost)
+    ax.set_ylabel("finish time (ms)")
+    ax.set_title(f"Finish time against {cost}: every point, and each job's Pareto front ({len(jobs)} job"
+                 f"{'s' if len(jobs) != 1 else ''})", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    if len(jobs) <= 12:
+        ax.legend(fontsize=8, title="job")
+    return _save(fig, out)
+
+
 # ------------------------------------------------------------------ CLI
 
 
@@ -548,7 +664,7 @@ def _done(path: str) -> int:
 
 def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     """Register `chakra plot KIND ...` (KIND: runtime-vs-npus, compute-vs-exposed, message-sizes,
-    rank-imbalance, bandwidth-heatmap, selection-error); each subcommand sets `run` to a function(args) -> 0."""
+    rank-imbalance, bandwidth-heatmap, selection-error, sweep, pareto); each subcommand sets `run` to a function(args) -> 0."""
     plot = subparsers.add_parser(
         "plot", help="draw performance figures (PNG or SVG) from the pipeline's Parquet tables",
         description="Draw a figure from the fleet pipeline's tables (a Parquet file, a folder of "
@@ -605,4 +721,18 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     output(p)
     p.add_argument("--target", type=float, help="draw this error (a fraction, e.g. 0.05) as a line")
     p.set_defaults(run=lambda a: _done(selection_error(a.selections, a.output, target=a.target)))
+
+    p = kinds.add_parser("sweep", help="sweep_results: finish time and exposed comm against a parameter, per job")
+    p.add_argument("sweep_results", help="sweep_results Parquet file or folder, e.g. WAREHOUSE/tables/sweep_results/"
+                   "sweep=NAME")
+    p.add_argument("--x", required=True, metavar="PARAM", help="the parameter column along x, e.g. bandwidth_0")
+    p.add_argument("--facet", metavar="PARAM", help="a panel per value of this column, e.g. topology_0")
+    output(p)
+    p.set_defaults(run=lambda a: _done(sweep_lines(a.sweep_results, a.output, a.x, a.facet)))
+
+    p = kinds.add_parser("pareto", help="sweep_results: finish time against a cost column, each job's Pareto front")
+    p.add_argument("sweep_results", help="sweep_results Parquet file or folder")
+    p.add_argument("--cost", default="cost", metavar="COLUMN", help="the cost column (default: cost)")
+    output(p)
+    p.set_defaults(run=lambda a: _done(pareto(a.sweep_results, a.output, a.cost)))
     return plot

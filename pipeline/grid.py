@@ -1,0 +1,332 @@
+"""Sweep files: named systems and grids of ASTRA-sim parameters, expanded into the points a
+sweep simulates every job on (docs/sweeps.md has the format with examples).
+
+    system: ring_system.json       # base system JSON for the keys not in the grid (default: the reference system)
+    network: Ring_8npus.yml        # base network YAML for the network keys not in the grid (optional)
+    grid:                          # every combination is one point; a list of such mappings is their union
+      topology: [[Ring], [Switch], [Ring, Switch]]   # a value per dimension, or one value for every dimension
+      npus_count: [8, 64, 512]
+      bandwidth: [50, 200, 800]
+      all-reduce-implementation: [ring, direct]
+      mode: [unaware, aware]
+    where: ["total_npus <= 4096", "total_npus >= traced_npus"]
+    cost: {bandwidth: 0.01}
+    systems: [{name, network, system}]      # named systems, as in default.yaml
+
+Every problem is a ChakraError: one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import fsspec
+
+from chakra_core.errors import ChakraError
+from chakra_core.sim import reference
+from chakra_core.sim.config import (
+    ASTRA_SIM_NETWORK_KEYS,
+    ASTRA_SIM_SYSTEM_KEYS,
+    load_network,
+    load_system,
+    read_document,
+)
+from pipeline.where import Condition, parse_where
+
+DEFAULT_MAX_POINTS = 10_000
+NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
+REFERENCE = "reference"  # a named system's (or the grid's) system: chakra_core/sim/reference.py's
+NETWORK_KEYS = tuple(ASTRA_SIM_NETWORK_KEYS)  # topology, npus_count, bandwidth, latency
+PER_DIMENSION_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
+                             "reduce-scatter-implementation", "all-to-all-implementation")
+OPTIONS = {"mode": ("unaware", "aware"), "scaling": ("weak", "strong")}
+GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS)
+COST_KEYS = ("npus", "bandwidth")
+FILE_KEYS = ("systems", "grid", "system", "network", "where", "cost")
+# the network keys a grid need not give: the reference network's (npus_count has no default)
+NETWORK_DEFAULTS = {"topology": "Ring", "bandwidth": reference.BANDWIDTH_GBPS, "latency": reference.LATENCY_NS}
+# a grid this many times the limit is refused before expanding it: `where` could not prune it in time
+EXPANSION_FACTOR = 10
+
+
+class SweepError(ChakraError):
+    """A sweep that cannot run: one line naming the file (or option) and the key."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One system of the sweep. `network` maps ASTRA-sim's network keys to one entry per
+    dimension (None: a Ring of the job's own rank count); `params` are its parameter columns."""
+
+    name: str
+    network: dict | None
+    system: dict
+    mode: str = "unaware"
+    scaling: str = "weak"
+    params: dict | None = None
+    key: str = ""  # sha256 of the configuration: with the job's hash, what a re-run skips
+
+    @property
+    def npus(self) -> int | None:
+        return math.prod(self.network["npus_count"]) if self.network else None
+
+    def where_values(self) -> dict:
+        """What `where` conditions see: the parameter columns, total_npus, dims, mode and scaling."""
+        dims = len(self.network["topology"]) if self.network else 1
+        return {**(self.params or {}), "total_npus": self.npus, "dims": dims, "mode": self.mode,
+                "scaling": self.scaling}
+
+
+def point(name: str, network: dict | None, system: dict, mode: str = "unaware", scaling: str = "weak",
+          params: dict | None = None) -> Point:
+    """A Point with its key."""
+    text = json.dumps([network, system, mode, scaling], sort_keys=True)
+    return Point(name, network, system, mode, scaling, params or {}, hashlib.sha256(text.encode()).hexdigest())
+
+
+@dataclass(frozen=True)
+class Sweep:
+    points: list[Point]
+    where: list[Condition]  # the conditions on traced_npus, checked per job (the others pruned the grid)
+    columns: list[str]  # the parameter columns, in grid order
+    cost: dict[str, float]
+
+    def points_for(self, traced_npus: int) -> list[Point]:
+        """The points a job of `traced_npus` ranks is simulated on."""
+        if not self.where:
+            return self.points
+        return [p for p in self.points
+                if all(c.holds({**p.where_values(), "traced_npus": traced_npus}) for c in self.where)]
+
+
+def cost_of(rates: dict[str, float], network: dict | None, npus: int) -> float | None:
+    """npus x (cost.npus + cost.bandwidth x the sum of the dimensions' GB/s): a price per NPU and
+    per GB/s of each of its links (a native ring: the reference bandwidth); None without rates."""
+    if not rates:
+        return None
+    bandwidth = sum(network["bandwidth"]) if network else reference.BANDWIDTH_GBPS
+    return npus * (rates.get("npus", 0.0) + rates.get("bandwidth", 0.0) * bandwidth)
+
+
+def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
+    """The sweep file's points, checked: unknown keys, dimension counts, values (by the simulator's
+    own config loaders) and the point limit."""
+    try:
+        _, document = read_document(path)
+    except ChakraError as exc:
+        raise SweepError(str(exc)) from None
+    unknown = [k for k in document if k not in FILE_KEYS]
+    if unknown:
+        raise SweepError(f"{path}: {unknown[0]}: unknown key; a sweep file has {', '.join(FILE_KEYS)}")
+    if "systems" not in document and "grid" not in document:
+        raise SweepError(f"{path}: expected `systems: [{{name, network, system}}, ...]` or `grid: {{key: [values]}}`")
+    base = os.path.dirname(os.path.abspath(path)) if "://" not in path else path.rsplit("/", 1)[0]
+    conditions = parse_where(path, document.get("where"), _is_name)
+    points = _named_points(path, base, document.get("systems"))
+    if "grid" in document:
+        points += _grid_points(path, base, document, [c for c in conditions if not c.uses("traced_npus")],
+                               max_points)
+    unique: dict[str, Point] = {}
+    for p in points:  # one of each configuration (grids may overlap), the first kept
+        unique.setdefault(p.key, p)
+    points = list(unique.values())
+    if len(points) > max_points:
+        raise SweepError(f"{path}: {len(points):,} points exceed the limit of {max_points:,} (--max-points raises it)")
+    _check_configs(path, points)
+    columns = _in_order(list(dict.fromkeys(c for p in points for c in p.params)))
+    return Sweep(points, [c for c in conditions if c.uses("traced_npus")], columns,
+                 _cost(path, document.get("cost")))
+
+
+def _is_name(name: str) -> bool:
+    """Whether `where` may name it: a parameter column, a derived figure or traced_npus."""
+    if name in ("total_npus", "dims", "traced_npus", *OPTIONS):
+        return True
+    key, _, index = name.rpartition("_")
+    per_dimension = {column_name(k) for k in (*NETWORK_KEYS, *PER_DIMENSION_SYSTEM_KEYS)}
+    scalar = {column_name(k) for k in ASTRA_SIM_SYSTEM_KEYS if k not in PER_DIMENSION_SYSTEM_KEYS}
+    return (index.isdigit() and key in per_dimension) or name in scalar
+
+
+def _in_order(columns: list[str]) -> list[str]:
+    """Per-dimension columns together: topology_0, topology_1, npus_count_0, ..."""
+    def split(column: str) -> tuple[str, int]:
+        key, _, index = column.rpartition("_")
+        return (key, int(index)) if index.isdigit() else (column, 0)
+
+    keys = list(dict.fromkeys(split(c)[0] for c in columns))
+    return sorted(columns, key=lambda c: (keys.index(split(c)[0]), split(c)[1]))
+
+
+def column_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _read(path: str, base: str, name: str, what: str) -> dict:
+    """A network or system file named in the sweep file (relative to it), or the reference system."""
+    if what == "system" and name == REFERENCE:
+        return dict(reference.SYSTEM)
+    url = name if "://" in name or os.path.isabs(name) else f"{base}/{name}"
+    try:
+        document = read_document(url)[1]
+    except ChakraError as exc:
+        raise SweepError(f"{path}: {what} {name}: {exc}") from None
+    if what == "network" and isinstance(document.get("dims"), list):  # the project's form: ASTRA-sim's keys
+        return {key: [d.get(field) if isinstance(d, dict) else None for d in document["dims"]]
+                for key, field in ASTRA_SIM_NETWORK_KEYS.items()}
+    return document
+
+
+def _named_points(path: str, base: str, systems) -> list[Point]:
+    if systems is None:
+        return []
+    if not isinstance(systems, list) or not all(isinstance(s, dict) for s in systems):
+        raise SweepError(f"{path}: systems: expected a list of {{name, network, system}}")
+    points = []
+    for i, entry in enumerate(systems):
+        missing = [k for k in ("name", "network", "system") if k not in entry]
+        if missing:
+            raise SweepError(f"{path}: systems[{i}]: {missing[0]}: missing (each system has name, network, system)")
+        network = None if entry["network"] == NATIVE_RING else _read(path, base, entry["network"], "network")
+        options = {k: _option(path, f"systems[{i}].{k}", entry[k]) for k in OPTIONS if k in entry}
+        points.append(point(str(entry["name"]), network, _read(path, base, entry["system"], "system"), **options))
+    names = [p.name for p in points]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise SweepError(f"{path}: systems: the name {twice!r} is used twice")
+    return points
+
+
+def _option(path: str, key: str, value) -> str:
+    name = key.rsplit(".", 1)[-1]
+    if value not in OPTIONS[name]:
+        raise SweepError(f"{path}: {key}: {value!r} is not one of {', '.join(OPTIONS[name])}")
+    return value
+
+
+def _grid_points(path: str, base: str, document: dict, conditions: list[Condition], max_points: int) -> list[Point]:
+    grids = document["grid"] if isinstance(document["grid"], list) else [document["grid"]]
+    system = _read(path, base, document.get("system", REFERENCE), "system")
+    network = _read(path, base, document["network"], "network") if "network" in document else {}
+    for i, grid in enumerate(grids):
+        _check_grid(path, f"grid[{i}]" if len(grids) > 1 else "grid", grid)
+    swept = list(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
+    points = []
+    for i, grid in enumerate(grids):
+        where = f"grid[{i}]" if len(grids) > 1 else "grid"
+        combinations = math.prod(len(v) for v in grid.values())
+        if combinations > EXPANSION_FACTOR * max_points:
+            raise SweepError(f"{path}: {where}: {combinations:,} combinations; the limit is {max_points:,} "
+                             "simulations (--max-points raises it)")
+        for values in itertools.product(*grid.values()):
+            p = _grid_point(path, where, dict(zip(grid, values)), network, system, swept)
+            if all(c.holds(p.where_values()) for c in conditions):
+                points.append(p)
+    return points
+
+
+def _check_grid(path: str, where: str, grid) -> None:
+    if not isinstance(grid, dict) or not grid:
+        raise SweepError(f"{path}: {where}: expected a mapping of keys to lists of values")
+    for key, values in grid.items():
+        if key not in GRID_KEYS:
+            raise SweepError(f"{path}: {where}: {key}: unknown key (a typo?); grid keys: {', '.join(GRID_KEYS)}")
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{path}: {where}: {key}: expected a non-empty list of values, got {values!r}")
+        per_dimension = key in NETWORK_KEYS or key in PER_DIMENSION_SYSTEM_KEYS
+        for value in values:
+            if key in OPTIONS:
+                _option(path, f"{where}.{key}", value)
+            items = value if isinstance(value, list) and per_dimension else [value]
+            if not items or any(isinstance(v, (dict, list)) or v is None for v in items):
+                raise SweepError(f"{path}: {where}: {key}: {value!r}: expected a value"
+                                 + (" or a list of one per dimension" if per_dimension else ""))
+
+
+def _grid_point(path: str, where: str, values: dict, base_network: dict, base_system: dict,
+                swept: list[str]) -> Point:
+    """The point of one combination. A list is a value per dimension; a single value (or a
+    base file's one-entry list) is every dimension's."""
+    network_values = {k: values[k] if k in values else _every_dimension(base_network.get(k, NETWORK_DEFAULTS.get(k)))
+                      for k in NETWORK_KEYS}
+    if network_values["npus_count"] is None:
+        raise SweepError(f"{path}: {where}: npus_count: missing; give it in the grid or a base `network:`")
+    dims = _dimensions(path, where, network_values)
+    network = {k: _spread(v, dims) for k, v in network_values.items()}
+    system = {**base_system, **{k: v for k, v in values.items() if k in ASTRA_SIM_SYSTEM_KEYS}}
+    for key in PER_DIMENSION_SYSTEM_KEYS:
+        if key in system:
+            system[key] = _spread(system[key] if key in values else _every_dimension(system[key]), dims)
+    params = {}
+    for key in swept:
+        if key in NETWORK_KEYS or key in PER_DIMENSION_SYSTEM_KEYS:
+            params.update({f"{column_name(key)}_{d}": v for d, v in enumerate((network | system).get(key) or [])})
+        else:
+            params[column_name(key)] = system.get(key)
+    name = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in values.items())
+    options = {k: values[k] for k in OPTIONS if k in values}
+    return point(name, network, system, params=params, **options)
+
+
+def _every_dimension(value):
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+def _dimensions(path: str, where: str, network_values: dict) -> int:
+    """The dimension count of a combination: its topology's, else that of its other lists, which must agree."""
+    lists = {k: v for k, v in network_values.items() if isinstance(v, list)}
+    if not lists:
+        return 1
+    shape = "topology" if "topology" in lists else next(iter(lists))
+    dims = len(lists[shape])
+    for key, value in lists.items():
+        if len(value) != dims:
+            raise SweepError(f"{path}: {where}: {key}: {value} has {len(value)} dimension(s) but {shape} "
+                             f"{lists[shape]} has {dims}; values of different dimension counts need grids of "
+                             "their own (grid: [{...}, {...}])")
+    return dims
+
+
+def _spread(value, dims: int) -> list:
+    return list(value) if isinstance(value, list) else [value] * dims
+
+
+def _check_configs(path: str, points: list[Point]) -> None:
+    """Each distinct network and system through the simulator's loaders, so that a bad value
+    is found before any simulation, named by its key."""
+    fs = fsspec.filesystem("memory")
+    checked: set[str] = set()
+    for p in points:
+        for what, config, load in (("network", p.network, load_network), ("system", p.system, load_system)):
+            text = json.dumps(config, sort_keys=True)
+            if config is None or text in checked:
+                continue
+            url = f"memory://chakra-sweep-check/{hashlib.sha256(text.encode()).hexdigest()}.json"
+            fs.pipe(url, text.encode())
+            try:
+                load(url)
+            except ChakraError as exc:
+                key = getattr(exc, "key", None)
+                detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
+                raise SweepError(f"{path}: {p.name}: {what} {detail}") from None
+            finally:
+                fs.rm(url)
+            checked.add(text)
+
+
+def _cost(path: str, cost) -> dict[str, float]:
+    if cost is None:
+        return {}
+    if not isinstance(cost, dict):
+        raise SweepError(f"{path}: cost: expected a mapping like {{bandwidth: 0.01}}")
+    for key, rate in cost.items():
+        if key not in COST_KEYS:
+            raise SweepError(f"{path}: cost: {key}: unknown key; cost keys: {', '.join(COST_KEYS)}")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
+            raise SweepError(f"{path}: cost: {key}: expected a number >= 0, got {rate!r}")
+    return {k: float(v) for k, v in cost.items()}
