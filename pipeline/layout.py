@@ -4,7 +4,7 @@ SOURCE/<YYYY-MM-DD>/<job_id>/...                      a day's drop
 WAREHOUSE/traces/date=<d>/job=<id>/<id>.<R>.et       converted, one per rank
 WAREHOUSE/.staging/traces/date=<d>/job=<id>-<run>/   a job's outputs until the whole job succeeded
 WAREHOUSE/tables/<table>/date=<d>/part-0.parquet     one file per table and day
-WAREHOUSE/tables/sweep_results/sweep=<name>/date=<d>/part-0.parquet   an ad hoc sweep
+WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet   an ad hoc sweep (docs/sweeps.md)
 """
 
 from __future__ import annotations

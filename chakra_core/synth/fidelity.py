@@ -2,8 +2,7 @@
 
 Per job (`measure_job`): operations per kind and every message size (over all ranks, as the
 `collectives` table counts them), and one simulation on the reference system
-(`chakra_core.sim.reference`: a Ring of the job's NPUs, 50 GB/s, 500 ns, the ring system
-of pipeline/sweeps/ring_system.json): the iteration time (the traced steps' finish time,
+(`chakra_core.sim.reference`: a Ring of the job's NPUs, 50 GB/s, 500 ns, and its system): the iteration time (the traced steps' finish time,
 ns) and the exposed communication (the largest NPU's finish minus its GPU compute time).
 
 The report (`fidelity_report`) compares synthetic jobs with the real jobs of the same
