@@ -23,7 +23,7 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import fsspec
 
@@ -32,6 +32,8 @@ from chakra_core.sim import reference
 from chakra_core.sim.config import (
     ASTRA_SIM_NETWORK_KEYS,
     ASTRA_SIM_SYSTEM_KEYS,
+    NetworkConfig,
+    SystemConfig,
     load_network,
     load_system,
     read_document,
@@ -61,7 +63,9 @@ class SweepError(ChakraError):
 @dataclass(frozen=True)
 class Point:
     """One system of the sweep. `network` maps ASTRA-sim's network keys to one entry per
-    dimension (None: a Ring of the job's own rank count); `params` are its parameter columns."""
+    dimension (None: a Ring of the job's own rank count); `params` are its parameter columns.
+    `network_config` and `system_config` are the simulator's objects of the two, made by its
+    loaders when the sweep file is read (picklable: what a Ray worker simulates)."""
 
     name: str
     network: dict | None
@@ -70,6 +74,8 @@ class Point:
     scaling: str = "weak"
     params: dict | None = None
     key: str = ""  # sha256 of the configuration: with the job's hash, what a re-run skips
+    network_config: NetworkConfig | None = field(default=None, compare=False, repr=False)  # None: a native ring
+    system_config: SystemConfig | None = field(default=None, compare=False, repr=False)
 
     @property
     def npus(self) -> int | None:
@@ -137,7 +143,7 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
     points = list(unique.values())
     if len(points) > max_points:
         raise SweepError(f"{path}: {len(points):,} points exceed the limit of {max_points:,} (--max-points raises it)")
-    _check_configs(path, points)
+    points = _configured(path, points)
     columns = _in_order(list(dict.fromkeys(c for p in points for c in p.params)))
     return Sweep(points, [c for c in conditions if c.uses("traced_npus")], columns,
                  _cost(path, document.get("cost")))
@@ -296,27 +302,35 @@ def _spread(value, dims: int) -> list:
     return list(value) if isinstance(value, list) else [value] * dims
 
 
-def _check_configs(path: str, points: list[Point]) -> None:
-    """Each distinct network and system through the simulator's loaders, so that a bad value
-    is found before any simulation, named by its key."""
+def _configured(path: str, points: list[Point]) -> list[Point]:
+    """The points with their network and system objects, each distinct configuration made once by
+    the simulator's own loaders (so that a bad value is found before any simulation, named by its
+    key): they read URLs, so the parsed document goes to this process's memory:// for the call."""
+    made: dict[str, NetworkConfig | SystemConfig] = {}
+
+    def config(p: Point, what: str, document: dict, load):
+        text = json.dumps([what, document], sort_keys=True)
+        if text not in made:
+            made[text] = _loaded(path, p.name, what, document, load)
+        return made[text]
+
+    return [replace(p, network_config=None if p.network is None else config(p, "network", p.network, load_network),
+                    system_config=config(p, "system", p.system, load_system)) for p in points]
+
+
+def _loaded(path: str, name: str, what: str, document: dict, load):
     fs = fsspec.filesystem("memory")
-    checked: set[str] = set()
-    for p in points:
-        for what, config, load in (("network", p.network, load_network), ("system", p.system, load_system)):
-            text = json.dumps(config, sort_keys=True)
-            if config is None or text in checked:
-                continue
-            url = f"memory://chakra-sweep-check/{hashlib.sha256(text.encode()).hexdigest()}.json"
-            fs.pipe(url, text.encode())
-            try:
-                load(url)
-            except ChakraError as exc:
-                key = getattr(exc, "key", None)
-                detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
-                raise SweepError(f"{path}: {p.name}: {what} {detail}") from None
-            finally:
-                fs.rm(url)
-            checked.add(text)
+    text = json.dumps(document, sort_keys=True)
+    url = f"memory://chakra-sweep-check/{hashlib.sha256(text.encode()).hexdigest()}.json"
+    fs.pipe(url, text.encode())
+    try:
+        return load(url)
+    except ChakraError as exc:
+        key = getattr(exc, "key", None)
+        detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
+        raise SweepError(f"{path}: {name}: {what} {detail}") from None
+    finally:
+        fs.rm(url)
 
 
 def _cost(path: str, cost) -> dict[str, float]:

@@ -7,7 +7,7 @@ sweep's size is known before any work. `prepare_job` (a Ray task per job) then m
 synthetic and generated ones under `WAREHOUSE/sweeps/<name>/jobs/<job_id>/` (reused by a
 re-run: a marker written last holds their hash) and hashes every job's content: that hash,
 with a point's configuration, is the key a re-run skips. A batch reads the job once into
-worker memory (`in_memory`), and checks that every rank decodes.
+worker memory (`read_sweep_job`): every rank decoded, the node tables its points share.
 """
 
 from __future__ import annotations
@@ -15,18 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import fsspec
 
 from chakra_core.analysis.fleet import find_jobs
-from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
-from chakra_core.format.job import groups_url
+from chakra_core.format.job import Job, groups_url, read_comm_groups
 from chakra_core.outputs import open_output
 from pipeline.grid import SweepError
 from pipeline.ingest import sha256
@@ -164,7 +160,7 @@ def prepare_job(job: SweepJob, store: str) -> SweepJob:
     """The job made (if it is synthetic or generated) and hashed, its groups file checked."""
     if job.recipe is not None:
         return _made(job, join(store, job.job_id))
-    groups = job.comm_groups if job.comm_groups and _exists(job.comm_groups) else None
+    groups = job.comm_groups if job.comm_groups and exists(job.comm_groups) else None
     return replace(job, comm_groups=groups, sha256=content_hash(job.files, groups))
 
 
@@ -178,7 +174,7 @@ def content_hash(files: tuple[str, ...], comm_groups: str | None) -> str:
 
 def _made(job: SweepJob, folder: str) -> SweepJob:
     marker = join(folder, MADE)
-    if _exists(marker):  # made by an earlier run: the same recipe makes the same job
+    if exists(marker):  # made by an earlier run: the same recipe makes the same job
         with fsspec.open(marker, "r") as f:
             made = json.load(f)
     else:
@@ -210,33 +206,15 @@ def _model(url: str):
     return load_model(url)
 
 
-def _exists(url: str) -> bool:
+def exists(url: str) -> bool:
     fs, path = filesystem(url)
     return fs.exists(path)
 
 
-@contextmanager
-def in_memory(job: SweepJob) -> Iterator[tuple[str, str | None]]:
-    """(prefix, groups URL) of a copy of the job in this worker's memory, read from storage
-    once for a whole batch; every rank is decoded once here, so that an unreadable job fails
-    its batch at once with the file's name. Removed when the block ends."""
-    fs = fsspec.filesystem("memory")
-    folder = f"/chakra-sweep-jobs/{uuid.uuid4().hex}"
-    try:
-        for rank, url in enumerate(job.files):
-            copy = f"memory://{folder}/job.{rank}.et"
-            with fsspec.open(url, "rb") as f:
-                fs.pipe(copy, f.read())
-            try:
-                read_table(copy)
-            except ChakraError as exc:  # named by the job's own file, not the copy
-                raise ChakraError(str(exc).replace(copy, url)) from None
-        groups = None
-        if job.comm_groups:
-            with fsspec.open(job.comm_groups, "rb") as f:
-                fs.pipe(f"{folder}/job.comm_groups.json", f.read())
-            groups = f"memory://{folder}/job.comm_groups.json"
-        yield f"memory://{folder}/job", groups
-    finally:
-        if fs.exists(folder):
-            fs.rm(folder, recursive=True)
+def read_sweep_job(job: SweepJob) -> Job:
+    """The job in this worker's memory: its rank files (the ones hashed, in rank order) decoded,
+    so that an unreadable job fails its batch at once with the file's name, and its groups file
+    read (none when it does not exist). Read from storage once for a whole batch of points."""
+    tables = [read_table(url) for url in job.files]
+    groups = read_comm_groups(job.comm_groups) if job.comm_groups and exists(job.comm_groups) else {}
+    return Job(tables, groups, job.job_id)
