@@ -6,6 +6,7 @@ worked out by hand from its rules."""
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from test_sim import (
@@ -28,12 +29,14 @@ from test_sim import (
 )
 
 from chakra_core.generate.builder import JobBuilder
-from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareFabric
+from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareFabric, WatchedFabric
 from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel, SimulationError
 from chakra_core.sim.config import load_network
-from chakra_core.sim.engine import SimulationDeadlock, simulate
+from chakra_core.sim.engine import Engine, SimulationDeadlock, simulate
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.holding import translatable
+from chakra_core.sim.feeder import GraphFeeder
+from chakra_core.sim.holding import group_rotation, translatable
+from chakra_core.sim.replay import Replay, replay_alone
 
 THREE_D = network(("Ring", 3, 50, 500), ("FullyConnected", 4, 100, 300), ("Switch", 2, 25, 700))
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -423,3 +426,130 @@ def test_a_member_that_never_issues_a_collective_left_to_its_table_is_reported_a
     assert reports[0] == reports[1]
     assert reports[0][0][0] == ("all_reduce (collective #0 of group all) runs chunk 0's all_reduce on dimension 0 "
                                 "while chunk 3's all_reduce on dimension 0 waits behind it")
+
+
+# ---------------------------------------------------------------- holding tables on shared links
+
+
+def aware_run(tables, net, sysc, groups=None, shortcuts=True):
+    """(result, engine) of an aware run; engine.attempts: how many runs of the job it took."""
+    engine = Engine([GraphFeeder(t) for t in tables], net, sysc, comm_groups=groups, mode="aware",
+                    reuse_alone=shortcuts)
+    return engine.run(), engine
+
+
+SUB_GROUP_TABLES = [  # a sub-group's table, from another group's (moved along the torus) or one member's replay
+    ("Switch 8, moved from (0, 1, 2, 3), rotated", SWITCH8, BASE, (4, 5, 6, 7)),
+    ("Switch 8, strided, rotated", SWITCH8, BASE, (1, 3, 5, 7)),
+    ("Switch 8, out of order, moved and rotated", SWITCH8, BASE, (6, 1, 3)),
+    ("Ring 8, evenly spaced, rotated", RING8, BASE, (1, 3, 5, 7)),
+    ("Ring 8, unevenly spaced: a replay per member", RING8, BASE, (2, 3, 4, 5)),
+    ("Ring 4 x Switch 4, dimension 0, rotated", TWO_D, TWO_D_SYSTEM, (4, 5, 6, 7)),
+    ("Ring 4 x Switch 4, dimension 1, rotated", TWO_D, TWO_D_SYSTEM, (1, 5, 9, 13)),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,group", SUB_GROUP_TABLES, ids=[c[0] for c in SUB_GROUP_TABLES])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_sub_group_holding_tables_give_what_their_replays_give(name, net, sysc, group, op):
+    model = AwareCollectiveModel(net, sysc)
+    table, plan = model.holding(op, MiB, None, group), model.plan(op, MiB, None, group)
+    assert (group_rotation(net, plan) is None) == ("per member" in name)
+    for seed in range(3):
+        offsets = tuple((seed * 7919 + k * 104729) % (40_000 if seed < 2 else 5) for k in range(len(group)))
+        events = EventQueue()
+        fabric = model.backend(events, record=True)
+        finishes = replay_alone(Replay(model.system, model.ranks, events, fabric, model.timer.p), plan, group, offsets)
+        # each member's finish, each link's free tick and the tick its first message entered it
+        ends, frees, enters = table.evaluate(offsets)
+        assert (ends, dict(zip(table.links, frees)), dict(zip(table.links, enters))) == (
+            list(finishes), fabric.free, fabric.entered)
+        unaware = CollectiveModel(net, sysc)
+        assert unaware.holding(op, MiB, None, group).finishes(offsets) == unaware.replayed(op, MiB, None, group, offsets)
+
+
+def pipeline_job(npus: int, width: int, seed: int, steps: int = 10, longest_us: int = 15,
+                 sizes: tuple[int, ...] = (65536, MiB, 3 * MiB)) -> tuple[list, dict]:
+    """The same steps on every rank, each after its own compute of 0..longest_us us (ranks drift
+    apart): a collective of its group of `width` consecutive NPUs (tensor parallel), of its
+    group of every width-th NPU (data parallel), or a send to the next or previous group
+    (pipeline stages) whose receive is posted from the start. Returns (tables, groups)."""
+    draw = random.Random(seed)
+    groups = {1 + b // width: tuple(range(b, b + width)) for b in range(0, npus, width)}
+    groups.update({100 + r: tuple(range(r, npus, width)) for r in range(width)})
+    steps = [(draw.choice(["tp", "tp", "dp", "send"]), draw.choice([0, 2, 7]), draw.choice(sizes),
+              draw.choice([width, -width])) for _ in range(steps)]
+    ranks = []
+    for npu in range(npus):
+        own, nodes, previous = random.Random(seed * 1000 + npu), [], None
+        for step, (kind, comm_type, size, peer) in enumerate(steps):
+            nodes.append(comp(len(nodes), own.randint(0, longest_us), *([previous] if previous is not None else [])))
+            previous = len(nodes) - 1
+            if kind == "send":
+                nodes.append(send(len(nodes), (npu + peer) % npus, size, step, previous))
+                nodes.append(recv(len(nodes), (npu - peer) % npus, size, step))
+                previous = len(nodes) - 2
+            else:
+                group = 1 + npu // width if kind == "tp" else 100 + npu % width
+                nodes.append({"id": len(nodes), "type": "COMM_COLL_NODE", "comm_type": comm_type, "comm_size": size,
+                              "pg_name": str(group), "data_deps": [previous]})
+                previous = len(nodes) - 1
+        ranks.append(nodes)
+    return job(*ranks), groups
+
+
+SHARED_LINK_JOBS = [  # links entered from several places: switch down links, a ring's links on longer routes
+    ("Switch 8, groups of 4", SWITCH8, BASE, 4),
+    ("Switch 16, groups of 4", network(("Switch", 16, 50, 500)), BASE, 4),
+    ("Ring 4 x Switch 4, groups of 4: sends cross the switch", TWO_D, TWO_D_SYSTEM, 4),
+    ("Ring 4 x Switch 4, groups of 8", TWO_D, TWO_D_SYSTEM, 8),
+    ("Ring 8, groups of 2", RING8, BASE, 2),
+    ("Switch 8, latency 936.25", network(("Switch", 8, 400, 936.25)), BASE, 4),
+    ("Switch 8, latency 936.25, messages of 323 B and less: one may overtake another", network(
+        ("Switch", 8, 400, 936.25)), BASE, 4),
+]
+
+
+@pytest.mark.parametrize("name,net,sysc,width", SHARED_LINK_JOBS, ids=[c[0] for c in SHARED_LINK_JOBS])
+def test_jobs_whose_traffic_shares_links_finish_as_live_with_holding_tables(name, net, sysc, width):
+    # 323 B take 0.752 ns at 400 GB/s: a hop of floor(936.25 + 0.752) = 937 ns, on the link for
+    # 0 ns; 8 B take 936: sent just after, they arrive first, so a link's order is not its
+    # place's order there (aware.WatchedFabric.overtaking)
+    sizes = (8, 323, 2048) if "overtake" in name else (65536, MiB, 3 * MiB)
+    assert WatchedFabric(net, EventQueue()).may_overtake({0: set(sizes)}) == ("overtake" in name)
+    for seed in range(4):
+        for longest_us in (15, 0):  # drifting ranks, or back to back
+            tables, groups = pipeline_job(net.npus, width, seed, longest_us=longest_us, sizes=sizes)
+            fast, _ = aware_run(tables, net, sysc, groups)
+            live, _ = aware_run(tables, net, sysc, groups, shortcuts=False)
+            assert [n.to_dict() for n in fast.npus] == [n.to_dict() for n in live.npus], (seed, longest_us)
+
+
+def test_a_send_into_a_collective_timed_from_its_table_runs_the_job_again_with_it_live():
+    # Switch 8: group (4, 5, 6, 7) runs two 1 MiB all-reduces from 1 us, 1,000 .. 85,280 and
+    # .. 169,560 alone (one table serves both). NPU 0 sends 4 MiB to NPU 5 at once: it enters
+    # NPU 5's down link at 78,626, inside the first all-reduce's reservation, and holds it
+    # 78,125 ns. The first run, from tables, sees it enter: the job runs again, that all-reduce
+    # live, as ASTRA-sim's links run it. Sent at 200 us, after both, it meets nothing: one run
+    pair = [comp(1, 1), all_reduce(2, MiB, 1, pg_name="2"), all_reduce(3, MiB, 2, pg_name="2")]
+    groups = {1: (0, 1, 2, 3), 2: (4, 5, 6, 7)}
+    for sent_at, expected, attempts in [
+            (0, [157251, 1000, 1000, 1000, 241751, 243981, 246211, 239521], 2),
+            (200, [357250, 1000, 1000, 1000, 169560, 357250, 169560, 169560], 1)]:
+        nodes = [[comp(0, sent_at), send(1, 5, 4 * MiB, 1, 0)]] + [[comp(1, 1)]] * 3 + [pair] * 4
+        nodes[5] = pair + [recv(4, 0, 4 * MiB)]
+        for shortcuts in (True, False):
+            result, engine = aware_run(job(*nodes), SWITCH8, BASE, groups, shortcuts)
+            assert [n.finish_ns for n in result.npus] == expected
+            assert engine.attempts == (attempts if shortcuts else 1)
+
+
+def test_two_messages_entering_a_shared_link_in_one_tick_run_the_job_again_live():
+    # NPUs 0 and 1 each send 64 KiB to NPU 2 at tick 0: both reach its down link at 1,720, and
+    # which goes first is the order of that tick's events, which holding tables (used here for
+    # group (4, 5, 6, 7)) may change: the job runs again with every collective live
+    pair = [comp(1, 1), all_reduce(2, MiB, 1, pg_name="2"), all_reduce(3, MiB, 2, pg_name="2")]
+    nodes = [[send(1, 2, 65536)], [send(1, 2, 65536, 2)], [recv(1, 0, 65536), recv(2, 1, 65536, 2)], [comp(1, 1)]]
+    result, engine = aware_run(job(*nodes, *[pair] * 4), SWITCH8, BASE, {1: (0, 1, 2, 3), 2: (4, 5, 6, 7)})
+    assert [n.finish_ns for n in result.npus] == [3440, 4660, 4660, 1000] + [169560] * 4
+    assert engine.attempts == 2

@@ -128,3 +128,111 @@ class AwareFabric:
             self.events.call(begin + reach, deliver, *args)
         else:
             self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
+
+
+class EntryRecordingFabric(AwareFabric):
+    """An AwareFabric that also records the tick the first message entered each link
+    (`entered`), for holding tables (holding.py)."""
+
+    def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0,
+                 free: dict[tuple, int] | None = None):
+        super().__init__(network, events, scale, free)
+        self.entered: dict[tuple, int] = {}
+
+    def _hop(self, now: int, route: tuple, hop: int, size: int, deliver, args: tuple) -> None:
+        self.entered.setdefault(route[hop][0], now)
+        super()._hop(now, route, hop, size, deliver, args)
+
+
+class LinkWatch:
+    """What a job's fabric knows of one link shared by messages from several places (a link or
+    the NPU it leaves), for the holding tables' checks (live.py): the tick the last message
+    from each place entered it, and the collectives timed from their tables that may use it."""
+
+    __slots__ = ("entries", "bounds", "reservations")
+
+    def __init__(self) -> None:
+        self.entries: dict = {}  # place -> tick the last message from it entered the link
+        self.bounds: dict = {}  # place -> (tick, key): no message of the tabled collective `key` entered after it
+        self.reservations: list[tuple] = []  # (place, start, end, key): a tabled collective's messages may
+        # enter from place from start on, and the link is busy with them until end
+
+
+class WatchedFabric(AwareFabric):
+    """A job's fabric (AwareFabric) that also records what the holding tables must check
+    (live.py): `incoming[link]`, the latest tick a message was scheduled to enter the link; on
+    every watched link (a LinkWatch), each message's entry, counting as `conflicts` the tabled
+    collectives whose reservation it enters from another place and as `coincidences` the
+    messages that enter from two places in one tick (their order is decided by the order of
+    events of one tick, which holding tables do not reproduce). `overtaking` (set by the job's
+    runner, which knows the sizes of its messages): a message may reach a link before one that
+    left the previous link ahead of it (each hop's times are truncated apart), so even one
+    place's messages may change order there."""
+
+    def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0):
+        super().__init__(network, events, scale)
+        self.incoming: dict[tuple, int] = {}
+        self.watched: dict[tuple, LinkWatch] = {}
+        self.conflicts: set = set()
+        self.coincidences = 0
+        self.overtaking = True
+
+    def may_overtake(self, sizes: dict[int, set[int]]) -> bool:
+        """Whether a message may reach the next link before one that left a link ahead of it,
+        among messages of these sizes (by dimension): a message of size a then one of size b
+        (leaving at least occupy(a) later) arrive in that order unless
+        occupy(a) + reach(b) < reach(a)."""
+        for dim, dim_sizes in sizes.items():
+            times = [self.hop_times(dim, size) for size in dim_sizes]
+            if times and min(reach for _, reach in times) < max(reach - occupy for occupy, reach in times):
+                return True
+        return False
+
+    def send(self, now: int, src: int, dst: int, size: int, deliver, args: tuple) -> None:
+        self.carried = True
+        route = self.route(src, dst)
+        if route:
+            first = route[0][0]
+            if self.incoming.get(first, -1) < now:
+                self.incoming[first] = now
+            self.events.call(now, self._hop, route, 0, size, deliver, args)
+        else:
+            self.events.call(now, deliver, *args)
+
+    def _hop(self, now: int, route: tuple, hop: int, size: int, deliver, args: tuple) -> None:
+        link, dim_index = route[hop]
+        watch = self.watched.get(link)
+        if watch is not None:
+            self._enter(watch, now, route[hop - 1][0] if hop else None)
+        occupy, reach = self._hop_times.get((dim_index, size)) or self.hop_times(dim_index, size)
+        begin = max(now, self.free.get(link, 0))
+        self.free[link] = begin + occupy
+        if hop + 1 == len(route):
+            self.events.call(begin + reach, deliver, *args)
+        else:
+            after = route[hop + 1][0]
+            if self.incoming.get(after, -1) < begin + reach:
+                self.incoming[after] = begin + reach
+            self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
+
+    def same_order(self, place, other) -> bool:
+        """Whether messages entering a link from `other` keep their order behind those from
+        `place`: from the same NPU (it runs one communication at a time), or from the same
+        link where none overtakes another."""
+        return other == place and (place is None or not self.overtaking)
+
+    def _enter(self, watch: LinkWatch, now: int, place) -> None:
+        entries = watch.entries
+        for other, tick in entries.items():
+            if tick == now and other != place:
+                self.coincidences += 1
+        entries[place] = now
+        if watch.reservations:
+            kept = []
+            for reservation in watch.reservations:
+                other, start, end, key = reservation
+                if end > now:
+                    kept.append(reservation)
+                    if start <= now and not self.same_order(other, place):
+                        self.conflicts.add(key)
+            watch.reservations = kept

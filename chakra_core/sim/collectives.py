@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from chakra_core.sim.aware import AwareFabric
+from chakra_core.sim.aware import AwareFabric, EntryRecordingFabric
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
@@ -329,10 +329,22 @@ class CollectiveModel:
 
     def _holding(self, op: str, size: int, involved: tuple[bool, ...] | None,
                  group: tuple[int, ...] | None) -> HoldingTable | None:
-        """The collective's holding table (holding.py) where one applies (_offsets_only_shift)."""
+        """The collective's holding table (holding.py) where one applies (_offsets_only_shift).
+        A sub-group is the group moved along the torus from one whose first member is NPU 0:
+        that group's table, its links moved (one measurement per shape of group)."""
         if not self._offsets_only_shift(self.plan(op, size, involved, group)):
             return None
+        if group is not None and group[0] != 0:
+            by = self.network.coords(group[0])
+            back = tuple(-c for c in by)
+            table = self.holding(op, size, involved, tuple(self.moved_npu(npu, back) for npu in group))
+            return None if table is None else table.moved(self.network, by)
         return measure(self, op, size, involved, group)
+
+    def moved_npu(self, npu: int, by: tuple[int, ...]) -> int:
+        """The NPU `by` coordinates away from `npu` along the torus of dimensions."""
+        return sum((c + b) % d.npus * stride for c, b, d, stride in
+                   zip(self.network.coords(npu), by, self.network.dims, self._strides))
 
     def _duration(self, op: str, size: int, involved: tuple[bool, ...] | None = None,
                   group: tuple[int, ...] | None = None) -> int:
@@ -343,8 +355,10 @@ class CollectiveModel:
             return ns if self.comm_scale == 1.0 else math.floor(ns * self.comm_scale)
         return max(self.member_durations(op, size, involved, group))
 
-    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None) -> UnawareNetwork:
-        """The network this model's replays run on: congestion-unaware, a fixed delay each (no links)."""
+    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None,
+                record: bool = False) -> UnawareNetwork:
+        """The network this model's replays run on: congestion-unaware, a fixed delay each (no
+        links). record: it records the tick a message first entered each link (`entered`)."""
         return UnawareNetwork(self.network, self.comm_scale)
 
     def replay_alone(self, plan: CollectivePlan, offsets: tuple[int, ...] | None = None,
@@ -377,8 +391,9 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
 class AwareCollectiveModel(CollectiveModel):
     """Collectives on the congestion-aware network, each timed alone (no other traffic)."""
 
-    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None) -> AwareFabric:
-        return AwareFabric(self.network, events, self.comm_scale, link_free)
+    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None,
+                record: bool = False) -> AwareFabric:
+        return (EntryRecordingFabric if record else AwareFabric)(self.network, events, self.comm_scale, link_free)
 
     def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
         # contention couples chunks and NPUs: always message by message (a job's runner,

@@ -13,6 +13,7 @@ waits for.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,7 @@ import pyarrow as pa
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import table_source
 from chakra_core.format.job import Job
-from chakra_core.sim.aware import AwareFabric
+from chakra_core.sim.aware import AwareFabric, WatchedFabric
 from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
@@ -41,6 +42,8 @@ __all__ = ["Engine", "NpuResult", "SimResult", "SimulationDeadlock", "TimelineEv
 
 class Engine:
     """One simulation run. Build with the per-NPU feeders, then run()."""
+
+    MAX_ATTEMPTS = 6  # aware runs with holding tables before the job runs with every collective live
 
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
@@ -72,18 +75,34 @@ class Engine:
         self.shapes = decoder.shapes
 
     def run(self) -> SimResult:
-        events = EventQueue()  # node completions (tick, npu, node index) and calls (tick, CALL, (function, args))
-        results = [NpuResult(npu) for npu in range(len(self.feeders))]
-        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline, self.progress)
-        if self.mode == "aware":
-            network = AwareFabric(self.network, events, self.comm_scale)
-            runner = AwareCollectives(self.collectives, network, events, self.shapes, self.reuse_alone)
-        else:
-            network = UnawareNetwork(self.network, self.comm_scale)
-            runner = Unaware(self.collectives)
-        system = workload.system = System(self.nodes, network, runner, events.at, results)
-        workload.start()
-        events.run(workload.complete)  # calls are steps of the live replays and the network
+        """Runs the job. Aware, a run that used holding tables is kept only where nothing else
+        touched a collective timed from its table and no two events of one tick met whose order
+        the tables may change (live.py). Else the job runs again: with those collectives (and
+        those of like groups, live.AwareCollectives.alike) live while the CPU time spent so far
+        is below what the tables saved in the last run (the replays alone of the collectives
+        it took from them), else, for such a meeting, or after MAX_ATTEMPTS, with every
+        collective live. Every way gives the same result; `attempts` says how many runs it took
+        (progress reports start again with each)."""
+        shortcuts, forced = self.reuse_alone, frozenset()
+        saved = [feeder.save_state() for feeder in self.feeders] if self.mode == "aware" and shortcuts else None
+        spent = 0.0
+        for attempt in range(self.MAX_ATTEMPTS + 1):
+            if attempt:
+                for feeder, state in zip(self.feeders, saved):
+                    feeder.restore_state(state)
+            start = time.process_time()
+            results, workload, system, runner = self._run(shortcuts, forced)
+            spent += time.process_time() - start
+            if not shortcuts or self.mode != "aware":
+                break
+            if runner.conflicts:
+                forced = frozenset(forced | runner.alike(runner.conflicts))
+                shortcuts = attempt + 1 < self.MAX_ATTEMPTS and spent < runner.tabled_cost
+            elif runner.used_shortcuts and (runner.coincidences or workload.coincidences):
+                shortcuts = False
+            else:
+                break
+        self.attempts = attempt + 1
 
         for npu, r in enumerate(results):
             r.time_by_category = workload.time_by_category(npu)
@@ -98,6 +117,24 @@ class Engine:
             workload.blocked(report, explained)
             raise SimulationDeadlock(dict(report), result)
         return result
+
+    def _run(self, shortcuts: bool, forced: frozenset) -> tuple:
+        """One run of the job: (results, workload, system layer, collective runner)."""
+        events = EventQueue()  # node completions (tick, npu, node index) and calls (tick, CALL, (function, args))
+        results = [NpuResult(npu) for npu in range(len(self.feeders))]
+        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline, self.progress)
+        if self.mode == "aware":
+            network = (WatchedFabric if shortcuts else AwareFabric)(self.network, events, self.comm_scale)
+            runner = AwareCollectives(self.collectives, network, events, self.shapes, shortcuts, forced)
+            if shortcuts:
+                workload.watch_coincidences()
+        else:
+            network = UnawareNetwork(self.network, self.comm_scale)
+            runner = Unaware(self.collectives)
+        system = workload.system = System(self.nodes, network, runner, events.at, results)
+        workload.start()
+        events.run(workload.complete)  # calls are steps of the live replays and the network
+        return results, workload, system, runner
 
 
 def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: SystemConfig, *,

@@ -34,10 +34,12 @@ class EventQueue:
         heappush(self._heap, (tick, self._sequence, CALL, (function, args)))
         self._sequence += 1
 
-    def run(self, complete: Callable[[int, int, int], None] | None = None) -> None:
+    def run(self, complete: Callable[[int, int, int], None] | None = None) -> int | None:
         """Runs events until none is left: calls, and complete(tick, npu, index) for each node
-        completion (a queue of calls only, a replay of its own, needs none)."""
+        completion (a queue of calls only, a replay of its own, needs none). Returns the tick
+        of the last event (None if there was none)."""
         heap = self._heap
+        tick = None
         while heap:
             tick, _, npu, index = heappop(heap)
             if npu == CALL:
@@ -45,6 +47,7 @@ class EventQueue:
                 function(tick, *args)
             else:
                 complete(tick, npu, index)
+        return tick
 
 
 def insert_by_priority(line: list, item, priority_of) -> None:

@@ -448,6 +448,18 @@ class GraphFeeder:
         state[index] = TAKEN  # its heap entry goes stale and is skipped
         self._n_issuable -= 1
 
+    def save_state(self) -> tuple:
+        """The issue-and-finish state, for restore_state (a simulator that runs a job again);
+        not for feeders with nodes added by add_node."""
+        if self._added_ids or self._extra_children:
+            raise FeederError(self.path, "save_state: nodes were added to the graph")
+        return list(self._pend), list(self._state), list(self._heap), self._n_issuable, self._remaining
+
+    def restore_state(self, saved: tuple) -> None:
+        """Back to the state save_state returned."""
+        pend, state, heap, self._n_issuable, self._remaining = saved
+        self._pend, self._state, self._heap = list(pend), list(state), list(heap)
+
     # ------------------------------------------------------------ dynamic graphs
 
     def add_node(self, node_id: int, data_deps: Iterable[int] = (), ctrl_deps: Iterable[int] = ()) -> int:

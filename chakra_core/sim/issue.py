@@ -52,6 +52,16 @@ class Workload:
         self.ran: list[tuple[int, int, int]] | None = [] if record_timeline else None
         self.progress = progress
         self.total_nodes, self.done_nodes, self.report_every = sum(map(len, nodes)), 0, PROGRESS_EVERY
+        # with watch_coincidences(): per NPU the last tick a node scheduled in its own tick completed
+        self._scheduled_in_tick: list[int] | None = None
+        self.coincidences = 0
+
+    def watch_coincidences(self) -> None:
+        """Counts, as `coincidences`, the completions on one NPU in one tick of two nodes whose
+        completions were scheduled during that tick (all but compute and replayed durations):
+        their order, and so which of their children an NPU issues first, follows the order of
+        events of that tick, which the aware mode's holding tables do not reproduce (live.py)."""
+        self._scheduled_in_tick = [-1] * len(self.feeders)
 
     def start(self) -> None:
         for npu in range(len(self.feeders)):
@@ -61,6 +71,10 @@ class Workload:
         """Node `index` of `npu` ends now: its slot and children are free, and the NPU issues again."""
         node = self.nodes[npu][index]
         self.busy[npu][node.slot] = False
+        if self._scheduled_in_tick is not None and (node.action not in (DO_COMPUTE, DO_REPLAY) or not node.duration):
+            if self._scheduled_in_tick[npu] == now:
+                self.coincidences += 1
+            self._scheduled_in_tick[npu] = now
         if node.category is not None:
             self.spent.move(npu, now, node.category, -1)
         self.feeders[npu].free_children(index)

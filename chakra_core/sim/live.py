@@ -8,17 +8,23 @@ needs every member's size).
 
 Two shortcuts, where they are exact:
 
-- Where every link the job may use is entered from one place only (the NPU it leaves, or
-  one other link: neighbours of a Ring, any pair of a FullyConnected dimension, a ring
-  algorithm through a Switch), each link carries one NPU's messages in the order that NPU
-  sends them, whatever else runs (an NPU runs one communication at a time). A collective
-  with a holding table (holding.py: one phase, one chunk at a time, one packet in flight)
-  on one queue per dimension is then timed from its table when its last member issues it:
-  each member's finish and each link's last busy tick are a maximum of issue ticks plus
-  constants. Where a link is still busy when its sender issues the collective, that one
-  collective is replayed alone from the links' state instead. Members finish on the same
-  ticks as live; only the order of completions within one tick on different NPUs (and so of
-  the timeline's rows) may differ.
+- Holding tables. A collective with a holding table (holding.py: one phase, one chunk at a
+  time, one packet in flight) on one queue per dimension, whose every link is entered from
+  one place only by its own messages (the NPU it leaves, or one other link: neighbours of a
+  Ring, any pair of a FullyConnected dimension, a ring through a Switch), runs as its table
+  says when nothing else enters its links while it runs: each member's finish and each link's
+  last busy tick are a maximum of issue ticks (and, where a link is still busy when its sender
+  issues it, of the links' state: that one collective is then replayed alone from it) plus
+  constants. It is timed from the table when its last member issues it. A link entered from
+  one place across the whole job carries only that place's messages in their order (an NPU
+  runs one communication at a time); on any other link the job's fabric (aware.WatchedFabric)
+  watches that nothing enters from another place in the collective's window: from the issue
+  of the member that sends on the link to the tick the link is free again. A run where
+  something did, or where a message was still on its way to such a link when the table was
+  read, is not the live run: the engine runs the job again with those collectives live
+  (`conflicts`). Nor is one where two events of one tick that the tables may order otherwise
+  than live met (two messages entering a shared link, two communication completions on one
+  NPU: `coincidences`): it is run again without shortcuts.
 - Where only all-NPU collectives exist, a collective all members start in one tick on idle
   links and all finish together reuses its replay alone (no other traffic can reach the
   links before it ends).
@@ -26,20 +32,23 @@ Two shortcuts, where they are exact:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
-from chakra_core.sim.aware import AwareFabric
+from chakra_core.sim.aware import AwareFabric, LinkWatch, WatchedFabric
 from chakra_core.sim.collectives import AwareCollectiveModel
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.holding import HoldingTable
+from chakra_core.sim.holding import HoldingTable, group_rotation, translatable
 from chakra_core.sim.nodes import DO_COLLECTIVE, DO_SEND, Node
-from chakra_core.sim.plan import ALL_TO_ALL, CollectivePlan, phase_directions
-from chakra_core.sim.replay import Instance, Replay
+from chakra_core.sim.plan import ALL_TO_ALL, SPAN_DIM, CollectivePlan, message_bytes, phase_directions
+from chakra_core.sim.replay import Instance, Replay, RingAlgorithm, StepsAlgorithm
 from chakra_core.sim.system import Members, System
 
-Senders = list[tuple[tuple, int]]  # (link, the member position of the NPU that sends on it)
+# per link a collective may use: (link, where its messages enter it from: None for the NPU it
+# leaves, else the link before it, the member position of the NPU that sends on it, the ns one
+# of its messages occupies it at least, its aware.LinkWatch if the fabric watches it, else None)
+Links = list[tuple[tuple, object, int, int, LinkWatch | None]]
 
 
 class AwareCollectives:
@@ -47,8 +56,9 @@ class AwareCollectives:
     they are exact (shortcuts=False replays every one live, to check that they are)."""
 
     def __init__(self, model: AwareCollectiveModel, fabric: AwareFabric, events: EventQueue,
-                 shapes: Iterable[tuple[int, Node]], shortcuts: bool = True):
-        """shapes: every distinct (NPU, node) of the job."""
+                 shapes: Iterable[tuple[int, Node]], shortcuts: bool = True, forced: frozenset = frozenset()):
+        """shapes: every distinct (NPU, node) of the job; forced: collectives (group, k) replayed
+        live whatever their shape. With shortcuts, fabric is an aware.WatchedFabric."""
         shapes = list(shapes)
         self.model, self.fabric, self.events = model, fabric, events
         self.replay = Replay(model.system, model.ranks, events, fabric, model.timer.p, model.comm_scale)
@@ -63,8 +73,19 @@ class AwareCollectives:
         # trace repeats a few collectives thousands of times). Others run live.
         self.reuse_alone = shortcuts and not any(node.action == DO_SEND or node.group for _, node in shapes)
         self.deciding: dict[tuple, list[int]] = {}  # collectives started this tick on idle links: who joined
-        self.private_links = shortcuts and self._private_links(shapes)
-        self._tables: dict[tuple, tuple[HoldingTable, Senders] | None] = {}  # by (op, size, involved, group)
+        self.forced = forced
+        self.used_shortcuts = False  # whether this run timed a collective other than live
+        self.tabled_cost = 0.0  # CPU seconds the collectives timed from tables took to replay alone, in all
+        self._groups = {node.group for _, node in shapes if node.action == DO_COLLECTIVE}
+        self._shapes = shapes
+        watching = shortcuts and isinstance(fabric, WatchedFabric)  # holding tables need the fabric's checks
+        self.places = self._entry_places(shapes) if watching else None  # link -> where messages enter it from
+        if self.places is not None:
+            self.fabric.overtaking = self.fabric.may_overtake(self._message_sizes(shapes))
+            self.fabric.watched.update((link, LinkWatch()) for link, places in self.places.items()
+                                       if len(places) > 1 or not all(fabric.same_order(p, p) for p in places))
+        self._tables: dict[tuple, tuple[HoldingTable, Links] | None] = {}  # by (op, size, involved, group)
+        self._node_tables: dict[int, tuple[HoldingTable, Links] | None] = {}  # the same by id(node)
 
     @property
     def notes(self) -> list[str]:
@@ -72,29 +93,65 @@ class AwareCollectives:
 
     def attach(self, system: System) -> None:
         self.system = system
+        # how many collectives of each kind (op, size, involved, group layout) the job runs: a
+        # kind run no more times than measuring its table takes replays runs live (_table)
+        self._kinds: Counter = Counter()
+        if self.places is not None:
+            uses: Counter = Counter()  # by id(node): nodes are shared by the rows of one shape
+            for npu_nodes in system.nodes:
+                uses.update(map(id, npu_nodes))
+            for _, node in self._shapes:
+                if node.action == DO_COLLECTIVE:
+                    self._kinds[_kind(node.op, node.size, node.involved, node.group)] += (
+                        uses[id(node)] / len(node.group or system.nodes))
+
+    @property
+    def conflicts(self) -> set:
+        """The collectives (group, k) timed from their tables that something else may have delayed
+        or been delayed by: the run is not the live one, they must run live."""
+        return getattr(self.fabric, "conflicts", set())
+
+    @property
+    def coincidences(self) -> int:
+        return getattr(self.fabric, "coincidences", 0)
+
+    def alike(self, keys: Iterable[tuple]) -> set:
+        """keys (group, k), with the k-th collective of every group whose members lie as those
+        of a key's group do (the same offsets from the first): the ranks of a job run the same
+        steps, so where one group's k-th collective met other traffic, its like groups' often
+        do too, and running those live at once saves runs of the job."""
+        alike: dict = defaultdict(list)
+        for group in self._groups:
+            alike[_layout(group)].append(group)
+        return {(other, k) for group, k in keys for other in alike.get(_layout(group), [group])} | set(keys)
 
     def issued(self, key: tuple, node: Node, members: Members, npu: int, now: int) -> None:
         if node.op == ALL_TO_ALL:
             if node.idle:  # no dimension to run on: done at once
                 self.system.complete(now, npu, members[npu][1])
-        elif self._table(node.op, node.size, node.involved, key[0]) is None:  # else timed once all have issued
+        elif (self.forced and key in self.forced) or self._node_table(node) is None:
             self._join(key, node, node.size, members, (npu,), now)  # ASTRA-sim: it starts on this NPU at once
+        # else timed once all have issued
 
     def all_issued(self, key: tuple, first: Node, size: int, members: Members, now: int) -> None:
-        found = self._table(first.op, size, first.involved, key[0])
-        order = list(self.system.members(key[0]))
+        if self.forced and key in self.forced:
+            found = None
+        else:
+            found = self._node_table(first) if size == first.size else self._table(first.op, size, first.involved,
+                                                                                     key[0])
+        order = self.system.members(key[0])
         if found is not None:  # an all-to-all starts when its last member issues it
             issues = [now] * len(order) if first.op == ALL_TO_ALL else [members[npu][0] for npu in order]
-            self._from_table(key, self.model.plan(first.op, size, first.involved, key[0]), *found, members,
-                             order, issues)
+            self._from_table(key, first.op, size, first.involved, *found, members, order, issues, now)
         elif first.op == ALL_TO_ALL:  # its plan needs every member's size: all start now
             self._join(key, first, size, members, order, now)
 
     # ------------------------------------------------------------------ holding tables
 
-    def _private_links(self, shapes: list[tuple[int, Node]]) -> bool:
-        """Whether every link the job may use is entered from one place only (the NPU it leaves,
-        or one other link): its messages then keep the order their one sender sends them in."""
+    def _entry_places(self, shapes: list[tuple[int, Node]]) -> dict[tuple, set] | None:
+        """Where messages may enter each link the job may use from: None for the NPU the link
+        leaves, else the link before it on the message's route (None: some collective cannot
+        be planned; its error comes when it runs, and no table is used)."""
         pairs, collectives = set(), set()
         for npu, node in shapes:
             if node.action == DO_SEND:
@@ -104,16 +161,32 @@ class AwareCollectives:
         try:
             for shape in collectives:
                 pairs.update(self._pairs(self.model.plan(*shape)))
-        except SimulationError:  # not modelled: its error comes when it runs
-            return False
-        entered: dict[tuple, object] = {}
+        except SimulationError:
+            return None
+        places: dict[tuple, set] = defaultdict(set)
         for src, dst in pairs:
-            before = src
+            before = None
             for link, _ in self.fabric.route(src, dst):
-                if entered.setdefault(link, before) != before:
-                    return False
+                places[link].add(before)
                 before = link
-        return True
+        return places
+
+    def _message_sizes(self, shapes: list[tuple[int, Node]]) -> dict[int, set[int]]:
+        """The sizes of the messages the job may send, by network dimension (a send's in every one)."""
+        sizes: dict[int, set[int]] = defaultdict(set)
+        every = range(len(self.model.network.dims))
+        for _, node in shapes:
+            if node.action == DO_SEND:
+                for dim in every:
+                    sizes[dim].add(node.size)
+            elif node.action == DO_COLLECTIVE and not node.idle:
+                plan = self.model.plan(node.op, node.size, node.involved, node.group)
+                for phase in plan.phases:
+                    algorithm = self.replay.algorithm(phase, plan.endpoint_delay)
+                    dims = every if phase.span != SPAN_DIM else (phase.dim,)  # rings over several dimensions
+                    for dim in dims:
+                        sizes[dim].update(_phase_message_sizes(algorithm, phase))
+        return sizes
 
     def _pairs(self, plan: CollectivePlan) -> Iterator[tuple[int, int]]:
         """(sender, receiver) of every message the collective may send."""
@@ -125,38 +198,100 @@ class AwareCollectives:
                 rank, ranks = self.model.ranks(phase, npu, plan.group)
                 yield from ((npu, ranks[peer]) for peer in algorithm.peers(rank, directions))
 
-    def _senders(self, plan: CollectivePlan) -> Senders:
-        """Every link the collective may use, with the member position of the NPU that sends on it."""
+    def _links(self, plan: CollectivePlan, table: HoldingTable) -> Links | None:
+        """The links of the collective's table (Links, in its order), where each is entered from
+        one place by its own messages and the table's are those its messages may use; else None."""
         position = {npu: k for k, npu in enumerate(plan.group or range(self.model.network.npus))}
-        return list({link: position[src] for src, dst in self._pairs(plan)
-                     for link, _ in self.fabric.route(src, dst)}.items())
+        found: dict[tuple, tuple] = {}
+        for src, dst in self._pairs(plan):
+            before = None
+            for link, dim in self.fabric.route(src, dst):
+                if found.setdefault(link, (before, position[src], dim)) != (before, position[src], dim):
+                    return None
+                before = link
+        if set(found) != set(table.links):
+            return None
+        phase = plan.phases[0]
+        ring = phase.impl.algorithm in ("ring", "direct")  # messages of one size: each occupies a link that long
+        size = message_bytes(phase.op, phase.ranks, phase.bytes_in) if ring else 0
+        watched = self.fabric.watched
+        return [(link, found[link][0], found[link][1], self.fabric.hop_times(found[link][2], size)[0],
+                 watched.get(link)) for link in table.links]
 
-    def _table(self, op: str, size: int, involved, group) -> tuple[HoldingTable, Senders] | None:
-        """The collective's holding table and its links' senders, where they time it exactly:
-        private links, one chunk at a time per NPU (so each link keeps its order), a table."""
+    def _node_table(self, node: Node) -> tuple[HoldingTable, Links] | None:
+        """_table of a collective node's own shape (nodes are shared by the rows of one shape)."""
+        found = self._node_tables.get(id(node), False)
+        if found is False:
+            found = self._node_tables[id(node)] = self._table(node.op, node.size, node.involved, node.group)
+        return found
+
+    def _table(self, op: str, size: int, involved, group) -> tuple[HoldingTable, Links] | None:
+        """The collective's holding table and its links, where they time it exactly when nothing
+        else enters its links while it runs (a table, one chunk at a time per NPU, one place
+        each link is entered from by its own messages) and the job runs it more times than
+        measuring the table takes replays (one for a collective that treats its members alike,
+        else one per member)."""
         key = (op, size, involved, group)
         if key not in self._tables:
-            table = None
-            if self.private_links and self.model.system.num_queues_per_dim == 1:
-                table = self.model.holding(op, size, involved, group)
-            self._tables[key] = None if table is None else (table, self._senders(self.model.plan(*key)))
+            found = None
+            if self.places is not None and self.model.system.num_queues_per_dim == 1:
+                plan = self.model.plan(*key)
+                symmetric = translatable(plan) or group_rotation(self.model.network, plan)
+                if self._kinds[_kind(*key)] > (1 if symmetric else len(group or self.system.nodes)):
+                    table = self.model.holding(*key)
+                    links = None if table is None else self._links(plan, table)
+                    found = None if links is None else (table, links)
+            self._tables[key] = found
         return self._tables[key]
 
-    def _from_table(self, key: tuple, plan: CollectivePlan, table: HoldingTable, senders: Senders,
-                    members: Members, order: list[int], issues: list[int]) -> None:
-        """Times a collective from its holding table: every member has issued it."""
-        free = self.fabric.free
-        if all(free.get(link, 0) <= issues[position] for link, position in senders):
-            finishes, link_free = table.finishes(issues), table.frees(issues)
-        else:  # a link is still busy with its sender's last message: replay this one from the links' state
+    def _from_table(self, key: tuple, op: str, size: int, involved, table: HoldingTable, links: Links,
+                    members: Members, order, issues: list[int], now: int) -> None:
+        """Times a collective from its holding table: every member has issued it (now). Checks
+        that nothing has entered its shared links from another place since its first message
+        would enter them, nor is on its way to any of its links, and reserves the shared links
+        until it leaves them (aware.WatchedFabric checks the messages that come later). A link
+        still busy when its first message would enter it: the collective is replayed alone from
+        the links' state instead."""
+        fabric = self.fabric
+        free, incoming, conflicts, overtaking = fabric.free, fabric.incoming, fabric.conflicts, fabric.overtaking
+        finishes, frees, enters = table.evaluate(issues)
+        idle = True
+        for (link, place, _, _, watch), first in zip(links, enters):
+            if free.get(link, 0) > first:
+                idle = False
+            if incoming.get(link, -1) >= now:  # a message of an earlier communication has yet to enter it
+                conflicts.add(key)
+            if watch is not None:  # messages from another place (fabric.same_order) that entered since
+                strict = overtaking and place is not None
+                for other, tick in watch.entries.items():
+                    if tick >= first and (other != place or strict):
+                        conflicts.add(key)
+                for other, (tick, other_key) in watch.bounds.items():
+                    if tick >= first and (other != place or strict):
+                        conflicts.add(key)
+                        conflicts.add(other_key)
+        if idle:
+            self.tabled_cost += table.replay_cost
+        else:
             base = min(issues)
-            ends, after = self.model.replay_alone(plan, tuple(t - base for t in issues),
-                                                  {link: free[link] - base for link, _ in senders if link in free})
-            finishes, link_free = [t + base for t in ends], {link: t + base for link, t in after.items()}
-        free.update(link_free)
-        self.live_members[key] = members
-        for npu, finish in zip(order, finishes):
-            self.events.call(finish, self._member_done, key, npu)
+            ends, after = self.model.replay_alone(self.model.plan(op, size, involved, key[0]),
+                                                  tuple(t - base for t in issues),
+                                                  {link: free[link] - base for link, *_ in links if link in free})
+            finishes, frees = [t + base for t in ends], [after[link] + base for link in table.links]
+        free.update(zip(table.links, frees))
+        for (link, place, sender, occupy, watch), end in zip(links, frees):
+            if watch is not None:
+                bound = watch.bounds.get(place)
+                if bound is None or bound[0] < end - occupy:
+                    watch.bounds[place] = (end - occupy, key)
+                reservations = watch.reservations
+                if len(reservations) > 8:  # those over by now can match no message any more
+                    watch.reservations = reservations = [r for r in reservations if r[2] > now]
+                reservations.append((place, issues[sender], end, key))
+        self.used_shortcuts = True
+        call, done = self.events.call, self.system.member_done
+        for npu, finish in zip(order, finishes):  # its completion is scheduled in its own tick, as live
+            call(finish, done, npu, *members[npu])
 
     # ------------------------------------------------------------------ live replays
 
@@ -181,6 +316,7 @@ class AwareCollectives:
         if len(joined) == npus:
             alone = self.model.member_durations(node.op, size, node.involved, None)
             if len(set(alone)) == 1:  # all finish together: exactly as alone
+                self.used_shortcuts = True
                 self.live_members[key] = members
                 for npu in range(npus):
                     self.events.call(now + alone[npu], self._member_done, key, npu)
@@ -234,6 +370,25 @@ class AwareCollectives:
                 events.call(tick, _join, instance, member)
             events.run()
             yield key, instance
+
+
+def _phase_message_sizes(algorithm, phase) -> set[int]:
+    """The sizes of the messages a phase's packet machines send."""
+    if isinstance(algorithm, RingAlgorithm):
+        return {algorithm.m}
+    if isinstance(algorithm, StepsAlgorithm):
+        return {size for rank in range(phase.ranks) for _, _, size, _ in algorithm.steps(rank)}
+    return {phase.bytes_in}  # doubleBinaryTree: every message is the whole chunk
+
+
+def _layout(group: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Where a group's members lie from its first."""
+    return None if group is None else tuple(npu - group[0] for npu in group)
+
+
+def _kind(op: str, size: int, involved, group) -> tuple:
+    """Collectives alike but for where their group lies (one holding table serves them all)."""
+    return op, size, involved, _layout(group)
 
 
 def _join(now: int, instance: Instance, npu: int) -> None:
