@@ -296,3 +296,87 @@ def test_converted_shared_traces_simulate_to_completion(tmp_path, src):
     sim, _ = simulate_files(str(tmp_path / "out" / "t"), str(configs / "Ring_4npus.yml"),
                             str(configs / "Ring_4chunks.json"), traced_npus=1)
     assert all(npu.finish_ns > 0 for npu in sim.npus)
+
+
+# ---------------------------------------------------------------- where the recorded time goes (hosttime.py)
+def test_exclusive_times_partition_a_thread_when_spans_overlap_without_nesting():
+    """gloo's send span starts inside the c10d op and runs on past it (until wait()): each
+    instant still belongs to exactly one event, the innermost open one."""
+    from chakra_core.convert.kineto import CpuEvent, _exclusive_times
+
+    def event(name, ts, dur, tid=1):
+        return CpuEvent(name, tid, float(ts), float(dur), None, None)
+
+    step, call, send, inner, later = (event("ProfilerStep#1", 0, 100), event("c10d::send", 10, 20),
+                                      event("gloo:send", 20, 40), event("aten::empty", 40, 10),
+                                      event("ProfilerStep#2", 130, 10))
+    other_thread = event("gloo:all_reduce", 0, 500, tid=2)
+    _exclusive_times([later, inner, send, call, step, other_thread])
+    assert (step.exclusive, call.exclusive, send.exclusive, inner.exclusive) == (50, 10, 30, 10)
+    assert sum(e.exclusive for e in (step, call, send, inner, later)) == 110  # the union of the spans
+    assert later.idle_before == 30 and step.idle_before == inner.idle_before == 0 and other_thread.exclusive == 500
+
+
+@pytest.mark.parametrize("run", ["collectives-w2", "dlrm-w2", "dlrm-w4", "mlp_ddp-w4"])
+def test_training_thread_time_is_kept_on_cpu_nodes_or_left_to_the_simulator_as_waiting(tmp_path, run):
+    """Every microsecond of the training loop's thread (Kineto, first to last event) is either
+    the duration of a CPU node on that thread or time the rank waited for peers that came
+    later in a communication call, which the simulator makes itself: nothing lost, nothing
+    counted twice."""
+    result = convert_job(str(GLOO / run), str(tmp_path), "job")
+    for rank, url in zip(result.ranks, result.et_files):
+        rows = read_table(url).to_pylist()
+        loop = next(r["tid"] for r in rows if r["name"].startswith("ProfilerStep#"))
+        cpu_us = sum(r["duration_micros"] for r in rows if r["is_cpu_op"] and r["tid"] == loop)
+        kineto = read_kineto(str(GLOO / run / f"rank{rank}.kineto.json.gz"))
+        thread = next(e.tid for e in kineto.cpu if e.name.startswith("ProfilerStep#"))
+        events = [e for e in kineto.cpu if e.tid == thread]
+        span = max(e.ts + e.dur for e in events) - min(e.ts for e in events)
+        time_us = result.reports[rank]["time_us"]
+        waiting = time_us["waiting for peers, left to the simulator"]
+        assert abs(cpu_us + waiting - span) < 0.002 * span, (rank, cpu_us, waiting, span)
+        assert time_us["blocked on communication"] == pytest.approx(
+            waiting + time_us["own duration of communication calls kept"], abs=2)
+
+
+def test_a_blocking_call_is_host_time_then_its_communication_then_its_own_duration(tmp_path):
+    """collectives-w2: the recorder's chakra::pg annotation stays as a CPU node before the
+    communication node, holding the call's host time; a CPU node named after the call's gloo
+    work follows it with the call's own duration (the shortest wait among its ranks: the same
+    on both); the thread goes on after that. An isend / irecv whose wait() comes later is waited
+    for by the first node the thread ran after it."""
+    result = convert_job(str(GLOO / "collectives-w2"), str(tmp_path), "job")
+    tables = [read_table(url).to_pylist() for url in result.et_files]
+    own = [r["time_us"]["own duration of communication calls kept"] for r in result.reports]
+    assert own[0] == own[1] > 10_000  # µs: gloo's time per call, tens of milliseconds over 56 calls
+    durations = []
+    for rows in tables:
+        by_id = {r["id"]: r for r in rows}
+        comm = [r for r in rows if r["type"] in (COLL, SEND, RECV)]
+        annotations = [r for r in rows if r["name"].startswith("chakra::pg=")]
+        assert annotations and all(r["type"] == COMP and r["is_cpu_op"] for r in annotations)
+        first = next(r for r in comm if r["comm_type"] == 0)  # the first all_reduce: blocking
+        before = by_id[first["ctrl_deps"][0]]
+        assert before["name"] == "chakra::pg=0" and before["duration_micros"] > 20
+        (after,) = [r for r in rows if r["ctrl_deps"] == [first["id"]]]
+        assert after["name"] == "gloo:all_reduce" and after["is_cpu_op"] and after["id"] > first["id"]
+        assert any(r["ctrl_deps"] == [after["id"]] and r["is_cpu_op"] for r in rows)
+        durations.append(after["duration_micros"])
+        isend = next(r for r in comm if r["type"] == SEND and r["comm_tag"] == 2)
+        assert not any(r["ctrl_deps"] == [isend["id"]] for r in rows)  # a side branch ...
+        assert any(isend["id"] in r["data_deps"] and r["is_cpu_op"] for r in rows)  # ... waited for later
+        blocking_recv = next(r for r in comm if r["type"] == RECV and r["comm_tag"] == 1)
+        assert [r["name"] for r in rows if r["ctrl_deps"] == [blocking_recv["id"]]] == ["gloo:recv"]
+    assert durations[0] == durations[1] > 0
+
+
+def test_one_rank_alone_keeps_no_wait_as_host_time():
+    """Without its peers' traces a rank's blocked time cannot be split into the call's own
+    duration and waiting: none of it becomes host time."""
+    run = GLOO / "collectives-w2"
+    conversion = RankConversion(read_host_trace(str(run / "rank0.et.json.gz")),
+                                read_kineto(str(run / "rank0.kineto.json.gz")), 0)
+    conversion.emit()
+    time_us = conversion.report.time_us
+    assert time_us["own duration of communication calls kept"] == 0
+    assert time_us["waiting for peers, left to the simulator"] == time_us["blocked on communication"] > 0

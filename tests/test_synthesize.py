@@ -487,10 +487,10 @@ def _profiled_jobs(gloo_runs):
 # that the vectorised pass replaced (tests/benchmarks/bench_synth.py keeps it as its baseline).
 # A different node count means the input changed (conversion, generators), not the profile pass.
 EXPECTED_PROFILES = {
-    "collectives-w2": (680, "7364694af8239eca"), "collectives-w4": (1694, "03469a7dcfc4000d"),
-    "dlrm-w2": (2470, "dc4a13e7063eecbf"), "dlrm-w4": (5036, "98550bcaad056d81"),
-    "mlp_ddp-w2": (1130, "854b73f151465921"), "mlp_ddp-w4": (2260, "a83c24bb39292d1f"),
-    "transformer_ddp-w2": (5496, "a020db2eb38a2fa0"), "transformer_ddp-w4": (10992, "9ff230697aaec32c"),
+    "collectives-w2": (896, "ea5c03b9ca1279a7"), "collectives-w4": (2126, "dbc3637c2e85b6c0"),
+    "dlrm-w2": (2502, "30d913d6a5d197cc"), "dlrm-w4": (5100, "89035cea9ff516c4"),
+    "mlp_ddp-w2": (1138, "f03c8d6c9e07a9be"), "mlp_ddp-w4": (2276, "4bc4c882d415b5e7"),
+    "transformer_ddp-w2": (5508, "6c1782886c314e45"), "transformer_ddp-w4": (11016, "60d586b738ed4e6b"),
     "transformer-tp2-pp2": (1232, "5cd07f306652f9c6"), "mlp-dp-mp": (144, "6838557716dfa299"),
     "dlrm": (140, "50ec5eac6cc4b59b"), "gen-dp-000-n8": (768, "34caa675a1eb6939"),
     "gen-tp-001-n4": (608, "61f2c0e7e2d90819"), "gen-pp-002-n4": (314, "79481462f160d96d"),

@@ -199,6 +199,7 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
             job_groups.merge(c.groups)
         resolved, inference_notes = infer_groups(conversions, job_groups)
         inference_notes.extend(job_groups.problems)
+        keep_own_time(conversions, resolved, job_groups)
         fs, root = fsspec.core.url_to_fs(out_dir)
         fs.makedirs(root, exist_ok=True)
         job_prefix = f"{out_dir}/{prefix}"
@@ -306,6 +307,56 @@ def infer_groups(conversions: list[RankConversion], groups: ProcessGroups
     if inferred:
         notes.append(f"inferred the process group of {inferred} collective(s) by matching ranks' collective order")
     return dict(resolved), notes
+
+
+# ---------------------------------------------------------------------------- time of calls
+def _matched_calls(conversions: list[RankConversion], resolved: dict, groups: ProcessGroups
+                   ) -> list[list[tuple[RankConversion, CommRecord]]]:
+    """Each communication call of the job with the calls it meets on the other ranks: the k-th
+    collective of a group on each member, the k-th message of a (source, destination, tag)."""
+    ranks = {c.rank for c in conversions}
+    per_group: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    pairs: dict[tuple, list[list]] = defaultdict(lambda: [[], []])
+    for c in conversions:
+        for record in c.records:
+            pg = record.pg_name or resolved.get(c.rank, {}).get(record.index, (WORLD,))[0]
+            if record.kind in (comms.SEND, comms.RECV):
+                members = groups.members(pg) or sorted(ranks)
+                peer = members[record.peer] if record.peer is not None and 0 <= record.peer < len(members) else None
+                if peer is None:
+                    continue
+                key = (c.rank, peer, record.tag) if record.kind == comms.SEND else (peer, c.rank, record.tag)
+                pairs[key][record.kind == comms.RECV].append((c, record))
+            else:
+                per_group[pg][c.rank].append((c, record))
+    matched = []
+    for pg, lists in per_group.items():
+        members = groups.members(pg) or sorted(ranks)
+        if any(m not in lists for m in members):
+            continue
+        for k in range(min(len(lists[m]) for m in members)):
+            matched.append([lists[m][k] for m in members])
+    for sends, recvs in pairs.values():
+        matched.extend([s, r] for s, r in zip(sends, recvs))
+    return matched
+
+
+def keep_own_time(conversions: list[RankConversion], resolved: dict, groups: ProcessGroups) -> None:
+    """The time a rank is blocked in a communication call is the call's own duration plus the
+    wait for the peers that came later. The rank that came last waited for nothing: the
+    shortest blocked time among the ranks of one call is its own duration (durations, so the
+    ranks' clocks need not agree). Each rank keeps it as a CPU node (its gloo node after the
+    communication node, or its annotation); the waits are left to the simulator, which makes
+    them from the ranks' own times (docs/ingestion.md, 'Time of communication calls')."""
+    for call in _matched_calls(conversions, resolved, groups):
+        if call[0][1].kind == comms.BROADCAST:  # ASTRA-sim replays a broadcast by its duration, the span of its work
+            continue
+        blocked = [c.call_time.blocked.get(record.index, 0.0) for c, record in call]
+        own = min(blocked)
+        if own <= 0:
+            continue
+        for c, record in call:
+            c.own_time[record.index] = own
 
 
 # ---------------------------------------------------------------------------- checks

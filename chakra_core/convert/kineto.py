@@ -44,6 +44,7 @@ class CpuEvent:
     external_id: int | None
     rf_id: int | None
     exclusive: float = 0.0
+    idle_before: float = 0.0  # time its thread had no event open since the previous one ended (0: first or nested)
 
 
 @dataclass
@@ -157,21 +158,35 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
 
 
 def _exclusive_times(events: list[CpuEvent]) -> None:
+    """Each instant of a thread belongs to the innermost event open then (the latest started):
+    for nested events, an event's duration minus its children's; where spans overlap without
+    nesting (gloo's send/recv spans run on past the op that started them), still a partition of
+    the thread's time, so no instant is counted twice."""
     by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
     for e in events:
+        e.exclusive = e.idle_before = 0.0
         by_thread[e.tid].append(e)
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[CpuEvent] = []
-        for e in thread_events:
-            e.exclusive = e.dur
-            while stack and stack[-1].ts + stack[-1].dur <= e.ts:
-                stack.pop()
-            if stack:
-                stack[-1].exclusive -= e.dur
-            stack.append(e)
-        for e in thread_events:
-            e.exclusive = max(e.exclusive, 0.0)
+        stack: list[tuple[float, CpuEvent]] = []  # (end, event) of open events, the innermost on top
+        at, covered = 0.0, None  # covered: the latest end of the events so far
+        for e in [*thread_events, None]:
+            to = e.ts if e is not None else math.inf
+            while stack and at < to:  # give [at, to) to the innermost open event at each instant
+                end, top = stack[-1]
+                if end <= at:
+                    stack.pop()  # ended (one below the top that ended is dropped when it surfaces)
+                    continue
+                upto = min(to, end)
+                top.exclusive += upto - at
+                at = upto
+            if e is not None:
+                end = e.ts + e.dur
+                stack.append((end, e))
+                at = e.ts
+                if covered is not None and e.ts > covered:
+                    e.idle_before = e.ts - covered
+                covered = end if covered is None or end > covered else covered
 
 
 @dataclass

@@ -11,8 +11,14 @@ What becomes what:
   gloo work it ran (Kineto), typed and sized from its arguments (chakra_core.convert.comms);
 - each device kernel / memcpy / memset Kineto attributes to an operator -> a COMP_NODE on the
   NPU with its measured duration;
-- thread roots, `chakra::pg=` annotations and the wrappers inside a communication op are
-  structure, not work: they are collapsed and counted.
+- a `chakra::pg=` annotation (the recorder's wrapper of one torch.distributed call) -> a
+  COMP_NODE on the CPU just before the call's communication node, holding the call's host
+  time; the first gloo:* node of a blocking call -> a COMP_NODE on the CPU just after it,
+  holding the call's own duration (chakra_core.convert.hosttime, job.keep_own_time;
+  docs/ingestion.md, 'Time of communication calls');
+- thread roots and the wrappers inside a communication op are structure: they are collapsed
+  and counted (the host time of the wrappers goes to the annotation, or to the nearest kept
+  node on their thread).
 
 Dependencies, every one from an earlier node to a later one (ids are entry order), so the
 graph is acyclic by construction:
@@ -20,7 +26,8 @@ graph is acyclic by construction:
   a communication op that does not block its thread is a side branch), and stream order
   per device stream;
 - data_deps: tensor producer -> consumer by storage (views share storages), a kernel on the
-  operator that launched it, and a `wait` on the collective it waits for.
+  operator that launched it, a `wait` on the collective it waits for, and the first node a
+  thread started after a gloo isend/irecv span on it ended on that communication.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert import comms, deps
+from chakra_core.convert import comms, deps, hosttime
 from chakra_core.convert.groups import (
     WORLD,
     ProcessGroups,
@@ -83,10 +90,11 @@ class ConversionReport:
     host_nodes: int = 0
     counts: Counter = field(default_factory=Counter)  # what each host node became
     notes: list[str] = field(default_factory=list)
+    time_us: dict[str, int] = field(default_factory=dict)  # where the time of communication calls went (Kineto)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "rank": self.rank, "schema": self.schema, "host_nodes": self.host_nodes,
-                "counts": dict(self.counts), "notes": list(self.notes)}
+                "counts": dict(self.counts), "notes": list(self.notes), "time_us": dict(self.time_us)}
 
 
 class RankConversion:
@@ -106,18 +114,25 @@ class RankConversion:
         self.anchor_of = [-1] * n
         self.comm: dict[int, comms.CommOp] = {}
         self.gloo_of: dict[int, list[int]] = {}
+        self.wrapped_gloo: dict[int, list[int]] = {}  # anchor -> gloo:* nodes the trace nests inside it
         self.waits: dict[int, int] = {}  # wait node index -> sequence number
         self.groups = ProcessGroups()
         self.pg_init_index: int | None = None
         self._classify()
         self.linked: Linked | None = None
         self.launchers_in_comm: dict[int, list[int]] = {}  # anchor -> host nodes whose device work it owns
+        self.call_time = hosttime.CallTime()  # host and blocked time of communication calls (hosttime.py)
+        self.own_time: dict[int, float] = {}  # anchor -> µs of the collective's own duration kept as host time
+        self.blocking: set[int] = set()  # anchors whose call returned only once their (measured) work had ended
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
             for k in self.linked.device:  # device work launched inside a communication op is its duration
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
+            self.call_time = self._account_call_time()
+            hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
+                                             lambda i: self.role[i] == OP)
         else:
             self.report.notes.append("no Kineto trace: durations are 0 and device kernels are absent")
         self.records = self._comm_records()
@@ -184,6 +199,8 @@ class RankConversion:
                 role[i] = WRAPPED
                 anchor_of[i] = inherited
                 self._absorb(inherited, i)
+                if kind == GLOO:
+                    self.wrapped_gloo.setdefault(inherited, []).append(i)
             elif kind == GLOO:
                 role[i] = GLOO
                 gloo_nodes.append(i)
@@ -293,24 +310,96 @@ class RankConversion:
         return size
 
     # ---------------------------------------------------------------- timing
-    def _comm_time(self, anchor: int) -> tuple[int, int, bool | None]:
-        """(start, duration, blocking) of a communication op: the span of its gloo work or device
-        kernels; blocking when its CPU op lasted until that work ended."""
+    def _gloo_work(self, anchor: int) -> tuple[float, float] | None:
+        """(start, end) of the gloo work of a communication op, from its gloo:* spans."""
+        spans = [(e.ts, e.ts + e.dur) for e in (self.linked.cpu.get(g) for g in self._gloo_nodes(anchor))
+                 if e is not None]
+        return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
+    def _gloo_nodes(self, anchor: int) -> list[int]:
+        """The gloo:* nodes of a communication op: attached by record-function order, or nested in it."""
+        return self.gloo_of.get(anchor, []) + self.wrapped_gloo.get(anchor, [])
+
+    def _account_call_time(self) -> hosttime.CallTime:
+        """Host and blocked time of the nodes a communication call collapses (hosttime.py)."""
+        collapsed = {}
+        roles = np.asarray(self.role, np.int8)
+        for i in np.flatnonzero(np.isin(roles, (ANNOTATION, ANCHOR, WRAPPED, GLOO))).tolist():
+            role = self.role[i]
+            if role == ANNOTATION:
+                collapsed[i] = "annotation"
+            elif role == ANCHOR:
+                collapsed[i] = "anchor"
+            elif self.host.names[i].startswith("gloo:"):
+                collapsed[i] = "gloo"
+            elif role == WRAPPED:
+                collapsed[i] = "wrapped"
+        work = {a: span for a in self.comm if (span := self._gloo_work(a)) is not None}
+        self.blocking = {a for a, op in self.comm.items()
+                         if (op.blocking if op.blocking is not None else a in work and self._waited_for(a, work[a][1]))}
+        role = self.role
+        return hosttime.account(self.linked.cpu, self.kineto.cpu, collapsed, self.anchor_of, self.parent,
+                                lambda i: role[i] == OP or role[i] == ANNOTATION, work)
+
+    def _host_durations(self, row_of_host: np.ndarray, own_nodes: dict[int, int], start: np.ndarray,
+                        duration: np.ndarray) -> None:
+        """Start and duration of the host rows: exclusive CPU time plus the host time of the nodes
+        collapsed into them; annotations and gloo nodes kept for a call's own duration hold only that."""
+        host_time = dict(self.call_time.host)
+        placed = set(own_nodes.values())
+        for anchor, own in self.own_time.items():
+            target = self.call_time.target_of.get(anchor)
+            if anchor not in placed and target is not None:
+                host_time[target] = host_time.get(target, 0.0) + own
+        for i, event in self.linked.cpu.items():
+            row = row_of_host[i]
+            if row >= 0:
+                holds_call_time = self.role[i] == ANNOTATION or i in own_nodes
+                exclusive = 0.0 if holds_call_time else event.exclusive
+                start[row], duration[row] = int(event.ts), int(round(exclusive + host_time.get(i, 0.0)))
+        for g, anchor in own_nodes.items():
+            duration[row_of_host[g]] = int(round(self.own_time[anchor]))
+        self.report.time_us, note = hosttime.summary(self.call_time, sum(self.own_time.values()))
+        if note:
+            self.report.notes.append(note)
+
+    def _own_time_nodes(self) -> dict[int, int]:
+        """gloo node -> anchor, for each blocking call whose own duration is kept (hosttime.own_time_nodes)."""
+        if not self.own_time:
+            return {}
+        blocking = [a for a in self.own_time if (self.comm[a].blocking if self.comm[a].blocking is not None
+                                                 else a in self.blocking)]
+        kept = [i for i in self.order.tolist() if self.role[i] in (OP, ANNOTATION, ANCHOR, META)]
+        return hosttime.own_time_nodes(blocking, {a: self._gloo_nodes(a) for a in blocking}, kept, self.host.ids,
+                                       self.host.attr_columns["tid"], self.linked.cpu)
+
+    def _waited_for(self, anchor: int, end: float) -> bool:
+        """Whether the call that issued a communication op returned only once its work had ended:
+        the c10d op itself, or an enclosing process-group annotation (torch's blocking send and
+        recv wait outside the c10d op, inside the Python call the annotation wraps)."""
+        i, steps = anchor, 0
+        while i >= 0 and steps < MAX_ANCESTOR_WALK and (i == anchor or self.role[i] == ANNOTATION):
+            event = self.linked.cpu.get(i)
+            if event is not None and event.ts + event.dur >= end - 1.0:
+                return True
+            i, steps = self.parent[i], steps + 1
+        return False
+
+    def _comm_time(self, anchor: int) -> tuple[int, int]:
+        """(start, duration) of a communication op: the span of its gloo work or device kernels."""
         if not self.linked:
-            return 0, 0, None
+            return 0, 0
         spans = []
-        for g in self.gloo_of.get(anchor, ()):
+        for g in self._gloo_nodes(anchor):
             event = self.linked.cpu.get(g)
             if event is not None:
                 spans.append((event.ts, event.ts + event.dur))
         for k in self.launchers_in_comm.get(anchor, ()):
             spans.extend((d.ts, d.ts + d.dur) for d in self.linked.device[k])
         if not spans:
-            return 0, 0, None
+            return 0, 0
         start, end = min(s for s, _ in spans), max(e for _, e in spans)
-        cpu = self.linked.cpu.get(anchor)
-        blocking = None if cpu is None or not self.gloo_of.get(anchor) else cpu.ts + cpu.dur >= end - 1.0
-        return int(start), max(1, int(round(end - start))), blocking
+        return int(start), max(1, int(round(end - start)))
 
     # ---------------------------------------------------------------- emit
     def emit(self, resolved: dict[int, tuple[str, str]] | None = None, job_groups: ProcessGroups | None = None
@@ -333,7 +422,10 @@ class RankConversion:
                                      " group and none could be inferred: assumed the world group")
         host, counts = self.host, self.report.counts
         role = np.asarray(self.role, np.int8)
-        kept = (role == OP) | (role == META) | (role == ANCHOR)
+        kept = (role == OP) | (role == META) | (role == ANCHOR) | (role == ANNOTATION)
+        own_nodes = self._own_time_nodes()  # gloo node -> its anchor: the call's own duration, after the call
+        if own_nodes:
+            kept[list(own_nodes)] = True
         rows = _Rows(self.order[kept[self.order]])
         index = rows.host_index
         row_of_host = np.full(len(host), -1, np.int64)
@@ -342,10 +434,7 @@ class RankConversion:
         advances = np.ones(len(index), bool)
         start, duration = np.zeros(len(index), np.int64), np.zeros(len(index), np.int64)
         if self.linked:
-            for i, event in self.linked.cpu.items():
-                row = row_of_host[i]
-                if row >= 0:
-                    start[row], duration[row] = int(event.ts), int(round(event.exclusive))
+            self._host_durations(row_of_host, own_nodes, start, duration)
         if self.pg_init_index is not None and row_of_host[self.pg_init_index] >= 0:
             row = row_of_host[self.pg_init_index]
             types[row] = METADATA
@@ -356,15 +445,19 @@ class RankConversion:
         for record in self.records:
             i, row = record.index, row_of_host[record.index]
             op = self.comm[i]
-            start[row], duration[row], measured_blocking = self._comm_time(i)
+            start[row], duration[row] = self._comm_time(i)
             types[row] = self._add_comm(rows, row, i, op, record, sim_names, groups)
-            advances[row] = bool(op.blocking if op.blocking is not None else measured_blocking)
+            advances[row] = bool(op.blocking) if op.blocking is not None else i in self.blocking
             if op.seq is not None:
                 seq_row[op.seq] = row
             comm_roles[comms.kind_label(op.kind)] += 1
         rows.types, rows.start, rows.duration = types, start, duration
-        rows.ctrl = deps.program_order(np.frombuffer(host.attr_columns["tid"], np.int64)[index]
-                                       if len(index) else np.zeros(0, np.int64), advances)
+        threads = np.frombuffer(host.attr_columns["tid"], np.int64)[index] if len(index) else np.zeros(0, np.int64)
+        if own_nodes:  # on the calling thread, after its communication node
+            threads = threads.copy()
+            for g, anchor in own_nodes.items():
+                threads[row_of_host[g]] = host.attr_columns["tid"][anchor]
+        rows.ctrl = deps.program_order(threads, advances)
         read_rows, read_keys = deps.csr_rows(np.frombuffer(host.read_ends, np.int64), row_of_host,
                                              np.frombuffer(host.reads, np.int64))
         write_rows, write_keys = deps.csr_rows(np.frombuffer(host.write_ends, np.int64), row_of_host,
@@ -372,6 +465,9 @@ class RankConversion:
         readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
         waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
                  if seq in seq_row and row_of_host[i] > seq_row[seq]]
+        if self.call_time.resumes:
+            waits.extend(hosttime.resumed_after(self.call_time.resumes, self.linked.cpu, index.tolist(), row_of_host,
+                                                lambda i: self.role[i] != ANCHOR))
         if waits:
             readers = np.r_[readers, [w[0] for w in waits]]
             writers = np.r_[writers, [w[1] for w in waits]]
@@ -379,11 +475,13 @@ class RankConversion:
         counts["operators"] = int(np.count_nonzero(types == COMP))
         dropped = Counter(self.role)
         for role_kind, label in ((ROOT, "thread/process roots dropped"),
-                                 (ANNOTATION, "process-group annotations dropped")):
+                                 (ANNOTATION, "process-group annotations kept as CPU nodes")):
             if dropped[role_kind]:
                 counts[label] = dropped[role_kind]
-        if dropped[WRAPPED] + dropped[GLOO]:
-            counts["nodes inside communication ops collapsed"] = dropped[WRAPPED] + dropped[GLOO]
+        if dropped[WRAPPED] + dropped[GLOO] - len(own_nodes):
+            counts["nodes inside communication ops collapsed"] = dropped[WRAPPED] + dropped[GLOO] - len(own_nodes)
+        if own_nodes:
+            counts["gloo nodes kept as CPU nodes (a call's own duration)"] = len(own_nodes)
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
         self._add_kernels(rows, counts)

@@ -27,12 +27,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chakra_core.convert.pytorch import PG_ANNOTATION_PREFIX
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.job import rank_url, read_ranks
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
 WORLD_NAMES = ("", "0")
+# CPU nodes the converter keeps for a communication call (docs/ingestion.md, 'Time of
+# communication calls'): its wrapper's host time and, for a blocking call, its gloo work
+CALL_TIME_PREFIXES = (PG_ANNOTATION_PREFIX, "gloo:")
 SLEEP_SLACK_NS = 200_000  # below this much compute debt, spin: sleep() overshoots by ~0.1 ms
 
 
@@ -82,6 +86,8 @@ def plan_rank(table, path: str) -> list[Step]:
 def _step(row: dict, path: str) -> Step | None:
     node_type, node_id, name = row["type"], row["id"], row["name"] or ""
     if node_type == COMP:
+        if name.startswith(CALL_TIME_PREFIXES):
+            return None  # the communication call's own host and gloo time: the replayed call pays it again
         return Step("compute", node_id, name, (row["duration_micros"] or 0) * 1000)
     if node_type == COLL:
         kind = COMM_TYPES.get(row["comm_type"])

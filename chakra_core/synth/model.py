@@ -564,6 +564,40 @@ def expected_max(sigma: float, n: int) -> float:
     return float(np.trapezoid(n * density * below ** (n - 1) * np.exp(sigma * z - sigma * sigma / 2), z))
 
 
+def _stretch_times(p: JobProfile) -> np.ndarray | None:
+    """A job's compute per rank and stretch (ranks x stretches) between its synchronisations,
+    or None where its ranks cannot be aligned by them.
+
+    A synchronisation is a collective every rank blocks on (overlap 0 on all of them; not a
+    send, receive or broadcast, see `segments`). Ranks that run the same operations are
+    aligned position by position; ranks whose sequences differ (the lower rank of a pair
+    sends first) are aligned by their collectives when these agree in
+    number, kind and group label on every rank (the i-th one is then the same call), and
+    only where they hold at least one synchronisation to align by."""
+    first = p.ranks[0]
+    if len(p.ranks) < 2:
+        return None
+    if all(len(r.kind) == len(first.kind) and (r.kind == first.kind).all() and (r.label == first.label).all()
+           for r in p.ranks):
+        overlap = np.where((np.array([r.overlap for r in p.ranks]) == 0).all(axis=0), 0, 1)
+        seg = segments(first.kind, overlap)
+        return np.array([np.bincount(seg, weights=r.gap_us) for r in p.ranks])
+    collective = [np.flatnonzero(~np.isin(r.kind, (SEND_KIND, RECV_KIND, BROADCAST))) for r in p.ranks]
+    c0 = collective[0]
+    if any(len(c) != len(c0) or (r.kind[c] != first.kind[c0]).any() or (r.label[c] != first.label[c0]).any()
+           for r, c in zip(p.ranks, collective)):
+        return None
+    sync = (np.array([r.overlap[c] for r, c in zip(p.ranks, collective)]) == 0).all(axis=0)
+    if not sync.any():
+        return None
+    times = []
+    for r, c in zip(p.ranks, collective):
+        overlap = np.ones(len(r.kind), np.int64)
+        overlap[c[sync]] = 0
+        times.append(np.bincount(segments(r.kind, overlap), weights=r.gap_us, minlength=int(sync.sum()) + 1))
+    return np.array(times)
+
+
 def _gap_noise(profiles: Sequence[JobProfile]) -> list[tuple[int, float]]:
     """Per NPU count: the spread of a rank's compute between two synchronisations (the sigma
     of a log-normal factor of mean 1, drawn per rank and stretch), fitted so that the slowest
@@ -572,18 +606,14 @@ def _gap_noise(profiles: Sequence[JobProfile]) -> list[tuple[int, float]]:
     rank-by-stretch view that reproduces the simulated time of the real gloo runs within a
     few percent). A synchronisation is a collective every rank blocks on (overlap 0 on all
     of them); between two, work may sit in different gaps on different ranks without
-    delaying anyone. Jobs whose ranks run the same operations only; per count, because
-    contention grows with the ranks sharing a machine."""
+    delaying anyone. Jobs whose ranks can be aligned by their synchronisations only
+    (_stretch_times); per count, because contention grows with the ranks sharing a machine."""
     slowest: dict[int, float] = {}
     mean: dict[int, float] = {}
     for p in profiles:
-        first = p.ranks[0]
-        if len(p.ranks) < 2 or any(len(r.kind) != len(first.kind) or (r.kind != first.kind).any()
-                                   or (r.label != first.label).any() for r in p.ranks):
+        times = _stretch_times(p)
+        if times is None:
             continue
-        overlap = np.where((np.array([r.overlap for r in p.ranks]) == 0).all(axis=0), 0, 1)
-        seg = segments(first.kind, overlap)
-        times = np.array([np.bincount(seg, weights=r.gap_us) for r in p.ranks])
         slowest[p.npus] = slowest.get(p.npus, 0.0) + float(times.max(axis=0).sum())
         mean[p.npus] = mean.get(p.npus, 0.0) + float(times.mean(axis=0).sum())
     out = []

@@ -1,0 +1,232 @@
+"""Where a rank's recorded time inside collapsed nodes goes (docs/ingestion.md, 'Time of
+communication calls').
+
+A communication call on the host is a nest of nodes: the recorder's `chakra::pg=` annotation
+(the whole Python call of `torch.distributed.<fn>`), the `c10d::*` dispatcher op with the
+wrappers and tensor ops inside it, and, with gloo, `gloo:*` spans (on a gloo worker thread for
+collectives, on the calling thread for send/recv). All but the anchor are collapsed into one
+communication node. Their recorded CPU time is of two kinds:
+
+- host time: Python before the dispatcher op, the dispatcher op itself (argument checks,
+  output allocation, enqueueing the work), and Python after the work completed. The calling
+  thread runs it whatever the network; it is kept, on the annotation node (which stays as a
+  CPU node where the call was) or, without one, on the nearest kept ancestor on the same
+  thread;
+- blocked time: the calling thread inside the call while the call's gloo work runs (the
+  overlap of the collapsed nodes' own time with the span of that work: the wait of a blocking
+  call), and the `gloo:send` / `gloo:recv` spans on the calling thread, which last until the
+  thread's wait() for them returns. It is reported per communication node (`blocked`), for the
+  job converter to split into the call's own duration (kept as a CPU node: job.keep_own_time)
+  and the waiting for peers that came later (left to the simulator, which makes it from the
+  ranks' own times).
+
+Own time of a collapsed node = its span minus the spans of the CPU events that start inside it
+on the same thread (the innermost-event rule; exact for properly nested events, and a partition
+of the thread's time when gloo's spans overlap their neighbours).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from chakra_core.convert.kineto import CpuEvent
+
+MAX_ANCESTOR_WALK = 64
+
+
+@dataclass
+class CallTime:
+    host: dict[int, float] = field(default_factory=dict)  # kept host index -> µs of collapsed host time it takes
+    blocked: dict[int, float] = field(default_factory=dict)  # anchor -> µs its calling thread was blocked on it
+    target_of: dict[int, int] = field(default_factory=dict)  # anchor -> kept host index holding its host time
+    resumes: dict[int, float] = field(default_factory=dict)  # anchor -> when its gloo span on the caller's thread ended
+    totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # µs by kind, for the report
+
+
+def _subtract(intervals: list[tuple[float, float]], cut: tuple[float, float]) -> tuple[list, float]:
+    """intervals minus one interval, and the length removed."""
+    out, removed = [], 0.0
+    s, e = cut
+    for a, b in intervals:
+        if b <= s or a >= e:
+            out.append((a, b))
+            continue
+        removed += min(b, e) - max(a, s)
+        if a < s:
+            out.append((a, s))
+        if b > e:
+            out.append((e, b))
+    return out, removed
+
+
+def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[int, str], anchor_of: list[int],
+            parent: list[int], kept_cpu, work: dict[int, tuple[float, float]]) -> CallTime:
+    """Split the own time of collapsed nodes into host time and blocked time.
+
+    cpu: host index -> its Kineto CPU event; events: every Kineto CPU event; collapsed: host
+    index -> "annotation" (kept as a CPU node), "anchor", "wrapped" or "gloo"; kept_cpu(i): True
+    for a host node that becomes a CPU node; work: anchor -> (start, end) of its gloo work."""
+    result = CallTime()
+    if not collapsed:
+        return result
+    threads = {cpu[i].tid for i in collapsed if i in cpu}
+    by_thread: dict = defaultdict(list)
+    for e in events:
+        if e.tid in threads:
+            by_thread[e.tid].append(e)
+    position = {}
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e.ts, -e.dur))
+        for k, e in enumerate(thread_events):
+            position[id(e)] = k
+    anchor_index = {id(cpu[a]): a for a in work if a in cpu}
+
+    def nearest_kept(i: int, tid) -> int | None:
+        p, steps = parent[i], 0
+        while p >= 0 and steps < MAX_ANCESTOR_WALK:
+            if kept_cpu(p):
+                event = cpu.get(p)
+                return p if event is not None and event.tid == tid else None
+            p, steps = parent[p], steps + 1
+        return None
+
+    for i, kind in collapsed.items():
+        e = cpu.get(i)
+        if e is None:
+            continue
+        thread_events, end = by_thread[e.tid], e.ts + e.dur
+        inner, enclosed = [], []
+        for k in range(position[id(e)] + 1, len(thread_events)):
+            x = thread_events[k]
+            if x.ts >= end:
+                break
+            inner.append((x.ts, min(x.ts + x.dur, end)))
+            if id(x) in anchor_index:
+                enclosed.append(anchor_index[id(x)])
+        own, cursor = [], e.ts
+        for a, b in sorted(inner):
+            if a > cursor:
+                own.append((cursor, a))
+            cursor = max(cursor, b)
+        if end > cursor:
+            own.append((cursor, end))
+        anchor = anchor_of[i] if kind != "annotation" else -1
+        if anchor >= 0:
+            caller = cpu.get(anchor)
+            if caller is None or caller.tid != e.tid:  # the work's own thread (gloo's), not the caller's time
+                continue
+        if kind == "gloo":  # gloo's span on the calling thread is the communication itself, up to its wait()
+            result.resumes[anchor] = max(result.resumes.get(anchor, 0.0), end)
+            length = sum(b - a for a, b in own)
+            result.blocked[anchor] = result.blocked.get(anchor, 0.0) + length
+            result.totals["blocked"] += length
+            continue
+        for a in ([anchor] if anchor >= 0 else enclosed):
+            if a in work:
+                own, removed = _subtract(own, work[a])
+                if removed:
+                    result.blocked[a] = result.blocked.get(a, 0.0) + removed
+                    result.totals["blocked"] += removed
+        length = sum(b - a for a, b in own)
+        if kind == "annotation":
+            target = i
+            result.host[i] = result.host.get(i, 0.0) + length
+        else:
+            target = nearest_kept(anchor, e.tid)
+            if target is None:
+                result.totals["host time with no kept node on its thread"] += length
+                continue
+            result.target_of.setdefault(anchor, target)
+            result.host[target] = result.host.get(target, 0.0) + length
+        result.totals[f"host time of {kind}s"] += length
+    for a in work:  # where the own duration of each communication call is to be kept
+        if a not in result.target_of and a in cpu:
+            target = nearest_kept(a, cpu[a].tid)
+            if target is not None:
+                result.target_of[a] = target
+    return result
+
+
+def keep_gaps_between_steps(result: CallTime, events: list[CpuEvent], cpu: dict[int, CpuEvent], is_op) -> None:
+    """The training loop's thread (the one with ProfilerStep#N) runs Python between its
+    top-level operators (between the recorded steps): that time is the thread's too, kept on the
+    top-level operator that follows it (is_op(i): a host node kept as an operator)."""
+    loop_threads = {e.tid for e in events if e.name.startswith("ProfilerStep#")}
+    if not loop_threads:
+        return
+    for i, e in cpu.items():
+        if e.idle_before > 0 and e.tid in loop_threads and is_op(i):
+            result.host[i] = result.host.get(i, 0.0) + e.idle_before
+            result.totals["host time between steps"] += e.idle_before
+
+
+def own_time_nodes(anchors: list[int], gloo_nodes: dict[int, list[int]], kept: list[int], ids, tids,
+                   cpu: dict[int, CpuEvent]) -> dict[int, int]:
+    """gloo node -> anchor: for each blocking call whose own duration is kept, its first gloo:*
+    node recorded after its c10d op and before the next kept node of its thread (ids are entry
+    order, `kept` in that order), which becomes the CPU node holding it, on the calling thread
+    just after the communication node. A call without one keeps it on its annotation."""
+    by_thread: dict[int, list[int]] = {}
+    for i in kept:
+        by_thread.setdefault(tids[i], []).append(ids[i])
+    chosen = {}
+    for anchor in anchors:
+        later = by_thread.get(tids[anchor], [])
+        k = bisect.bisect_right(later, ids[anchor])
+        before = later[k] if k < len(later) else None
+        after = [g for g in gloo_nodes.get(anchor, ()) if ids[g] > ids[anchor] and g in cpu
+                 and (before is None or ids[g] < before)]
+        if after:
+            chosen[min(after, key=lambda g: ids[g])] = anchor
+    return chosen
+
+
+def resumed_after(resumes: dict[int, float], cpu: dict[int, CpuEvent], index: list[int], row_of_host,
+                  may_wait) -> list[tuple[int, int]]:
+    """(row, communication row) pairs: gloo's send/recv span on the calling thread ends when the
+    thread's wait() for it returns, so the first node the thread started after that end (rows:
+    host indices `index` in row order; may_wait(i): not a communication node) waited for that
+    communication, wherever the (untraced) wait() was called."""
+    by_thread: dict = {}
+    for row, i in enumerate(index):
+        event = cpu.get(i)
+        if event is not None and may_wait(i):
+            by_thread.setdefault(event.tid, []).append((event.ts, row))
+    for starts in by_thread.values():
+        starts.sort()
+    pairs = []
+    for anchor, end in resumes.items():
+        comm_row, starts = row_of_host[anchor], by_thread.get(cpu[anchor].tid, [])
+        k = bisect.bisect_left(starts, (end - 1.0, -1))
+        while k < len(starts) and starts[k][1] <= comm_row:
+            k += 1
+        if comm_row >= 0 and k < len(starts):
+            pairs.append((starts[k][1], int(comm_row)))
+    return pairs
+
+
+def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
+    """The report's time_us and a note: where the recorded time of communication calls went
+    (own: the µs of the calls' own duration the job converter kept)."""
+    totals, time_us = result.totals, {}
+    host = sum(v for k, v in totals.items() if k.startswith("host time of "))
+    between, blocked = totals.get("host time between steps", 0.0), totals.get("blocked", 0.0)
+    if between:
+        time_us["host time between steps"] = round(between)
+    if not host and not blocked:
+        return time_us, None
+    time_us.update({"host time of communication calls": round(host), "blocked on communication": round(blocked),
+                    "own duration of communication calls kept": round(own),
+                    "waiting for peers, left to the simulator": round(max(0.0, blocked - own))})
+    parts = ", ".join(f"{k[len('host time of '):]} {v / 1e3:,.3f}" for k, v in sorted(totals.items())
+                      if k.startswith("host time of "))
+    note = (f"communication calls: {host / 1e3:,.3f} ms of host time kept on CPU nodes ({parts});"
+            f" {blocked / 1e3:,.3f} ms blocked on communication, of which {own / 1e3:,.3f} ms kept as CPU nodes"
+            " (each call's own duration: the shortest wait among its ranks), the rest waiting for peers,"
+            " left to the simulator")
+    lost = totals.get("host time with no kept node on its thread", 0.0)
+    if lost:
+        note += f"; {lost / 1e3:,.3f} ms of host time had no kept node on its thread and is not kept"
+    return time_us, note
