@@ -16,6 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import et_build
 # pytest has closed the captured streams.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Ray in tests: every cluster is on 127.0.0.1 and started by the test itself. Ray 2.60 turns token
+# auth on when ~/.ray/auth_token exists, and caches the mode a driver first used: after a test that
+# ran with it off (test_ray_cluster), a later local cluster with it on refused that driver. One mode
+# for the whole session.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from datapaths import MICROBENCHMARKS  # noqa: E402
 
