@@ -263,3 +263,107 @@ def test_small_file_reads_fast(tmp_path):
     for _ in range(200):
         read_table(str(tmp_path / "a.et"))
     assert (time.perf_counter() - t0) / 200 < 0.01
+
+
+# ------------------------------------------------------------------ decoding threads: guessed starts
+
+
+def _threads_agree(path, threads=(1, 2, 4), batch_nodes=65536):
+    """Batches of every thread count hold the same rows; returns the one-thread table."""
+    tables = []
+    for t in threads:
+        with ETReader(str(path)) as reader:
+            tables.append(pa.Table.from_batches(list(reader.iter_batches(batch_nodes=batch_nodes, threads=t))))
+    for other in tables[1:]:
+        assert other.equals(tables[0])
+    return tables[0]
+
+
+def test_threads_start_where_the_data_only_looks_like_a_message(tmp_path):
+    """A later thread starts at a guessed message boundary; names made of fake length-prefixed
+    messages (that look like nodes) must not fool it: the result is the one-thread result."""
+    fake = "\x05\x08\x01\x12\x01a"  # a 5-byte "message" starting like a node (with its id), repeated
+    nodes = [eb.node(i, fake * (150 + i % 40) if i % 5 else f"n{i}", 4,
+                     [eb.attr("rf_id", "int64_val", i)], data_deps=[i - 1]) for i in range(1, 6001)]
+    original = eb.write_et(tmp_path / "a.et", META, nodes)
+    assert len(original) > 4 << 20
+    table = _threads_agree(tmp_path / "a.et")
+    assert table.column("id").to_pylist() == list(range(1, 6001))
+    with ETWriter(str(tmp_path / "b.et"), META) as writer:
+        writer.write_table(table)
+    assert (tmp_path / "b.et").read_bytes() == original
+
+
+def test_threads_on_a_large_file_of_mixed_nodes(tmp_path):
+    """Enough bytes for every thread to start at a guessed boundary: same rows, same bytes,
+    with small batches too (a thread that fills its batch before the next start ends the run)."""
+    nodes = [eb.node(i, f"node_{i}_" + "x" * (i % 200), 4 + i % 4,
+                     [eb.attr("comm_size", "int64_val", i), eb.attr("op", "string_val", "y" * (i % 90))],
+                     data_deps=[i - 1] if i else [], inputs=("[1]", "[[2, 3]]", "['T']") if i % 3 else None)
+             for i in range(30000)]
+    original = eb.write_et(tmp_path / "a.et", META, nodes)
+    assert len(original) > 5 << 20
+    for batch_nodes in (65536, 5000):
+        table = _threads_agree(tmp_path / "a.et", batch_nodes=batch_nodes)
+        assert table.num_rows == 30000
+    with ETWriter(str(tmp_path / "b.et"), META) as writer:
+        writer.write_table(table)
+    assert (tmp_path / "b.et").read_bytes() == original
+
+
+@pytest.mark.parametrize("where", [0.7, 0.95])
+def test_threads_report_an_error_past_a_guessed_start(tmp_path, where):
+    """An error in a run that began at a guessed boundary: the same error (message, offset,
+    node index, node id) as one thread reports, its node counted from the file's start."""
+    nodes = [eb.node(i, f"n{i}" + "z" * (i % 300), 4, [eb.attr("rf_id", "int64_val", i)]) for i in range(20000)]
+    data = bytearray(eb.et_bytes(META, nodes))
+    payloads = [payload for _, payload, _ in eb._frames(bytes(data))]
+    k = int(len(nodes) * where)
+    data[payloads[k + 1]] = 0x00  # the first tag of node k: field 0
+    (tmp_path / "bad.et").write_bytes(bytes(data))
+    assert len(data) > 3 << 20
+    seen = []
+    for threads in (1, 2, 4):
+        with ETReader(str(tmp_path / "bad.et")) as reader:
+            with pytest.raises(etfile.ChakraFormatError) as info:
+                for _ in reader.iter_batches(threads=threads):
+                    pass
+        seen.append((str(info.value), info.value.offset, info.value.node_index, info.value.node_id))
+    assert seen[0][1:4] == (payloads[k + 1], k, None)
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+
+
+def test_threads_report_a_truncated_file(tmp_path):
+    nodes = [eb.node(i, f"n{i}" + "z" * (i % 300), 4) for i in range(20000)]
+    data = eb.et_bytes(META, nodes)
+    (tmp_path / "cut.et").write_bytes(data[:-7])
+    seen = []
+    for threads in (1, 2, 4):
+        with ETReader(str(tmp_path / "cut.et")) as reader:
+            with pytest.raises(etfile.ChakraFormatError) as info:
+                for _ in reader.iter_batches(threads=threads):
+                    pass
+        seen.append((str(info.value), info.value.offset, info.value.node_index))
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    assert "truncated" in seen[0][0] and seen[0][2] == 19999
+
+
+def test_decoded_buffers_return_to_the_pool(tmp_path):
+    """Column buffers of dropped batches are kept for reuse (up to the pool's limit) and the
+    pool can be emptied; reading again gives the same table."""
+    from chakra_core.format import codec
+
+    nodes = [eb.node(i, f"n{i}" + "z" * (i % 300), 4, [eb.attr("rf_id", "int64_val", i)]) for i in range(20000)]
+    eb.write_et(tmp_path / "a.et", META, nodes)
+    blocks, held, keep = codec._etcodec.pool()
+    try:
+        first = read_table(str(tmp_path / "a.et"))
+        expected = first.to_pylist()
+        del first
+        blocks, held, _ = codec._etcodec.pool()
+        assert blocks > 0 and held > 0
+        assert read_table(str(tmp_path / "a.et")).to_pylist() == expected
+        assert codec._etcodec.pool(0)[:2] == (0, 0)
+        assert read_table(str(tmp_path / "a.et")).to_pylist() == expected  # nothing kept: fresh memory
+    finally:
+        codec._etcodec.pool(keep)

@@ -682,3 +682,96 @@ def test_converted_real_trace_round_trips(tmp_path):
     assert [tables[0].column("id")[i].as_py() for i in sample] == [nodes[i].id for i in sample]
     rf_ids = tables[0].column("rf_id")
     assert [rf_ids[i].as_py() for i in sample] == [attrs_of(nodes[i])["rf_id"].int64_val for i in sample]
+
+
+# ------------------------------------------------------------------ attr_layout left null, remembered shapes
+
+
+def _canonical_bytes(table: pa.Table, path: str) -> list[bytes]:
+    """Each node's bytes when the table is written with a null attr_layout (the canonical order and kinds)."""
+    nulls = pa.nulls(table.num_rows, table.schema.field("attr_layout").type)
+    write_table(table.set_column(table.schema.get_field_index("attr_layout"), "attr_layout", nulls), path)
+    return [n.SerializeToString() for n in eb.parse_et(eb.read_bytes(path))[1]]
+
+
+def test_attr_layout_is_null_exactly_for_canonical_nodes(tmp_path):
+    """The decoder leaves attr_layout null for a node whose attributes the encoder writes back
+    from the columns alone (well-known ones in column order with the kinds it picks, then the
+    other_attrs entries), and records it for every other node: nodes that only differ in
+    order, kind, a repeat, a doc string or an unknown name in between."""
+    variants = [
+        [("is_cpu_op", "bool_val", True), ("rf_id", "int64_val", 1), ("op_schema", "string_val", "s")],
+        [("rf_id", "int64_val", 1), ("is_cpu_op", "bool_val", True)],  # order
+        [("comm_src", "int32_val", 3), ("comm_dst", "int32_val", 4)],  # the default kind
+        [("comm_src", "int64_val", 3)],  # a kind other than the one the encoder picks
+        [("comm_src", "int64_val", 1 << 40)],  # int64: too large for the int32 default, so canonical
+        [("tensor_size", "uint64_val", 7), ("tensor_size", "uint64_val", 8)],  # a repeat: an other_attrs entry
+        [("rf_id", "int64_val", 1), ("custom", "string_val", "x")],  # other_attrs after the well-known
+        [("custom", "string_val", "x"), ("rf_id", "int64_val", 1)],  # ... and before one
+        [("custom", "string_val", "x"), ("other", "double_val", 0.5)],
+        [],
+        [("rf_id", "uint64_val", 5)],  # an int64 column holding another integer kind
+    ]
+    nodes = [eb.node(i, f"n{i}", 4, [eb.attr(*a) for a in v]) for i, v in enumerate(variants * 50)]
+    nodes.append(eb.node(999, "doc", 4, [eb.attr("rf_id", "int64_val", 1, doc="d")]))
+    original = eb.write_et(str(tmp_path / "a.et"), eb.metadata(), nodes)
+    table = read_table(str(tmp_path / "a.et"))
+    assert roundtrip_bytes(str(tmp_path / "a.et"), str(tmp_path / "b.et")) == original
+    canonical = _canonical_bytes(table, str(tmp_path / "c.et"))
+    layout_null = table.column("attr_layout").is_null().to_pylist()
+    for node, null, again in zip(nodes, layout_null, canonical):
+        assert null == (node.SerializeToString() == again), (node, null)
+    assert layout_null[:len(variants)] == [True, False, True, False, True, True, True, False, True, True, False]
+
+
+def test_attribute_shapes_across_kinds_of_nodes(tmp_path):
+    """Nodes of two kinds alternating (one adds attributes after the first): the attribute that
+    follows another is remembered per attribute, and every value still lands in its column;
+    values of every integer width, long strings (two-byte lengths) and negative int64s."""
+    def attrs(i: int, wide: bool):
+        out = [eb.attr("is_cpu_op", "bool_val", i % 3 == 0)]
+        if wide:
+            out += [eb.attr("num_ops", "int64_val", i << 30), eb.attr("tensor_size", "uint64_val", (1 << 64) - 1 - i)]
+        out += [eb.attr("comm_src", "int32_val", -i), eb.attr("rf_id", "int64_val", i * 1000003),
+                eb.attr("seq_id", "int64_val", -i), eb.attr("op_schema", "string_val", "é" * (i % 150))]
+        if i % 11 == 5:  # out of column order: recorded
+            out.reverse()
+        return out
+    nodes = [eb.node(i, f"n{i}", 4, attrs(i, i % 7 in (2, 3)), ctrl_deps=[i - 1] if i else []) for i in range(3000)]
+    original = eb.write_et(str(tmp_path / "a.et"), eb.metadata(), nodes)
+    table = read_table(str(tmp_path / "a.et"))
+    assert table.column("seq_id").to_pylist() == [-i for i in range(3000)]
+    assert table.column("comm_src").to_pylist() == [-i for i in range(3000)]
+    assert table.column("rf_id").to_pylist() == [i * 1000003 for i in range(3000)]
+    assert table.column("op_schema").to_pylist() == ["é" * (i % 150) for i in range(3000)]
+    assert table.column("num_ops").to_pylist() == [i << 30 if i % 7 in (2, 3) else None for i in range(3000)]
+    assert table.column("tensor_size").to_pylist() == [
+        (1 << 64) - 1 - i if i % 7 in (2, 3) else None for i in range(3000)]
+    canonical = _canonical_bytes(table, str(tmp_path / "c.et"))
+    layout_null = table.column("attr_layout").is_null().to_pylist()
+    assert layout_null == [n.SerializeToString() == again for n, again in zip(nodes, canonical)]
+    assert layout_null == [i % 11 != 5 for i in range(3000)]
+    assert roundtrip_bytes(str(tmp_path / "a.et"), str(tmp_path / "b.et")) == original
+
+
+def test_repeated_inputs_merge_after_a_direct_write(tmp_path):
+    """The first inputs/outputs of a node go straight into their columns; a second one in the
+    same node merges into it (protobuf's rule for a repeated message field)."""
+    node = eb.node(1, "a", 4, inputs=("[1]", "[[2]]", "['T']"), outputs=("o", "s", "t"))
+    extra_in = pb.Node(inputs=pb.IOInfo(shapes="[[9]]"))
+    extra_out = pb.Node(outputs=pb.IOInfo(values="v2", types="t2"))
+    merged = pb.Node()
+    merged.ParseFromString(node.SerializeToString() + extra_in.SerializeToString() + extra_out.SerializeToString())
+    plain = eb.node(2, "b", 4, inputs=("x", "y", "z"))
+    data = eb.et_bytes(eb.metadata(), [plain]) + eb.frame(
+        node.SerializeToString() + extra_in.SerializeToString() + extra_out.SerializeToString())
+    data += eb.frame(plain.SerializeToString())
+    (tmp_path / "a.et").write_bytes(data)
+    table = read_table(str(tmp_path / "a.et"))
+    assert table.column("inputs").to_pylist() == [
+        {"values": "x", "shapes": "y", "types": "z"},
+        {"values": "[1]", "shapes": "[[9]]", "types": "['T']"},
+        {"values": "x", "shapes": "y", "types": "z"}]
+    assert table.column("outputs").to_pylist() == [None, {"values": "v2", "shapes": "s", "types": "t2"}, None]
+    write_table(table, str(tmp_path / "b.et"))
+    assert eb.parse_et(eb.read_bytes(str(tmp_path / "b.et")))[1][1] == merged

@@ -14,6 +14,12 @@
  * Wire facts (docs/format.md): a stream is varint-length-prefixed messages; Node
  * fields 1..10; AttributeProto name=1, doc_string=2, oneof value members 3..32 (odd =
  * scalar, even = list message whose repeated field number is 1).
+ *
+ * Speed (docs/benchmarks.md, 'ET I/O'): a node's fields are taken in the order writers
+ * emit them, attributes by the shape the attribute after the same one had before (one
+ * compare for name and kind), tensor text straight into its columns; columns with an
+ * entry per row are sized for the batch up front and written with plain stores; buffers
+ * come from a pool of pages (see block_get) rather than fresh memory each batch.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,9 +27,104 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------ memory */
+
+/*
+ * Buffers of POOL_MIN bytes or more are whole pages of their own (mmap) in size classes
+ * (four a doubling), and when freed (a batch or table dropped by Python, a decode that
+ * failed) they are kept for the next buffers of their class, up to pool_keep bytes in all.
+ * Fresh pages cost a page fault each (the kernel maps and zeroes them: ~0.4 ms per MB
+ * here), as much as decoding what goes in them; a reader that decodes batch after batch,
+ * or file after file, then writes into pages it already has, and decoding threads do not
+ * depend on their malloc arenas giving memory back and faulting it in again. Beyond the
+ * first POOL_HOT bytes, kept blocks are marked MADV_FREE: the kernel may take their pages
+ * back under memory pressure (a later use then faults them in again), so a process that
+ * dropped a large table does not hold its memory from the rest of the machine. Smaller
+ * buffers are malloc's.
+ */
+#define POOL_MIN ((size_t)64 << 10)
+#define POOL_CLASSES 128
+#define POOL_DEPTH 256
+#define POOL_HOT ((size_t)128 << 20)
+#define PAGE_BYTES ((size_t)4096)
+
+typedef struct { uint8_t *p; int cold; } block_t;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static block_t pool[POOL_CLASSES][POOL_DEPTH];
+static int pool_count[POOL_CLASSES];
+static size_t pool_bytes, pool_hot, pool_keep = (size_t)1 << 30;
+
+static inline size_t class_bytes(int c) { return (POOL_MIN << (c >> 2)) / 4 * (size_t)(4 + (c & 3)); }
+
+/* The smallest class that holds `need` bytes, or -1 past the largest. */
+static int class_of(size_t need) {
+    int c = 0;
+    if (need > POOL_MIN) c = 4 * (63 - __builtin_clzll((unsigned long long)((need - 1) / POOL_MIN)));
+    while (c < POOL_CLASSES && class_bytes(c) < need) c++;
+    return c < POOL_CLASSES ? c : -1;
+}
+
+/* A block of at least `need` bytes (its class's size, a multiple of the page size), reused if one is kept. */
+static uint8_t *block_get(size_t need, size_t *cap) {
+    int c = class_of(need);
+    size_t bytes = c >= 0 ? class_bytes(c) : (need + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+    if (c >= 0) {
+        pthread_mutex_lock(&pool_lock);
+        if (pool_count[c]) {
+            block_t b = pool[c][--pool_count[c]];
+            pool_bytes -= bytes;
+            if (!b.cold) pool_hot -= bytes;
+            pthread_mutex_unlock(&pool_lock);
+            *cap = bytes;
+            return b.p;
+        }
+        pthread_mutex_unlock(&pool_lock);
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *cap = bytes;
+    return p;
+}
+
+static void block_put(uint8_t *p, size_t cap) {
+    int c = class_of(cap);
+    int keep = 0, cold = 0;
+    if (c >= 0 && class_bytes(c) == cap) {
+        pthread_mutex_lock(&pool_lock);
+        if (pool_count[c] < POOL_DEPTH && pool_bytes + cap <= pool_keep) {
+            keep = 1;
+            cold = pool_hot + cap > POOL_HOT;
+            pool[c][pool_count[c]].p = p;
+            pool[c][pool_count[c]++].cold = cold;
+            pool_bytes += cap;
+            if (!cold) pool_hot += cap;
+        }
+        pthread_mutex_unlock(&pool_lock);
+    }
+#ifdef MADV_FREE
+    if (keep && cold) madvise(p, cap, MADV_FREE);
+#endif
+    if (!keep) munmap(p, cap);
+}
+
+/* In a forked child, the pool's lock may have been held by a thread that is gone. */
+static void pool_after_fork(void) { pthread_mutex_init(&pool_lock, NULL); }
+
+/* Frees memory of capacity cap: a block goes back to the pool, the rest to malloc. */
+static void mem_release(uint8_t *p, size_t cap) {
+    if (!p) return;
+    if (cap >= POOL_MIN) block_put(p, cap);
+    else free(p);
+}
 
 /* ------------------------------------------------------------------ growable buffers */
 
+/* A growable buffer; its memory is a pool block when cap >= POOL_MIN, else malloc's. */
 typedef struct {
     uint8_t *p;
     size_t len, cap;
@@ -37,15 +138,39 @@ static _Thread_local int alloc_failed, batch_overflow;
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 
-static __attribute__((noinline)) int buf_grow(buf_t *b, size_t extra) {
+/* Makes room for at least `need` bytes in all. */
+static __attribute__((noinline)) int buf_grow_to(buf_t *b, size_t need) {
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
-    uint8_t *p = realloc(b->p, cap);
+    while (cap < need) cap *= 2;
+    if (cap < POOL_MIN) {
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) { alloc_failed = 1; return -1; }
+        b->p = p;
+        b->cap = cap;
+        return 0;
+    }
+#ifdef MREMAP_MAYMOVE
+    if (b->cap >= POOL_MIN) { /* a block already: the kernel moves its pages, no copy and nothing left behind */
+        int c = class_of(cap);
+        size_t bytes = c >= 0 ? class_bytes(c) : (cap + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+        void *moved = mremap(b->p, b->cap, bytes, MREMAP_MAYMOVE);
+        if (moved == MAP_FAILED) { alloc_failed = 1; return -1; }
+        b->p = moved;
+        b->cap = bytes;
+        return 0;
+    }
+#endif
+    size_t got;
+    uint8_t *p = block_get(cap, &got);
     if (!p) { alloc_failed = 1; return -1; }
+    if (b->len) memcpy(p, b->p, b->len);
+    mem_release(b->p, b->cap);
     b->p = p;
-    b->cap = cap;
+    b->cap = got;
     return 0;
 }
+
+static __attribute__((noinline)) int buf_grow(buf_t *b, size_t extra) { return buf_grow_to(b, b->len + extra); }
 
 static inline int buf_reserve(buf_t *b, size_t extra) {
     if (LIKELY(b->len + extra <= b->cap)) return 0;
@@ -71,7 +196,28 @@ DEFINE_BUF_PUT(buf_u16, uint16_t)
 DEFINE_BUF_PUT(buf_i32, int32_t)
 DEFINE_BUF_PUT(buf_u64, uint64_t)
 
-static void buf_free(buf_t *b) { free(b->p); b->p = NULL; b->len = b->cap = 0; }
+static void buf_free(buf_t *b) { mem_release(b->p, b->cap); b->p = NULL; b->len = b->cap = 0; }
+
+static inline uint64_t load64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t load32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/*
+ * Appends n bytes from s, which lies in an input buffer ending at `limit`. The bytes are
+ * copied in whole 64-byte moves, reading and writing past their end (into the buffer's
+ * slack, never past `limit`): most strings of a trace are one such move, not a memcpy call.
+ */
+#define COPY_SLACK 64
+static inline int buf_put_input(buf_t *b, const uint8_t *s, size_t n, const uint8_t *limit) {
+    if (!LIKELY(b->len + n + COPY_SLACK <= b->cap) && buf_grow(b, n + COPY_SLACK) < 0) return -1;
+    uint8_t *d = b->p + b->len;
+    if (LIKELY((size_t)(limit - s) >= n + COPY_SLACK)) { /* whole 64-byte moves: no call, no branch on the size */
+        for (size_t i = 0; i < n; i += 64) memcpy(d + i, s + i, 64);
+    } else if (n) {
+        memcpy(d, s, n);
+    }
+    b->len += n;
+    return 0;
+}
 
 /* Arrow validity (or boolean value) bitmap, least significant bit first. */
 typedef struct {
@@ -128,6 +274,7 @@ typedef struct {
 /* Decoding context: where we are, and the first format error met (raised later, with the GIL). */
 typedef struct {
     const uint8_t *base;    /* start of the buffer handed to decode() */
+    const uint8_t *limit;   /* end of that buffer: loads may run past a field, never past this */
     int64_t base_offset;    /* file offset of base[0] */
     int64_t msg_offset;     /* file offset of the current message's length prefix */
     int64_t node_index;     /* index of the current node within the file (after metadata) */
@@ -173,8 +320,10 @@ static void raise_decode_error(const ctx_t *cx) {
 }
 
 /* Reads a varint at *pp (< end). Returns 0 ok, 1 if the bytes run out, 2 if over-long. */
-static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+static inline __attribute__((always_inline)) int read_varint_in(const uint8_t **pp, const uint8_t *end,
+                                                               const uint8_t *loadable, uint64_t *out) {
     const uint8_t *p = *pp;
+    (void)loadable;
     if (LIKELY(p < end && *p < 0x80)) { /* most tags and lengths are one byte */
         *out = *p;
         *pp = p + 1;
@@ -199,16 +348,20 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *
     return 2;
 }
 
-static inline int get_varint(ctx_t *cx, const uint8_t **pp, const uint8_t *end, uint64_t *out, const char *what) {
+static inline __attribute__((always_inline)) int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    return read_varint_in(pp, end, end, out);
+}
+
+static inline __attribute__((always_inline)) int get_varint(ctx_t *cx, const uint8_t **pp, const uint8_t *end, uint64_t *out, const char *what) {
     const uint8_t *start = *pp;
     *out = 0; /* defined on the error path too */
-    int r = read_varint(pp, end, out);
+    int r = read_varint_in(pp, end, cx->limit, out);
     if (r == 1) return fail(cx, start, "truncated varint in %s", what);
     if (r == 2) return fail(cx, start, "malformed varint (over 10 bytes) in %s", what);
     return 0;
 }
 
-static inline int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *out, const char *what) {
+static inline __attribute__((always_inline)) int get_span(ctx_t *cx, const uint8_t **pp, const uint8_t *end, span_t *out, const char *what) {
     uint64_t n;
     out->p = NULL;
     out->n = 0;
@@ -287,8 +440,52 @@ static inline int utf8_valid(const uint8_t *s, size_t n) {
     return (acc & 0x8080808080808080ULL) == 0 || utf8_valid_slow(s, n);
 }
 
+#ifdef __SSE2__
+/* The top bits of the 64 bytes at s, one per byte. */
+static inline uint64_t high_bits64(const uint8_t *s) {
+    const __m128i *v = (const __m128i *)s;
+    return (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_loadu_si128(v)) |
+           (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_loadu_si128(v + 1)) << 16 |
+           (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_loadu_si128(v + 2)) << 32 |
+           (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_loadu_si128(v + 3)) << 48;
+}
+
+/* The 64 bytes at s ORed into 16. */
+static inline __m128i or64(const uint8_t *s) {
+    const __m128i *v = (const __m128i *)s;
+    return _mm_or_si128(_mm_or_si128(_mm_loadu_si128(v), _mm_loadu_si128(v + 1)),
+                        _mm_or_si128(_mm_loadu_si128(v + 2), _mm_loadu_si128(v + 3)));
+}
+#endif
+
+/*
+ * 1 when the n bytes at s, in a buffer that ends at `limit`, are all ASCII (then any
+ * string among them is valid UTF-8). In 64-byte blocks, the last one overlapping the one
+ * before (a string shorter than that: one block, the bytes past it masked off), so that
+ * most strings of a trace take the same number of steps whatever their length.
+ */
+static inline int ascii_in(const uint8_t *s, size_t n, const uint8_t *limit) {
+#ifdef __SSE2__
+    if (n >= 64) {
+        __m128i acc = or64(s + n - 64);
+        for (size_t i = 0; i + 64 < n; i += 64) acc = _mm_or_si128(acc, or64(s + i));
+        return !_mm_movemask_epi8(acc);
+    }
+    if ((size_t)(limit - s) >= 64) return !(high_bits64(s) & (((uint64_t)1 << n) - 1));
+#endif
+    (void)limit;
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) acc |= s[i];
+    return acc < 0x80;
+}
+
+/* utf8_valid for a string in a buffer that ends at `limit` (see ascii_in). */
+static inline int utf8_valid_in(const uint8_t *s, size_t n, const uint8_t *limit) {
+    return ascii_in(s, n, limit) || utf8_valid_slow(s, n);
+}
+
 static inline int check_utf8(ctx_t *cx, span_t s, const char *what) {
-    if (!utf8_valid(s.p, s.n)) return fail(cx, s.p, "%s is not valid UTF-8", what);
+    if (!utf8_valid_in(s.p, s.n, cx->limit)) return fail(cx, s.p, "%s is not valid UTF-8", what);
     return 0;
 }
 
@@ -389,6 +586,7 @@ typedef struct {
     int kind;       /* 0 = no value member set */
     uint64_t raw;   /* scalar bits for varint/fixed kinds */
     span_t body;    /* payload for string/bytes/list kinds */
+    const uint8_t *value; /* parse_attr_fast: first byte after the value member's tag */
 } attr_t;
 
 /* Column builders of the "other_attrs" list<struct>. */
@@ -412,16 +610,65 @@ typedef struct {
 enum { L_INT = 0, L_UINT, L_DOUBLE, L_FLOAT, L_BOOL, L_STRING, L_BYTES };
 
 /*
+ * Row-indexed buffers. Every buffer with an entry per row (values, offsets, validity
+ * bitmaps) is kept ready for `rows_ready` rows, grown for all of them at once when a node
+ * needs more (grow_rows), so that a node writes its row with plain stores; a buffer's len
+ * is its ready size until finish_columns() sets the batch's. Validity bitmaps and the
+ * values of lazily written columns are zero over their ready size, so rows that get no
+ * value are null / zero without being written.
+ */
+enum { RB_FIXED, RB_OFFSETS, RB_BITS };
+
+static inline size_t row_bytes(int kind, int width, int64_t rows) {
+    switch (kind) {
+    case RB_OFFSETS: return (size_t)(rows + 1) * 4;
+    case RB_BITS: return (size_t)(rows + 7) / 8;
+    default: return (size_t)rows * (size_t)width;
+    }
+}
+
+/* Makes b ready for `rows` rows (zeroing what is added when `zero`). */
+static int row_ready(buf_t *b, int kind, int width, int64_t rows, int zero) {
+    size_t want = row_bytes(kind, width, rows);
+    if (want <= b->len) return 0;
+    if (want > b->cap && buf_grow_to(b, want + (want >> 3)) < 0) return -1;
+    if (zero) memset(b->p + b->len, 0, want - b->len);
+    b->len = want;
+    return 0;
+}
+
+static inline void bit_set(buf_t *bm, int64_t row) { bm->p[row >> 3] |= (uint8_t)(1u << (row & 7)); }
+
+static __attribute__((noinline)) void zero_rows(uint64_t *p, int64_t from, int64_t to) {
+    memset(p + from, 0, (size_t)(to - from) * 8);
+}
+
+/* Writes v at `row` of an 8-byte column whose rows up to *rows are written (those between become 0). */
+static inline __attribute__((always_inline)) void put_u64_at(buf_t *vals, int64_t *rows, int64_t row, uint64_t v) {
+    uint64_t *p = (uint64_t *)vals->p;
+    if (__builtin_expect(*rows < row, 0)) zero_rows(p, *rows, row);
+    p[row] = v;
+    *rows = row + 1;
+}
+
+static int64_t count_bits(const buf_t *bm, int64_t n) {
+    int64_t set = 0, i = 0;
+    for (; i + 64 <= n; i += 64) set += __builtin_popcountll(load64(bm->p + i / 8));
+    for (; i < n; i++) set += (bm->p[i >> 3] >> (i & 7)) & 1;
+    return set;
+}
+
+/*
  * A well-known attribute column, filled lazily: a node writes only the attributes it has,
- * at its row; rows in between are zero / null (value buffers grow zero-filled, offsets
- * catch up), and finish_columns() pads every column to the batch length.
+ * at its row. `live` once a value came in this batch (its buffers then exist and are
+ * ready); rows in between stay zero / null, string offsets catch up when a value comes.
  */
 typedef struct {
     int cls;
-    buf_t vals;     /* C_INT / C_UINT: 8-byte values; C_BOOL: value bitmap */
+    int live;
+    buf_t vals;     /* C_INT / C_UINT: 8-byte values; C_BOOL: value bitmap (zero-filled rows) */
     buf_t valid;    /* validity bitmap */
-    int64_t set;    /* rows with a value */
-    int64_t rows;   /* C_STRING / C_BOOL_LIST: rows whose offsets are written */
+    int64_t rows;   /* C_INT / C_UINT: rows whose values are written; C_STRING / C_BOOL_LIST: whose offsets are */
     strcol_t str;   /* C_STRING (its own validity replaced when handed over) */
     buf_t l_off;    /* C_BOOL_LIST offsets */
     bits_t l_vals;  /* C_BOOL_LIST values */
@@ -436,35 +683,79 @@ typedef struct {
 typedef struct {
     strcol_t col[3];
     int ncols;
+    int live;
     buf_t valid;
-    int64_t rows, set;
+    int64_t rows;
     bits_t final_valid;
 } sparse_str_t;
 
 typedef struct {
     int64_t n;
+    int64_t rows_ready;     /* rows every row-indexed buffer is ready for */
     buf_t id, type, start, dur;
-    strcol_t name;
+    strcol_t name;          /* never null: its validity stays empty */
     buf_t ctrl_off, ctrl, data_off, data;
+    /* written lazily, so that a column that stays all zero is never touched (nor kept):
+     * rows of start / dur written, entries of the offsets of ctrl_deps, data_deps,
+     * attr_layout and other_attrs written (0 = all zero so far) */
+    int64_t start_rows, dur_rows, ctrl_off_n, data_off_n, layout_off_n, ex_off_n;
     sparse_str_t io[2];
     knowncol_t known[MAX_KNOWN];
     buf_t layout_off, layout;
+    buf_t layout_valid;     /* null = canonical order and kinds */
+    bits_t layout_final;
     extras_t ex;
     sparse_str_t unknown;
 } batch_t;
 
+/*
+ * What the attribute that followed a given one (in an earlier node) was, when it took the
+ * common shape (name, then one value member, nothing else) and went into a well-known
+ * column: its first keylen bytes (name tag, name length, name, value tag) as two masked
+ * words, so that one compare tells the next such attribute has the same name and value
+ * kind. Writers emit a node's attributes in a fixed order, so what follows an attribute
+ * seldom changes, even where nodes of different kinds have different sets of attributes
+ * (a position-by-position memory would miss after every attribute one kind adds).
+ * Indexed by what came before: 0 = nothing (the node's first attribute), 1 + s = the
+ * well-known attribute of slot s, AFTER_EXTRA = an other_attrs entry.
+ */
+#define GUESS_POSITIONS 32
+#define AFTER_EXTRA (MAX_KNOWN + 1)
+enum { OP_NONE = 0, OP_BOOL, OP_I64, OP_INT, OP_STRING };
+typedef struct {
+    uint64_t k0, k1, m0, m1;
+    uint8_t keylen;           /* 0: nothing remembered */
+    uint8_t op;               /* how the value is read and written (OP_*) */
+    uint8_t kind;             /* its oneof member */
+    uint8_t canon_kind;       /* the kind is the one a null layout gives, whatever the value */
+    uint8_t canon;            /* canon_kind, and it comes in canonical order after what it follows */
+    int8_t slot;              /* its well-known column */
+    uint16_t code;            /* its attr_layout entry */
+} apos_t;
+
 /* Per-node scratch for fields that are singular (last occurrence wins). */
 typedef struct {
-    uint64_t id, start, dur;
-    int32_t type;
-    span_t name;
     int has_io[2];
     span_t io[2][3];
     uint64_t seen_known;      /* bit s: slot s already taken in this node (written at once, at the node's row) */
     int n_attrs;              /* attributes of this node so far */
-    int8_t guess[32];         /* [GUESS_POSITIONS]: well-known slot of the k-th attribute in an earlier node */
+    int8_t guess[GUESS_POSITIONS]; /* well-known slot of the k-th attribute in an earlier node */
+    apos_t shape[MAX_KNOWN + 2];    /* the attribute that followed each one last time, see AFTER_EXTRA */
+    int after;                /* what the next attribute follows (index into shape) */
+    /* attr_layout is left null for a node whose attributes are in the canonical order with the
+     * kinds the encoder picks for a null layout (most nodes): */
+    int canon;                /* so far, this node's attributes are canonical */
+    int last_known;           /* slot of its last well-known attribute, -1 = none yet */
+    int had_extra;            /* an other_attrs entry came already */
     buf_t unknown;
 } scratch_t;
+
+static scratch_t *scratch_new(void) {
+    scratch_t *sc = calloc(1, sizeof *sc);
+    if (sc)
+        for (int i = 0; i < MAX_KNOWN + 2; i++) sc->shape[i].m0 = 0xff; /* matches nothing: an attribute starts 0x0a */
+    return sc;
+}
 
 static void sparse_free(sparse_str_t *s) {
     for (int c = 0; c < 3; c++) strcol_free(&s->col[c]);
@@ -472,25 +763,125 @@ static void sparse_free(sparse_str_t *s) {
     buf_free(&s->final_valid.bytes);
 }
 
-static int batch_init(batch_t *b) {
+static int grow_rows(batch_t *b, int64_t rows);
+
+/*
+ * Buffers that grow by appending (string bytes, dependencies, other_attrs entries...),
+ * sized at the start of a batch from what they took a row in the last batch, so that
+ * they seldom grow (each growth copies, and may take fresh pages) while decoding.
+ */
+#define MAX_HINTED 96
+static float data_hint[MAX_HINTED]; /* bytes a row of each, in the last batch decoded */
+
+static int data_buffers(batch_t *b, buf_t **out) {
+    int k = 0;
+    out[k++] = &b->name.data;
+    out[k++] = &b->ctrl;
+    out[k++] = &b->data;
+    out[k++] = &b->layout;
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++) out[k++] = &b->io[d].col[c].data;
+    out[k++] = &b->unknown.col[0].data;
+    extras_t *e = &b->ex;
+    strcol_t *strs[8] = {&e->name, &e->doc, &e->str, &e->bytes, &e->lstr, &e->lbytes};
+    for (int i = 0; i < 6; i++) {
+        out[k++] = &strs[i]->off;
+        out[k++] = &strs[i]->data;
+        out[k++] = &strs[i]->valid.bytes;
+    }
+    buf_t *more[] = {&e->kind, &e->kind_valid.bytes, &e->i64.vals, &e->i64.valid.bytes, &e->u64.vals,
+                     &e->u64.valid.bytes, &e->f64.vals, &e->f64.valid.bytes, &e->f32.vals, &e->f32.valid.bytes,
+                     &e->bool_vals.bytes, &e->bool_valid.bytes, &e->li64, &e->lu64, &e->lf64, &e->lf32,
+                     &e->lbool.bytes};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) out[k++] = more[i];
+    for (int i = 0; i < 7; i++) {
+        out[k++] = &e->l_off[i];
+        out[k++] = &e->l_valid[i].bytes;
+    }
+    for (int s = 0; s < n_known && k < MAX_HINTED; s++)
+        if (known_class[s] == C_STRING) out[k++] = &b->known[s].str.data;
+    return k;
+}
+
+/* Remembers what each appended buffer of a finished batch took a row. */
+static void learn_sizes(batch_t *b) {
+    buf_t *bufs[MAX_HINTED];
+    if (b->n < 256) return; /* too few rows to tell */
+    int k = data_buffers(b, bufs);
+    for (int i = 0; i < k; i++) data_hint[i] = (float)bufs[i]->len / (float)b->n;
+}
+
+/* An empty batch, ready for about `expect` rows. */
+static int batch_init(batch_t *b, int64_t expect) {
     memset(b, 0, sizeof *b);
+    {
+        buf_t *bufs[MAX_HINTED];
+        int k = data_buffers(b, bufs);
+        for (int i = 0; i < k; i++) {
+            size_t want = (size_t)(data_hint[i] * 1.0625f * (float)expect);
+            if (want >= 4096 && buf_grow_to(bufs[i], want + COPY_SLACK) < 0) return -1;
+        }
+    }
     b->io[0].ncols = b->io[1].ncols = 3;
     b->unknown.ncols = 1;
-    if (strcol_init(&b->name) < 0 || buf_i32(&b->ctrl_off, 0) < 0 || buf_i32(&b->data_off, 0) < 0 ||
-        buf_i32(&b->layout_off, 0) < 0 || strcol_init(&b->unknown.col[0]) < 0 || buf_i32(&b->ex.off, 0) < 0 ||
-        strcol_init(&b->ex.name) < 0 || strcol_init(&b->ex.doc) < 0 || strcol_init(&b->ex.str) < 0 ||
-        strcol_init(&b->ex.bytes) < 0 || strcol_init(&b->ex.lstr) < 0 || strcol_init(&b->ex.lbytes) < 0)
+    if (strcol_init(&b->ex.name) < 0 || strcol_init(&b->ex.doc) < 0 ||
+        strcol_init(&b->ex.str) < 0 || strcol_init(&b->ex.bytes) < 0 || strcol_init(&b->ex.lstr) < 0 ||
+        strcol_init(&b->ex.lbytes) < 0)
         return -1;
     for (int k = 0; k < 7; k++)
         if (buf_i32(&b->ex.l_off[k], 0) < 0) return -1;
-    for (int d = 0; d < 2; d++)
-        for (int f = 0; f < 3; f++)
-            if (strcol_init(&b->io[d].col[f]) < 0) return -1;
-    for (int s = 0; s < n_known; s++) {
-        b->known[s].cls = known_class[s];
-        if (known_class[s] == C_STRING && strcol_init(&b->known[s].str) < 0) return -1;
-        if (known_class[s] == C_BOOL_LIST && buf_i32(&b->known[s].l_off, 0) < 0) return -1;
+    for (int s = 0; s < n_known; s++) b->known[s].cls = known_class[s];
+    if (grow_rows(b, expect < 16 ? 16 : expect) < 0) return -1;
+    /* the first offset of each always-written offsets buffer */
+    ((int32_t *)b->name.off.p)[0] = 0;
+    return 0;
+}
+
+/* Readies the row-indexed buffers of a sparse group that got its first value. */
+static int sparse_live(sparse_str_t *s, int64_t rows) {
+    if (row_ready(&s->valid, RB_BITS, 0, rows, 1) < 0) return -1;
+    for (int c = 0; c < s->ncols; c++) {
+        if (row_ready(&s->col[c].off, RB_OFFSETS, 0, rows, 0) < 0) return -1;
+        ((int32_t *)s->col[c].off.p)[0] = 0;
     }
+    s->live = 1;
+    return 0;
+}
+
+static int known_live(knowncol_t *col, int64_t rows) {
+    if (row_ready(&col->valid, RB_BITS, 0, rows, 1) < 0) return -1;
+    switch (col->cls) {
+    case C_BOOL: if (row_ready(&col->vals, RB_BITS, 0, rows, 1) < 0) return -1; break;
+    case C_INT:
+    case C_UINT: if (row_ready(&col->vals, RB_FIXED, 8, rows, 0) < 0) return -1; break; /* zeros as rows pass */
+    case C_STRING:
+        if (row_ready(&col->str.off, RB_OFFSETS, 0, rows, 0) < 0) return -1;
+        ((int32_t *)col->str.off.p)[0] = 0;
+        break;
+    case C_BOOL_LIST:
+        if (row_ready(&col->l_off, RB_OFFSETS, 0, rows, 0) < 0) return -1;
+        ((int32_t *)col->l_off.p)[0] = 0;
+        break;
+    }
+    col->live = 1;
+    return 0;
+}
+
+/* Makes every row-indexed buffer ready for `rows` rows. */
+static __attribute__((noinline)) int grow_rows(batch_t *b, int64_t rows) {
+    if (rows <= b->rows_ready) return 0;
+    if (row_ready(&b->id, RB_FIXED, 8, rows, 0) < 0 || row_ready(&b->type, RB_FIXED, 4, rows, 0) < 0 ||
+        row_ready(&b->start, RB_FIXED, 8, rows, 0) < 0 || row_ready(&b->dur, RB_FIXED, 8, rows, 0) < 0 ||
+        row_ready(&b->name.off, RB_OFFSETS, 0, rows, 0) < 0 || row_ready(&b->ctrl_off, RB_OFFSETS, 0, rows, 0) < 0 ||
+        row_ready(&b->data_off, RB_OFFSETS, 0, rows, 0) < 0 || row_ready(&b->layout_off, RB_OFFSETS, 0, rows, 0) < 0 ||
+        row_ready(&b->ex.off, RB_OFFSETS, 0, rows, 0) < 0 || row_ready(&b->layout_valid, RB_BITS, 0, rows, 1) < 0)
+        return -1;
+    sparse_str_t *groups[3] = {&b->io[0], &b->io[1], &b->unknown};
+    for (int g = 0; g < 3; g++)
+        if (groups[g]->live && sparse_live(groups[g], rows) < 0) return -1;
+    for (int s = 0; s < n_known; s++)
+        if (b->known[s].live && known_live(&b->known[s], rows) < 0) return -1;
+    b->rows_ready = rows;
     return 0;
 }
 
@@ -506,7 +897,7 @@ static void batch_free(batch_t *b) {
         buf_free(&k->vals); buf_free(&k->valid); buf_free(&k->final_valid.bytes); strcol_free(&k->str);
         buf_free(&k->l_off); buf_free(&k->l_vals.bytes);
     }
-    buf_free(&b->layout_off); buf_free(&b->layout);
+    buf_free(&b->layout_off); buf_free(&b->layout); buf_free(&b->layout_valid); buf_free(&b->layout_final.bytes);
     extras_t *e = &b->ex;
     buf_free(&e->off); strcol_free(&e->name); strcol_free(&e->doc);
     buf_free(&e->kind); buf_free(&e->kind_valid.bytes);
@@ -699,8 +1090,6 @@ static void build_name_table(void) {
     }
 }
 
-static inline uint64_t load64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static inline uint32_t load32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
 /* a[0:n] == b[0:n], for the short names of attributes: two overlapping word compares, no call. */
 static inline int short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
@@ -724,7 +1113,6 @@ static inline int match_known_hashed(span_t name) {
  * compare usually replaces the hash probe. `guess` is that per-position memory (NULL past
  * GUESS_POSITIONS); a wrong or stale guess only costs the compare.
  */
-#define GUESS_POSITIONS 32
 static inline int match_known(span_t name, int8_t *guess) {
     int g = guess ? *guess : -1;
     if (g >= 0 && g < n_known && known_len[g] == name.n && short_eq((const uint8_t *)known_name[g], name.p, name.n)) return g;
@@ -747,53 +1135,66 @@ static inline int buf_zero_extend(buf_t *b, size_t n) {
     return 0;
 }
 
-static inline int bitmap_set(buf_t *bm, int64_t i) {
-    size_t byte = (size_t)(i >> 3);
-    if (byte >= bm->len) {
-        if (byte == bm->len) { /* the next byte: the common case, no memset call */
-            if (buf_u8(bm, 0) < 0) return -1;
-        } else if (buf_zero_extend(bm, byte + 1) < 0) {
-            return -1;
-        }
-    }
-    bm->p[byte] |= (uint8_t)(1u << (i & 7));
+/* Writes the offsets of rows [*rows, row) of a lazily filled column (empty: its data length). */
+static inline int catch_up(buf_t *off, int64_t *rows, int64_t row, size_t child_len) {
+    if (*rows >= row) return 0;
+    if (child_len > INT32_MAX) { batch_overflow = 1; return -1; }
+    int32_t *o = (int32_t *)off->p;
+    for (int64_t r = *rows; r < row; r++) o[r + 1] = (int32_t)child_len;
+    *rows = row;
     return 0;
 }
 
-/* Writes offsets of empty rows up to (excluding) row. */
-static inline int catch_up_offsets(buf_t *off, int64_t *rows, int64_t row, int64_t child_len) {
-    for (; *rows < row; (*rows)++)
-        if (list_close_row(off, child_len) < 0) return -1;
+static __attribute__((noinline)) void zero_entries(int32_t *o, int64_t from, int64_t to) {
+    memset(o + from, 0, (size_t)(to - from) * 4);
+}
+
+/* Ends row `row` of a lazily written offsets buffer (*written entries so far) at child_len. */
+static inline int close_lazy(buf_t *off, int64_t *written, int64_t row, size_t child_len) {
+    if (!child_len) return 0; /* every offset so far is 0: nothing written yet */
+    if (child_len > INT32_MAX) { batch_overflow = 1; return -1; }
+    int32_t *o = (int32_t *)off->p;
+    if (*written <= row) zero_entries(o, *written, row + 1);
+    o[row + 1] = (int32_t)child_len;
+    *written = row + 2;
+    return 0;
+}
+
+/* Ends row `row` of an offsets buffer at child_len (the buffer is ready for the row). */
+static inline int close_row_at(buf_t *off, int64_t row, size_t child_len) {
+    if (child_len > INT32_MAX) { batch_overflow = 1; return -1; }
+    ((int32_t *)off->p)[row + 1] = (int32_t)child_len;
     return 0;
 }
 
 /* Writes one row's values into a sparse string group (the rows before it become null). */
-static int sparse_set(sparse_str_t *s, int64_t row, const span_t *values) {
+static int sparse_set(batch_t *b, sparse_str_t *s, int64_t row, const span_t *values, const uint8_t *limit) {
+    if (!LIKELY(s->live) && sparse_live(s, b->rows_ready) < 0) return -1;
     for (int c = 0; c < s->ncols; c++) {
         strcol_t *col = &s->col[c];
         int64_t rows = s->rows;
-        if (catch_up_offsets(&col->off, &rows, row, (int64_t)col->data.len) < 0) return -1;
-        if (col->data.len + values[c].n > INT32_MAX) { batch_overflow = 1; return -1; }
-        if (buf_put(&col->data, values[c].p, values[c].n) < 0 ||
-            list_close_row(&col->off, (int64_t)col->data.len) < 0)
-            return -1;
+        if (catch_up(&col->off, &rows, row, col->data.len) < 0) return -1;
+        if (buf_put_input(&col->data, values[c].p, values[c].n, limit) < 0) return -1;
+        if (close_row_at(&col->off, row, col->data.len) < 0) return -1;
     }
     s->rows = row + 1;
-    s->set++;
-    return bitmap_set(&s->valid, row);
+    bit_set(&s->valid, row);
+    return 0;
 }
 
 /* Pads a sparse group to n rows; an all-null group keeps no offsets (Python pads with zeros). */
 static int sparse_finish(sparse_str_t *s, int64_t n) {
-    if (buf_zero_extend(&s->valid, (size_t)(n + 7) / 8) < 0) return -1;
+    if (!s->live && buf_zero_extend(&s->valid, (size_t)(n + 7) / 8) < 0) return -1;
+    s->valid.len = (size_t)(n + 7) / 8;
     s->final_valid.bytes = s->valid;
     s->final_valid.n = n;
-    s->final_valid.unset = n - s->set;
+    s->final_valid.unset = n - (s->live ? count_bits(&s->valid, n) : 0);
     memset(&s->valid, 0, sizeof s->valid);
-    if (!s->set) return 0;
+    if (!s->live) return 0;
     for (int c = 0; c < s->ncols; c++) {
         int64_t rows = s->rows;
-        if (catch_up_offsets(&s->col[c].off, &rows, n, (int64_t)s->col[c].data.len) < 0) return -1;
+        if (catch_up(&s->col[c].off, &rows, n, s->col[c].data.len) < 0) return -1;
+        s->col[c].off.len = row_bytes(RB_OFFSETS, 0, n);
     }
     return 0;
 }
@@ -802,60 +1203,77 @@ static int sparse_finish(sparse_str_t *s, int64_t n) {
 static inline int write_known(ctx_t *cx, batch_t *b, int s, const attr_t *a) {
     int64_t row = b->n;
     knowncol_t *col = &b->known[s];
-    if (bitmap_set(&col->valid, row) < 0) return -1;
-    col->set++;
+    if (!LIKELY(col->live) && known_live(col, b->rows_ready) < 0) return -1;
+    bit_set(&col->valid, row);
     switch (col->cls) {
     case C_BOOL:
-        if (a->raw && bitmap_set(&col->vals, row) < 0) return -1;
+        if (a->raw) bit_set(&col->vals, row);
         break;
     case C_INT:
-    case C_UINT: {
-        uint64_t v = (uint64_t)int_from_wire(a->kind, a->raw);
-        if (col->vals.len != (size_t)row * 8 && buf_zero_extend(&col->vals, (size_t)row * 8) < 0) return -1;
-        if (buf_u64(&col->vals, v) < 0) return -1;
+    case C_UINT:
+        put_u64_at(&col->vals, &col->rows, row, (uint64_t)int_from_wire(a->kind, a->raw));
         break;
-    }
     case C_STRING:
-        if (catch_up_offsets(&col->str.off, &col->rows, row, (int64_t)col->str.data.len) < 0) return -1;
-        if (col->str.data.len + a->body.n > INT32_MAX) { batch_overflow = 1; return -1; }
-        if (buf_put(&col->str.data, a->body.p, a->body.n) < 0 ||
-            list_close_row(&col->str.off, (int64_t)col->str.data.len) < 0)
-            return -1;
-        col->rows++;
+        if (catch_up(&col->str.off, &col->rows, row, col->str.data.len) < 0) return -1;
+        if (buf_put_input(&col->str.data, a->body.p, a->body.n, cx->limit) < 0) return -1;
+        if (close_row_at(&col->str.off, row, col->str.data.len) < 0) return -1;
+        col->rows = row + 1;
         break;
     case C_BOOL_LIST:
-        if (catch_up_offsets(&col->l_off, &col->rows, row, col->l_vals.n) < 0) return -1;
+        if (catch_up(&col->l_off, &col->rows, row, (size_t)col->l_vals.n) < 0) return -1;
         if (walk_list(cx, a->kind, a->body, visit_bool, &col->l_vals) < 0) return -1;
-        if (list_close_row(&col->l_off, col->l_vals.n) < 0) return -1;
-        col->rows++;
+        if (close_row_at(&col->l_off, row, (size_t)col->l_vals.n) < 0) return -1;
+        col->rows = row + 1;
         break;
     }
     return 0;
 }
 
-/* Pads every lazily filled column to the batch's n rows and fixes its validity. */
+/* Sets every row-indexed buffer to the batch's n rows, pads lazily filled columns, fixes validity. */
 static int finish_columns(batch_t *b) {
     int64_t n = b->n;
+    b->id.len = row_bytes(RB_FIXED, 8, n);
+    b->type.len = row_bytes(RB_FIXED, 4, n);
+    buf_t *lazy_fixed[2] = {&b->start, &b->dur};
+    int64_t *fixed_rows[2] = {&b->start_rows, &b->dur_rows};
+    for (int k = 0; k < 2; k++) { /* never written: all zero, left empty (Python pads with shared zeros) */
+        if (*fixed_rows[k] && *fixed_rows[k] < n) zero_rows((uint64_t *)lazy_fixed[k]->p, *fixed_rows[k], n);
+        lazy_fixed[k]->len = *fixed_rows[k] ? row_bytes(RB_FIXED, 8, n) : 0;
+    }
+    buf_t *lazy_off[4] = {&b->ctrl_off, &b->data_off, &b->layout_off, &b->ex.off};
+    int64_t *off_n[4] = {&b->ctrl_off_n, &b->data_off_n, &b->layout_off_n, &b->ex_off_n};
+    for (int k = 0; k < 4; k++) lazy_off[k]->len = *off_n[k] ? row_bytes(RB_OFFSETS, 0, n) : 0;
+    b->name.off.len = row_bytes(RB_OFFSETS, 0, n);
+    b->layout_valid.len = row_bytes(RB_BITS, 0, n);
+    b->layout_final.bytes = b->layout_valid;
+    b->layout_final.n = n;
+    b->layout_final.unset = n - count_bits(&b->layout_valid, n);
+    memset(&b->layout_valid, 0, sizeof b->layout_valid);
     if (sparse_finish(&b->io[0], n) < 0 || sparse_finish(&b->io[1], n) < 0 || sparse_finish(&b->unknown, n) < 0)
         return -1;
     for (int s = 0; s < n_known; s++) {
         knowncol_t *col = &b->known[s];
-        if (buf_zero_extend(&col->valid, (size_t)(n + 7) / 8) < 0) return -1;
+        if (!col->live && buf_zero_extend(&col->valid, (size_t)(n + 7) / 8) < 0) return -1;
+        col->valid.len = row_bytes(RB_BITS, 0, n);
         col->final_valid.bytes = col->valid;
         col->final_valid.n = n;
-        col->final_valid.unset = n - col->set;
-        col->valid.p = NULL;
-        col->valid.len = col->valid.cap = 0;
-        if (col->set == 0) continue; /* all null: left short, the Python side substitutes shared zeros */
+        col->final_valid.unset = n - (col->live ? count_bits(&col->valid, n) : 0);
+        memset(&col->valid, 0, sizeof col->valid);
+        if (!col->live) continue; /* all null: left short, the Python side substitutes shared zeros */
         switch (col->cls) {
-        case C_BOOL: if (buf_zero_extend(&col->vals, (size_t)(n + 7) / 8) < 0) return -1; break;
+        case C_BOOL: col->vals.len = row_bytes(RB_BITS, 0, n); break;
         case C_INT:
-        case C_UINT: if (buf_zero_extend(&col->vals, (size_t)n * 8) < 0) return -1; break;
+        case C_UINT:
+            if (col->rows < n) memset(col->vals.p + col->rows * 8, 0, (size_t)(n - col->rows) * 8);
+            col->vals.len = row_bytes(RB_FIXED, 8, n);
+            break;
         case C_STRING:
-            if (catch_up_offsets(&col->str.off, &col->rows, n, (int64_t)col->str.data.len) < 0) return -1;
+            if (catch_up(&col->str.off, &col->rows, n, col->str.data.len) < 0) return -1;
+            col->str.off.len = row_bytes(RB_OFFSETS, 0, n);
             break;
         case C_BOOL_LIST:
-            if (catch_up_offsets(&col->l_off, &col->rows, n, col->l_vals.n) < 0) return -1;
+            if (catch_up(&col->l_off, &col->rows, n, (size_t)col->l_vals.n) < 0) return -1;
+            col->l_off.len = row_bytes(RB_OFFSETS, 0, n);
             break;
         }
     }
@@ -877,6 +1295,7 @@ static inline int parse_attr_fast(span_t msg, attr_t *a) {
     if (read_varint(&p, end, &tag) != 0) return 0;
     int kind = (int)(tag >> 3), wt = (int)(tag & 7);
     if (kind < K_DOUBLE || kind > K_MAX || wt != (kind_is_list(kind) ? 2 : kind_wire_type(kind))) return 0;
+    a->value = p;
     a->raw = 0;
     a->body.p = NULL;
     a->body.n = 0;
@@ -902,12 +1321,163 @@ static inline int parse_attr_fast(span_t msg, attr_t *a) {
     return 1;
 }
 
-static int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
+/* Is `kind` the kind the encoder writes for well-known column `slot` holding v, with a null layout? */
+static inline int canonical_kind(int slot, int kind, __int128 v) {
+    int chosen = known_default_kind[slot];
+    if (known_class[slot] == C_INT || known_class[slot] == C_UINT) {
+        if (!int_fits_kind(chosen, v)) chosen = known_class[slot] == C_INT ? K_INT64 : K_UINT64;
+        return kind == chosen;
+    }
+    return 1; /* bool, string and bool-list columns have one kind */
+}
+
+/* Notes a well-known attribute for the node's layout: is the node still canonical? */
+static inline void note_known(scratch_t *sc, int slot, int canon_kind) {
+    if (sc->had_extra | (slot <= sc->last_known) | !canon_kind) sc->canon = 0;
+    sc->last_known = slot;
+}
+
+static inline uint16_t layout_code(int slot, int kind) { return (uint16_t)(((slot + 1) << 5) | (kind - K_DOUBLE)); }
+
+/* Remembers an attribute of the common shape that went into well-known column `slot`. */
+static void remember_shape(scratch_t *sc, int after, span_t msg, const attr_t *a, int slot) {
+    apos_t *e = &sc->shape[after];
+    size_t keylen = (size_t)(a->value - msg.p);
+    int wt = kind_wire_type(a->kind), cls = known_class[slot];
+    e->keylen = 0;
+    e->m0 = 0xff; /* matches nothing (an attribute starts 0x0a) until set below */
+    e->k0 = e->k1 = e->m1 = 0;
+    if (keylen > 16 || kind_is_list(a->kind)) return;
+    uint8_t key[16] = {0};
+    memcpy(key, msg.p, keylen);
+    e->m0 = keylen >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * keylen)) - 1;
+    e->m1 = keylen >= 16 ? ~(uint64_t)0 : keylen > 8 ? ((uint64_t)1 << (8 * (keylen - 8))) - 1 : 0;
+    e->k0 = load64(key) & e->m0;
+    e->k1 = load64(key + 8) & e->m1;
+    if (cls == C_BOOL) e->op = OP_BOOL;
+    else if (cls == C_INT && a->kind == K_INT64) e->op = OP_I64; /* any int64 fits: no check */
+    else if ((cls == C_INT || cls == C_UINT) && wt == 0) e->op = OP_INT;
+    else if (cls == C_STRING) e->op = OP_STRING;
+    else {
+        e->m0 = 0xff;
+        e->k0 = e->k1 = e->m1 = 0;
+        return;
+    }
+    e->kind = (uint8_t)a->kind;
+    e->slot = (int8_t)slot;
+    /* a value fits the kind it came as, so the default kind is canonical whatever the value */
+    e->canon_kind = cls == C_INT || cls == C_UINT ? a->kind == known_default_kind[slot] : 1;
+    /* following nothing, or a well-known attribute of a lower slot; never an other_attrs entry */
+    int in_order = after == 0 || (after != AFTER_EXTRA && slot > after - 1);
+    e->canon = e->canon_kind && in_order;
+    e->code = layout_code(slot, a->kind);
+    e->keylen = (uint8_t)keylen;
+}
+
+/*
+ * The run of attributes at p (consecutive field-10 members of the node ending at `end`),
+ * as long as each has the shape remembered for its position: reads each value and writes
+ * it into its column. Returns where it stopped: at the first attribute that needs the
+ * general path (which then also reports any error), or past the run; NULL when memory ran
+ * out. Whatever it takes, handle_attr would have put in the same place.
+ */
+static __attribute__((noinline)) int canonical_int64(int slot, uint64_t raw) {
+    return canonical_kind(slot, K_INT64, (int64_t)raw);
+}
+
+static __attribute__((noinline)) const uint8_t *attrs_by_shape(ctx_t *cx, batch_t *b, scratch_t *sc, const uint8_t *p,
+                                                               const uint8_t *end) {
+    const int64_t row = b->n;
+    const size_t row_byte = (size_t)(row >> 3);
+    const uint8_t row_bit = (uint8_t)(1u << (row & 7));
+    const uint8_t *limit = cx->limit;
+    /* the key compare loads 16 bytes after the length prefix: stop 32 bytes before the buffer's end */
+    const uint8_t *stop = (size_t)(limit - p) > 32 ? (limit - 32 < end ? limit - 32 : end) : p;
+    uint64_t seen = sc->seen_known;
+    /* the node stays canonical while each attribute's remembered shape says it is (the shape
+     * is remembered for what came before it: see apos_t.canon), as note_known would find */
+    int pos = sc->n_attrs, canon = sc->canon, after = sc->after;
+    uint16_t *codes = (uint16_t *)(b->layout.p + b->layout.len); /* room made by decode_node */
+    while (p < stop && p[0] == 0x52) {
+        const apos_t *e = &sc->shape[after]; /* an empty one never matches: its key needs a 0x00 first byte */
+        const uint8_t *q = p + 1;
+        uint64_t n;
+        if (LIKELY(q[0] < 0x80)) {
+            n = q[0];
+            q++;
+        } else if (read_varint(&q, end, &n) != 0) {
+            break;
+        }
+        if (n > (uint64_t)(end - q)) break;
+        if ((((load64(q) ^ e->k0) & e->m0) | ((load64(q + 8) ^ e->k1) & e->m1)) != 0) break;
+        int slot = e->slot;
+        if ((seen >> slot) & 1) break;
+        /* the key matched, so the value starts at keylen (if the message is shorter, reading it fails below) */
+        const uint8_t *v = q + e->keylen, *vend = q + n;
+        knowncol_t *col = &b->known[slot];
+        int ok = e->canon;
+        uint64_t raw;
+        switch (e->op) {
+        case OP_BOOL:
+            if (read_varint_in(&v, vend, limit, &raw) != 0 || v != vend) goto out;
+            if (!LIKELY(col->live) && known_live(col, b->rows_ready) < 0) return NULL;
+            if (raw) col->vals.p[row_byte] |= row_bit;
+            break;
+        case OP_I64:
+            if (read_varint_in(&v, vend, limit, &raw) != 0 || v != vend) goto out;
+            if (!LIKELY(col->live) && known_live(col, b->rows_ready) < 0) return NULL;
+            put_u64_at(&col->vals, &col->rows, row, raw);
+            if (!LIKELY(e->canon_kind)) ok = e->canon | (canonical_int64(slot, raw) & (after != AFTER_EXTRA) &
+                                                          (after == 0 || slot > after - 1));
+            break;
+        case OP_INT: {
+            if (read_varint_in(&v, vend, limit, &raw) != 0 || v != vend) goto out;
+            __int128 iv = int_from_wire(e->kind, raw);
+            if (!class_accepts(col->cls, e->kind, iv)) goto out;
+            if (!LIKELY(col->live) && known_live(col, b->rows_ready) < 0) return NULL;
+            put_u64_at(&col->vals, &col->rows, row, (uint64_t)iv);
+            if (!e->canon_kind) ok = canonical_kind(slot, e->kind, iv) & (after != AFTER_EXTRA) &
+                                     (after == 0 || slot > after - 1);
+            break;
+        }
+        case OP_STRING: {
+            uint64_t len;
+            if (read_varint(&v, vend, &len) != 0 || len != (uint64_t)(vend - v) || !utf8_valid_in(v, (size_t)len, limit))
+                goto out;
+            if (!LIKELY(col->live) && known_live(col, b->rows_ready) < 0) return NULL;
+            if (catch_up(&col->str.off, &col->rows, row, col->str.data.len) < 0) return NULL;
+            if (buf_put_input(&col->str.data, v, (size_t)len, limit) < 0) return NULL;
+            if (close_row_at(&col->str.off, row, col->str.data.len) < 0) return NULL;
+            col->rows = row + 1;
+            break;
+        }
+        default:
+            goto out;
+        }
+        col->valid.p[row_byte] |= row_bit;
+        seen |= (uint64_t)1 << slot;
+        canon &= ok;
+        *codes++ = e->code;
+        pos++;
+        after = slot + 1;
+        p = vend;
+    }
+out:
+    b->layout.len = (size_t)((uint8_t *)codes - b->layout.p);
+    sc->after = after;
+    sc->seen_known = seen;
+    if (pos != sc->n_attrs) sc->last_known = after - 1;
+    sc->n_attrs = pos;
+    sc->canon = canon;
+    return p;
+}
+
+/* Any attribute: the well-known column it belongs in, or an other_attrs entry. */
+static __attribute__((noinline)) int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg, int position) {
     attr_t a;
-    int slot;
-    int position = sc->n_attrs++;
+    int slot, fast;
     int8_t *guess = position < GUESS_POSITIONS ? &sc->guess[position] : NULL;
-    if (parse_attr_fast(msg, &a)) {
+    if ((fast = parse_attr_fast(msg, &a))) {
         slot = match_known(a.name, guess); /* a known name is valid UTF-8; any other is checked here */
         if (slot < 0 && check_utf8(cx, a.name, "attribute name") < 0) return -1;
         if (a.kind == K_STRING && check_utf8(cx, a.body, "attribute string_val") < 0) return -1;
@@ -919,18 +1489,30 @@ static int handle_attr(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
         __int128 v = kind_is_integer(a.kind) && !kind_is_list(a.kind) ? int_from_wire(a.kind, a.raw) : 0;
         if (class_accepts(known_class[slot], a.kind, v)) {
             sc->seen_known |= (uint64_t)1 << slot;
+            note_known(sc, slot, canonical_kind(slot, a.kind, v));
+            if (fast) remember_shape(sc, sc->after, msg, &a, slot);
+            sc->after = slot + 1;
             if (write_known(cx, b, slot, &a) < 0) return -1;
-            return buf_u16(&b->layout, (uint16_t)(((slot + 1) << 5) | (a.kind - K_DOUBLE)));
+            return buf_u16(&b->layout, layout_code(slot, a.kind));
         }
     }
+    sc->had_extra = 1;
+    sc->after = AFTER_EXTRA;
     if (push_extra(cx, &b->ex, &a) < 0) return -1;
     return buf_u16(&b->layout, 0);
 }
 
-static int parse_io(ctx_t *cx, span_t msg, span_t out[3], const char *what) {
+static inline int parse_io(ctx_t *cx, span_t msg, span_t out[3], const char *what) {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    int ascii = ascii_in(msg.p, msg.n, cx->limit); /* one test for the three strings, most often */
     while (p < end) {
         const uint8_t *at = p;
+        if (*p == 0x0a || *p == 0x12 || *p == 0x1a) { /* values, shapes, types */
+            int f = *p++ >> 3;
+            if (get_span(cx, &p, end, &out[f - 1], what) < 0) return -1;
+            if (!ascii && check_utf8(cx, out[f - 1], what) < 0) return -1;
+            continue;
+        }
         uint64_t tag;
         if (get_varint(cx, &p, end, &tag, what) < 0) return -1;
         int field = (int)(tag >> 3), wt = (int)(tag & 7);
@@ -942,6 +1524,57 @@ static int parse_io(ctx_t *cx, span_t msg, span_t out[3], const char *what) {
     return 0;
 }
 
+/*
+ * An IOInfo of the common form (values, shapes, types: each once, in that order) written
+ * straight into its three columns at the node's row. Returns 1 when done (its spans also
+ * in out[]), 0 when the message needs parse_io (which then reports any error), -1 when
+ * memory ran out.
+ */
+static inline int io_direct(ctx_t *cx, batch_t *b, sparse_str_t *s, span_t msg, span_t out[3]) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    span_t v[3];
+    for (int f = 0; f < 3; f++) {
+        uint64_t n;
+        if (p >= end || *p != (uint8_t)(((f + 1) << 3) | 2)) return 0;
+        p++;
+        if (read_varint(&p, end, &n) != 0 || n > (uint64_t)(end - p)) return 0;
+        v[f].p = p;
+        v[f].n = (size_t)n;
+        p += n;
+    }
+    if (p != end) return 0;
+    if (!ascii_in(msg.p, msg.n, cx->limit))
+        for (int f = 0; f < 3; f++)
+            if (!utf8_valid_in(v[f].p, v[f].n, cx->limit)) return 0;
+    int64_t row = b->n;
+    out[0] = v[0];
+    out[1] = v[1];
+    out[2] = v[2];
+    if (!LIKELY(s->live && s->rows == row && (size_t)(cx->limit - end) >= COPY_SLACK))
+        return sparse_set(b, s, row, v, cx->limit) < 0 ? -1 : 1;
+    /* the common case, unrolled: the three strings end before `end`, 64 bytes or more from limit */
+    for (int c = 0; c < 3; c++) {
+        buf_t *data = &s->col[c].data;
+        size_t n = v[c].n;
+        if (!LIKELY(data->len + n + COPY_SLACK <= data->cap) && buf_grow(data, n + COPY_SLACK) < 0) return -1;
+        uint8_t *d = data->p + data->len;
+        for (size_t i = 0; i < n; i += 64) memcpy(d + i, v[c].p + i, 64);
+        data->len += n;
+        if (data->len > INT32_MAX) { batch_overflow = 1; return -1; }
+        ((int32_t *)s->col[c].off.p)[row + 1] = (int32_t)data->len;
+    }
+    s->rows = row + 1;
+    bit_set(&s->valid, row);
+    return 1;
+}
+
+/* Takes back what io_direct wrote at `row` (a second inputs or outputs field merges into the first). */
+static void io_undo(sparse_str_t *s, int64_t row) {
+    for (int c = 0; c < s->ncols; c++) s->col[c].data.len = (size_t)((int32_t *)s->col[c].off.p)[row];
+    s->rows = row;
+    s->valid.p[row >> 3] &= (uint8_t)~(1u << (row & 7));
+}
+
 static int push_deps(ctx_t *cx, buf_t *dst, const uint8_t **pp, const uint8_t *end, int wt, const char *what) {
     uint64_t v;
     if (wt == 0) {
@@ -950,28 +1583,148 @@ static int push_deps(ctx_t *cx, buf_t *dst, const uint8_t **pp, const uint8_t *e
     }
     span_t run;
     if (get_span(cx, pp, end, &run, what) < 0) return -1;
+    if (buf_reserve(dst, run.n * 8) < 0) return -1; /* a varint is one byte at least */
     const uint8_t *q = run.p, *qe = run.p + run.n;
     while (q < qe) {
         if (get_varint(cx, &q, qe, &v, what) < 0) return -1;
-        if (buf_u64(dst, v) < 0) return -1;
+        memcpy(dst->p + dst->len, &v, 8);
+        dst->len += 8;
     }
+    return 0;
+}
+
+/* An inputs (d = 0) or outputs (d = 1) field, its tag at *pp. */
+static inline int io_field(ctx_t *cx, batch_t *b, scratch_t *sc, int d, const uint8_t **pp, const uint8_t *end) {
+    span_t io;
+    const char *what = d ? "outputs" : "inputs";
+    (*pp)++;
+    if (get_span(cx, pp, end, &io, what) < 0) return -1;
+    if (!sc->has_io[d]) { /* the first: most often straight into the columns */
+        int r = io_direct(cx, b, &b->io[d], io, sc->io[d]);
+        if (r < 0) return -1;
+        if (r) {
+            sc->has_io[d] = 2;
+            return 0;
+        }
+        memset(sc->io[d], 0, sizeof sc->io[d]);
+    } else if (sc->has_io[d] == 2) { /* a repeat merges into the first: written at the end instead */
+        io_undo(&b->io[d], b->n);
+    }
+    if (parse_io(cx, io, sc->io[d], what) < 0) return -1;
+    sc->has_io[d] = 1;
     return 0;
 }
 
 static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
-    memset(sc->has_io, 0, sizeof sc->has_io);
-    sc->id = sc->start = sc->dur = 0;
-    sc->type = 0;
-    sc->name.p = NULL;
-    sc->name.n = 0;
+    int64_t row = b->n;
+    if (!LIKELY(row < b->rows_ready) && grow_rows(b, b->rows_ready + (b->rows_ready >> 1) + 1024) < 0) return -1;
+    uint64_t id = 0, start = 0, dur = 0, v;
+    int32_t type = 0;
+    span_t name = {NULL, 0};
+    sc->has_io[0] = sc->has_io[1] = 0;
     sc->seen_known = 0;
     sc->n_attrs = 0;
+    sc->canon = 1;
+    sc->last_known = -1;
+    sc->had_extra = 0;
+    sc->after = 0;
     sc->unknown.len = 0;
+    size_t layout_start = b->layout.len;
+    /* room for a layout entry per attribute: each takes 2 bytes of the message at least */
+    if (!LIKELY(b->layout.len + msg.n + 2 <= b->layout.cap) && buf_grow(&b->layout, msg.n + 2) < 0) return -1;
     cx->have_id = 0;
+    /* the fields in the order writers emit them, each optional, straight through (no branch
+     * on the tag to predict); what is left (another order, repeats, other fields or
+     * encodings) is taken by the loop below */
+    if (p < end && *p == 0x08) {
+        p++;
+        if (get_varint(cx, &p, end, &id, "node id") < 0) return -1;
+        cx->have_id = 1;
+        cx->node_id = id;
+    }
+    if (p < end && *p == 0x12) {
+        p++;
+        if (get_span(cx, &p, end, &name, "node name") < 0 || check_utf8(cx, name, "node name") < 0) return -1;
+    }
+    if (p < end && *p == 0x18) {
+        p++;
+        if (get_varint(cx, &p, end, &v, "node type") < 0) return -1;
+        type = (int32_t)(uint32_t)v;
+    }
+    if (p < end && *p == 0x22) {
+        p++;
+        if (push_deps(cx, &b->ctrl, &p, end, 2, "ctrl_deps") < 0) return -1;
+    }
+    if (p < end && *p == 0x2a) {
+        p++;
+        if (push_deps(cx, &b->data, &p, end, 2, "data_deps") < 0) return -1;
+    }
+    if (p < end && *p == 0x30) {
+        p++;
+        if (get_varint(cx, &p, end, &start, "start_time_micros") < 0) return -1;
+    }
+    if (p < end && *p == 0x38) {
+        p++;
+        if (get_varint(cx, &p, end, &dur, "duration_micros") < 0) return -1;
+    }
+    if (p < end && *p == 0x42 && io_field(cx, b, sc, 0, &p, end) < 0) return -1;
+    if (p < end && *p == 0x4a && io_field(cx, b, sc, 1, &p, end) < 0) return -1;
+    if (p < end && *p == 0x52 && !(p = attrs_by_shape(cx, b, sc, p, end))) return -1;
     while (p < end) {
         const uint8_t *at = p;
-        uint64_t tag, v;
+        /* the tags every writer uses, one byte each; any other encoding takes the general path below */
+        switch (*p) {
+        case 0x08: /* 1 id */
+            p++;
+            if (get_varint(cx, &p, end, &id, "node id") < 0) return -1;
+            cx->have_id = 1;
+            cx->node_id = id;
+            continue;
+        case 0x12: /* 2 name */
+            p++;
+            if (get_span(cx, &p, end, &name, "node name") < 0 || check_utf8(cx, name, "node name") < 0) return -1;
+            continue;
+        case 0x18: /* 3 type */
+            p++;
+            if (get_varint(cx, &p, end, &v, "node type") < 0) return -1;
+            type = (int32_t)(uint32_t)v;
+            continue;
+        case 0x22: /* 4 ctrl_deps, packed */
+            p++;
+            if (push_deps(cx, &b->ctrl, &p, end, 2, "ctrl_deps") < 0) return -1;
+            continue;
+        case 0x2a: /* 5 data_deps, packed */
+            p++;
+            if (push_deps(cx, &b->data, &p, end, 2, "data_deps") < 0) return -1;
+            continue;
+        case 0x30: /* 6 start_time_micros */
+            p++;
+            if (get_varint(cx, &p, end, &start, "start_time_micros") < 0) return -1;
+            continue;
+        case 0x38: /* 7 duration_micros */
+            p++;
+            if (get_varint(cx, &p, end, &dur, "duration_micros") < 0) return -1;
+            continue;
+        case 0x42: /* 8 inputs */
+        case 0x4a: /* 9 outputs */
+            if (io_field(cx, b, sc, *p == 0x4a, &p, end) < 0) return -1;
+            continue;
+        case 0x52: { /* 10 attr: the run of them by their remembered shapes, then one by the general path */
+            const uint8_t *q = attrs_by_shape(cx, b, sc, p, end);
+            if (!q) return -1;
+            if (q != p) {
+                p = q;
+                continue;
+            }
+            span_t am;
+            p++;
+            if (get_span(cx, &p, end, &am, "attribute") < 0) return -1;
+            if (handle_attr(cx, b, sc, am, sc->n_attrs++) < 0) return -1;
+            continue;
+        }
+        }
+        uint64_t tag;
         if (get_varint(cx, &p, end, &tag, "node field tag") < 0) return -1;
         int field = (int)(tag >> 3), wt = (int)(tag & 7);
         int want = (field == 2 || field >= 8) ? 2 : 0;
@@ -980,27 +1733,28 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
             return fail(cx, at, "node field %d has wire type %d, expected %d", field, wt, want);
         switch (field) {
         case 1:
-            if (get_varint(cx, &p, end, &sc->id, "node id") < 0) return -1;
+            if (get_varint(cx, &p, end, &id, "node id") < 0) return -1;
             cx->have_id = 1;
-            cx->node_id = sc->id;
+            cx->node_id = id;
             break;
         case 2:
-            if (get_span(cx, &p, end, &sc->name, "node name") < 0 || check_utf8(cx, sc->name, "node name") < 0) return -1;
+            if (get_span(cx, &p, end, &name, "node name") < 0 || check_utf8(cx, name, "node name") < 0) return -1;
             break;
         case 3:
             if (get_varint(cx, &p, end, &v, "node type") < 0) return -1;
-            sc->type = (int32_t)(uint32_t)v;
+            type = (int32_t)(uint32_t)v;
             break;
         case 4: if (push_deps(cx, &b->ctrl, &p, end, wt, "ctrl_deps") < 0) return -1; break;
         case 5: if (push_deps(cx, &b->data, &p, end, wt, "data_deps") < 0) return -1; break;
-        case 6: if (get_varint(cx, &p, end, &sc->start, "start_time_micros") < 0) return -1; break;
-        case 7: if (get_varint(cx, &p, end, &sc->dur, "duration_micros") < 0) return -1; break;
+        case 6: if (get_varint(cx, &p, end, &start, "start_time_micros") < 0) return -1; break;
+        case 7: if (get_varint(cx, &p, end, &dur, "duration_micros") < 0) return -1; break;
         case 8:
         case 9: {
             span_t io;
             int d = field - 8;
             if (get_span(cx, &p, end, &io, d ? "outputs" : "inputs") < 0) return -1;
             if (!sc->has_io[d]) memset(sc->io[d], 0, sizeof sc->io[d]); /* a repeat merges into the first */
+            else if (sc->has_io[d] == 2) io_undo(&b->io[d], row);
             if (parse_io(cx, io, sc->io[d], d ? "outputs" : "inputs") < 0) return -1;
             sc->has_io[d] = 1;
             break;
@@ -1008,7 +1762,7 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
         case 10: {
             span_t am;
             if (get_span(cx, &p, end, &am, "attribute") < 0) return -1;
-            if (handle_attr(cx, b, sc, am) < 0) return -1;
+            if (handle_attr(cx, b, sc, am, sc->n_attrs++) < 0) return -1;
             break;
         }
         default: /* a field from a newer schema: keep its bytes, re-emitted after the known fields */
@@ -1017,18 +1771,24 @@ static int decode_node(ctx_t *cx, batch_t *b, scratch_t *sc, span_t msg) {
         }
     }
     /* commit the node's row */
-    if (buf_u64(&b->id, sc->id) < 0 || buf_i32(&b->type, sc->type) < 0 || buf_u64(&b->start, sc->start) < 0 ||
-        buf_u64(&b->dur, sc->dur) < 0 || strcol_push(&b->name, sc->name.p, sc->name.n, 1) < 0 ||
-        list_close_row(&b->ctrl_off, (int64_t)(b->ctrl.len / 8)) < 0 ||
-        list_close_row(&b->data_off, (int64_t)(b->data.len / 8)) < 0 ||
-        list_close_row(&b->layout_off, (int64_t)(b->layout.len / 2)) < 0 ||
-        list_close_row(&b->ex.off, b->ex.name.valid.n) < 0)
+    ((uint64_t *)b->id.p)[row] = id;
+    ((int32_t *)b->type.p)[row] = type;
+    if (start) put_u64_at(&b->start, &b->start_rows, row, start);
+    if (dur) put_u64_at(&b->dur, &b->dur_rows, row, dur);
+    if (buf_put_input(&b->name.data, name.p, name.n, cx->limit) < 0) return -1;
+    if (sc->canon) b->layout.len = layout_start; /* null: the encoder gets these bytes back from the columns alone */
+    else bit_set(&b->layout_valid, row);
+    if (close_row_at(&b->name.off, row, b->name.data.len) < 0 ||
+        close_lazy(&b->ctrl_off, &b->ctrl_off_n, row, b->ctrl.len / 8) < 0 ||
+        close_lazy(&b->data_off, &b->data_off_n, row, b->data.len / 8) < 0 ||
+        close_lazy(&b->layout_off, &b->layout_off_n, row, b->layout.len / 2) < 0 ||
+        close_lazy(&b->ex.off, &b->ex_off_n, row, (size_t)b->ex.name.valid.n) < 0)
         return -1;
     for (int d = 0; d < 2; d++)
-        if (sc->has_io[d] && sparse_set(&b->io[d], b->n, sc->io[d]) < 0) return -1;
+        if (sc->has_io[d] == 1 && sparse_set(b, &b->io[d], row, sc->io[d], cx->limit) < 0) return -1;
     if (sc->unknown.len) {
         span_t raw = {sc->unknown.p, sc->unknown.len};
-        if (sparse_set(&b->unknown, b->n, &raw) < 0) return -1;
+        if (sparse_set(b, &b->unknown, row, &raw, sc->unknown.p + sc->unknown.len) < 0) return -1;
     }
     b->n++;
     return 0;
@@ -1041,10 +1801,11 @@ typedef struct {
     PyObject_HEAD
     uint8_t *p;
     Py_ssize_t len;
+    size_t cap;
 } OwnedBuffer;
 
 static void owned_dealloc(OwnedBuffer *self) {
-    free(self->p);
+    mem_release(self->p, self->cap);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1069,12 +1830,15 @@ static PyTypeObject OwnedBufferType = {
 static int put_bytes(PyObject *d, const char *key, buf_t *b) {
     OwnedBuffer *v = PyObject_New(OwnedBuffer, &OwnedBufferType);
     if (!v) return -1;
-    if (b->len && b->len < b->cap) { /* give back the doubling slack */
+    if (!b->len) { /* nothing to hand over: the memory goes back at once */
+        buf_free(b);
+    } else if (b->cap < POOL_MIN && b->len < b->cap) { /* give back the doubling slack */
         uint8_t *shrunk = realloc(b->p, b->len);
-        if (shrunk) b->p = shrunk;
+        if (shrunk) { b->p = shrunk; b->cap = b->len; }
     }
     v->p = b->p;
     v->len = (Py_ssize_t)b->len;
+    v->cap = b->cap;
     b->p = NULL;
     b->len = b->cap = 0;
     int r = PyDict_SetItemString(d, key, (PyObject *)v);
@@ -1109,19 +1873,6 @@ static int put_fix(PyObject *d, const char *prefix, buf_t *vals, bits_t *valid) 
 static const char *LIST_NAMES[7] = {"int_list", "uint_list", "double_list", "float_list",
                                     "bool_list", "string_list", "bytes_list"};
 
-/* Empties a buffer whose bytes are all zero (offsets of empty lists, unset times): Python pads with shared zeros. */
-static void drop_if_zero(buf_t *b) {
-    uint64_t acc = 0;
-    size_t i = 0;
-    for (; i + 8 <= b->len; i += 8) {
-        uint64_t w;
-        memcpy(&w, b->p + i, 8);
-        acc |= w;
-    }
-    for (; i < b->len; i++) acc |= b->p[i];
-    if (!acc) b->len = 0;
-}
-
 static PyObject *batch_to_dict(batch_t *b) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
@@ -1129,13 +1880,12 @@ static PyObject *batch_to_dict(batch_t *b) {
     PyObject *n = PyLong_FromLongLong(b->n);
     if (!n || PyDict_SetItemString(d, "n", n) < 0) { Py_XDECREF(n); goto err; }
     Py_DECREF(n);
-    buf_t *zero_candidates[] = {&b->start, &b->dur, &b->ctrl_off, &b->data_off, &b->layout_off, &b->ex.off};
-    for (size_t z = 0; z < sizeof zero_candidates / sizeof *zero_candidates; z++) drop_if_zero(zero_candidates[z]);
     if (put_bytes(d, "id", &b->id) < 0 || put_bytes(d, "type", &b->type) < 0 || put_bytes(d, "start", &b->start) < 0 ||
         put_bytes(d, "dur", &b->dur) < 0 || put_str(d, "name", &b->name) < 0 ||
         put_bytes(d, "ctrl.off", &b->ctrl_off) < 0 || put_bytes(d, "ctrl.vals", &b->ctrl) < 0 ||
         put_bytes(d, "data.off", &b->data_off) < 0 || put_bytes(d, "data.vals", &b->data) < 0 ||
         put_bytes(d, "layout.off", &b->layout_off) < 0 || put_bytes(d, "layout.vals", &b->layout) < 0 ||
+        put_bits(d, "layout.valid", &b->layout_final) < 0 ||
         put_bytes(d, "unknown.off", &b->unknown.col[0].off) < 0 ||
         put_bytes(d, "unknown.data", &b->unknown.col[0].data) < 0 ||
         put_bits(d, "unknown.valid", &b->unknown.final_valid) < 0)
@@ -1201,14 +1951,27 @@ err:
 #define PREFETCH_AHEAD 2048 /* bytes of the input fetched ahead of the message being read */
 
 /* Decodes up to max_nodes messages from *pp; stops early at a cut-off message unless final. No Python calls. */
+/*
+ * Decodes up to max_nodes messages from *pp; stops early at a cut-off message unless final.
+ * `stops` (nstops positions after *pp, increasing) are where other threads started: the
+ * run ends at the first it lands on exactly (*landed = its index, else -1), so that runs
+ * chain. No Python calls.
+ */
 static int decode_range(ctx_t *cx, batch_t *b, scratch_t *sc, const uint8_t **pp, const uint8_t *end,
-                        Py_ssize_t max_nodes, int final) {
-    const uint8_t *p = *pp, *fetched = p;
-    int rc = 0;
+                        Py_ssize_t max_nodes, int final, const uint8_t *const *stops, int nstops, int *landed) {
+    const uint8_t *p = *pp;
+    int rc = 0, next = 0;
+    const uint8_t *stop = nstops ? stops[0] : end + 1;
+    *landed = -1;
     while (b->n < max_nodes && p < end) {
+        if (p >= stop) { /* at or past where the next thread started */
+            if (p == stop) { *landed = next; break; }
+            while (++next < nstops && stops[next] < p) {}
+            stop = next < nstops ? stops[next] : end + 1;
+            if (p == stop) { *landed = next; break; }
+        }
         const uint8_t *q = p;
         uint64_t len;
-        for (; fetched < p + PREFETCH_AHEAD && fetched < end; fetched += 64) __builtin_prefetch(fetched);
         cx->msg_offset = cx->base_offset + (int64_t)(p - cx->base);
         cx->have_id = 0;
         int r = read_varint(&q, end, &len);
@@ -1238,14 +2001,17 @@ typedef struct {
     ctx_t cx;
     batch_t *b;
     scratch_t *sc;
-    const uint8_t *p, *end;
+    const uint8_t *start, *p, *end;
     Py_ssize_t max_nodes;
+    const uint8_t *const *stops; /* where the runs after this one start */
+    int nstops, landed;
     int final, rc, alloc_failed, overflow;
 } part_t;
 
 static void run_part(part_t *pt) {
     alloc_failed = batch_overflow = 0;
-    pt->rc = decode_range(&pt->cx, pt->b, pt->sc, &pt->p, pt->end, pt->max_nodes, pt->final);
+    pt->rc = decode_range(&pt->cx, pt->b, pt->sc, &pt->p, pt->end, pt->max_nodes, pt->final, pt->stops, pt->nstops,
+                          &pt->landed);
     if (pt->rc == 0) pt->rc = finish_columns(pt->b);
     pt->alloc_failed = alloc_failed;
     pt->overflow = batch_overflow;
@@ -1257,6 +2023,9 @@ static void *part_thread(void *arg) {
 }
 
 #define MAX_PARTS 16
+
+/* Bytes a message in the last decoded data, to size the next batch's buffers. */
+static size_t msg_bytes_hint = 256;
 #define MIN_PART_NODES 1024
 
 /*
@@ -1305,14 +2074,71 @@ static int split_messages(const uint8_t *p, const uint8_t *end, Py_ssize_t max_n
 }
 
 /*
+ * Splitting without a walk. Following the length prefixes from the start to cut the data
+ * into equal runs costs one dependent load a message (half as long as decoding the data,
+ * on one thread, before the others can start), so instead each later run starts where the
+ * data *looks like* a message boundary, past its share of the bytes: a length prefix whose
+ * message, and the SPLIT_HOPS messages after it, fit the data and begin with a byte one of
+ * the first SPLIT_SAMPLE messages begins with (a node's id tag, for every writer we know).
+ * A guess is only used once the run before it, decoding message by message, lands on it
+ * exactly; a wrong guess costs that run's work, never a result: the run before it goes on
+ * past it.
+ */
+#define SPLIT_HOPS 4
+#define SPLIT_SCAN ((size_t)1 << 16)     /* bytes searched for a boundary */
+#define MIN_PART_BYTES ((size_t)1 << 20) /* a run shorter than this is not worth a thread */
+
+#define SPLIT_SAMPLE 16                 /* messages whose first bytes make the signature */
+
+/* sig: bitmap of the bytes the sampled messages begin with. */
+static const uint8_t *find_boundary(const uint8_t *from, const uint8_t *end, const uint64_t sig[4]) {
+    const uint8_t *last = (size_t)(end - from) > SPLIT_SCAN ? from + SPLIT_SCAN : end;
+    for (const uint8_t *c = from; c < last; c++) {
+        const uint8_t *q = c;
+        int hop = 0;
+        for (; hop <= SPLIT_HOPS; hop++) {
+            uint64_t len;
+            if (read_varint(&q, end, &len) != 0 || len == 0 || len > (uint64_t)(end - q) ||
+                !((sig[*q >> 6] >> (*q & 63)) & 1))
+                break;
+            q += len;
+        }
+        if (hop > SPLIT_HOPS) return c;
+    }
+    return NULL;
+}
+
+/* Up to parts - 1 guessed boundaries in (p, end), increasing; returns how many. */
+static int guess_starts(const uint8_t *p, const uint8_t *end, int parts, const uint8_t **guesses) {
+    const uint8_t *q = p;
+    uint64_t sig[4] = {0, 0, 0, 0};
+    int n = 0;
+    for (int m = 0; m < SPLIT_SAMPLE && q < end; m++) { /* the first bytes of the first messages */
+        uint64_t len;
+        if (read_varint(&q, end, &len) != 0 || len == 0 || len > (uint64_t)(end - q)) return 0;
+        sig[*q >> 6] |= (uint64_t)1 << (*q & 63);
+        q += len;
+    }
+    for (int k = 1; k < parts; k++) {
+        const uint8_t *from = p + (size_t)(end - p) / (size_t)parts * (size_t)k;
+        if (n && from <= guesses[n - 1]) from = guesses[n - 1] + 1;
+        const uint8_t *c = find_boundary(from, end, sig);
+        if (c && (size_t)(end - c) >= MIN_PART_BYTES / 2) guesses[n++] = c;
+    }
+    return n;
+}
+
+/*
  * decode(data, start, base_offset, first_index, max_nodes, final, threads)
  *     -> ([batch dict, ...], end position)
  *
- * Decodes up to max_nodes length-prefixed Node messages from data[start:]; base_offset is
- * the file offset of data[0]. With threads > 1 and enough messages, runs of whole messages
- * are decoded in parallel (one batch each, in file order). A message cut off by the end of
- * `data` is left for the next call unless `final` is true, when it is a truncation error.
- * Errors raise FormatError(message, offset, message_offset, node_index, node_id).
+ * Decodes length-prefixed Node messages from data[start:], up to max_nodes a batch;
+ * base_offset is the file offset of data[0]. With threads > 1 and enough bytes, runs of
+ * whole messages are decoded in parallel, one batch each, in file order: from guessed
+ * starts (see find_boundary; up to max_nodes each), else from starts found by walking the
+ * length prefixes (up to max_nodes in all). A message cut off by the end of `data` is left
+ * for the next call unless `final` is true, when it is a truncation error. Errors raise
+ * FormatError(message, offset, message_offset, node_index, node_id), the first in file order.
  */
 static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
@@ -1329,7 +2155,21 @@ static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     const uint8_t *base = view.buf, *p = base + start, *end = base + view.len;
     const uint8_t *starts[MAX_PARTS], *ends[MAX_PARTS];
     Py_ssize_t counts[MAX_PARTS];
-    int nparts = split_messages(p, end, max_nodes, threads < MAX_PARTS ? threads : MAX_PARTS, starts, ends, counts);
+    if (threads > MAX_PARTS) threads = MAX_PARTS;
+    /* runs: guessed starts (chained by landing), else equal runs from a walk, else one run */
+    int nparts = 0, guessed = 0;
+    if (threads > 1 && max_nodes >= MIN_PART_NODES && (size_t)(end - p) >= (size_t)threads * MIN_PART_BYTES) {
+        guessed = guess_starts(p, end, threads, starts + 1);
+        if (guessed) {
+            nparts = guessed + 1;
+            starts[0] = p;
+            for (int k = 0; k < nparts; k++) {
+                ends[k] = end;
+                counts[k] = max_nodes;
+            }
+        }
+    }
+    if (!nparts) nparts = split_messages(p, end, max_nodes, threads, starts, ends, counts);
     int split = nparts > 0;
     if (!split) { /* one sequential run, honouring max_nodes and final as given */
         nparts = 1;
@@ -1345,14 +2185,23 @@ static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     for (; ready < nparts; ready++) {
         part_t *pt = &parts[ready];
         pt->b = malloc(sizeof *pt->b);
-        pt->sc = calloc(1, sizeof *pt->sc);
-        if (!pt->b || !pt->sc || batch_init(pt->b) < 0) { PyErr_NoMemory(); ready++; goto done; }
-        pt->cx = (ctx_t){.base = base, .base_offset = base_offset, .node_index = index};
-        pt->p = starts[ready];
+        pt->sc = scratch_new();
+        const uint8_t *run_end = guessed && ready < guessed ? starts[ready + 1] : ends[ready];
+        int64_t expect = (int64_t)((size_t)(run_end - starts[ready]) / msg_bytes_hint); /* + 1/8: sizes vary */
+        expect += expect / 8 + 16;
+        if (split && !guessed) expect = counts[ready];
+        if (expect > counts[ready]) expect = counts[ready];
+        if (!pt->b || !pt->sc || batch_init(pt->b, expect) < 0) { PyErr_NoMemory(); ready++; goto done; }
+        pt->cx = (ctx_t){.base = base, .limit = end, .base_offset = base_offset, .node_index = index};
+        pt->start = pt->p = starts[ready];
         pt->end = ends[ready];
         pt->max_nodes = counts[ready];
-        pt->final = split ? 1 : final;
-        index += counts[ready];
+        pt->final = split && !guessed ? 1 : final;
+        if (guessed) {
+            pt->stops = starts + ready + 1;
+            pt->nstops = nparts - ready - 1;
+        }
+        index += split && !guessed ? counts[ready] : 0; /* guessed runs: node indices are fixed below */
     }
     Py_BEGIN_ALLOW_THREADS
     pthread_t tids[MAX_PARTS];
@@ -1364,21 +2213,67 @@ static PyObject *py_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         else run_part(&parts[k]); /* no thread to be had: decode it here */
     }
     Py_END_ALLOW_THREADS
-    for (int k = 0; k < nparts; k++) {
-        if (parts[k].rc < 0) { /* the earliest failing run has the first error in file order */
-            batch_overflow = parts[k].overflow;
-            raise_decode_error(&parts[k].cx);
+    /* the runs that count: from the first, each one the previous landed on */
+    int chain[MAX_PARTS], nchain = 0;
+    for (int k = 0; k >= 0 && k < nparts;) {
+        chain[nchain++] = k;
+        if (parts[k].rc < 0 || !guessed || parts[k].landed < 0) {
+            if (!guessed) for (k++; k < nparts; k++) chain[nchain++] = k;
+            break;
+        }
+        k = k + 1 + parts[k].landed;
+    }
+    long long first = first_index;
+    for (int c = 0; c < nchain; c++) {
+        part_t *pt = &parts[chain[c]];
+        if (pt->rc < 0) { /* the earliest failing run has the first error in file order */
+            if (guessed && c > 0 && pt->cx.failed) {
+                /* its node indices were counted from 0: decode it again, knowing where it begins,
+                 * for the same error with the right node index in its message */
+                batch_t *again = malloc(sizeof *again);
+                scratch_t *sc = scratch_new();
+                if (!again || !sc || batch_init(again, 16) < 0) {
+                    if (again) batch_free(again);
+                    free(again);
+                    free(sc);
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                part_t redo = {.b = again, .sc = sc, .start = pt->start, .p = pt->start, .end = pt->end,
+                               .max_nodes = pt->max_nodes, .final = pt->final};
+                redo.cx = (ctx_t){.base = base, .limit = end, .base_offset = base_offset, .node_index = first};
+                Py_BEGIN_ALLOW_THREADS
+                run_part(&redo);
+                Py_END_ALLOW_THREADS
+                batch_overflow = redo.overflow;
+                if (redo.rc < 0) raise_decode_error(&redo.cx);
+                else PyErr_SetString(PyExc_RuntimeError, "a decoding error did not repeat");
+                batch_free(again);
+                buf_free(&sc->unknown);
+                free(again);
+                free(sc);
+                goto done;
+            }
+            batch_overflow = pt->overflow;
+            raise_decode_error(&pt->cx);
             goto done;
         }
+        first += pt->b->n;
     }
-    list = PyList_New(nparts);
+    {   /* sizes for the next call's buffers */
+        int64_t rows = 0;
+        for (int c = 0; c < nchain; c++) rows += parts[chain[c]].b->n;
+        if (rows >= 64) msg_bytes_hint = (size_t)(parts[chain[nchain - 1]].p - p) / (size_t)rows + 1;
+        for (int c = 0; c < nchain; c++) learn_sizes(parts[chain[c]].b);
+    }
+    list = PyList_New(nchain);
     if (!list) goto done;
-    for (int k = 0; k < nparts; k++) {
-        PyObject *d = batch_to_dict(parts[k].b);
+    for (int c = 0; c < nchain; c++) {
+        PyObject *d = batch_to_dict(parts[chain[c]].b);
         if (!d) goto done;
-        PyList_SET_ITEM(list, k, d);
+        PyList_SET_ITEM(list, c, d);
     }
-    result = Py_BuildValue("(On)", list, (Py_ssize_t)(parts[nparts - 1].p - base));
+    result = Py_BuildValue("(On)", list, (Py_ssize_t)(parts[chain[nchain - 1]].p - base));
 done:
     Py_XDECREF(list);
     for (int k = 0; k < ready; k++) {
@@ -1883,6 +2778,42 @@ static PyObject *py_scan(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 /*
+ * pool([keep]) -> (blocks, bytes, keep): the memory pool's free blocks and their bytes, and
+ * how many bytes it keeps at most; with `keep`, sets that limit first (0 empties it).
+ */
+static PyObject *py_pool(PyObject *Py_UNUSED(self), PyObject *args) {
+    long long keep = -1;
+    if (!PyArg_ParseTuple(args, "|L", &keep)) return NULL;
+    block_t *drop = NULL;
+    size_t *drop_cap = NULL;
+    int ndrop = 0, blocks = 0;
+    if (keep >= 0) {
+        drop = malloc(sizeof *drop * POOL_CLASSES * POOL_DEPTH);
+        drop_cap = malloc(sizeof *drop_cap * POOL_CLASSES * POOL_DEPTH);
+        if (!drop || !drop_cap) { free(drop); free(drop_cap); return PyErr_NoMemory(); }
+    }
+    pthread_mutex_lock(&pool_lock);
+    if (keep >= 0) {
+        pool_keep = (size_t)keep;
+        for (int c = POOL_CLASSES - 1; c >= 0 && pool_bytes > pool_keep; c--) /* the largest go first */
+            while (pool_count[c] && pool_bytes > pool_keep) {
+                block_t b = pool[c][--pool_count[c]];
+                pool_bytes -= class_bytes(c);
+                if (!b.cold) pool_hot -= class_bytes(c);
+                drop_cap[ndrop] = class_bytes(c);
+                drop[ndrop++] = b;
+            }
+    }
+    for (int c = 0; c < POOL_CLASSES; c++) blocks += pool_count[c];
+    size_t bytes = pool_bytes, limit = pool_keep;
+    pthread_mutex_unlock(&pool_lock);
+    for (int i = 0; i < ndrop; i++) munmap(drop[i].p, drop_cap[i]);
+    free(drop);
+    free(drop_cap);
+    return Py_BuildValue("(iKK)", blocks, (unsigned long long)bytes, (unsigned long long)limit);
+}
+
+/*
  * configure(attributes) with attributes = [(name, value_class, default_kind), ...]:
  * the well-known attribute columns, in column order (chakra_core/columns.py).
  */
@@ -1919,6 +2850,7 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "Decode length-prefixed Node messages into column buffers."},
     {"encode", py_encode, METH_VARARGS, "Encode column arrays as length-prefixed Node messages."},
     {"scan", py_scan, METH_VARARGS, "Walk length-prefixed messages without decoding (a benchmark floor)."},
+    {"pool", py_pool, METH_VARARGS, "Free blocks of the buffer pool; optionally set how many bytes it keeps."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1926,6 +2858,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_etcodec", "Chakra E
 
 PyMODINIT_FUNC PyInit__etcodec(void) {
     if (PyType_Ready(&OwnedBufferType) < 0) return NULL;
+    static int fork_handler;
+    if (!fork_handler++) pthread_atfork(NULL, NULL, pool_after_fork);
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     FormatError = PyErr_NewException("chakra_core._native._etcodec.FormatError", PyExc_ValueError, NULL);

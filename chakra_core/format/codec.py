@@ -29,6 +29,10 @@ from chakra_core.format.columns import (
 FormatError = _etcodec.FormatError
 
 _etcodec.configure([(a.name, int(a.value_class), KIND_FIELD[a.default_kind]) for a in WELL_KNOWN_ATTRIBUTES])
+if os.environ.get("CHAKRA_DECODE_POOL_BYTES"):
+    # freed column buffers kept for reuse (default 1 GiB; the first 128 MiB stay mapped, the
+    # rest the kernel may reclaim): 0 gives every buffer back at once
+    _etcodec.pool(max(0, int(os.environ["CHAKRA_DECODE_POOL_BYTES"])))
 
 _KIND_DICTIONARY = pa.array(VALUE_KINDS, pa.string())
 _IO_FIELDS = ("values", "shapes", "types")
@@ -129,8 +133,13 @@ def _last_offset(b: _Buffers, key: str) -> int:
     return int(offsets[-1]) if len(offsets) else 0
 
 
+_EMPTY_ENTRIES = pa.array([], OTHER_ATTR_TYPE)
+
+
 def _other_attrs(b: _Buffers, n: int) -> pa.Array:
     m = b.count("x.kind.vals", 1)
+    if not m:  # no node of the batch has one (most traces): every list is empty
+        return b.list_of(pa.list_(OTHER_ATTR_TYPE), n, "x.off", _EMPTY_ENTRIES)
     kind = pa.DictionaryArray.from_arrays(b.fixed("x.kind", pa.int8(), m), _KIND_DICTIONARY)
     children = {
         "name": b.string("x.name", m),
@@ -178,7 +187,8 @@ def _batch_from_buffers(raw: dict) -> pa.RecordBatch:
         columns[attr.name] = _known_column(b, attr, n)
     columns["other_attrs"] = _other_attrs(b, n)
     columns["attr_layout"] = b.list_of(pa.list_(pa.uint16()), n, "layout.off",
-                                       _plain(pa.uint16(), b.count("layout.vals", 2), b.buf("layout.vals")))
+                                       _plain(pa.uint16(), b.count("layout.vals", 2), b.buf("layout.vals")),
+                                       "layout.valid")
     columns["unknown_fields"] = b.string("unknown", n, pa.binary())
     return pa.RecordBatch.from_arrays(list(columns.values()), schema=NODE_SCHEMA)
 

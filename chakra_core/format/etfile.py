@@ -36,6 +36,7 @@ from chakra_core.outputs import open_output
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_CHUNK_BYTES = 4 << 20
+MAX_WINDOW_BYTES = 32 << 20  # of a memory-mapped file decoded at once (see ETReader._iter_mapped)
 DEFAULT_BATCH_NODES = 65536
 METADATA_KEY = b"chakra.global_metadata"  # base64 of the serialized GlobalMetadata message
 SOURCE_KEY = b"chakra.source"
@@ -331,10 +332,13 @@ class ETReader:
         """iter_batches for a local file: decodes straight from the page cache, no copy.
 
         Each chunk's pages are dropped from this process once decoded (the batches own their
-        data), so resident memory stays near one chunk however large the file.
+        data), so resident memory stays near one chunk however large the file. A chunk is
+        one READ_CHUNK_BYTES per thread at first, then about as many bytes as batch_nodes nodes
+        a thread take (as measured so far): wrapping a batch in Arrow costs the same however
+        large it is, so fewer, fuller batches cost less; batch_nodes bounds the memory either way.
         """
         total, pos, node_index, released = len(mapped), self._offset, 0, 0
-        window = READ_CHUNK_BYTES * threads  # a chunk per thread: wrapping a batch costs the same however large
+        window = READ_CHUNK_BYTES * threads
         try:
             with memoryview(mapped) as view:
                 while pos < total:
@@ -348,6 +352,9 @@ class ETReader:
                         yield batch
                     batches = batch = None
                     pos = end
+                    if node_index:  # room for about batch_nodes nodes a thread (a little less: none is cut short)
+                        window = max(READ_CHUNK_BYTES * threads, min(
+                            MAX_WINDOW_BYTES, (pos - self._offset) * batch_nodes * threads * 7 // (node_index * 8)))
                     decoded = pos // mmap.PAGESIZE * mmap.PAGESIZE
                     if decoded > released:
                         mapped.madvise(mmap.MADV_DONTNEED, released, decoded - released)

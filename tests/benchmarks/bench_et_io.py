@@ -508,15 +508,19 @@ def _measure_memory_child(path: str) -> None:
     gc.collect()
     base_rss = _rss_bytes()
     base_peak = _peak_rss_bytes()
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     table = chakra_core.read_table(path)
     seconds = time.perf_counter() - t0
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
     peak = _peak_rss_bytes()
     after_rss = _rss_bytes()
     print(json.dumps({
         "base_rss": base_rss, "base_peak": base_peak, "peak": peak, "after_rss": after_rss,
         "ru_maxrss": _maxrss_bytes(),
         "table_nbytes": table.nbytes, "rows": table.num_rows, "seconds": seconds,
+        "user_s": usage1.ru_utime - usage0.ru_utime, "sys_s": usage1.ru_stime - usage0.ru_stime,
+        "page_faults": usage1.ru_minflt - usage0.ru_minflt,
     }))
 
 
@@ -758,6 +762,8 @@ def print_summary(r: Results) -> bool:
         f"  RSS after imports {_mb(base):.1f} MB; peak {_mb(mem['peak']):.1f} MB; peak - imports "
         f"{_mb(peak_over):.1f} MB; table.nbytes {_mb(mem['table_nbytes']):.1f} MB; "
         f"RSS after read {_mb(mem['after_rss']):.1f} MB",
+        f"  the same read, CPU time: user {mem['user_s']:.3f} s + system {mem['sys_s']:.3f} s, "
+        f"{mem['page_faults']:,} page faults (a fresh process maps and zeroes every page of its table)",
         f"  (peak = the child's VmHWM; its ru_maxrss reads {_mb(mem['ru_maxrss']):.1f} MB because Linux keeps"
         f" the peak of the forked parent image across exec: parent peak {_mb(mem['parent_peak']):.1f} MB)",
         f"  peak / file size           {mem_ratio:9.2f} x   (target < {MEMORY_RATIO_TARGET:.0f}x)    "
