@@ -11,6 +11,10 @@ is). Steps: list the day -> per job on Ray: hash, convert, split per NPU, statis
 job x system on Ray: simulate -> the day's representative jobs -> fit the synthesizer on the
 day's jobs and sample synthetic jobs per NPU count (Ray) -> write each table for the day
 atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
+On Ray the steps overlap (no barrier): a job's simulations start as soon as that job is
+converted and no other conversion waits for a CPU, and the fit as soon as the last job is
+converted; the stage `simulate (Ray)` waits for the simulations still running then, and its
+log line says how many those were.
 """
 
 from __future__ import annotations

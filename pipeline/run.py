@@ -92,15 +92,23 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
                         lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
     result.jobs = len(jobs)
-    outcomes = stage("ingest, convert and statistics (Ray)",
-                     lambda: _convert(jobs, date, warehouse, result, progress),
-                     lambda done: f"{result.jobs_converted} of {len(done)} jobs converted, {result.ranks} ranks, "
-                                  f"{result.nodes} nodes")
     reference = reference_spec(systems)
     if reference not in systems:  # representatives need every job on the reference system
         systems = [*systems, reference]
-    sim_rows = stage("simulate (Ray)", lambda: _simulate(outcomes, systems, progress),
-                     lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok")
+    # No barrier between the stages: a job's simulations start as soon as its conversion returns
+    # (and no conversion waits for a CPU), the synthesizer's fit (it reads only the converted
+    # jobs) as soon as the last one has, beside the simulations still running.
+    sims = _Simulations(systems, progress)
+    outcomes = stage("ingest, convert and statistics (Ray)",
+                     lambda: _convert(jobs, date, warehouse, result, progress, sims),
+                     lambda done: f"{result.jobs_converted} of {len(done)} jobs converted, {result.ranks} ranks, "
+                                  f"{result.nodes} nodes; {sims.submitted} of their simulations started meanwhile, "
+                                  f"{len(sims.rows)} done")
+    per_count = synthetic_jobs if result.jobs_converted else 0
+    fitting = _start_fit(date, warehouse, per_count)
+    sim_rows = stage("simulate (Ray)", sims.finish,
+                     lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok "
+                                  f"({sims.after_conversion} finished in this stage)")
     result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
     result.tables["representatives"] = stage(
         "select representatives", lambda: representatives_table(
@@ -108,8 +116,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],
             result.run_id),
         lambda table: f"{sum(r['representative'] for r in table.to_pylist())} representatives of {table.num_rows} jobs")
     synthetic, fidelity, result.training = stage(
-        "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id,
-                                               synthetic_jobs if result.jobs_converted else 0, progress),
+        "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id, per_count, progress, fitting),
         lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
     result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
     result.tables["fidelity"] = from_rows("fidelity", fidelity)
@@ -125,43 +132,96 @@ def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[
 
 
 def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
-             progress: Callable[[str, int, int], None] | None) -> list[tuple[JobInput, JobOutcome]]:
-    """A Ray task per job (hash, convert or validate, statistics, publish); counts into result."""
+             progress: Callable[[str, int, int], None] | None,
+             sims: _Simulations) -> list[tuple[JobInput, JobOutcome]]:
+    """A Ray task per job (hash, convert or validate, statistics, publish); counts into result.
+    A converted job's simulations (`sims`) go to Ray as soon as its task returns, except while
+    conversions still wait for a CPU: Ray would run the simulations first (it has no priorities),
+    and the end of the conversions, which the synthesizer's fit waits for, would move back.
+    Simulations that finish while jobs still convert are collected here. Outcomes in job order."""
     import ray
 
     process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
-    pending = {process.remote(job, date, warehouse, result.run_id): job for job in jobs}
-    outcomes = []
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        job = pending.pop(ready[0])
-        outcome, node = ray.get(ready[0])
-        result.ray_nodes.add(node)
-        outcomes.append((job, outcome))
-        if outcome.prefix:
-            result.jobs_converted += 1
-            result.ranks += outcome.ranks
-            result.nodes += sum(t["nodes"] for t in outcome.traces)
-        if progress:
-            progress("jobs", len(outcomes), len(jobs))
-    return outcomes
+    pending = {process.remote(job, date, warehouse, result.run_id): i for i, job in enumerate(jobs)}
+    outcomes: list[JobOutcome | None] = [None] * len(jobs)
+    try:
+        while pending:
+            ready, _ = ray.wait([*pending, *sims.pending], num_returns=1)  # a conversion or a simulation
+            if ready[0] not in pending:
+                sims.collect(ready)
+                continue
+            i = pending.pop(ready[0])
+            outcome, node = ray.get(ready[0])
+            result.ray_nodes.add(node)
+            outcomes[i] = outcome
+            if outcome.prefix:
+                sims.add(jobs[i].job_id, outcome)
+                result.jobs_converted += 1
+                result.ranks += outcome.ranks
+                result.nodes += sum(t["nodes"] for t in outcome.traces)
+            if sims.waiting and len(pending) <= ray.cluster_resources().get("CPU", 0):  # no conversion waits
+                sims.release()
+            if progress:
+                progress("jobs", len(jobs) - len(pending), len(jobs))
+    except BaseException:  # a failed night leaves nothing of its own running on the cluster
+        sims.cancel()
+        raise
+    return list(zip(jobs, outcomes))
 
 
-def _simulate(outcomes: list[tuple[JobInput, JobOutcome]], systems: list[SystemSpec],
-              progress: Callable[[str, int, int], None] | None) -> list[dict]:
-    """A Ray task per converted job and system."""
-    import ray
+class _Simulations:
+    """The day's simulations, a Ray task per converted job and system: added job by job as
+    conversions return, submitted to Ray when released, collected as they finish, in the
+    conversion stage and then in `finish` (the simulation stage)."""
 
-    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
-    sims = [simulate.remote(job.job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, spec)
-            for job, outcome in outcomes if outcome.prefix for spec in systems]
-    rows, total = [], len(sims)
-    while sims:
-        ready, sims = ray.wait(sims, num_returns=1)
-        rows.append(ray.get(ready[0]))
-        if progress:
-            progress("simulations", len(rows), total)
-    return sorted(rows, key=lambda r: (r["job_id"], r["system"]))
+    def __init__(self, systems: list[SystemSpec], progress: Callable[[str, int, int], None] | None):
+        import ray
+
+        self.systems, self.progress = systems, progress
+        self._simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
+        self.waiting: list[tuple] = []  # simulate_row's arguments, not yet released
+        self.pending: set = set()  # ObjectRefs of simulate_row
+        self.rows: list[dict] = []
+        self.submitted = 0
+        self.after_conversion = 0  # rows collected by finish, after the last conversion returned
+
+    def add(self, job_id: str, outcome: JobOutcome) -> None:
+        self.waiting += [(job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, spec) for spec in self.systems]
+
+    def release(self) -> None:
+        """Submits the waiting simulations to Ray."""
+        self.pending.update(self._simulate.remote(*args) for args in self.waiting)
+        self.submitted += len(self.waiting)
+        self.waiting = []
+
+    def collect(self, ready: list) -> None:
+        import ray
+
+        self.pending.difference_update(ready)
+        self.rows += ray.get(ready)
+        if self.progress:
+            self.progress("simulations", len(self.rows), self.submitted + len(self.waiting))
+
+    def finish(self) -> list[dict]:
+        """Every row, once the rest have finished; sorted by job and system."""
+        import ray
+
+        before = len(self.rows)
+        self.release()
+        try:
+            while self.pending:
+                self.collect(ray.wait(list(self.pending), num_returns=1)[0])
+        except BaseException:
+            self.cancel()
+            raise
+        self.after_conversion = len(self.rows) - before
+        return sorted(self.rows, key=lambda r: (r["job_id"], r["system"]))
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref)
 
 
 def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]], sim_rows: list[dict],
@@ -178,14 +238,23 @@ def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]],
     }
 
 
-def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,
-                progress: Callable[[str, int, int], None] | None) -> tuple[list[dict], list[dict], dict]:
-    """Fit on the day's converted jobs (one task), then sample per NPU count (a task each)."""
+def _start_fit(date: str, warehouse: str, per_count: int) -> Any:
+    """The synthesizer's fit on the day's converted jobs (one task, `fit_day`), submitted as soon
+    as the last conversion returned so that it runs beside the simulations; None: no synthesis."""
     import ray
 
-    if per_count < 1:
+    return ray.remote(max_retries=WORKER_RETRIES)(fit_day).remote(date, warehouse) if per_count >= 1 else None
+
+
+def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,
+                progress: Callable[[str, int, int], None] | None,
+                fitting: Any) -> tuple[list[dict], list[dict], dict]:
+    """The fit (`_start_fit`'s task), then samples per NPU count (a task each)."""
+    import ray
+
+    if fitting is None:
         return [], [], {}
-    training = ray.get(ray.remote(max_retries=WORKER_RETRIES)(fit_day).remote(date, warehouse))
+    training = ray.get(fitting)
     if not training["model"]:
         return [], [], training
     sample = ray.remote(max_retries=WORKER_RETRIES)(synthesize_npus)
@@ -199,23 +268,6 @@ def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,
         if progress:
             progress("synthetic jobs (per NPU count)", done, len(pending))
     return synthetic, fidelity, training
-
-
-def sweep_day(date: str, warehouse: str, systems: list[SystemSpec]) -> pa.Table:
-    """Simulate a processed day's converted jobs (from its `traces` table) on other systems."""
-    import ray
-
-    from pipeline.tables import read_day
-
-    jobs: dict[str, tuple[str, int]] = {}
-    for row in read_day(warehouse, "traces", date).to_pylist():
-        prefix = row["path"].rsplit(".", 2)[0]  # .../<job>.<R>.et -> .../<job>
-        jobs[row["job_id"]] = (prefix, jobs.get(row["job_id"], (prefix, 0))[1] + 1)
-    simulate = ray.remote(max_retries=WORKER_RETRIES)(simulate_row)
-    pending = [simulate.remote(job, prefix, ranks, f"{prefix}.comm_groups.json", spec)
-               for job, (prefix, ranks) in sorted(jobs.items()) for spec in systems]
-    rows = ray.get(pending)
-    return from_rows("sweep_results", sorted(rows, key=lambda r: (r["job_id"], r["system"])))
 
 
 def _mark_duplicates(rows: list[dict]) -> list[dict]:

@@ -192,10 +192,24 @@ def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
 def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path, ray_local):
     make_small_drop(tmp_path / "source")
     ring8 = [spec for spec in load_sweep() if spec.name == "ring-8"]
+    stages = []
+
+    def recorded(name, step, counts):
+        value = step()
+        stages.append((name, counts(value)))
+        return value
+
     day = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), ring8, representatives=1,
-                  synthetic_jobs=0)
+                  synthetic_jobs=0, stage=recorded)
     systems = sorted({(r["job_id"], r["system"]) for r in day.tables["sim_results"].to_pylist()})
     assert systems == [("coll", "reference"), ("coll", "ring-8"), ("mlp", "reference"), ("mlp", "ring-8")]
+    assert [r["job_id"] for r in day.tables["sim_results"].to_pylist()] == ["coll", "coll", "mlp", "mlp"]
+    # no barrier: each job's simulations were submitted in the conversion stage, as the job converted
+    assert [name for name, _ in stages] == ["list day", "ingest, convert and statistics (Ray)", "simulate (Ray)",
+                                            "select representatives", "synthesis (Ray)"]
+    assert "2 of 3 jobs converted" in stages[1][1] and "4 of their simulations started meanwhile" in stages[1][1]
+    assert stages[2][1].startswith("4 simulations, ") and "finished in this stage" in stages[2][1]
+    assert [r["job_id"] for r in day.tables["traces"].to_pylist()] == ["coll", "coll", "mlp", "mlp"]  # job order
     chosen = day.tables["representatives"].to_pylist()
     assert [r["k"] for r in chosen] == [1, 1] and sum(r["representative"] for r in chosen) == 1
     assert all((r["weight"] > 0) == r["representative"] and r["coverage"] == pytest.approx(1 - r["estimate_error"])
