@@ -40,6 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO / "datasets" / "pytorch-gloo"
 CASES = {"lockstep": "mlp-dp", "distinct ranks": "transformer_ddp"}
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from test_synthesize import _profile_digest as profile_digest  # noqa: E402  (the digest the test pins)
 
 
 # ------------------------------------------------------------------ the profile pass and its baseline
@@ -49,24 +52,13 @@ def baseline_first_compute_descendant(table, comm_rows):
     """The per-node implementation that chakra_core.synth.profile replaced (the baseline)."""
     import numpy as np
 
-    from chakra_core.analysis.graph import flat_list, lookup, to_numpy
-    from chakra_core.synth.profile import COMP
+    from chakra_core.analysis.graph import to_numpy
+    from chakra_core.synth.profile import COMP, _edges
 
     n = table.num_rows
     ids = to_numpy(table.column("id")).astype(np.uint64)
     order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    parent_rows, child_rows = [], []
-    for column in ("ctrl_deps", "data_deps"):
-        if column not in table.column_names:
-            continue
-        parents, child = flat_list(table.column(column), n)
-        at = lookup(sorted_ids, parents)
-        ok = at >= 0
-        parent_rows.append(order[at[ok]])
-        child_rows.append(child[ok])
-    src = np.concatenate(parent_rows) if parent_rows else np.zeros(0, np.int64)
-    dst = np.concatenate(child_rows) if child_rows else np.zeros(0, np.int64)
+    src, dst = _edges(table, ids)  # the same edges the new pass walks; the walk is what it replaced
     by_child = np.argsort(dst, kind="stable")
     offsets = np.searchsorted(dst[by_child], np.arange(n + 1)).tolist()
     parents_of = src[by_child].tolist()
@@ -94,31 +86,6 @@ def baseline_op_class_indices(names):
     from chakra_core.analysis.stats import OP_CLASS_NAMES, op_class
 
     return np.array([OP_CLASS_NAMES.index(op_class(s or "")) for s in names.to_pylist()])
-
-
-def profile_digest(profile) -> str:
-    """A hash of everything a JobProfile holds (arrays with their dtypes), to compare two runs."""
-    import dataclasses
-    import hashlib
-
-    import numpy as np
-
-    from chakra_core.synth.profile import RankProfile
-
-    h = hashlib.sha256()
-    h.update(repr((profile.job, profile.npus, [dataclasses.astuple(lab) for lab in profile.labels])).encode())
-    for rank in profile.ranks:
-        for f in dataclasses.fields(RankProfile):
-            value = getattr(rank, f.name)
-            if isinstance(value, np.ndarray):
-                h.update(f"{f.name}:{value.dtype.str}:{value.shape}".encode())
-                h.update(np.ascontiguousarray(value).tobytes())
-            else:
-                h.update(f"{f.name}:{value!r}".encode())
-    ratios = profile.split_ratios
-    h.update(f"split:{ratios.dtype.str}:{ratios.shape}".encode())
-    h.update(np.ascontiguousarray(ratios).tobytes())
-    return h.hexdigest()[:16]
 
 
 def time_profile(job: str, tables, groups, baseline: bool = True, repeats: int = 3) -> dict:
