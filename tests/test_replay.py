@@ -89,6 +89,43 @@ def test_steps_follow_dependencies_then_ascending_ids(tmp_path):
     assert [s.node_id for s in plan_rank(table, "t")] == [1, 5, 9, 3]
 
 
+def test_communication_waits_only_where_a_node_depends_on_it(tmp_path):
+    job = JobBuilder(1)
+    g = job.rank(0)
+    grads = g.collective("grads", "ALL_REDUCE", 1 << 20, [])
+    backward = g.compute("backward", [], duration_us=10)  # beside the all-reduce
+    after = g.memory("after", [grads], tensor_size=4)  # skipped by a replay: hands its wait on
+    g.compute("step", [after, backward], duration_us=10)
+    job.write(str(tmp_path), "overlap")
+    from chakra_core.format.etfile import read_table
+
+    plan = plan_rank(read_table(str(tmp_path / "overlap.0.et")), "t")
+    assert [(s.name, s.waits) for s in plan] == [("grads", ()), ("backward", ()), ("step", (0,))]
+    scaled = plan_rank(read_table(str(tmp_path / "overlap.0.et")), "t", compute_scale=0.5)
+    assert [s.size for s in scaled] == [1 << 20, 5_000, 5_000]  # --compute-scale: compute only
+
+
+def _overlap_job(folder, compute_us: int, size: int = 64 << 20) -> str:
+    job = JobBuilder(2)
+    for rank in range(2):
+        g = job.rank(rank)
+        grads = g.collective("grads", "ALL_REDUCE", size, [])
+        backward = g.compute("backward", [], duration_us=compute_us)
+        g.compute("step", [grads, backward], duration_us=1)
+    job.write(str(folder), "overlap")
+    return str(folder / "overlap")
+
+
+def test_compute_beside_communication_overlaps_it(tmp_path):
+    """A collective and the compute that does not depend on it run at once, as DDP's bucket
+    all-reduces run during backward: the iteration takes about the longer of the two, not both."""
+    communication = replay_job(_overlap_job(tmp_path, 1), iterations=3, warmup=1, compute="none",
+                               timeout_s=60)["median_ns"]
+    compute_ns = max(communication, 50_000_000)  # as long as the all-reduce: serial would take both
+    both = replay_job(_overlap_job(tmp_path, compute_ns // 1000), iterations=3, warmup=1, timeout_s=60)["median_ns"]
+    assert both < 0.8 * (compute_ns + communication), (both, communication)
+
+
 def test_the_command_prints_iterations_and_the_recorded_time(mlp):
     run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "replay", mlp, "--iterations", "1", "--warmup",
                           "0", "--timeout", "30"], capture_output=True, text=True, timeout=300)

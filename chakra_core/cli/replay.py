@@ -18,7 +18,7 @@ def cmd_replay(args) -> int:
 
     groups = read_comm_groups(args.comm_group) if args.comm_group else None
     result = replay_job(args.workload, groups, iterations=args.iterations, warmup=args.warmup, backend=args.backend,
-                        compute=args.compute, timeout_s=args.timeout)
+                        compute=args.compute, timeout_s=args.timeout, compute_scale=args.compute_scale)
     if args.json:
         print_json(result)
         return EXIT_OK
@@ -85,6 +85,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
     p.add_argument("--compute", choices=["sleep", "spin", "none"], default="sleep",
                    help="how compute nodes take their recorded time (default sleep)")
+    p.add_argument("--compute-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every compute duration by X (the profiler's cost: chakra calibrate --measured-ms)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="seconds a rank may wait for its peers before the replay fails (default 60)")
     p.add_argument("--json", action="store_true", help="one JSON document with every communication node")

@@ -1,11 +1,14 @@
 """Replay a Chakra job on a real torch.distributed runtime (`chakra replay`).
 
 One process per rank walks its rank's trace in dependency order (ready nodes by ascending id,
-the order ASTRA-sim issues them in) and runs every collective and send/recv with its
-recorded size and process group; compute nodes take their recorded duration (`sleep`: the
-process waits, `spin`: it busy-waits, `none`: compute is skipped to time communication
-alone). Compute time is paid as a debt just before the next communication, so a trace of
-many microsecond-long operators is not inflated by one sleep call per node.
+the order ASTRA-sim issues them in) and issues every collective and send/recv with its
+recorded size and process group without waiting for it: a node waits only for the
+communication it depends on, so communication overlaps the compute beside it as it did in
+the recorded run (DDP's bucket all-reduces during backward). Compute nodes take their
+recorded duration (`sleep`: the process waits, `spin`: it busy-waits, `none`: compute is
+skipped to time communication alone), paid as a debt just before the next communication is
+issued, so a trace of many microsecond-long operators is not inflated by one sleep call per
+node.
 
 Each iteration is timed between two barriers; the job's iteration time is the slowest
 rank's. Every communication node is timed on every rank. The result also gives the time the
@@ -23,7 +26,7 @@ import os
 import socket
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,10 +56,14 @@ class Step:
     group: str = "0"
     peer: int = -1
     tag: int = 0
+    # the communication steps (numbered in plan order, compute excluded) this one must see
+    # complete before it starts: those it depends on directly or through skipped nodes
+    waits: tuple[int, ...] = ()
 
 
-def plan_rank(table, path: str) -> list[Step]:
-    """The rank's nodes as steps, in dependency order with ascending ids among the ready ones."""
+def plan_rank(table, path: str, compute_scale: float = 1.0) -> list[Step]:
+    """The rank's nodes as steps, in dependency order with ascending ids among the ready ones;
+    compute takes its recorded duration times compute_scale."""
     rows = table.select(["id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "comm_type",
                          "comm_size", "pg_name", "comm_src", "comm_dst", "comm_tag"]).to_pylist()
     index = {row["id"]: i for i, row in enumerate(rows)}
@@ -68,13 +75,21 @@ def plan_rank(table, path: str) -> list[Step]:
                 waiting[i] += 1
     ready = [(row["id"], i) for i, row in enumerate(rows) if not waiting[i]]
     heapq.heapify(ready)
-    steps = []
+    steps, needs, communications = [], [frozenset()] * len(rows), 0
+    parents_need = [set() for _ in rows]  # communication a node's parents leave it to wait for
     while ready:
         _, i = heapq.heappop(ready)
-        step = _step(rows[i], path)
-        if step is not None:
-            steps.append(step)
+        step = _step(rows[i], path, compute_scale)
+        if step is None:  # skipped: its children inherit what it waited for
+            needs[i] = frozenset(parents_need[i])
+        else:
+            steps.append(replace(step, waits=tuple(sorted(parents_need[i]))))
+            if step.kind != "compute":
+                needs[i] = frozenset((communications,))
+                communications += 1
+        parents_need[i] = None
         for child in children[i]:
+            parents_need[child].update(needs[i])
             waiting[child] -= 1
             if not waiting[child]:
                 heapq.heappush(ready, (rows[child]["id"], child))
@@ -83,12 +98,12 @@ def plan_rank(table, path: str) -> list[Step]:
     return steps
 
 
-def _step(row: dict, path: str) -> Step | None:
+def _step(row: dict, path: str, compute_scale: float = 1.0) -> Step | None:
     node_type, node_id, name = row["type"], row["id"], row["name"] or ""
     if node_type == COMP:
         if name.startswith(CALL_TIME_PREFIXES):
             return None  # the communication call's own host and gloo time: the replayed call pays it again
-        return Step("compute", node_id, name, (row["duration_micros"] or 0) * 1000)
+        return Step("compute", node_id, name, round((row["duration_micros"] or 0) * 1000 * compute_scale))
     if node_type == COLL:
         kind = COMM_TYPES.get(row["comm_type"])
         if kind is None or row["comm_size"] is None or row["comm_size"] < 0:
@@ -126,15 +141,19 @@ def _free_port() -> int:
 
 def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = None, *, iterations: int = 3,
                warmup: int = 1, backend: str = "gloo", compute: str = "sleep", timeout_s: float = 60.0,
-               ranks: int | None = None) -> dict:
+               ranks: int | None = None, compute_scale: float = 1.0) -> dict:
     """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given) with
-    the given communicator groups (none when None, as ASTRA-sim without --comm-group-configuration)."""
+    the given communicator groups (none when None, as ASTRA-sim without --comm-group-configuration).
+    compute_scale multiplies every compute duration (the profiler's cost, `chakra calibrate
+    --measured-ms`), as `chakra simulate --compute-scale` does."""
     from chakra_core.replay.worker import run_ranks
 
     if compute not in ("sleep", "spin", "none"):
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
+    if not compute_scale > 0:
+        raise ReplayError(f"--compute-scale {compute_scale}: expected a number > 0")
     tables = read_ranks(prefix, ranks)
-    plans = [plan_rank(t, rank_url(prefix, r)) for r, t in enumerate(tables)]
+    plans = [plan_rank(t, rank_url(prefix, r), compute_scale) for r, t in enumerate(tables)]
     groups = {str(g): tuple(members) for g, members in sorted((comm_groups or {}).items())}
     _check_groups(plans, groups, prefix)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,

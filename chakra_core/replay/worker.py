@@ -95,6 +95,7 @@ class _Runner:
 
         self.torch, self.dist, self.rank, self.plan, self.compute, self.current = torch, dist, rank, plan, compute, current
         self.device = torch.device("cuda", rank % max(1, torch.cuda.device_count())) if backend == "nccl" else None
+        self.synchronize = (lambda: torch.cuda.synchronize(self.device)) if self.device is not None else None
         # every rank creates every group, in the same order, as torch.distributed requires
         self.groups = {name: (dist.new_group(list(members)), tuple(members)) for name, members in groups.items()}
         self.buffers: dict[tuple, object] = {}
@@ -108,29 +109,23 @@ class _Runner:
     def iteration(self) -> tuple[int, list[int]]:
         self.dist.barrier()
         start = due = time.perf_counter_ns()
-        per_node, sends = [], []
+        inflight = _InFlight(self.current, self.synchronize)
         for step in self.plan:
             self.current[0] = step
+            ready = inflight.wait(step.waits)
             if step.kind == "compute":
                 if self.compute != "none":
-                    due = max(due, time.perf_counter_ns()) + step.size
+                    due = max(due, ready) + step.size
                 continue
             if self.compute != "none":
                 pay_compute(due, self.compute == "spin")
-            began = time.perf_counter_ns()
-            work = self.communicate(step)
-            if step.kind == "send":
-                sends.append(work)  # waited for at the end: a blocking send could deadlock a pipeline
-            if self.device is not None:
-                self.torch.cuda.synchronize(self.device)
-            per_node.append(time.perf_counter_ns() - began)
+            inflight.issue(step, self.communicate(step))
         if self.compute != "none":
             pay_compute(due, self.compute == "spin")
-        for work in sends:
-            work.wait()
+        inflight.wait(range(len(inflight.works)))
         elapsed = time.perf_counter_ns() - start
         self.current[0] = None
-        return elapsed, per_node
+        return elapsed, inflight.durations()
 
     def communicate(self, step: Step):
         dist = self.dist
@@ -140,44 +135,90 @@ class _Runner:
         if step.kind == "send":
             return dist.isend(self.buffer(tensor_elements(step.size)), step.peer, tag=step.tag)
         if step.kind == "recv":
-            return dist.recv(self.buffer(tensor_elements(step.size), "out"), step.peer, tag=step.tag)
+            return dist.irecv(self.buffer(tensor_elements(step.size), "out"), step.peer, tag=step.tag)
         tensor = self.buffer(tensor_elements(step.size, size if step.kind == "all_to_all" else 1))
         return _COLLECTIVES[step.kind](self, tensor, group, size, root)
 
 
+class _InFlight:
+    """The communication of one iteration, issued without waiting: when each was issued and
+    when it completed. Completion is stamped by a callback on the work's future, so a node that
+    is waited for late still gets its own time; point-to-point work has no future on gloo, and
+    its completion is when it was waited for (an upper bound). With `synchronize` (GPUs) each
+    is waited for and synchronised as soon as it is issued."""
+
+    def __init__(self, current: list, synchronize=None):
+        self.current, self.synchronize = current, synchronize
+        self.steps, self.works, self.stamped, self.began, self.done = [], [], [], [], []
+
+    def issue(self, step: Step, work) -> None:
+        self.steps.append(step)
+        self.began.append(time.perf_counter_ns())
+        stamped = False
+        if self.synchronize is not None:
+            work.wait()
+            self.synchronize()
+            work = None
+        else:
+            try:  # the chained future's value is the completion time (and it raises what the work raised)
+                work, stamped = work.get_future().then(lambda future: (future.wait(), time.perf_counter_ns())[1]), True
+            except RuntimeError:
+                pass
+        self.works.append(work)
+        self.stamped.append(stamped)
+        self.done.append(None if work is not None else time.perf_counter_ns())
+
+    def wait(self, indices) -> int:
+        """Waits for the given communication; returns when the last of it completed (0 for none)."""
+        latest = 0
+        for i in indices:
+            if self.done[i] is None:
+                self.current[0] = self.steps[i]
+                outcome = self.works[i].wait()
+                self.done[i] = outcome if self.stamped[i] else time.perf_counter_ns()
+                self.works[i] = None
+            latest = max(latest, self.done[i])
+        return latest
+
+    def durations(self) -> list[int]:
+        return [done - began for began, done in zip(self.began, self.done)]
+
+
 def _all_gather(runner, tensor, group, size, root):
-    return runner.dist.all_gather([runner.buffer(tensor.numel(), f"out{i}") for i in range(size)], tensor, group=group)
+    outputs = [runner.buffer(tensor.numel(), f"out{i}") for i in range(size)]
+    return runner.dist.all_gather(outputs, tensor, group=group, async_op=True)
 
 
 def _all_to_all(runner, tensor, group, size, root):
-    return runner.dist.all_to_all_single(runner.buffer(tensor.numel(), "out"), tensor, group=group)
+    return runner.dist.all_to_all_single(runner.buffer(tensor.numel(), "out"), tensor, group=group, async_op=True)
 
 
 def _reduce_scatter(runner, tensor, group, size, root):
     # gloo has no reduce_scatter: the reduction of the whole buffer costs about twice as much
     # traffic, so on gloo this is an upper bound (docs/replay.md)
     if runner.device is None:
-        return runner.dist.all_reduce(tensor, group=group)
+        return runner.dist.all_reduce(tensor, group=group, async_op=True)
     chunk = max(1, tensor.numel() // size)
-    return runner.dist.reduce_scatter_tensor(runner.buffer(chunk, "out"), tensor[:chunk * size], group=group)
+    return runner.dist.reduce_scatter_tensor(runner.buffer(chunk, "out"), tensor[:chunk * size], group=group,
+                                             async_op=True)
 
 
 def _gather(runner, tensor, group, size, root):
     outputs = [runner.buffer(tensor.numel(), f"out{i}") for i in range(size)] if runner.rank == root else None
-    return runner.dist.gather(tensor, outputs, dst=root, group=group)
+    return runner.dist.gather(tensor, outputs, dst=root, group=group, async_op=True)
 
 
 def _scatter(runner, tensor, group, size, root):
     share = max(1, tensor.numel() // size)
     inputs = [runner.buffer(share, f"in{i}") for i in range(size)] if runner.rank == root else None
-    return runner.dist.scatter(runner.buffer(share, "out"), inputs, src=root, group=group)
+    return runner.dist.scatter(runner.buffer(share, "out"), inputs, src=root, group=group, async_op=True)
 
 
 _COLLECTIVES = {
-    "all_reduce": lambda r, t, g, n, root: r.dist.all_reduce(t, group=g),
-    "reduce": lambda r, t, g, n, root: r.dist.reduce(t, dst=root, group=g),
-    "broadcast": lambda r, t, g, n, root: r.dist.broadcast(t, src=root, group=g),
-    "barrier": lambda r, t, g, n, root: r.dist.barrier(group=g),
+    "all_reduce": lambda r, t, g, n, root: r.dist.all_reduce(t, group=g, async_op=True),
+    "reduce": lambda r, t, g, n, root: r.dist.reduce(t, dst=root, group=g, async_op=True),
+    "broadcast": lambda r, t, g, n, root: r.dist.broadcast(t, src=root, group=g, async_op=True),
+    "barrier": lambda r, t, g, n, root: r.dist.barrier(group=g, async_op=True),
     "all_gather": _all_gather,
     "all_to_all": _all_to_all,
     "reduce_scatter": _reduce_scatter,
