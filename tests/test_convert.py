@@ -317,7 +317,32 @@ def test_exclusive_times_partition_a_thread_when_spans_overlap_without_nesting()
     assert later.idle_before == 30 and step.idle_before == inner.idle_before == 0 and other_thread.exclusive == 500
 
 
-@pytest.mark.parametrize("run", ["collectives-w2", "dlrm-w2", "dlrm-w4", "mlp_ddp-w4"])
+def test_a_thread_waiting_in_no_operator_for_communication_is_not_compute():
+    """DDP at the end of backward waits for its bucket all-reduces in no operator: the stretch
+    of the step's own time that the all-reduce spans, when the thread goes on as soon as it
+    ends, is waiting (the simulator makes it from the dependency), not the step's compute. A
+    stretch after which the thread goes on long after the work ended keeps its time."""
+    from chakra_core.convert.hosttime import RESUMED_AFTER_WORK_US, CallTime, remove_waiting_between_ops
+    from chakra_core.convert.kineto import CpuEvent, _exclusive_times
+
+    def event(name, ts, dur):
+        return CpuEvent(name, 1, float(ts), float(dur), None, None)
+
+    late = 3 * RESUMED_AFTER_WORK_US
+    step, backward, optimizer = event("ProfilerStep#1", 0, 10_000 + late), event("mm", 0, 1000), event("add_", 6000, 500)
+    later = event("add_", 6500 + late, 100)  # goes on long after the second work ended
+    events = [step, backward, optimizer, later]
+    _exclusive_times(events)
+    assert step.exclusive == 10_000 + late - 1600
+    result = CallTime()
+    work = {7: (500, 5900), 8: (6000, 6400)}  # on gloo's thread; the second ends inside the optimizer op
+    remove_waiting_between_ops(result, events, work, events)
+    waited = 5900 - 1000  # from the end of backward to the end of the first all-reduce
+    assert result.totals["waiting for communication between operators"] == waited
+    assert step.exclusive == 10_000 + late - 1600 - waited and optimizer.exclusive == 500
+
+
+@pytest.mark.parametrize("run", ["collectives-w2", "dlrm-w2", "dlrm-w4", "mlp_ddp-w2", "mlp_ddp-w4"])
 def test_training_thread_time_is_kept_on_cpu_nodes_or_left_to_the_simulator_as_waiting(tmp_path, run):
     """Every microsecond of the training loop's thread (Kineto, first to last event) is either
     the duration of a CPU node on that thread or time the rank waited for peers that came
@@ -334,7 +359,8 @@ def test_training_thread_time_is_kept_on_cpu_nodes_or_left_to_the_simulator_as_w
         span = max(e.ts + e.dur for e in events) - min(e.ts for e in events)
         time_us = result.reports[rank]["time_us"]
         waiting = time_us["waiting for peers, left to the simulator"]
-        assert abs(cpu_us + waiting - span) < 0.002 * span, (rank, cpu_us, waiting, span)
+        between_ops = time_us.get("waiting for communication between operators, left to the simulator", 0)
+        assert abs(cpu_us + waiting + between_ops - span) < 0.002 * span, (rank, cpu_us, waiting, between_ops, span)
         assert time_us["blocked on communication"] == pytest.approx(
             waiting + time_us["own duration of communication calls kept"], abs=2)
 

@@ -31,9 +31,11 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_core.convert.kineto import CpuEvent
+from chakra_core.convert.kineto import CpuEvent, exclusive_segments
 
 MAX_ANCESTOR_WALK = 64
+# a thread that goes on within this long after communication work ended was waiting for it
+RESUMED_AFTER_WORK_US = 1000.0
 
 
 @dataclass
@@ -149,6 +151,44 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
     return result
 
 
+def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: dict[int, tuple[float, float]],
+                               operators: list[CpuEvent]) -> None:
+    """A thread in no operator while communication runs, which goes on as soon as that
+    communication ends, was waiting for it: DDP at the end of backward, waiting for its bucket
+    all-reduces, is in no operator, so the wait would be the enclosing ProfilerStep's own time
+    and count twice, once as compute and once where the simulator (or a replay) waits on the
+    all-reduce the next operators depend on. Such a stretch of an event's exclusive time (one
+    after one of its operators ended, in which communication work ends, the thread going on
+    within RESUMED_AFTER_WORK_US) loses the part that work spans; the simulator makes the
+    wait from the dependency. Only operators (kept as CPU nodes with their exclusive time) are
+    looked at: a communication call's own nodes have their blocked time accounted already."""
+    kept = {id(e) for e in operators}
+    spans = sorted(work.values(), key=lambda span: span[1])
+    ends = [end for _, end in spans]
+    if not spans:
+        return
+    for event, a, b in exclusive_segments(events):
+        if a <= event.ts or id(event) not in kept:  # an operator's own body, Python before its first child
+            continue
+        first, last = bisect.bisect_right(ends, a), bisect.bisect_right(ends, b)
+        if first == last or b - ends[last - 1] > RESUMED_AFTER_WORK_US:
+            continue
+        waited = _covered(a, b, spans[first:last])
+        event.exclusive -= waited
+        result.totals["waiting for communication between operators"] += waited
+
+
+def _covered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    """Length of [a, b) that the union of spans covers."""
+    length, cursor = 0.0, a
+    for start, end in sorted(spans):
+        start, end = max(start, cursor), min(end, b)
+        if end > start:
+            length += end - start
+            cursor = end
+    return length
+
+
 def keep_gaps_between_steps(result: CallTime, events: list[CpuEvent], cpu: dict[int, CpuEvent], is_op) -> None:
     """The training loop's thread (the one with ProfilerStep#N) runs Python between its
     top-level operators (between the recorded steps): that time is the thread's too, kept on the
@@ -213,8 +253,11 @@ def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
     totals, time_us = result.totals, {}
     host = sum(v for k, v in totals.items() if k.startswith("host time of "))
     between, blocked = totals.get("host time between steps", 0.0), totals.get("blocked", 0.0)
+    waiting = totals.get("waiting for communication between operators", 0.0)
     if between:
         time_us["host time between steps"] = round(between)
+    if waiting:
+        time_us["waiting for communication between operators, left to the simulator"] = round(waiting)
     if not host and not blocked:
         return time_us, None
     time_us.update({"host time of communication calls": round(host), "blocked on communication": round(blocked),

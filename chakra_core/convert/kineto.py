@@ -158,13 +158,22 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
 
 
 def _exclusive_times(events: list[CpuEvent]) -> None:
-    """Each instant of a thread belongs to the innermost event open then (the latest started):
-    for nested events, an event's duration minus its children's; where spans overlap without
-    nesting (gloo's send/recv spans run on past the op that started them), still a partition of
-    the thread's time, so no instant is counted twice."""
+    """Each event's exclusive time: the sum of its exclusive_segments."""
+    for e in events:
+        e.exclusive = 0.0
+    for e, a, b in exclusive_segments(events):
+        e.exclusive += b - a
+
+
+def exclusive_segments(events: list[CpuEvent]):
+    """(event, start, end) for every stretch of a thread's time, given to the innermost event
+    open then (the latest started): for nested events, an event's duration minus its
+    children's; where spans overlap without nesting (gloo's send/recv spans run on past the op
+    that started them), still a partition of the thread's time, so no instant is counted
+    twice. A stretch ends where the next event starts or its own event ends. Sets idle_before."""
     by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
     for e in events:
-        e.exclusive = e.idle_before = 0.0
+        e.idle_before = 0.0
         by_thread[e.tid].append(e)
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (e.ts, -e.dur))
@@ -178,7 +187,7 @@ def _exclusive_times(events: list[CpuEvent]) -> None:
                     stack.pop()  # ended (one below the top that ended is dropped when it surfaces)
                     continue
                 upto = min(to, end)
-                top.exclusive += upto - at
+                yield top, at, upto
                 at = upto
             if e is not None:
                 end = e.ts + e.dur

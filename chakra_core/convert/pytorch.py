@@ -124,6 +124,7 @@ class RankConversion:
         self.call_time = hosttime.CallTime()  # host and blocked time of communication calls (hosttime.py)
         self.own_time: dict[int, float] = {}  # anchor -> µs of the collective's own duration kept as host time
         self.blocking: set[int] = set()  # anchors whose call returned only once their (measured) work had ended
+        self.work: dict[int, tuple[float, float]] = {}  # anchor -> (start, end) of its gloo work
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
@@ -131,6 +132,8 @@ class RankConversion:
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
             self.call_time = self._account_call_time()
+            hosttime.remove_waiting_between_ops(self.call_time, self.kineto.cpu, self.work,
+                                                [e for i, e in self.linked.cpu.items() if self.role[i] == OP])
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
         else:
@@ -334,7 +337,7 @@ class RankConversion:
                 collapsed[i] = "gloo"
             elif role == WRAPPED:
                 collapsed[i] = "wrapped"
-        work = {a: span for a in self.comm if (span := self._gloo_work(a)) is not None}
+        work = self.work = {a: span for a in self.comm if (span := self._gloo_work(a)) is not None}
         self.blocking = {a for a, op in self.comm.items()
                          if (op.blocking if op.blocking is not None else a in work and self._waited_for(a, work[a][1]))}
         role = self.role
