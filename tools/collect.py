@@ -4,7 +4,8 @@
 Usage::
 
     python -m tools.collect --out datasets/pytorch-gloo \
-        [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4]
+        [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4] \
+        [--timed-steps K] [--size small|large]
 
 Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/`:
 
@@ -229,8 +230,18 @@ def ddp_allreduce_hook(state, bucket):
 
 
 # --------------------------------------------------------------------------------------------
-# Scenarios: build(rank, world, log) -> step_fn(step)
+# Scenarios: build(rank, world, log, size) -> step_fn(step)
 # --------------------------------------------------------------------------------------------
+
+# "small" is what datasets/pytorch-gloo holds: operators of microseconds, which the profiler's
+# own cost per operator dominates. "large" gives the DDP models operators of a millisecond or
+# more, whose recorded durations the profiler hardly changes: what tests/benchmarks/
+# bench_prediction.py compares against unprofiled time.
+SIZES = ("small", "large")
+MLP = {"small": {"widths": (32, 256, 128, 64, 10), "batch": 16, "bucket_cap_mb": 0.05},
+       "large": {"widths": (512, 1024, 1024, 512, 10), "batch": 128, "bucket_cap_mb": 2.0}}
+TRANSFORMER = {"small": {"vocab": 256, "d_model": 64, "ff": 128, "seq": 16, "batch": 4, "bucket_cap_mb": 0.1},
+               "large": {"vocab": 1024, "d_model": 256, "ff": 1024, "seq": 64, "batch": 8, "bucket_cap_mb": 2.0}}
 
 def _ddp(module, log, world, bucket_cap_mb):
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -239,18 +250,21 @@ def _ddp(module, log, world, bucket_cap_mb):
     return model
 
 
-def build_mlp_ddp(rank, world, log):
+def build_mlp_ddp(rank, world, log, size="small"):
     torch.manual_seed(SEED)  # same initial weights on every rank (DDP broadcasts them anyway)
-    net = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                        nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
-    model = _ddp(net, log, world, bucket_cap_mb=0.05)
+    widths, batch = MLP[size]["widths"], MLP[size]["batch"]
+    layers = []
+    for width, following in zip(widths, widths[1:]):
+        layers += [nn.Linear(width, following), nn.ReLU()]
+    net = nn.Sequential(*layers[:-1])
+    model = _ddp(net, log, world, bucket_cap_mb=MLP[size]["bucket_cap_mb"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(SEED + rank)
     loss_fn = nn.CrossEntropyLoss()
 
     def step(i):
-        x = torch.randn(16, 32, generator=gen)
-        y = torch.randint(0, 10, (16,), generator=gen)
+        x = torch.randn(batch, widths[0], generator=gen)
+        y = torch.randint(0, widths[-1], (batch,), generator=gen)
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -273,10 +287,12 @@ class TinyLM(nn.Module):
         return self.head(self.encoder(h))
 
 
-def build_transformer_ddp(rank, world, log):
+def build_transformer_ddp(rank, world, log, size="small"):
     torch.manual_seed(SEED)
-    vocab, seq, batch = 256, 16, 4
-    model = _ddp(TinyLM(vocab=vocab, seq=seq), log, world, bucket_cap_mb=0.1)
+    shape = TRANSFORMER[size]
+    vocab, seq, batch = shape["vocab"], shape["seq"], shape["batch"]
+    model = _ddp(TinyLM(vocab=vocab, d_model=shape["d_model"], ff=shape["ff"], seq=seq), log, world,
+                 bucket_cap_mb=shape["bucket_cap_mb"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(SEED + rank)
     loss_fn = nn.CrossEntropyLoss()
@@ -328,7 +344,7 @@ class DenseArch(nn.Module):
         return self.top(torch.cat([b, inter], dim=1)).squeeze(1)
 
 
-def build_dlrm(rank, world, log):
+def build_dlrm(rank, world, log, size="small"):
     tables_per_rank, dim, batch, bag, num_dense = 2, 16, 8, 4, 13
     num_tables = tables_per_rank * world
     rows = [200 + 150 * t for t in range(num_tables)]  # table t is owned by rank t // tables_per_rank
@@ -365,7 +381,7 @@ def build_dlrm(rank, world, log):
     return step
 
 
-def build_collectives(rank, world, log):
+def build_collectives(rank, world, log, size="small"):
     # subgroups: every rank creates every group, in the same order, before recording
     # pairs [0,1], [2,3], ... (at w2 the single pair [0,1] spans the whole world)
     pairs = [[k, k + 1] for k in range(0, world, 2)]
@@ -436,6 +452,7 @@ def build_collectives(rank, world, log):
     return step
 
 
+SCALABLE = ("mlp_ddp", "transformer_ddp")
 BUILDERS = {
     "mlp_ddp": build_mlp_ddp,
     "transformer_ddp": build_transformer_ddp,
@@ -448,7 +465,8 @@ BUILDERS = {
 # Running
 # --------------------------------------------------------------------------------------------
 
-def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed_steps: int = 0) -> None:
+def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed_steps: int = 0,
+            size: str = "small") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                       RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
@@ -461,7 +479,7 @@ def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed
                             timeout=datetime.timedelta(seconds=300))
     try:
         log = ProgramLog(rank, world)
-        step_fn = BUILDERS[scenario](rank, world, log)  # creates subgroups before recording
+        step_fn = BUILDERS[scenario](rank, world, log, size)  # creates subgroups before recording
         out = Path(run_dir)
         with TraceRecorder(out, warmup=WARMUP, active=ACTIVE, compress=True) as rec:
             for step in range(STEPS):
@@ -497,14 +515,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0) -> Path:
-    run_dir = out_root / f"{scenario}-w{world}"
+def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: str = "small") -> Path:
+    if size != "small" and scenario not in SCALABLE:
+        raise ValueError(f"--size {size}: only {', '.join(SCALABLE)} come in more than one size")
+    name = scenario if size == "small" else f"{scenario}-{size}"
+    run_dir = out_root / f"{name}-w{world}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size), nprocs=world,
+             join=True)
     model, parallelism = DESCRIPTIONS[scenario]
-    job = {"job_id": f"{scenario}-w{world}", "model": model, "world_size": world,
+    if size != "small":
+        model = f"{model}; size {size}: {MLP[size] if scenario == 'mlp_ddp' else TRANSFORMER[size]}"
+    job = {"job_id": f"{name}-w{world}", "model": model, "world_size": world,
            "backend": "gloo", "parallelism": parallelism, "steps_recorded": ACTIVE,
            "torch_version": torch.__version__, "scenario": scenario,
            "recorded_step_indices": list(RECORDED_STEPS)}
@@ -519,7 +543,11 @@ def main(argv=None) -> int:
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--timed-steps", type=int, default=0, metavar="K",
                         help="after recording, time K more steps with the profiler off (rank<R>.timing.json)")
+    parser.add_argument("--size", choices=SIZES, default="small",
+                        help=f"model size; 'large' ({', '.join(SCALABLE)} only) gives operators of milliseconds")
     args = parser.parse_args(argv)
+    if args.size != "small" and set(args.scenario) - set(SCALABLE):
+        parser.error(f"--size {args.size}: only {', '.join(SCALABLE)} come in more than one size")
     for w in args.world_sizes:
         if w < 2 or (w > 2 and w % 2):
             parser.error(f"world size {w}: use 2 or an even number >= 4")
@@ -530,7 +558,7 @@ def main(argv=None) -> int:
         for world in args.world_sizes:
             t0 = time.monotonic()
             print(f"[collect] {scenario} world_size={world} ...", flush=True)
-            run_dir = run(scenario, world, args.out, args.timed_steps)
+            run_dir = run(scenario, world, args.out, args.timed_steps, args.size)
             files = sorted(p for p in run_dir.iterdir() if p.is_file())
             size = sum(p.stat().st_size for p in files)
             print(f"[collect]   -> {run_dir} ({len(files)} files, {size / 1024:.1f} KiB, "

@@ -1,23 +1,30 @@
 """Benchmark: how close replay and simulation come to measured iteration time.
 
-Records fresh gloo runs on this machine (mlp and transformer with DDP, 2 and 4 ranks;
-tools/collect.py, two profiled steps, then five steps timed with the profiler off),
-converts them, replays them (`chakra replay`), calibrates the network model on the 2-rank
-runs' measured collectives plus an all-reduce sweep (`chakra calibrate`), and simulates every
-job with the calibrated model at its own size and the 2-rank jobs also projected to 4 NPUs.
-Prints per job and step: measured (profiler off), recorded (the trace's own span), replayed
-and simulated, with each error against measured. Same-run baseline: the simulation with the
-reference system (Ring 50 GB/s, 500 ns) instead of the calibrated one. The last column also
-scales compute by the profiler's cost as measured on the 2-rank runs (unprofiled step time over
-the recorded one), which the 4-rank runs then test.
+Each trial records fresh gloo runs on this machine (tools/collect.py: mlp and transformer with
+DDP at 2 and 4 ranks, `--size large` by default: operators of a millisecond or more; two
+profiled steps, then `--timed-steps` steps timed with the profiler off), converts them,
+calibrates the network on the 2-rank runs (their measured collectives plus an all-reduce
+sweep, `chakra calibrate --measure`), then per job replays it (`chakra replay`) and simulates
+it, both as recorded and with compute scaled by the profiler's cost in that run (its
+unprofiled step time over the recorded one, `chakra calibrate --measured-ms`: at a job's own
+size that scale is fitted on the job itself, so what is left is communication and overlap),
+and projects each 2-rank trace to 4 NPUs with the 2-rank run's scale (a prediction: nothing
+of the 4-rank run is used). Every figure is per training step, its error against the
+unprofiled measurement.
 
-    .venv/bin/python tests/benchmarks/bench_prediction.py [--keep DIR]
+Same-run baselines: the trace's own (profiled) span, and the simulation with the reference
+system (Ring 50 GB/s, 500 ns, Ring_4chunks.json). The 4-rank runs never feed the calibration:
+they test it. On a machine with fewer cores than ranks the ranks share cores, so the
+projection is also shown with compute slowed by ranks per core (`contention`).
+
+    .venv/bin/python tests/benchmarks/bench_prediction.py [--trials 3] [--size large] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,8 +47,10 @@ from tools import collect  # noqa: E402
 
 SCENARIOS = ("mlp_ddp", "transformer_ddp")
 WORLDS = (2, 4)
-TIMED_STEPS = 5
+CALIBRATED, PROJECTED = 2, 4
 REFERENCE_SYSTEM = REPO / "datasets" / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
+COLUMNS = ("recorded", "replayed", "replayed, scaled", "sim reference", "sim calibrated", "sim calibrated, scaled")
+CORES = len(os.sched_getaffinity(0))
 
 
 def measured_step_ns(run_dir: Path, world: int) -> float:
@@ -57,61 +66,104 @@ def ring(folder: Path, npus: int, bandwidth: float = 50.0, latency: float = 500.
     return str(path)
 
 
-def simulated_ns(prefix: str, network: str, system: str, traced: int | None = None, compute_scale: float = 1.0) -> int:
+def simulated_step_ns(prefix: str, network: str, system: str, traced: int | None = None,
+                      compute_scale: float = 1.0) -> float:
     result, _ = simulate_files(prefix, network, system, traced_npus=traced, compute_scale=compute_scale)
-    return result.finish_ns
+    return result.finish_ns / collect.ACTIVE
 
 
 def recorded_step_ns(prefix: str, world: int) -> float:
     return max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(world)) / collect.ACTIVE
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", type=Path, help="keep the recordings and configs here")
-    args = parser.parse_args()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="chakra-prediction-"))
+def replayed_step_ns(prefix: str, compute_scale: float = 1.0) -> float:
+    return replay_job(prefix, iterations=5, warmup=1, timeout_s=120, compute_scale=compute_scale)["median_ns"] / \
+        collect.ACTIVE
+
+
+def contention(ranks: int) -> float:
+    """How much slower compute runs when the ranks share this machine's cores."""
+    return max(1.0, ranks / CORES)
+
+
+def record(work: Path, size: str, timed_steps: int) -> dict:
     jobs = {}
     for scenario in SCENARIOS:
         for world in WORLDS:
-            run_dir = collect.run(scenario, world, work / "runs", timed_steps=TIMED_STEPS)
-            prefix = str(work / "et" / f"{scenario}-w{world}" / "job")
+            run_dir = collect.run(scenario, world, work / "runs", timed_steps=timed_steps, size=size)
+            prefix = str(work / "et" / run_dir.name / "job")
             convert_job(str(run_dir), str(Path(prefix).parent), "job")
             jobs[(scenario, world)] = (prefix, measured_step_ns(run_dir, world))
-            print(f"recorded and converted {scenario} at {world} ranks", flush=True)
-    samples = measure(2, iterations=3)
-    for (scenario, world), (prefix, _) in jobs.items():
-        if world == 2:
-            tables = [read_table(f"{prefix}.{r}.et") for r in range(world)]
-            samples += samples_from_tables(tables, None, world)
+            print(f"  recorded and converted {run_dir.name}", flush=True)
+    return jobs
+
+
+def calibrate(work: Path, jobs: dict) -> tuple[dict, dict]:
+    """The network fitted on the 2-rank runs and a sweep; each run's compute scale."""
+    samples = measure(CALIBRATED, iterations=3)
+    for (_, world), (prefix, _) in jobs.items():
+        if world == CALIBRATED:
+            samples += samples_from_tables([read_table(f"{prefix}.{r}.et") for r in range(world)], None, world)
     calibration = fit(samples)
     configs = {n: write_calibration(str(work / f"calibrated-{n}"), n, calibration) for n in WORLDS}
-    print(f"calibrated: latency {calibration['latency_ns']:,.0f} ns, bandwidth {calibration['bandwidth_gbps']:.3f} "
-          f"GB/s, median error {calibration['median_abs_error']:.1%} over {len(calibration['samples'])} samples\n")
-    steps = collect.ACTIVE
-    # the profiler's own cost: how much longer the recorded steps took than the unprofiled ones
-    scale = statistics.median(measured / recorded_step_ns(prefix, world)
-                              for (_, world), (prefix, measured) in jobs.items() if world == 2)
-    print(f"compute scale (2-rank runs: measured / recorded step): {scale:.3f}\n")
-    print(f"{'job':24} {'measured':>9} {'recorded':>9} {'replayed':>9} {'reference':>10} {'calibrated':>10} "
-          f"{'+scale':>8}  (ms per step; then each error vs measured)")
+    scales = {job: measured / recorded_step_ns(prefix, job[1]) for job, (prefix, measured) in jobs.items()}
+    print(f"  calibrated: latency {calibration['latency_ns']:,.0f} ns, bandwidth {calibration['bandwidth_gbps']:.3f}"
+          f" GB/s (median error {calibration['median_abs_error']:.1%}, {len(calibration['samples'])} samples); "
+          f"compute scale (the profiler's cost) " + ", ".join(f"{s}-w{w} {v:.3f}" for (s, w), v in scales.items()),
+          flush=True)
+    return configs, scales
+
+
+def trial(work: Path, size: str, timed_steps: int) -> dict:
+    """{(job, column): error against measured} of one trial; prints its table."""
+    jobs = record(work, size, timed_steps)
+    configs, scales = calibrate(work, jobs)
+    errors = {}
+    print(f"  {'job':28} {'measured':>9} " + " ".join(f"{c:>10.10}" for c in COLUMNS) + "  (ms per step)")
     for (scenario, world), (prefix, measured) in jobs.items():
-        network, system = configs[world]["network"], configs[world]["system"]
-        row = [recorded_step_ns(prefix, world),
-               replay_job(prefix, iterations=3, warmup=1, timeout_s=120)["median_ns"] / steps,
-               simulated_ns(prefix, ring(work, world), str(REFERENCE_SYSTEM)) / steps,
-               simulated_ns(prefix, network, system) / steps,
-               simulated_ns(prefix, network, system, compute_scale=scale) / steps]
-        print(f"{scenario + f'-w{world}':24} {measured / 1e6:9.2f} " + " ".join(f"{v / 1e6:9.2f}" for v in row)
-              + "   " + ", ".join(f"{v / measured - 1:+.0%}" for v in row))
+        network, system, scale = configs[world]["network"], configs[world]["system"], scales[(scenario, world)]
+        row = dict(zip(COLUMNS, (recorded_step_ns(prefix, world), replayed_step_ns(prefix),
+                                 replayed_step_ns(prefix, scale),
+                                 simulated_step_ns(prefix, ring(work, world), str(REFERENCE_SYSTEM)),
+                                 simulated_step_ns(prefix, network, system),
+                                 simulated_step_ns(prefix, network, system, compute_scale=scale))))
+        name = f"{scenario}-w{world}"
+        errors.update({(name, column): value / measured - 1 for column, value in row.items()})
+        print(f"  {name:28} {measured / 1e6:9.2f} " + " ".join(f"{v / 1e6:10.2f}" for v in row.values()))
+        print(f"  {'':28} {'':9} " + " ".join(f"{errors[(name, c)]:+10.1%}" for c in COLUMNS))
     for scenario in SCENARIOS:
-        prefix, _ = jobs[(scenario, 2)]
-        measured4 = jobs[(scenario, 4)][1]
-        projected = simulated_ns(prefix, configs[4]["network"], configs[4]["system"], traced=2,
-                                 compute_scale=scale) / steps
-        print(f"{scenario}: the 2-rank trace projected to 4 NPUs (weak scaling, calibrated, scaled): "
-              f"{projected / 1e6:.2f} ms against {measured4 / 1e6:.2f} ms measured ({projected / measured4 - 1:+.0%})")
-    print(f"\nfiles under {work}")
+        prefix, _ = jobs[(scenario, CALIBRATED)]
+        measured = jobs[(scenario, PROJECTED)][1]
+        network, system = configs[PROJECTED]["network"], configs[PROJECTED]["system"]
+        slower, scale = contention(PROJECTED) / contention(CALIBRATED), scales[(scenario, CALIBRATED)]
+        for label, factor in (("projected", 1.0), ("projected, contention", slower)):
+            value = simulated_step_ns(prefix, network, system, traced=CALIBRATED, compute_scale=scale * factor)
+            errors[(f"{scenario}-w{CALIBRATED}->{PROJECTED}", label)] = value / measured - 1
+            print(f"  {scenario}: the {CALIBRATED}-rank trace {label} to {PROJECTED} NPUs (calibrated, scaled"
+                  f"{f', compute x{factor:g}' if factor != 1 else ''}): {value / 1e6:.2f} ms against "
+                  f"{measured / 1e6:.2f} ms measured ({value / measured - 1:+.1%})")
+    return errors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=3, help="independent record-and-predict rounds (default 3)")
+    parser.add_argument("--size", choices=collect.SIZES, default="large", help="model size (default large)")
+    parser.add_argument("--timed-steps", type=int, default=20, help="unprofiled steps measured per run (default 20)")
+    parser.add_argument("--keep", type=Path, help="keep the recordings and configs here")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="chakra-prediction-"))
+    print(f"{args.trials} trial(s), size {args.size}, {args.timed_steps} timed steps, {CORES} cores", flush=True)
+    trials = []
+    for number in range(args.trials):
+        print(f"trial {number + 1}:", flush=True)
+        trials.append(trial(root / f"trial{number + 1}", args.size, args.timed_steps))
+    print("\nmedian error over the trials (each against the unprofiled measurement of its own trial):")
+    for job in dict.fromkeys(job for job, _ in trials[0]):
+        cells = [f"{column} {statistics.median(t[(job, column)] for t in trials):+.1%}"
+                 for column in dict.fromkeys(c for j, c in trials[0] if j == job)]
+        print(f"  {job:30} " + ", ".join(cells))
+    print(f"\nfiles under {root}")
     return 0
 
 
