@@ -72,3 +72,36 @@ def test_the_compute_scale_compares_a_measurement_with_the_recorded_span(tmp_pat
     document = json.loads(capsys.readouterr().out)
     assert document["compute_scale"] == pytest.approx(0.5)
     assert json.loads((tmp_path / "cal" / "calibration.json").read_text())["compute_scale"] == pytest.approx(0.5)
+
+
+def test_a_calibrated_network_does_not_count_a_blocking_call_twice(tmp_path):
+    """The converter keeps a blocking gloo call's own duration on a CPU node (gloo:<op>); a
+    network fitted to gloo times the call's whole cost, so the calibrated system (its
+    call-time-in-network key) takes those nodes as no time: each NPU's host time is lower by
+    exactly their durations, and nothing else moves."""
+    from datapaths import GLOO
+
+    from chakra_core.convert.job import convert_job
+    from chakra_core.format.etfile import read_table
+    from chakra_core.format.job import read_comm_groups
+    from chakra_core.replay.calibrate import samples_from_tables
+    from chakra_core.sim.workload import simulate_files
+
+    result = convert_job(str(GLOO / "collectives-w2"), str(tmp_path), "job")
+    tables = [read_table(url) for url in result.et_files]
+    groups = read_comm_groups(result.comm_group_file)
+    paths = write_calibration(str(tmp_path / "cal"), 2, fit(samples_from_tables(tables, groups, 2)))
+    assert load_system(paths["system"]).call_time_in_network
+    document = json.loads((tmp_path / "cal" / "system.json").read_text())
+    del document["call-time-in-network"]
+    (tmp_path / "counted_twice.json").write_text(json.dumps(document))
+    calibrated, _ = simulate_files(str(tmp_path / "job"), paths["network"], paths["system"], result.comm_group_file)
+    twice, _ = simulate_files(str(tmp_path / "job"), paths["network"], str(tmp_path / "counted_twice.json"),
+                              result.comm_group_file)
+    own = [sum(r["duration_micros"] * 1000 for r in t.select(["name", "duration_micros"]).to_pylist()
+               if r["name"].startswith("gloo:")) for t in tables]
+    assert own[0] > 10_000_000
+    assert [b.cpu_ns - a.cpu_ns for a, b in zip(calibrated.npus, twice.npus)] == own
+    assert [a.comm_ns for a in calibrated.npus] == [b.comm_ns for b in twice.npus]
+    assert calibrated.finish_ns < twice.finish_ns
+    assert json.loads(load_system(paths["system"]).to_astra_sim_json())["call-time-in-network"] == 1

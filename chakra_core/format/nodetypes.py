@@ -24,3 +24,9 @@ MEM_NODE_TYPES: tuple[int, ...] = (MEM_LOAD, MEM_STORE)
 
 NODE_TYPES: dict[int, str] = {v.number: v.name for v in pb.NodeType.DESCRIPTOR.values}
 NODE_TYPE_VALUES: dict[str, int] = {name: number for number, name in NODE_TYPES.items()}
+
+#: Name prefix of the CPU node a converted blocking gloo call keeps its own duration on (the
+#: call's gloo op: gloo:all_reduce, gloo:recv, ...; docs/ingestion.md, 'Time of communication
+#: calls'). A replay runs the call for real and a network fitted to the runtime times it, so
+#: both take such a node as no time.
+CALL_OWN_TIME_PREFIX: str = "gloo:"

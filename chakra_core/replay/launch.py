@@ -34,12 +34,12 @@ from chakra_core.convert.pytorch import PG_ANNOTATION_PREFIX
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.job import rank_url, read_ranks
-from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
+from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX, COLL, COMP, RECV, SEND
 
 WORLD_NAMES = ("", "0")
 # CPU nodes the converter keeps for a communication call (docs/ingestion.md, 'Time of
 # communication calls'): its wrapper's host time and, for a blocking call, its gloo work
-CALL_TIME_PREFIXES = (PG_ANNOTATION_PREFIX, "gloo:")
+CALL_TIME_PREFIXES = (PG_ANNOTATION_PREFIX, CALL_OWN_TIME_PREFIX)
 SLEEP_SLACK_NS = 200_000  # below this much compute debt, spin: sleep() overshoots by ~0.1 ms
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "ASTRA_SIM_IGNORED_SYSTEM_KEYS",
     "ASTRA_SIM_NETWORK_KEYS",
     "ASTRA_SIM_SYSTEM_KEYS",
+    "CHAKRA_SYSTEM_KEYS",
     "CollectiveImpl",
     "ConfigError",
     "NetworkConfig",
@@ -317,6 +318,11 @@ class SystemConfig(_ConfigModel):
                                                   "(ASTRA-sim: peak-perf).")
     replay_only: bool = Field(
         False, description="Compute nodes take their recorded duration (ASTRA-sim: replay-only).")
+    call_time_in_network: bool = Field(
+        False, description="The network's times include each communication call's own time on the runtime it was "
+                           "fitted to (chakra calibrate writes it): CPU nodes holding a recorded call's own duration "
+                           "(gloo:<op>, docs/ingestion.md) take no time, else it would count twice (chakra extension "
+                           "call-time-in-network; ASTRA-sim ignores the key).")
     num_queues_per_dim: int = Field(
         1, ge=1, description="Queues per network dimension (ASTRA-sim CLI --num-queues-per-dim, default 1); "
                              "each runs ceil(active_chunks_per_dim / Q) streams at once.")
@@ -359,6 +365,8 @@ class SystemConfig(_ConfigModel):
         out = {key: data[field] for key, field in ASTRA_SIM_SYSTEM_KEYS.items()}
         out["roofline-enabled"] = int(out["roofline-enabled"])
         out["replay-only"] = int(out["replay-only"])
+        if self.call_time_in_network:
+            out.update({key: int(data[field]) for key, field in CHAKRA_SYSTEM_KEYS.items()})
         return json.dumps(out, indent=4) + "\n"
 
 
@@ -377,6 +385,11 @@ ASTRA_SIM_SYSTEM_KEYS: dict[str, str] = {
     "roofline-enabled": "roofline_enabled",
     "peak-perf": "peak_perf_tflops",
     "replay-only": "replay_only",
+}
+
+#: System JSON keys of this project's own, beside ASTRA-sim's (which ignores keys it does not know).
+CHAKRA_SYSTEM_KEYS: dict[str, str] = {
+    "call-time-in-network": "call_time_in_network",
 }
 
 #: System JSON keys ASTRA-sim accepts that change no simulated time in the analytical model;
@@ -502,16 +515,17 @@ def load_system(url: Any) -> SystemConfig:
 
     fields = {}
     for key, value in data.items():
-        if key in ASTRA_SIM_SYSTEM_KEYS:
-            fields[ASTRA_SIM_SYSTEM_KEYS[key]] = value
+        if key in ASTRA_SIM_SYSTEM_KEYS or key in CHAKRA_SYSTEM_KEYS:
+            fields[ASTRA_SIM_SYSTEM_KEYS.get(key) or CHAKRA_SYSTEM_KEYS[key]] = value
         elif key == "model-shared-bus":
             if value == 1:
                 raise ConfigError(path, key, "1 turns on ASTRA-sim's LogGP shared-bus path, which this "
                                   "model does not cover; use 0 or leave the key out")
         elif key not in ASTRA_SIM_IGNORED_SYSTEM_KEYS:
             raise ConfigError(path, str(key), "unknown key (a typo?); ASTRA-sim system keys: "
-                              + ", ".join([*ASTRA_SIM_SYSTEM_KEYS, *sorted(ASTRA_SIM_IGNORED_SYSTEM_KEYS)]))
-    field_to_key = {field: key for key, field in ASTRA_SIM_SYSTEM_KEYS.items()}
+                              + ", ".join([*ASTRA_SIM_SYSTEM_KEYS, *sorted(ASTRA_SIM_IGNORED_SYSTEM_KEYS),
+                                           *CHAKRA_SYSTEM_KEYS]))
+    field_to_key = {field: key for key, field in {**ASTRA_SIM_SYSTEM_KEYS, **CHAKRA_SYSTEM_KEYS}.items()}
 
     def key_of(loc: tuple) -> str:
         if loc and loc[0] in field_to_key:
