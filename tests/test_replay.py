@@ -16,26 +16,33 @@ from chakra_core.format.job import read_comm_groups
 pytest.importorskip("torch.distributed")
 
 
-@pytest.fixture(scope="module")
-def mlp(tmp_path_factory) -> str:
+def _converted(tmp_path_factory, run: str, prefix: str) -> str:
     from chakra_core.convert.job import convert_job
 
-    out = tmp_path_factory.mktemp("mlp")
-    convert_job(str(GLOO / "mlp_ddp-w2"), str(out), "mlp")
-    return str(out / "mlp")
+    out = tmp_path_factory.mktemp(prefix)
+    convert_job(str(GLOO / run), str(out), prefix)
+    return str(out / prefix)
 
 
-def test_a_recorded_gloo_job_replays_near_its_recorded_time(mlp):
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory) -> str:
+    return _converted(tmp_path_factory, "mlp_ddp-w2", "mlp")
+
+
+def test_a_recorded_gloo_job_replays_near_its_recorded_time(tmp_path_factory):
+    """transformer_ddp-w2: its recording is steady (mlp_ddp-w2's all-reduces stalled while it
+    was recorded, tests/test_prediction.py, and no replay repeats a stall)."""
     from chakra_core.format.etfile import read_table
 
-    result = replay_job(mlp, iterations=2, warmup=1, timeout_s=30)
-    spans = [recorded_ns(read_table(f"{mlp}.{rank}.et")) for rank in (0, 1)]
+    prefix = _converted(tmp_path_factory, "transformer_ddp-w2", "tf")
+    result = replay_job(prefix, iterations=2, warmup=1, timeout_s=30)
+    spans = [recorded_ns(read_table(f"{prefix}.{rank}.et")) for rank in (0, 1)]
     assert result["ranks"] == 2 and len(result["iterations_ns"]) == 2 and result["recorded_ns"] == max(spans)
     assert sorted({(n["rank"], n["kind"]) for n in result["nodes"]}) == [
         (0, "all_reduce"), (0, "broadcast"), (1, "all_reduce"), (1, "broadcast")]
-    # compute is replayed for its recorded time, so the replay cannot be faster than the compute it
-    # holds, and a loaded 2-core machine stays within a few times the recording
-    assert 0.5 * result["recorded_ns"] < result["median_ns"] < 4 * result["recorded_ns"], result
+    # compute is replayed for its recorded time and communication overlaps it as recorded (-9%
+    # here); a loaded 2-core machine stays within twice the recording
+    assert 0.7 * result["recorded_ns"] < result["median_ns"] < 2 * result["recorded_ns"], result
 
 
 def _pipeline_job(tmp_path) -> tuple[str, dict]:
