@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from scipy.optimize import linprog
 
 from chakra_core.analysis.stats import OP_CLASS_NAMES, trace_row
 from chakra_core.errors import ChakraError
@@ -187,6 +186,8 @@ def calibrate(subset: Estimands, totals: np.ndarray) -> np.ndarray:
     bound = np.concatenate([x, -x, np.zeros(len(member))])
     cost = np.zeros(k + 1 + n)
     cost[k] = 1.0
+    from scipy.optimize import linprog  # here: scipy.optimize takes 0.3-0.4 s to import
+
     result = linprog(cost, A_ub=upper, b_ub=bound, bounds=(0, None), method="highs")
     if not result.success:  # cannot happen for a bounded, feasible program (w = 0 is feasible)
         raise SelectionError(f"calibration failed: {result.message}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sklearn.mixture import GaussianMixture
 
 MAX_COMPONENTS = 10
 FIT_ROWS = 3000  # larger training sets are subsampled for fitting (the BIC search is the cost)
@@ -141,6 +140,8 @@ def fit_mixture(x: np.ndarray, seed: int = 0, max_components: int = MAX_COMPONEN
     if distinct == 1:  # one distinct row (scikit-learn needs two): a point with the floor variance
         return Mixture(weights=[1.0], means=[x[0].tolist()], covariances=[(np.eye(x.shape[1]) * REG_COVAR).tolist()],
                        low=low.tolist(), high=high.tolist(), trend=trend.tolist())
+    from sklearn.mixture import GaussianMixture  # here, not at the top: scikit-learn takes about 1 s to import
+
     best, best_bic, worse = None, np.inf, 0
     for k in range(1, min(max_components, distinct) + 1):
         gmm = GaussianMixture(k, covariance_type="full", reg_covar=REG_COVAR, random_state=seed, n_init=1,

@@ -45,8 +45,6 @@ from typing import Literal
 import fsspec
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sklearn.cluster import KMeans
-from sklearn.metrics import silhouette_score
 
 from chakra_core.errors import ChakraError
 from chakra_core.outputs import open_output
@@ -266,6 +264,9 @@ def choose_clusters(features: np.ndarray, seed: int = 0) -> np.ndarray:
     """Cluster labels (0..k-1, numbered by first job): k-means; k is the largest whose
     silhouette score is within SILHOUETTE_TOLERANCE of the best, because a near-tie is better
     resolved finer (each cluster's generators then describe one kind of job)."""
+    from sklearn.cluster import KMeans  # here, not at the top: 1 s of import for every process that loads models
+    from sklearn.metrics import silhouette_score
+
     n = len(features)
     distinct = len(np.unique(features.round(9), axis=0))
     candidates = []
