@@ -105,3 +105,16 @@ def test_a_calibrated_network_does_not_count_a_blocking_call_twice(tmp_path):
     assert [a.comm_ns for a in calibrated.npus] == [b.comm_ns for b in twice.npus]
     assert calibrated.finish_ns < twice.finish_ns
     assert json.loads(load_system(paths["system"]).to_astra_sim_json())["call-time-in-network"] == 1
+
+
+def test_a_sweep_file_takes_the_calibrated_configs_as_written(tmp_path):
+    """The nightly flow's `calibrated` row: a sweep entry naming the written files (relative to
+    the sweep file) loads them as they are, the call-time key included."""
+    from pipeline.sweep import load_sweep
+
+    write_calibration(str(tmp_path / "cal"), 4, {"latency_ns": 2000.0, "bandwidth_gbps": 25.0, "samples": [],
+                                                  "median_abs_error": 0.0})
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text("systems:\n  - {name: calibrated, network: cal/network.yml, system: cal/system.json}\n")
+    (spec,) = load_sweep(str(sweep_file))
+    assert spec.name == "calibrated" and spec.network.npus == 4 and spec.system.call_time_in_network

@@ -64,8 +64,8 @@ def cmd_calibrate(args) -> int:
           f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
           f"{result['median_abs_error']:.1%}")
     if "compute_scale" in result:
-        print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate with --compute-scale "
-              f"{result['compute_scale']:.3f}")
+        print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate and replay with "
+              f"--compute-scale {result['compute_scale']:.3f}")
     print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
     return EXIT_OK
 
