@@ -10,6 +10,7 @@ import pytest
 from datapaths import GLOO
 
 from chakra_core.generate.builder import JobBuilder
+from chakra_core.replay import launch
 from chakra_core.replay.launch import ReplayError, plan_rank, recorded_ns, replay_job
 from chakra_core.format.job import read_comm_groups
 
@@ -67,8 +68,10 @@ def test_sub_groups_and_sends_replay_with_compute_skipped(tmp_path):
     kinds = sorted((n["rank"], n["kind"], n["group"]) for n in result["nodes"])
     assert kinds == [(0, "all_reduce", "1"), (0, "send", "0"), (1, "all_reduce", "1"), (1, "send", "0"),
                      (2, "all_reduce", "2"), (2, "recv", "0"), (3, "all_reduce", "2"), (3, "recv", "0")]
+    beside = replay_job(prefix, iterations=1, warmup=0, compute="none", timeout_s=30)  # pipe.comm_groups.json
+    assert sorted((n["rank"], n["kind"], n["group"]) for n in beside["nodes"]) == kinds
     with pytest.raises(ReplayError, match=r"pipe\.0\.et: node \d+: process group 1 is not in the communicator groups"):
-        replay_job(prefix, None, iterations=1)
+        replay_job(prefix, {}, iterations=1)
 
 
 def test_a_missing_peer_fails_with_the_waiting_rank_and_node_never_hangs(tmp_path):
@@ -83,6 +86,23 @@ def test_a_missing_peer_fails_with_the_waiting_rank_and_node_never_hangs(tmp_pat
     with pytest.raises(ReplayError, match=r"rank 0 failed at node 1 \(all_reduce 'second'\)"):
         replay_job(str(tmp_path / "lonely"), iterations=1, warmup=0, timeout_s=3)
     assert time.monotonic() - started < 60
+
+
+def test_an_uneven_all_to_all_replays_with_each_members_bytes(tmp_path):
+    """Members of an all_to_all may send different totals (uneven splits): each sends its own in
+    equal shares and receives the others' (an equal split of each rank's own total crashed gloo)."""
+    job = JobBuilder(2)
+    for rank, nbytes in enumerate((1 << 10, 3 << 12)):
+        job.rank(rank).collective("exchange", "ALL_TO_ALL", nbytes, [])
+    job.write(str(tmp_path), "uneven")
+    prefix = str(tmp_path / "uneven")
+    from chakra_core.format.etfile import read_table
+
+    plans = [plan_rank(read_table(f"{prefix}.{rank}.et"), "t") for rank in range(2)]
+    assert [s.sizes for s in launch._with_all_to_all_sizes(plans, {})[1]] == [(1 << 10, 3 << 12)]
+    result = replay_job(prefix, iterations=1, warmup=0, compute="none", timeout_s=30)
+    assert sorted((n["rank"], n["kind"], n["bytes"]) for n in result["nodes"]) == [
+        (0, "all_to_all", 1 << 10), (1, "all_to_all", 3 << 12)]
 
 
 def test_steps_follow_dependencies_then_ascending_ids(tmp_path):

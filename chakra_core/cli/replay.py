@@ -79,7 +79,8 @@ def add_parsers(sub) -> None:
                        "their median against the time the trace itself recorded, and communication time per kind "
                        "and rank; --json gives every communication node. Needs the torch extra.")
     p.add_argument("workload", metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
-    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (sub-groups)")
+    p.add_argument("--comm-group", metavar="FILE",
+                   help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")
     p.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
     p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed iterations first (default 1)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")

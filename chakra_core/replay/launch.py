@@ -33,7 +33,7 @@ import numpy as np
 from chakra_core.convert.pytorch import PG_ANNOTATION_PREFIX
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
-from chakra_core.format.job import rank_url, read_ranks
+from chakra_core.format.job import Job, rank_url
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX, COLL, COMP, RECV, SEND
 
 WORLD_NAMES = ("", "0")
@@ -59,6 +59,9 @@ class Step:
     # the communication steps (numbered in plan order, compute excluded) this one must see
     # complete before it starts: those it depends on directly or through skipped nodes
     waits: tuple[int, ...] = ()
+    # all_to_all: the bytes each member of its group sends in it (group order), which may
+    # differ (uneven splits): every member must agree on what it receives from whom
+    sizes: tuple[int, ...] = ()
 
 
 def plan_rank(table, path: str, compute_scale: float = 1.0) -> list[Step]:
@@ -143,7 +146,8 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
                warmup: int = 1, backend: str = "gloo", compute: str = "sleep", timeout_s: float = 60.0,
                ranks: int | None = None, compute_scale: float = 1.0) -> dict:
     """Replays `<prefix>.<rank>.et` for ranks 0..N-1 (N found from the files unless given) with
-    the given communicator groups (none when None, as ASTRA-sim without --comm-group-configuration).
+    the given communicator groups (when None, `<prefix>.comm_groups.json` where it exists, as
+    `chakra simulate` reads a job; `{}`: none).
     compute_scale multiplies every compute duration (the profiler's cost, `chakra calibrate
     --measured-ms`), as `chakra simulate --compute-scale` does."""
     from chakra_core.replay.worker import run_ranks
@@ -152,13 +156,40 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
     if not compute_scale > 0:
         raise ReplayError(f"--compute-scale {compute_scale}: expected a number > 0")
-    tables = read_ranks(prefix, ranks)
+    job = Job.read(prefix, ranks)
+    tables = job.tables
     plans = [plan_rank(t, rank_url(prefix, r), compute_scale) for r, t in enumerate(tables)]
-    groups = {str(g): tuple(members) for g, members in sorted((comm_groups or {}).items())}
+    chosen = job.comm_groups if comm_groups is None else comm_groups
+    groups = {str(g): tuple(members) for g, members in sorted(chosen.items())}
     _check_groups(plans, groups, prefix)
+    plans = _with_all_to_all_sizes(plans, groups)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
                          timeout_s=timeout_s, port=_free_port())
     return _summary(prefix, plans, tables, outcomes)
+
+
+def _with_all_to_all_sizes(plans: list[list[Step]], groups: dict[str, tuple[int, ...]]) -> list[list[Step]]:
+    """Each all_to_all with the bytes every member of its group sends: the k-th collective of a
+    group is the same call on each member (`chakra validate` checks the order)."""
+    world = tuple(range(len(plans)))
+    in_order: dict[tuple[int, str], list[int]] = {}  # (rank, group) -> plan positions of its collectives
+    for rank, plan in enumerate(plans):
+        for position, step in enumerate(plan):
+            if step.kind not in ("compute", "send", "recv"):
+                in_order.setdefault((rank, step.group), []).append(position)
+    out = [list(plan) for plan in plans]
+    for (rank, group), positions in in_order.items():
+        for k, position in enumerate(positions):
+            step = plans[rank][position]
+            if step.kind != "all_to_all":
+                continue
+            sizes = []
+            for member in groups.get(group, world):
+                theirs = in_order.get((member, group), [])
+                other = plans[member][theirs[k]] if k < len(theirs) else None
+                sizes.append(other.size if other is not None and other.kind == "all_to_all" else step.size)
+            out[rank][position] = replace(step, sizes=tuple(sizes))
+    return out
 
 
 def _check_groups(plans: list[list[Step]], groups: dict[str, tuple[int, ...]], prefix: str) -> None:

@@ -136,8 +136,19 @@ class _Runner:
             return dist.isend(self.buffer(tensor_elements(step.size)), step.peer, tag=step.tag)
         if step.kind == "recv":
             return dist.irecv(self.buffer(tensor_elements(step.size), "out"), step.peer, tag=step.tag)
-        tensor = self.buffer(tensor_elements(step.size, size if step.kind == "all_to_all" else 1))
+        if step.kind == "all_to_all":
+            return self.all_to_all(step, group, members or tuple(range(size)))
+        tensor = self.buffer(tensor_elements(step.size))
         return _COLLECTIVES[step.kind](self, tensor, group, size, root)
+
+    def all_to_all(self, step: Step, group, members: tuple[int, ...]):
+        """Each member sends its recorded bytes in equal shares (members' totals may differ)."""
+        n = len(members)
+        shares = [tensor_elements(sent, n) // n for sent in (step.sizes or (step.size,) * n)]
+        mine = shares[members.index(self.rank)]
+        return self.dist.all_to_all_single(self.buffer(sum(shares), "out"), self.buffer(mine * n),
+                                           output_split_sizes=shares, input_split_sizes=[mine] * n, group=group,
+                                           async_op=True)
 
 
 class _InFlight:
@@ -189,10 +200,6 @@ def _all_gather(runner, tensor, group, size, root):
     return runner.dist.all_gather(outputs, tensor, group=group, async_op=True)
 
 
-def _all_to_all(runner, tensor, group, size, root):
-    return runner.dist.all_to_all_single(runner.buffer(tensor.numel(), "out"), tensor, group=group, async_op=True)
-
-
 def _reduce_scatter(runner, tensor, group, size, root):
     # gloo has no reduce_scatter: the reduction of the whole buffer costs about twice as much
     # traffic, so on gloo this is an upper bound (docs/replay.md)
@@ -220,7 +227,6 @@ _COLLECTIVES = {
     "broadcast": lambda r, t, g, n, root: r.dist.broadcast(t, src=root, group=g, async_op=True),
     "barrier": lambda r, t, g, n, root: r.dist.barrier(group=g, async_op=True),
     "all_gather": _all_gather,
-    "all_to_all": _all_to_all,
     "reduce_scatter": _reduce_scatter,
     "reduce_scatter_block": _reduce_scatter,
     "gather": _gather,
