@@ -118,3 +118,22 @@ def test_a_sweep_file_takes_the_calibrated_configs_as_written(tmp_path):
     sweep_file.write_text("systems:\n  - {name: calibrated, network: cal/network.yml, system: cal/system.json}\n")
     (spec,) = load_sweep(str(sweep_file))
     assert spec.name == "calibrated" and spec.network.npus == 4 and spec.system.call_time_in_network
+
+
+def test_each_collective_alone_gives_back_the_network_and_the_cli_names_a_bad_kind(tmp_path, capsys):
+    from chakra_core.replay.calibrate import fit_per_kind
+
+    known = {"latency_ns": 800.0, "bandwidth_gbps": 40.0, "samples": [], "median_abs_error": 0.0}
+    paths = write_calibration(str(tmp_path / "known"), 4, known)
+    network, system = load_network(paths["network"]), load_system(paths["system"])
+    samples = [(kind, 4, size, _simulated(network, system, kind, 4, size))
+               for kind in ("all_reduce", "all_gather") for size in (1 << 12, 1 << 16, 1 << 22)] + [("all_to_all", 4, 1024, 5)]
+    per_kind = fit_per_kind(samples)
+    assert sorted(per_kind) == ["all_gather", "all_reduce"]  # one size of all_to_all: nothing to fit
+    for alone in per_kind.values():
+        assert alone["latency_ns"] == pytest.approx(800, rel=1e-3) and alone["bandwidth_gbps"] == pytest.approx(40, rel=1e-3)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "--npus", "2", "-o", str(tmp_path / "x"), "--measure", "--kinds", "all_reduce,broadcast"])
+    assert exit_info.value.code == 2 and "broadcast: expected some of" in capsys.readouterr().err
+    with pytest.raises(CalibrationError, match="gloo has no reduce-scatter"):
+        measure(2, kinds=("reduce_scatter",))

@@ -3,6 +3,8 @@ fitted to measured communication)."""
 
 from __future__ import annotations
 
+import argparse
+
 from chakra_core.cli.common import EXIT_OK, print_json
 from chakra_core.terminal import console, plain_table
 
@@ -43,6 +45,7 @@ def cmd_calibrate(args) -> int:
     from chakra_core.replay.calibrate import (
         compute_scale,
         fit,
+        fit_per_kind,
         measure,
         samples_from_jobs,
         write_calibration,
@@ -50,8 +53,9 @@ def cmd_calibrate(args) -> int:
 
     samples = samples_from_jobs(args.workloads, args.comm_group)
     if args.measure:
-        samples += measure(args.npus)
+        samples += measure(args.npus, kinds=tuple(args.kinds.split(",")))
     result = fit(samples)
+    result["per_kind"] = fit_per_kind(samples)
     if args.measured_ms is not None:
         if not args.workloads:
             raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
@@ -63,11 +67,23 @@ def cmd_calibrate(args) -> int:
     print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
           f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
           f"{result['median_abs_error']:.1%}")
+    for kind, alone in result["per_kind"].items():
+        print(f"  {kind} alone: latency {alone['latency_ns']:,.0f} ns, bandwidth {alone['bandwidth_gbps']:,.3f} GB/s, "
+              f"median error {alone['median_abs_error']:.1%}")
     if "compute_scale" in result:
         print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate and replay with "
               f"--compute-scale {result['compute_scale']:.3f}")
     print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
     return EXIT_OK
+
+
+def _kinds(text: str) -> str:
+    from chakra_core.replay.calibrate import FITTED
+
+    unknown = [kind for kind in text.split(",") if kind not in FITTED]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: expected some of {', '.join(FITTED)}")
+    return text
 
 
 def add_parsers(sub) -> None:
@@ -104,6 +120,9 @@ def add_parsers(sub) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
     p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
+    p.add_argument("--kinds", default="all_reduce", metavar="K[,K...]", type=_kinds,
+                   help="collectives the sweep measures: all_reduce, all_gather, all_to_all (default all_reduce;"
+                   " calibration.json and the output give each one's own fit beside the joint one)")
     p.add_argument("--measured-ms", type=float, metavar="MS",
                    help="the first job's recorded steps measured with the profiler off: gives the compute scale")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")

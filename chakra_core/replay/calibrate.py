@@ -112,6 +112,22 @@ def fit(samples: list[tuple]) -> dict:
             "median_abs_error": float(np.median([abs(r["relative_error"]) for r in rows]))}
 
 
+def fit_per_kind(samples: list[tuple]) -> dict[str, dict]:
+    """The same fit on each collective's samples alone (kinds measured at two sizes or more):
+    how far apart the collectives of one runtime are, which a single network cannot express."""
+    by_kind: dict[str, list[tuple]] = defaultdict(list)
+    for sample in samples:
+        by_kind[sample[0]].append(sample)
+    out = {}
+    for kind, own in sorted(by_kind.items()):
+        try:
+            result = fit(own)
+        except CalibrationError:
+            continue
+        out[kind] = {key: result[key] for key in ("latency_ns", "bandwidth_gbps", "median_abs_error")}
+    return out
+
+
 def network_yaml(npus: int, result: dict) -> str:
     return (f"topology: [ Ring ]\nnpus_count: [ {npus} ]\nbandwidth: [ {result['bandwidth_gbps']:.9g} ]\n"
             f"latency: [ {result['latency_ns']:.9g} ]\n")
@@ -145,6 +161,10 @@ def measure(npus: int, kinds=("all_reduce",), sizes=SWEEP_BYTES, iterations: int
             timeout_s: float = 120.0) -> list[tuple]:
     """(kind, N, S, ns) from a sweep of collectives on this runtime (gloo), via chakra replay."""
     import tempfile
+
+    if "reduce_scatter" in kinds:  # the replay runs it as an all-reduce on gloo: the fit would take one for the other
+        raise CalibrationError("gloo has no reduce-scatter (a replay runs it as an all-reduce): measure all_reduce, "
+                               "all_gather or all_to_all")
 
     from chakra_core.generate.builder import JobBuilder
     from chakra_core.replay.launch import replay_job
