@@ -9,7 +9,8 @@ it, both as recorded and with compute scaled by the profiler's cost in that run 
 unprofiled step time over the recorded one, `chakra calibrate --measured-ms`: at a job's own
 size that scale is fitted on the job itself, so what is left is communication and overlap),
 and projects each 2-rank trace to 4 NPUs with the 2-rank run's scale (a prediction: nothing
-of the 4-rank run is used). Every figure is per training step, its error against the
+of the 4-rank run is used); the 4-rank traces are also simulated with the 2-rank run's scale
+(the profiler's cost carried from one run to another). Every figure is per training step, its error against the
 unprofiled measurement.
 
 Same-run baselines: the trace's own (profiled) span, and the simulation with the reference
@@ -133,9 +134,13 @@ def trial(work: Path, size: str, timed_steps: int) -> dict:
         print(f"  {'':28} {'':9} " + " ".join(f"{errors[(name, c)]:+10.1%}" for c in COLUMNS))
     for scenario in SCENARIOS:
         prefix, _ = jobs[(scenario, CALIBRATED)]
-        measured = jobs[(scenario, PROJECTED)][1]
+        prefix4, measured = jobs[(scenario, PROJECTED)]
         network, system = configs[PROJECTED]["network"], configs[PROJECTED]["system"]
         slower, scale = contention(PROJECTED) / contention(CALIBRATED), scales[(scenario, CALIBRATED)]
+        value = simulated_step_ns(prefix4, network, system, compute_scale=scale)
+        errors[(f"{scenario}-w{PROJECTED}", f"sim calibrated, w{CALIBRATED} scale")] = value / measured - 1
+        print(f"  {scenario}: the {PROJECTED}-rank trace with the {CALIBRATED}-rank run's compute scale {scale:.3f}: "
+              f"{value / 1e6:.2f} ms against {measured / 1e6:.2f} ms measured ({value / measured - 1:+.1%})")
         for label, factor in (("projected", 1.0), ("projected, contention", slower)):
             value = simulated_step_ns(prefix, network, system, traced=CALIBRATED, compute_scale=scale * factor)
             errors[(f"{scenario}-w{CALIBRATED}->{PROJECTED}", label)] = value / measured - 1
