@@ -12,7 +12,8 @@ from pipeline.layout import day_url, filesystem
 
 PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
-RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO}  # chakra_et: <name>.<R>.et[.gz], format.job
+TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profiler off (TraceRecorder timed_steps)
+RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
 HASH_CHUNK = 4 << 20
 
 
@@ -21,7 +22,7 @@ class InputFile:
     url: str
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
-    kind: str  # pytorch_et, kineto, chakra_et, comm_groups, job_json, unknown
+    kind: str  # pytorch_et, kineto, timing, chakra_et, comm_groups, job_json, unknown
 
     @property
     def basename(self) -> str:
@@ -61,6 +62,8 @@ def kind_of(name: str) -> str:
         return "pytorch_et"
     if KINETO.match(name):
         return "kineto"
+    if TIMING.match(name):
+        return "timing"
     if split_rank_url(name):
         return "chakra_et"
     if name.endswith(COMM_GROUPS_SUFFIX) and len(name) > len(COMM_GROUPS_SUFFIX):
@@ -76,7 +79,7 @@ def unusable_files(job: JobInput) -> dict[str, str]:
     for f in job.files:
         if f.kind == "unknown":
             reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
-                               " <name>.<R>.et, <name>.comm_groups.json or job.json)")
+                               " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json or job.json)")
         elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
             reasons[f.name] = (f"{f.name}: communicator groups beside PyTorch traces, whose process groups the"
                                " converter reads from the traces themselves")
@@ -87,6 +90,10 @@ def unusable_files(job: JobInput) -> dict[str, str]:
             reasons[f.name] = f"{f.name}: a Kineto trace beside Chakra ETs, which have no use for it"
         elif f.kind == "kineto" and job.trace_format == "pytorch_et" and f.rank not in host_ranks:
             reasons[f.name] = f"{f.name}: a Kineto trace of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
+        elif f.kind == "timing" and job.trace_format != "pytorch_et":
+            reasons[f.name] = f"{f.name}: unprofiled step times beside no PyTorch trace, which alone they describe"
+        elif f.kind == "timing" and f.rank not in host_ranks:
+            reasons[f.name] = f"{f.name}: unprofiled step times of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
     return reasons
 
 

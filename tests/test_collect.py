@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 
 import pytest
 
@@ -26,8 +27,8 @@ def _worker(rank: int, world: int, out: str, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     pair = dist.new_group([0, 1])
-    with TraceRecorder(out, warmup=1, active=1) as recorder:
-        for _ in range(3):
+    with TraceRecorder(out, warmup=1, active=1, timed_steps=2) as recorder:
+        for _ in range(5):  # the third and fourth are timed with the profiler off, the fifth is not
             t = torch.ones(8) * rank
             dist.all_reduce(t, group=pair)
             if rank == 0:
@@ -56,3 +57,14 @@ def test_recorder_writes_matching_et_and_kineto_with_group_annotations(tmp_path)
     report = result.reports[0]
     assert report["counts"]["communication: all_reduce"] == 1 and report["counts"]["communication: send"] == 1
     assert any("from annotation" in note for note in report["notes"])
+    # the unprofiled steps: per rank, then the slowest rank's per step in the job's report
+    timed = [json.loads((tmp_path / f"rank{rank}.timing.json").read_text())["steps_ns"] for rank in (0, 1)]
+    assert [len(t) for t in timed] == [2, 2] and all(ns > 0 for t in timed for ns in t)
+    assert result.unprofiled_step_ns == [max(a, b) for a, b in zip(*timed)]
+    assert json.loads((tmp_path / "out" / "t.report.json").read_text())["unprofiled_step_ns"] == result.unprofiled_step_ns
+    from chakra_core.format.etfile import read_table
+    from chakra_core.replay.calibrate import compute_scale
+    from chakra_core.replay.launch import recorded_ns
+
+    span = max(recorded_ns(read_table(url)) for url in result.et_files)  # one recorded step
+    assert compute_scale(str(tmp_path / "out" / "t")) == pytest.approx(statistics.median(result.unprofiled_step_ns) / span)

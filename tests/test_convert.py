@@ -406,3 +406,24 @@ def test_one_rank_alone_keeps_no_wait_as_host_time():
     time_us = conversion.report.time_us
     assert time_us["own duration of communication calls kept"] == 0
     assert time_us["waiting for peers, left to the simulator"] == time_us["blocked on communication"] > 0
+
+
+def test_unprofiled_step_times_come_from_every_ranks_file_or_not_at_all(tmp_path):
+    """rank<R>.timing.json beside the traces (TraceRecorder timed_steps): per step the slowest
+    rank's time goes into the report; a rank without one leaves it out; a malformed one is an
+    error naming the file and key."""
+    import shutil
+
+    from chakra_core.errors import ChakraFormatError
+
+    src = tmp_path / "run"
+    shutil.copytree(GLOO / "mlp_ddp-w2", src)
+    (src / "rank0.timing.json").write_text('{"steps_ns": [5000000, 7000000]}')
+    assert convert_job(str(src), str(tmp_path / "a"), "j").unprofiled_step_ns is None  # rank 1 has none
+    (src / "rank1.timing.json").write_text('{"steps_ns": [6000000, 4000000, 9000000]}')
+    result = convert_job(str(src), str(tmp_path / "b"), "j")
+    assert result.unprofiled_step_ns == [6000000, 7000000]
+    assert json.loads((tmp_path / "b" / "j.report.json").read_text())["unprofiled_step_ns"] == [6000000, 7000000]
+    (src / "rank1.timing.json").write_text('{"steps_ns": [6000000, -1]}')
+    with pytest.raises(ChakraFormatError, match=r"rank1\.timing\.json: steps_ns: expected a list of positive integers"):
+        convert_job(str(src), str(tmp_path / "c"), "j")

@@ -139,6 +139,18 @@ def test_a_kineto_trace_the_job_cannot_use_is_rejected_alone(memfs, pytorch):
     assert outcome.ranks == (2 if pytorch else 4) and {r["status"] for r in outcome.ingest} == {"processed"}
 
 
+def test_unprofiled_step_times_are_ingested_with_their_ranks_and_rejected_alone_without(memfs):
+    timing = json.dumps({"steps_ns": [2_000_000, 2_100_000]}).encode()
+    gloo_job(SOURCE, "j", {"rank0.timing.json": timing, "rank1.timing.json": timing, "rank5.timing.json": timing})
+    outcome, files = run_job("j")
+    reasons = accounted(outcome, files)
+    assert list(reasons) == ["j/rank5.timing.json"] and "rank 5, which has no rank5.et.json" in reasons[
+        "j/rank5.timing.json"]
+    assert sorted(r["file"] for r in outcome.ingest if r["kind"] == "timing") == ["j/rank0.timing.json",
+                                                                                  "j/rank1.timing.json"]
+    assert outcome.ranks == 2
+
+
 def test_a_rejected_chakra_job_leaves_nothing_in_the_warehouse(memfs):
     chakra_job(SOURCE, "j", {f"j.{r}.et": r for r in range(4)}, truncate="j.2.et")
     outcome, files = run_job("j")

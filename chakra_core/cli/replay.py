@@ -47,6 +47,7 @@ def cmd_calibrate(args) -> int:
         fit,
         fit_per_kind,
         measure,
+        unprofiled_steps_of,
         samples_from_jobs,
         write_calibration,
     )
@@ -60,6 +61,8 @@ def cmd_calibrate(args) -> int:
         if not args.workloads:
             raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
         result["compute_scale"] = compute_scale(args.workloads[0], args.measured_ms * 1e6)
+    elif args.workloads and unprofiled_steps_of(args.workloads[0]):
+        result["compute_scale"] = compute_scale(args.workloads[0])
     paths = write_calibration(args.out, args.npus, result)
     if args.json:
         print_json({**result, **paths})
@@ -124,6 +127,7 @@ def add_parsers(sub) -> None:
                    help="collectives the sweep measures: all_reduce, all_gather, all_to_all (default all_reduce;"
                    " calibration.json and the output give each one's own fit beside the joint one)")
     p.add_argument("--measured-ms", type=float, metavar="MS",
-                   help="the first job's recorded steps measured with the profiler off: gives the compute scale")
+                   help="the first job's recorded steps measured with the profiler off: gives the compute scale "
+                   "(default: the unprofiled steps its conversion found beside the traces, where there are)")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
     p.set_defaults(run=cmd_calibrate)

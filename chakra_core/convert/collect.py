@@ -14,7 +14,11 @@ Each rank writes `rank<R>.et.json` (the ExecutionTraceObserver output) and
 `rank<R>.kineto.json` (the Chrome trace) into the folder, gzipped with a `.gz` suffix when
 `compress=True`. Both cover exactly the same
 `active` steps, which appear as `ProfilerStep#N` nodes in both files, so
-`chakra convert` can link them. PyTorch is an optional dependency (`pip install .[torch]`);
+`chakra convert` can link them. With `timed_steps=K`, the K steps after the recorded ones are
+timed with the profiler off (from one `step()` call to the next) and written to
+`rank<R>.timing.json` (`{"steps_ns": [...]}`): what a step costs without the profiler, which
+`chakra convert` carries into the job's report and `chakra calibrate` turns into the compute
+scale (the profiler's cost lies in every recorded operator's duration). PyTorch is an optional dependency (`pip install .[torch]`);
 importing this module without it is fine, constructing a recorder is not.
 
 Why the process-group annotation: with gloo, PyTorch records the process group of a
@@ -31,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import os
+import time
 from pathlib import Path
 
 PG_ANNOTATION_PREFIX = "chakra::pg="
@@ -55,7 +61,7 @@ class TraceRecorder:
 
     def __init__(self, out_dir: str | os.PathLike, *, warmup: int = 1, active: int = 2,
                  rank: int | None = None, record_shapes: bool = True,
-                 annotate_process_groups: bool = True, compress: bool = False):
+                 annotate_process_groups: bool = True, compress: bool = False, timed_steps: int = 0):
         try:
             import torch
             from torch.profiler import (
@@ -66,14 +72,18 @@ class TraceRecorder:
             )
         except ImportError as exc:  # pragma: no cover - exercised only without torch
             raise RuntimeError("trace collection needs PyTorch: pip install '.[torch]'") from exc
-        if warmup < 0 or active < 1:
-            raise ValueError("warmup must be >= 0 and active >= 1")
+        if warmup < 0 or active < 1 or timed_steps < 0:
+            raise ValueError("warmup must be >= 0, active >= 1 and timed_steps >= 0")
         self.rank = _current_rank(torch) if rank is None else rank
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         suffix = ".json.gz" if compress else ".json"
         self.et_path = self.out_dir / f"rank{self.rank}.et{suffix}"
         self.kineto_path = self.out_dir / f"rank{self.rank}.kineto{suffix}"
+        self.timing_path = self.out_dir / f"rank{self.rank}.timing.json"
+        self._window, self._calls, self._timed_steps = warmup + active, 0, timed_steps
+        self._steps_ns: list[int] = []
+        self._last_step_end: int | None = None
         self._observer = ExecutionTraceObserver().register_callback(str(self.et_path))
         self._profiler = profile(
             activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
@@ -94,7 +104,13 @@ class TraceRecorder:
         return self
 
     def step(self) -> None:
-        self._profiler.step()
+        """Call at the end of every training step."""
+        self._calls += 1
+        if self._calls <= self._window:
+            self._profiler.step()  # the step() that ends the window also writes the traces
+        elif self._last_step_end is not None and len(self._steps_ns) < self._timed_steps:
+            self._steps_ns.append(time.perf_counter_ns() - self._last_step_end)
+        self._last_step_end = time.perf_counter_ns()
 
     def __exit__(self, *exc_info) -> None:
         try:
@@ -102,6 +118,8 @@ class TraceRecorder:
         finally:
             self._observer.unregister_callback()
             self._annotations.__exit__(None, None, None)
+        if self._steps_ns:
+            self.timing_path.write_text(json.dumps({"steps_ns": self._steps_ns}) + "\n")
 
 
 class _ProcessGroupAnnotations:

@@ -35,7 +35,8 @@ from chakra_core.convert.jsonstream import TraceJSONError, check_depth
 from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
-from chakra_core.errors import ChakraError
+from chakra_core.documents import read_document
+from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.format.etfile import write_table
 from chakra_core.format.job import groups_url, rank_url, write_comm_groups
 from chakra_core.outputs import open_output
@@ -53,6 +54,7 @@ class RankInput:
     rank: int
     host: str
     kineto: str | None
+    timing: str | None = None  # rank<R>.timing.json: steps timed with the profiler off (TraceRecorder timed_steps)
 
 
 @dataclass
@@ -68,12 +70,14 @@ class JobResult:
     inference_notes: list[str]
     nodes: int = 0
     host_nodes: int = 0
+    unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
 
     def summary(self) -> dict:
         return {"prefix": self.prefix, "out_dir": self.out_dir, "ranks": self.ranks, "et_files": self.et_files,
                 "comm_group_file": self.comm_group_file, "nodes": self.nodes, "host_nodes": self.host_nodes,
                 "collectives_match": not self.mismatches, "mismatches": self.mismatches,
-                "inference": self.inference_notes, "ranks_report": self.reports}
+                "inference": self.inference_notes, "ranks_report": self.reports,
+                **({"unprofiled_step_ns": self.unprofiled_step_ns} if self.unprofiled_step_ns else {})}
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -99,7 +103,8 @@ def _ranks_in_folder(fs, path: str, src: str) -> list[RankInput]:
     for entry in sorted(fs.ls(path, detail=False)):
         match = RANK_FILE.match(os.path.basename(entry))
         if match:
-            ranks.append(RankInput(int(match.group(1)), fs.unstrip_protocol(entry), _kineto_beside(fs, entry)))
+            ranks.append(RankInput(int(match.group(1)), fs.unstrip_protocol(entry), _kineto_beside(fs, entry),
+                                   _beside(fs, entry, (".timing.json",))))
     if not ranks:
         raise JobInputError(f"{src}: no rank<R>.et.json[.gz] files in this folder")
     ranks.sort(key=lambda r: r.rank)
@@ -110,12 +115,17 @@ def _ranks_in_folder(fs, path: str, src: str) -> list[RankInput]:
 
 
 def _kineto_beside(fs, et_path: str) -> str | None:
+    return _beside(fs, et_path, (".kineto.json", ".kineto.json.gz"))
+
+
+def _beside(fs, et_path: str, suffixes: tuple[str, ...]) -> str | None:
+    """The first existing `<base><suffix>` beside `<base>.et.json[.gz]`."""
     base = os.path.basename(et_path)
     match = re.match(r"^(.*)\.et\.json(\.gz)?$", base)
     if not match:
         return None
     folder = os.path.dirname(et_path)
-    for suffix in (".kineto.json", ".kineto.json.gz"):
+    for suffix in suffixes:
         candidate = f"{folder}/{match.group(1)}{suffix}" if folder else match.group(1) + suffix
         if fs.exists(candidate):
             return fs.unstrip_protocol(candidate)
@@ -204,7 +214,8 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         fs.makedirs(root, exist_ok=True)
         job_prefix = f"{out_dir}/{prefix}"
         result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
-                           f"{job_prefix}.report.json", [], [], inference_notes)
+                           f"{job_prefix}.report.json", [], [], inference_notes,
+                           unprofiled_step_ns=unprofiled_steps([item.timing for item in inputs]))
         try:
             _write_outputs(result, conversions, resolved, job_groups)
         except BaseException:  # a job is written whole or not at all: no ranks of a failed conversion remain
@@ -234,6 +245,22 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
     with open_output(result.report_file, "w") as f:
         json.dump(result.summary(), f, indent=1)
+
+
+def unprofiled_steps(timing_files: list[str | None]) -> list[int] | None:
+    """Per step timed with the profiler off, the slowest rank's time (ns), from every rank's
+    `rank<R>.timing.json` (`{"steps_ns": [...]}`); None unless every rank has one."""
+    if not timing_files or None in timing_files:
+        return None
+    per_rank = []
+    for url in timing_files:
+        path, document = read_document(url)
+        steps = document.get("steps_ns") if isinstance(document, dict) else None
+        if not isinstance(steps, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                   for v in steps):
+            raise ChakraFormatError(path, "steps_ns: expected a list of positive integers (ns per unprofiled step)")
+        per_rank.append(steps)
+    return [max(step) for step in zip(*per_rank)] or None
 
 
 def _size(url: str) -> int:

@@ -26,7 +26,8 @@ import numpy as np
 
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
-from chakra_core.format.job import Job, read_ranks
+from chakra_core.documents import ConfigError, read_document
+from chakra_core.format.job import Job, rank_url, read_ranks
 from chakra_core.format.nodetypes import COLL
 from chakra_core.outputs import open_output
 
@@ -74,16 +75,45 @@ def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> lis
     return found
 
 
-def compute_scale(prefix: str, measured_ns: float) -> float:
+def compute_scale(prefix: str, measured_ns: float | None = None) -> float:
     """How much faster the job ran unprofiled than its trace recorded (the profiler's cost
     lies in every operator's duration): the --compute-scale that makes the trace's compute
-    match a measurement of the same steps taken with the profiler off."""
+    match a measurement of the same steps taken with the profiler off. measured_ns: those
+    steps' time; None: the median step the converter found timed beside the traces
+    (`unprofiled_step_ns` of `<prefix>.report.json`) times the recorded steps."""
     from chakra_core.replay.launch import recorded_ns
 
-    spans = [recorded_ns(table) for table in read_ranks(prefix)]
+    tables = read_ranks(prefix)
+    spans = [recorded_ns(table) for table in tables]
     if not any(spans):
         raise CalibrationError(f"{prefix}: the traces hold no start times: nothing to compare the measurement with")
+    if measured_ns is None:
+        measured_ns = _unprofiled_ns(prefix, tables[0])
     return measured_ns / max(s for s in spans if s)
+
+
+def unprofiled_steps_of(prefix: str) -> list[int] | None:
+    """The unprofiled step times `chakra convert` found beside the job's traces (its report)."""
+    try:
+        _, document = read_document(f"{prefix}.report.json")
+    except ConfigError:
+        return None
+    steps = document.get("unprofiled_step_ns") if isinstance(document, dict) else None
+    return steps if isinstance(steps, list) and steps and all(isinstance(v, (int, float)) for v in steps) else None
+
+
+def _unprofiled_ns(prefix: str, table) -> float:
+    import pyarrow.compute as pc
+
+    report = f"{prefix}.report.json"
+    steps = unprofiled_steps_of(prefix)
+    if not steps:
+        raise CalibrationError(f"{report}: no unprofiled step times (record with TraceRecorder(timed_steps=K) and "
+                               "convert again, or give --measured-ms)")
+    recorded = len(pc.unique(table.filter(pc.starts_with(table.column("name"), "ProfilerStep#")).column("name")))
+    if not recorded:
+        raise CalibrationError(f"{rank_url(prefix, 0)}: no ProfilerStep#N nodes: cannot tell how many steps it recorded")
+    return float(np.median(steps)) * recorded
 
 
 def fit(samples: list[tuple]) -> dict:

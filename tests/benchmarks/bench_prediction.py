@@ -6,7 +6,7 @@ profiled steps, then `--timed-steps` steps timed with the profiler off), convert
 calibrates the network on the 2-rank runs (their measured collectives plus an all-reduce
 sweep, `chakra calibrate --measure`), then per job replays it (`chakra replay`) and simulates
 it, both as recorded and with compute scaled by the profiler's cost in that run (its
-unprofiled step time over the recorded one, `chakra calibrate --measured-ms`: at a job's own
+unprofiled step time over the recorded one, as `chakra calibrate` finds it in the report: at a job's own
 size that scale is fitted on the job itself, so what is left is communication and overlap),
 and projects each 2-rank trace to 4 NPUs with the 2-rank run's scale (a prediction: nothing
 of the 4-rank run is used); the 4-rank traces are also simulated with the 2-rank run's scale
@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from chakra_core.convert.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.replay.calibrate import (  # noqa: E402
+    compute_scale,
     fit,
     measure,
     samples_from_tables,
@@ -107,7 +108,7 @@ def calibrate(work: Path, jobs: dict) -> tuple[dict, dict]:
             samples += samples_from_tables([read_table(f"{prefix}.{r}.et") for r in range(world)], None, world)
     calibration = fit(samples)
     configs = {n: write_calibration(str(work / f"calibrated-{n}"), n, calibration) for n in WORLDS}
-    scales = {job: measured / recorded_step_ns(prefix, job[1]) for job, (prefix, measured) in jobs.items()}
+    scales = {job: compute_scale(prefix) for job, (prefix, _) in jobs.items()}  # from the timed steps beside each
     print(f"  calibrated: latency {calibration['latency_ns']:,.0f} ns, bandwidth {calibration['bandwidth_gbps']:.3f}"
           f" GB/s (median error {calibration['median_abs_error']:.1%}, {len(calibration['samples'])} samples); "
           f"compute scale (the profiler's cost) " + ", ".join(f"{s}-w{w} {v:.3f}" for (s, w), v in scales.items()),
