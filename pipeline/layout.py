@@ -4,7 +4,7 @@ SOURCE/<YYYY-MM-DD>/<job_id>/...                      a day's drop
 WAREHOUSE/traces/date=<d>/job=<id>/<id>.<R>.et       converted, one per rank
 WAREHOUSE/.staging/traces/date=<d>/job=<id>-<run>/   a job's outputs until the whole job succeeded
 WAREHOUSE/tables/<table>/date=<d>/part-0.parquet     one file per table and day
-WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet   an ad hoc sweep (docs/sweeps.md)
+WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet   an ad hoc sweep (docs/sweeps.md)
 """
 
 from __future__ import annotations
@@ -107,6 +107,6 @@ def publish(staging: str, final: str) -> None:
         fs.mv(path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
 
 
-def table_dir(warehouse: str, table: str, date: str, sweep: str | None = None) -> str:
-    """tables/<table>/date=<d>, or tables/<table>/sweep=<name>/date=<d> for an ad hoc sweep."""
-    return join(warehouse, "tables", table, *([f"sweep={sweep}"] if sweep else []), f"date={date}")
+def table_dir(warehouse: str, table: str, date: str) -> str:
+    """tables/<table>/date=<d> (an ad hoc sweep's parts: pipeline/sweep_table.py)."""
+    return join(warehouse, "tables", table, f"date={date}")

@@ -4,7 +4,7 @@
 simulations and refuses more than the limit, all before any work. Then `run_sweep`'s stages
 (its `stage` runs each; the flow shows them as Prefect tasks):
 - prepare jobs (Ray): make the synthetic and generated jobs, hash every job (a task each);
-- simulate (Ray): skip the (job hash, point) pairs already in the table, then run the rest in
+- simulate (Ray): skip the (job hash, point) pairs with a row in the table but a failed one, then run the rest in
   batches of one job's points, so that a job is read once per batch. Batches are sized by
   simulated NPUs (a simulation's cost grows with them): about four per CPU of the cluster, at
   most MAX_BATCH_NPUS, the largest first. Rows are written as parts every FLUSH_ROWS rows or
@@ -112,8 +112,8 @@ def simulate(sweep: Sweep, jobs: list[SweepJob], planned: Plan, result: SweepRes
     cpus = int(ray.cluster_resources().get("CPU", 1))
     task = ray.remote(max_retries=WORKER_RETRIES)(simulate_batch)
     pending = {task.remote(job, points, sweep.cost): (job, points) for job, points in batches(work, cpus)}
-    writer = PartWriter(result.folder, schema(sweep.columns, sweep.points))
     run_id, rows, flushed, start = uuid.uuid4().hex[:12], [], time.monotonic(), time.monotonic()
+    writer = PartWriter(result.folder, schema(sweep.columns, sweep.points), run_id)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         job, points = pending.pop(ready[0])
@@ -139,7 +139,7 @@ def _rows(ref, job: SweepJob, points: list[Point], cost: dict[str, float]) -> li
 
 
 def _flush(writer: PartWriter, rows: list[dict], result: SweepResult) -> None:
-    url = join(writer.folder, "part-<n>.parquet")
+    url = join(writer.folder, f"part-<n>-{writer.run_id}.parquet")
     result.parts.append(retried("writing", url, lambda: writer.write(rows)))
     result.rows += len(rows)
     for row in rows:

@@ -1,12 +1,15 @@
-"""A sweep's results on storage: WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet.
+"""A sweep's results on storage: WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet.
 
 Rows have sim_results' columns (tables.SCHEMAS["sweep_results"]), then the sweep's own
 (EXTRA: where the job came from, the key a re-run skips, options, cost, time taken), then one
 column per parameter of the grid. Sweeps differ in their parameters, so each part carries its
 sweep's schema and readers combine parts by column name (DuckDB's union_by_name). A run adds
-numbered parts and never rewrites one: each is written whole under a temporary name, then
-moved into place, so an interrupted sweep keeps every part it finished and a re-run skips
-their points. One run per sweep at a time (two would number their parts alike).
+numbered parts, named with its run id so that two runs of one sweep at once never write the
+same name, and never rewrites one: each is written whole under a temporary name, then moved
+into place, so an interrupted sweep keeps every part it finished. A re-run skips the points
+that have a row and retries the `failed` ones: other rows (`ok`, `not simulated`: refused
+for a reason that holds) are one per (job, point); a failed attempt stays as history beside
+any later one.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ EXTRA = pa.schema([
 # parameter columns of these keys have one type whatever a grid spells (50 or 50.0), so sweeps group alike
 FIXED_TYPES = {"topology": pa.string(), "npus_count": pa.int64(), "bandwidth": pa.float64(), "latency": pa.float64()}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_PART = re.compile(r"part-(\d+)\.parquet$")
+_PART = re.compile(r"part-(\d+)(?:-[0-9a-f]+)?\.parquet$")  # part-<n>-<run>; part-<n> before run ids
 
 
 def sweep_folder(warehouse: str, name: str, date: str | None = None) -> str:
@@ -61,34 +64,35 @@ def parts(folder: str) -> list[str]:
     if not fs.exists(path):
         return []
     found = [p for p in fs.ls(path, detail=False) if _PART.search(p)]
-    return sorted(found, key=lambda p: int(_PART.search(p)[1]))
+    return sorted(found, key=lambda p: (int(_PART.search(p)[1]), p))
 
 
 def done_keys(folder: str) -> set[tuple[str, str]]:
-    """(job sha256, point key) of every row already in the sweep's parts."""
+    """(job sha256, point key) of every row already in the sweep's parts but `failed` ones."""
     fs, _ = filesystem(folder)
     keys: set[tuple[str, str]] = set()
     for path in parts(folder):
         with fs.open(path, "rb") as f:
             part = pq.ParquetFile(f)
-            if not {"job_sha256", "point_key"} <= set(part.schema_arrow.names):
+            if not {"job_sha256", "point_key", "status"} <= set(part.schema_arrow.names):
                 continue  # written before sweeps had keys: nothing to skip by
-            table = part.read(columns=["job_sha256", "point_key"])
-        keys.update(zip(table.column("job_sha256").to_pylist(), table.column("point_key").to_pylist()))
+            table = part.read(columns=["job_sha256", "point_key", "status"])
+        keys.update(key for key, status in zip(zip(table.column("job_sha256").to_pylist(),
+                                                    table.column("point_key").to_pylist()),
+                                                table.column("status").to_pylist()) if status != "failed")
     return keys
 
 
 class PartWriter:
-    """Writes rows as the sweep's next numbered parts."""
+    """Writes rows as the sweep's next numbered parts, tagged with the run's id."""
 
-    def __init__(self, folder: str, table_schema: pa.Schema):
-        self.folder = folder
-        self.schema = table_schema
+    def __init__(self, folder: str, table_schema: pa.Schema, run_id: str):
+        self.folder, self.schema, self.run_id = folder, table_schema, run_id
         existing = parts(folder)
         self._next = int(_PART.search(existing[-1])[1]) + 1 if existing else 0
 
     def write(self, rows: list[dict]) -> str:
-        url = join(self.folder, f"part-{self._next}.parquet")
+        url = join(self.folder, f"part-{self._next}-{self.run_id}.parquet")
         data = pa.Table.from_pylist(rows, schema=self.schema)
         with open_output(url, "wb", gzipped=False) as f:  # a temporary beside it, moved into place when whole
             pq.write_table(data, f, compression="zstd")

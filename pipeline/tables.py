@@ -75,7 +75,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", pa.string()),
     ]),
 }
-# an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet) start with
+# an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with
 # sim_results' columns; pipeline/sweep_table.py adds the sweep's own and its parameter columns
 SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]
 
@@ -88,16 +88,16 @@ def from_rows(table: str, rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS[table])
 
 
-def write_day(warehouse: str, table: str, date: str, data: pa.Table, sweep: str | None = None) -> str:
-    """Replace `table` for `date` (and `sweep`, for sweep_results) atomically; returns the object's URL."""
+def write_day(warehouse: str, table: str, date: str, data: pa.Table) -> str:
+    """Replace `table` for `date` atomically; returns the object's URL."""
     data = data.cast(SCHEMAS[table])
-    url = join(table_dir(warehouse, table, date, sweep), PART)
+    url = join(table_dir(warehouse, table, date), PART)
     with open_output(url, "wb", gzipped=False) as f:  # a temporary beside it (not *.parquet: globs skip it)
         pq.write_table(data, f, compression="zstd")
     return url
 
 
-def read_day(warehouse: str, table: str, date: str, sweep: str | None = None) -> pa.Table:
-    fs, path = filesystem(join(table_dir(warehouse, table, date, sweep), PART))
+def read_day(warehouse: str, table: str, date: str) -> pa.Table:
+    fs, path = filesystem(join(table_dir(warehouse, table, date), PART))
     with fs.open(path, "rb") as f:
         return pq.read_table(f)

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from chakra_core.cli import main
-from pipeline.tables import from_rows, write_day
+from pipeline.sweep_table import PartWriter, sweep_folder
+from pipeline.tables import SCHEMAS, from_rows, write_day
 
 
 def _sim_row(job: str, topology: str, npus: int, finish: int) -> dict:
@@ -23,8 +24,8 @@ def _fill(warehouse: str) -> None:
     write_day(warehouse, "sim_results", "2026-01-02", from_rows("sim_results", [_sim_row("a", "Ring", 8, 2_000)]))
     write_day(warehouse, "rejects", "2026-01-02", from_rows("rejects", [
         {"job_id": "x", "file": "x/rank0.et.json.gz", "stage": "ingest", "reason": "r " * 200}]))
-    write_day(warehouse, "sweep_results", "2026-01-02", from_rows("sim_results", [_sim_row("a", "Ring", 16, 5)]),
-              sweep="bw")
+    PartWriter(sweep_folder(warehouse, "bw", "2026-01-02"), SCHEMAS["sweep_results"], "0a1b2c").write(
+        [_sim_row("a", "Ring", 16, 5)])
     write_day(warehouse, "traces", "2026-01-02", from_rows("traces", []))  # an empty day is still a table
 
 

@@ -179,7 +179,7 @@ def test_a_grid_sweep_gives_a_row_per_job_and_point_and_a_rerun_adds_nothing(tmp
                           if (r["job_id"], r["topology_0"], r["npus_count_0"]) == (job, topology, npus)]
                 assert len(finish) == 3 and finish == sorted(finish, reverse=True), (job, topology, npus, finish)
     parts = sorted(p.name for p in (warehouse / "tables" / "sweep_results" / "sweep=bw").iterdir())
-    assert parts == ["part-0.parquet"]
+    assert len(parts) == 1 and parts[0].startswith("part-0-")  # part-<n>-<run id>
     capsys.readouterr()
     assert _main(*argv) == 0  # the re-run finds every point done
     assert "0 simulations (0 ok), 36 already done" in capsys.readouterr().out
@@ -232,3 +232,26 @@ def test_a_failed_point_is_recorded_and_the_rest_go_on(tmp_path, jobs, ray_local
         assert rows[("cut", bandwidth)]["status"] == "failed"
         error = rows[("cut", bandwidth)]["error"]
         assert "cannot read the job" in error and "cut.1.et" in error
+    # a re-run retries the failed points (a lost worker would succeed now) and skips the ok one;
+    # the failed attempts stay beside the new rows
+    again = run_sweep(sweep, plan(sweep, sources, 100), str(tmp_path / "wh"), "f")
+    assert again.skipped == 1 and again.status == {"failed": 3}
+    rows = _rows(tmp_path / "wh", "f")
+    assert len(rows) == 7 and [r["status"] for r in rows].count("ok") == 1
+    assert len({r["run_id"] for r in rows}) == 2
+
+
+def test_two_runs_of_one_sweep_at_once_write_different_parts(tmp_path):
+    """Both find the folder empty and number their first part 0; the run id in the name keeps
+    both parts (before it, the second move replaced the first)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.sweep_table import PartWriter, parts, sweep_folder
+    from pipeline.tables import SCHEMAS
+
+    folder = sweep_folder(str(tmp_path / "wh"), "twice")
+    first, second = (PartWriter(folder, SCHEMAS["sweep_results"], run) for run in ("aaaa", "bbbb"))
+    written = [first.write([{"job_id": "a", "status": "ok"}]), second.write([{"job_id": "b", "status": "ok"}])]
+    assert len(set(written)) == 2 and [p.rsplit("/", 1)[1] for p in parts(folder)] == ["part-0-aaaa.parquet",
+                                                                                       "part-0-bbbb.parquet"]
+    assert sorted(pq.read_table(p.removeprefix("file://"))["job_id"][0].as_py() for p in parts(folder)) == ["a", "b"]

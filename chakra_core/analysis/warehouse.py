@@ -1,7 +1,7 @@
 """SQL over the fleet pipeline's warehouse: DuckDB with one view per table.
 
 The pipeline writes `WAREHOUSE/tables/<table>/date=<d>/part-0.parquet` and, for ad hoc sweeps,
-`tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>.parquet` (docs/pipeline.md, docs/sweeps.md).
+`tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet` (docs/pipeline.md, docs/sweeps.md).
 Here every table folder found under `WAREHOUSE/tables/` becomes a view of the same name, with
 its hive partition columns (`date`, and `sweep` for sweep_results) and every column of its
 parts (a sweep's parameter columns are null in the rows of sweeps without them). The
