@@ -25,8 +25,6 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 
-import fsspec
-
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
 from chakra_core.sim.config import (
@@ -34,9 +32,9 @@ from chakra_core.sim.config import (
     ASTRA_SIM_SYSTEM_KEYS,
     NetworkConfig,
     SystemConfig,
-    load_network,
-    load_system,
+    network_from_document,
     read_document,
+    system_from_document,
 )
 from pipeline.where import Condition, parse_where
 
@@ -304,33 +302,28 @@ def _spread(value, dims: int) -> list:
 
 def _configured(path: str, points: list[Point]) -> list[Point]:
     """The points with their network and system objects, each distinct configuration made once by
-    the simulator's own loaders (so that a bad value is found before any simulation, named by its
-    key): they read URLs, so the parsed document goes to this process's memory:// for the call."""
+    the simulator's own validation (so that a bad value is found before any simulation, named by
+    its key)."""
     made: dict[str, NetworkConfig | SystemConfig] = {}
 
-    def config(p: Point, what: str, document: dict, load):
+    def config(p: Point, what: str, document: dict, make):
         text = json.dumps([what, document], sort_keys=True)
         if text not in made:
-            made[text] = _loaded(path, p.name, what, document, load)
+            made[text] = _made(path, p.name, what, document, make)
         return made[text]
 
-    return [replace(p, network_config=None if p.network is None else config(p, "network", p.network, load_network),
-                    system_config=config(p, "system", p.system, load_system)) for p in points]
+    return [replace(p, network_config=None if p.network is None else config(p, "network", p.network,
+                                                                             network_from_document),
+                    system_config=config(p, "system", p.system, system_from_document)) for p in points]
 
 
-def _loaded(path: str, name: str, what: str, document: dict, load):
-    fs = fsspec.filesystem("memory")
-    text = json.dumps(document, sort_keys=True)
-    url = f"memory://chakra-sweep-check/{hashlib.sha256(text.encode()).hexdigest()}.json"
-    fs.pipe(url, text.encode())
+def _made(path: str, name: str, what: str, document: dict, make):
     try:
-        return load(url)
+        return make(path, document)
     except ChakraError as exc:
         key = getattr(exc, "key", None)
         detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
         raise SweepError(f"{path}: {name}: {what} {detail}") from None
-    finally:
-        fs.rm(url)
 
 
 def _cost(path: str, cost) -> dict[str, float]:

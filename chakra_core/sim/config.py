@@ -54,8 +54,10 @@ __all__ = [
     "SystemConfig",
     "Topology",
     "load_network",
+    "network_from_document",
     "load_remote_memory",
     "load_system",
+    "system_from_document",
 ]
 
 GIB = 2**30  # ASTRA-sim's network "GB" (GB/s in the network YAML)
@@ -460,7 +462,11 @@ def load_network(url: Any) -> NetworkConfig:
     ``latency`` (ns), lists of one entry per dimension, all of the same length.
     Project form: ``dims: [{topology: Ring, npus: 8, bandwidth_gbps: 50, latency_ns: 500}]``.
     """
-    path, data = read_document(url)
+    return network_from_document(*read_document(url))
+
+
+def network_from_document(path: str, data: Any) -> NetworkConfig:
+    """load_network on a parsed document; `path` names it in errors."""
     if "dims" in data:
         try:
             return NetworkConfig.model_validate(data)
@@ -506,7 +512,11 @@ def load_system(url: Any) -> SystemConfig:
     keep their defaults there (they are ASTRA-sim command-line options); to set them, use
     ``config.model_copy(update=...)`` or the project form.
     """
-    path, data = read_document(url)
+    return system_from_document(*read_document(url))
+
+
+def system_from_document(path: str, data: Any) -> SystemConfig:
+    """load_system on a parsed document; `path` names it in errors."""
     if not any("-" in str(k) for k in data):
         try:
             return SystemConfig.model_validate(data)
