@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,14 +38,49 @@ RAY = str(Path(sys.executable).parent / "ray")
 DATE = "2026-11-20"
 
 
-def _ray_start(env: dict, cwd: str, temp_dir: str, *args: str) -> subprocess.Popen:
-    ports = ["--dashboard-agent-listen-port", "--metrics-export-port", "--runtime-env-agent-port",
+def _free_ports(count: int) -> list[int]:
+    """Ports free now and distinct: each socket stays bound until all are chosen (one at a time,
+    the system may hand out the same port twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _ray_start(env: dict, cwd: str, temp_dir: str, *args: str, ports: list[int] | None = None) -> subprocess.Popen:
+    """`ray start --block` with its output in <cwd>/ray-start-<n>.log (named in failures)."""
+    names = ["--dashboard-agent-listen-port", "--metrics-export-port", "--runtime-env-agent-port",
              "--dashboard-agent-grpc-port", "--node-manager-port", "--object-manager-port"]
-    fixed = [str(x) for port in ports for x in (port, _free_port())]
-    return subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1",
-                             "--disable-usage-stats", "--temp-dir", temp_dir, *fixed, *args],
-                            env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    fixed = [str(x) for name, port in zip(names, ports or _free_ports(len(names))) for x in (name, port)]
+    log = tempfile.NamedTemporaryFile("wb", prefix="ray-start-", suffix=".log", dir=cwd, delete=False)
+    with log:
+        proc = subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1",
+                                 "--disable-usage-stats", "--temp-dir", temp_dir, *fixed, *args],
+                                env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log = log.name
+    return proc
+
+
+def _head(env: dict, temp: str) -> tuple[subprocess.Popen, int]:
+    """A head whose GCS accepts connections. A port picked free can be taken before Ray binds
+    it, and the head then exits at once: such a start is tried again with other ports."""
+    for attempt in range(3):
+        port, client, *ports = _free_ports(8)
+        head = _ray_start(env, temp, temp, "--head", "--port", str(port), "--include-dashboard", "false",
+                          "--ray-client-server-port", str(client), ports=ports)
+        deadline = time.monotonic() + 60
+        while head.poll() is None and time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return head, port
+            time.sleep(0.2)
+        _stop([head])
+    tail = Path(head.log).read_text(errors="replace")[-2000:]
+    raise AssertionError(f"no Ray head came up in 3 tries; the last one's output ({head.log}):\n{tail}")
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -70,17 +106,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 @pytest.fixture(scope="module")
 def cluster(s3_server):
     """RAY_ADDRESS of a running head + worker node, both alive."""
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(s3_env(s3_server), RAY_AUTH_MODE="disabled")
     # Short: Ray's socket paths live under it and must stay below 107 characters.
     temp = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
     elsewhere = tempfile.mkdtemp(prefix="rc-node2-")
-    head = _ray_start(env, temp, temp, "--head", "--port", str(port), "--include-dashboard", "false",
-                      "--ray-client-server-port", str(_free_port()))
+    head, port = _head(env, temp)
     procs = [head]
     try:
-        time.sleep(3)  # the head's GCS first
         procs.append(_ray_start(env, elsewhere, temp, "--address", f"127.0.0.1:{port}"))
         address = f"127.0.0.1:{port}"
         with pytest.MonkeyPatch.context() as mp:
@@ -97,12 +130,20 @@ def cluster(s3_server):
 
 def _wait_for_nodes(count: int, procs: list[subprocess.Popen]) -> None:
     ray.shutdown()
+    _assert_running(procs)  # ray.init would wait long for a head that is gone
     ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     deadline = time.monotonic() + 60
     while sum(n["Alive"] for n in ray.nodes()) < count:
-        assert all(p.poll() is None for p in procs), "a `ray start` process exited"
+        _assert_running(procs)
         assert time.monotonic() < deadline, f"{count} Ray nodes not alive within 60 s"
         time.sleep(0.5)
+
+
+def _assert_running(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is not None:
+            tail = Path(proc.log).read_text(errors="replace")[-2000:]
+            raise AssertionError(f"`ray start` exited with {proc.returncode}; its output ({proc.log}):\n{tail}")
 
 
 def test_nightly_runs_on_both_nodes(cluster, s3, tmp_path):
