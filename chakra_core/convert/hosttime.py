@@ -258,8 +258,10 @@ def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
         time_us["host time between steps"] = round(between)
     if waiting:
         time_us["waiting for communication between operators, left to the simulator"] = round(waiting)
+    between_ops = (f"; {waiting / 1e3:,.3f} ms waiting for communication between operators, left to the simulator"
+                   if waiting else "")
     if not host and not blocked:
-        return time_us, None
+        return time_us, between_ops[2:] or None
     time_us.update({"host time of communication calls": round(host), "blocked on communication": round(blocked),
                     "own duration of communication calls kept": round(own),
                     "waiting for peers, left to the simulator": round(max(0.0, blocked - own))})
@@ -272,4 +274,4 @@ def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
     lost = totals.get("host time with no kept node on its thread", 0.0)
     if lost:
         note += f"; {lost / 1e3:,.3f} ms of host time had no kept node on its thread and is not kept"
-    return time_us, note
+    return time_us, note + between_ops
