@@ -165,7 +165,7 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     plans = _with_all_to_all_sizes(plans, groups)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
                          timeout_s=timeout_s, port=_free_port())
-    return _summary(prefix, plans, tables, outcomes)
+    return {**_summary(prefix, plans, tables, outcomes), "compute_scale": compute_scale}
 
 
 def _with_all_to_all_sizes(plans: list[list[Step]], groups: dict[str, tuple[int, ...]]) -> list[list[Step]]:
