@@ -42,8 +42,10 @@ def synthetic_dir(warehouse: str, date: str) -> str:
 
 
 def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:
-    """Fit the model on the day's converted jobs; returns where it is and what it saw."""
-    training = load_training([join(warehouse, "traces", f"date={date}")])
+    """Fit the model on the day's converted jobs; returns where it is and what it saw. On Ray
+    (the nightly runs it as a task), the jobs are read, profiled and simulated as tasks of their
+    own, a job each, and the fit waits for them without holding a CPU."""
+    training = load_training([join(warehouse, "traces", f"date={date}")], map_jobs=_ray_map_if_running())
     out = synthetic_dir(warehouse, date)
     summary = {"model": None, "npus": [], "training_jobs": len(training.jobs), "error": None,
                "skipped": [{"job": s["job"], "reason": s["reason"]} for s in training.skipped]}
@@ -58,6 +60,27 @@ def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:
     with open_output(join(out, "training.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
+
+
+def _ray_map_if_running():
+    """A map over Ray tasks, in order, when this process is part of a Ray session; else None."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    if not ray.is_initialized():
+        return None
+    from pipeline.run import WORKER_RETRIES
+
+    def ray_map(function, items):
+        task, shared = ray.remote(max_retries=WORKER_RETRIES)(_apply), ray.put(function)
+        return ray.get([task.remote(shared, item) for item in items])
+
+    return ray_map
+
+
+def _apply(function, item):
+    return function(item)
 
 
 def target_npus(seen: list[int]) -> list[int]:

@@ -18,6 +18,7 @@ name is left empty, so that no training string can reappear through a name.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,36 +84,47 @@ def vocabulary_clashes(strings: set[str]) -> set[str]:
     return {w for w in VOCABULARY for s in candidates if s in w}
 
 
-def load_training(folders: Sequence[str], simulate: bool = True, progress: Progress | None = None) -> Training:
-    """Every usable job under the folders (see the module docstring)."""
+def load_training(folders: Sequence[str], simulate: bool = True, progress: Progress | None = None,
+                  map_jobs: Callable | None = None) -> Training:
+    """Every usable job under the folders (see the module docstring). `map_jobs(read, jobs)`
+    yields read(job) for each job in order (default: one after another here); the nightly
+    flow passes one that reads them as Ray tasks."""
     found, problems = find_jobs(folders)
     training = Training(skipped=[{"job": None, "reason": p} for p in problems])
-    for i, job in enumerate(found):
+    outcomes = (map_jobs or map)(functools.partial(read_training_job, simulate=simulate), found)
+    for i, (job, skipped, clashes) in enumerate(outcomes):
         if progress:
             progress("reading training jobs", i, len(found))
-        try:
-            tables, groups = load_job(job)
-        except (ChakraError, OSError, ValueError) as exc:
-            training.skipped.append({"job": job.job_id, "reason": f"unreadable: {exc}"})
+        if skipped is not None:
+            training.skipped.append(skipped)
             continue
-        errors = [f for path, t in zip(job.rank_files, tables) for f in validate_table(t, path)
-                  if f.severity == "error"]
-        if errors:
-            more = f" (and {len(errors) - 1} more finding(s))" if len(errors) > 1 else ""
-            training.skipped.append({"job": job.job_id, "reason": f"invalid: {errors[0].message}{more}"})
-            continue
-        try:
-            _, profile = profile_job(job.job_id, tables, groups)
-        except CrossRankError as exc:
-            training.skipped.append({"job": job.job_id, "reason": f"ranks disagree: {exc}"})
-            continue
-        measure = measure_job(profile, tables, groups, simulate)
-        for table in tables:
-            training.vocabulary_clashes |= vocabulary_clashes(table_strings(table))
-        training.jobs.append(TrainingJob(job.job_id, profile, measure))
+        training.vocabulary_clashes |= clashes
+        training.jobs.append(job)
     if progress:
         progress("reading training jobs", len(found), len(found))
     return training
+
+
+def read_training_job(job, simulate: bool = True) -> tuple[TrainingJob | None, dict | None, set[str]]:
+    """(the job's profile and measure, None, its vocabulary clashes), or (None, why it is
+    skipped, empty): one job of load_training, on its own so that jobs can be read in parallel."""
+    try:
+        tables, groups = load_job(job)
+    except (ChakraError, OSError, ValueError) as exc:
+        return None, {"job": job.job_id, "reason": f"unreadable: {exc}"}, set()
+    errors = [f for path, t in zip(job.rank_files, tables) for f in validate_table(t, path) if f.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more finding(s))" if len(errors) > 1 else ""
+        return None, {"job": job.job_id, "reason": f"invalid: {errors[0].message}{more}"}, set()
+    try:
+        _, profile = profile_job(job.job_id, tables, groups)
+    except CrossRankError as exc:
+        return None, {"job": job.job_id, "reason": f"ranks disagree: {exc}"}, set()
+    measure = measure_job(profile, tables, groups, simulate)
+    clashes: set[str] = set()
+    for table in tables:
+        clashes |= vocabulary_clashes(table_strings(table))
+    return TrainingJob(job.job_id, profile, measure), None, clashes
 
 
 @dataclass
