@@ -239,8 +239,9 @@ def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]],
 
 
 def _start_fit(date: str, warehouse: str, per_count: int) -> Any:
-    """The synthesizer's fit on the day's converted jobs (one task, `fit_day`), submitted as soon
-    as the last conversion returned so that it runs beside the simulations; None: no synthesis."""
+    """The synthesizer's fit on the day's converted jobs (a task, `fit_day`, which reads the jobs
+    as tasks of their own), submitted as soon as the last conversion returned so that it runs
+    beside the simulations; None: no synthesis."""
     import ray
 
     return ray.remote(max_retries=WORKER_RETRIES)(fit_day).remote(date, warehouse) if per_count >= 1 else None
