@@ -121,13 +121,19 @@ class AwareFabric:
         """The message reaches the tail of link `hop` of its route; past the last, deliver() is
         called at its destination (scheduled now: the same tick and place in it)."""
         link, dim_index = route[hop]
+        arrival = self._cross(now, link, dim_index, size)
+        if hop + 1 == len(route):
+            self.events.call(arrival, deliver, *args)
+        else:
+            self.events.call(arrival, self._hop, route, hop + 1, size, deliver, args)
+
+    def _cross(self, now: int, link: tuple, dim_index: int, size: int) -> int:
+        """The message enters `link` once the link is free (FIFO) and holds it for its occupancy;
+        returns the tick it reaches the link's head."""
         occupy, reach = self._hop_times.get((dim_index, size)) or self.hop_times(dim_index, size)
         begin = max(now, self.free.get(link, 0))
         self.free[link] = begin + occupy
-        if hop + 1 == len(route):
-            self.events.call(begin + reach, deliver, *args)
-        else:
-            self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
+        return begin + reach
 
 
 class EntryRecordingFabric(AwareFabric):
@@ -204,16 +210,14 @@ class WatchedFabric(AwareFabric):
         watch = self.watched.get(link)
         if watch is not None:
             self._enter(watch, now, route[hop - 1][0] if hop else None)
-        occupy, reach = self._hop_times.get((dim_index, size)) or self.hop_times(dim_index, size)
-        begin = max(now, self.free.get(link, 0))
-        self.free[link] = begin + occupy
+        arrival = self._cross(now, link, dim_index, size)
         if hop + 1 == len(route):
-            self.events.call(begin + reach, deliver, *args)
+            self.events.call(arrival, deliver, *args)
         else:
             after = route[hop + 1][0]
-            if self.incoming.get(after, -1) < begin + reach:
-                self.incoming[after] = begin + reach
-            self.events.call(begin + reach, self._hop, route, hop + 1, size, deliver, args)
+            if self.incoming.get(after, -1) < arrival:
+                self.incoming[after] = arrival
+            self.events.call(arrival, self._hop, route, hop + 1, size, deliver, args)
 
     def same_order(self, place, other) -> bool:
         """Whether messages entering a link from `other` keep their order behind those from
