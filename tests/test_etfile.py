@@ -322,13 +322,7 @@ def test_threads_report_an_error_past_a_guessed_start(tmp_path, where):
     data[payloads[k + 1]] = 0x00  # the first tag of node k: field 0
     (tmp_path / "bad.et").write_bytes(bytes(data))
     assert len(data) > 3 << 20
-    seen = []
-    for threads in (1, 2, 4):
-        with ETReader(str(tmp_path / "bad.et")) as reader:
-            with pytest.raises(etfile.ChakraFormatError) as info:
-                for _ in reader.iter_batches(threads=threads):
-                    pass
-        seen.append((str(info.value), info.value.offset, info.value.node_index, info.value.node_id))
+    seen = [(str(e), e.offset, e.node_index, e.node_id) for e in _errors_with_1_2_4_threads(tmp_path / "bad.et")]
     assert seen[0][1:4] == (payloads[k + 1], k, None)
     assert seen[1] == seen[0] and seen[2] == seen[0]
 
@@ -337,15 +331,21 @@ def test_threads_report_a_truncated_file(tmp_path):
     nodes = [eb.node(i, f"n{i}" + "z" * (i % 300), 4) for i in range(20000)]
     data = eb.et_bytes(META, nodes)
     (tmp_path / "cut.et").write_bytes(data[:-7])
-    seen = []
+    seen = [(str(e), e.offset, e.node_index) for e in _errors_with_1_2_4_threads(tmp_path / "cut.et")]
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    assert "truncated" in seen[0][0] and seen[0][2] == 19999
+
+
+def _errors_with_1_2_4_threads(path) -> list:
+    """The ChakraFormatError a full read raises with 1, 2 and 4 decoding threads."""
+    errors = []
     for threads in (1, 2, 4):
-        with ETReader(str(tmp_path / "cut.et")) as reader:
+        with ETReader(str(path)) as reader:
             with pytest.raises(etfile.ChakraFormatError) as info:
                 for _ in reader.iter_batches(threads=threads):
                     pass
-        seen.append((str(info.value), info.value.offset, info.value.node_index))
-    assert seen[1] == seen[0] and seen[2] == seen[0]
-    assert "truncated" in seen[0][0] and seen[0][2] == 19999
+        errors.append(info.value)
+    return errors
 
 
 def test_decoded_buffers_return_to_the_pool(tmp_path):
