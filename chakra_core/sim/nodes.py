@@ -120,7 +120,8 @@ class NodeDecoder:
     def decode(self, npu: int, feeder: GraphFeeder) -> list[Node]:
         t, path = feeder.table, feeder.path
         cols = {name: _column(t, name) for name in self.COLUMNS}
-        cols["call_own_time"] = self._call_own_time(t)
+        if self.system.call_time_in_network and "name" in t.column_names:  # else no column: nothing to tell apart
+            cols["call_own_time"] = self._call_own_time(t)
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
         nodes = []
         interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
@@ -132,11 +133,10 @@ class NodeDecoder:
             nodes.append(known)
         return nodes
 
-    def _call_own_time(self, table: pa.Table) -> list[bool]:
+    @staticmethod
+    def _call_own_time(table: pa.Table) -> list[bool]:
         """Which rows hold a recorded call's own duration that the network already times
-        (SystemConfig.call_time_in_network); all False otherwise."""
-        if not self.system.call_time_in_network or "name" not in table.column_names:
-            return [False] * table.num_rows
+        (SystemConfig.call_time_in_network)."""
         return pc.fill_null(pc.starts_with(table.column("name"), CALL_OWN_TIME_PREFIX), False).to_pylist()
 
     def _node(self, cols: dict, i: int, npu: int, path: str, node_id: int) -> Node:
@@ -148,7 +148,7 @@ class NodeDecoder:
         slot = CPU if is_cpu else (GPU_COMPUTE if ntype == COMP else (NO_SLOT if ntype == RECV else GPU_COMM))
         if self.system.replay_only and ntype not in INSTANT_TYPES:
             return Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1)
-        if ntype == COMP and is_cpu and cols["call_own_time"][i]:
+        if ntype == COMP and is_cpu and "call_own_time" in cols and cols["call_own_time"][i]:
             return Node(DO_INSTANT, slot)
         if ntype == COMP:
             return Node(DO_COMPUTE, slot, duration=self._compute_ns(
