@@ -24,7 +24,8 @@ LIMITS: dict[str, Limit] = {
     "nodes": Limit("CHAKRA_MAX_NODES", 20_000_000,
                    "nodes (or events) in one trace file"),
     "expansion": Limit("CHAKRA_MAX_EXPANSION", 250,
-                       "x expansion of a gzip file (judged from 256 KiB decompressed on; real traces stay under 40x)"),
+                       "x expansion of a gzip file or an archive (judged from 256 KiB decompressed on; real traces "
+                       "stay under 40x)"),
     "json_depth": Limit("CHAKRA_MAX_JSON_DEPTH", 64,
                         "levels of nesting in JSON and YAML input (traces, configurations, sweep files)"),
     "element_bytes": Limit("CHAKRA_MAX_ELEMENT_BYTES", 64 << 20,
@@ -34,7 +35,12 @@ LIMITS: dict[str, Limit] = {
     "chunks": Limit("CHAKRA_MAX_CHUNKS", 4096,
                     "chunks, active chunks or queues of one collective or dimension (preferred-dataset-splits, "
                     "active-chunks-per-dimension, --num-queues-per-dim)"),
-    "npus": Limit("CHAKRA_MAX_NPUS", 65_536, "NPUs of one simulated network"),
+    "npus": Limit("CHAKRA_MAX_NPUS", 65_536, "NPUs of one simulated network (and ranks of one job)"),
+    "config_values": Limit("CHAKRA_MAX_CONFIG_VALUES", 1_000_000,
+                           "values of one configuration document, counting each YAML alias as the values it "
+                           "repeats"),
+    "archive_members": Limit("CHAKRA_MAX_ARCHIVE_MEMBERS", 100_000, "members of one .zip or .tar job bundle"),
+    "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 2_000_000, "issue/callback lines of one simulator log"),
 }
 
 # Below this many decompressed bytes a gzip file is never judged by its ratio: tiny, very
@@ -59,24 +65,10 @@ def value(name: str) -> int:
     if text is None or not text.strip():
         return limit.default
     try:
-        number = int(float(text))
-    except ValueError:
-        raise ChakraError(f"{limit.env}={text!r}: expected a positive number") from None
-    if number <= 0:
-        raise ChakraError(f"{limit.env}={text!r}: expected a positive number")
+        number = int(float(text))  # inf and nan raise too: a bound must be a number
+    except (ValueError, OverflowError):
+        raise ChakraError(f"{limit.env}={text!r}: expected a positive whole number below 2**62") from None
+    if not 0 < number < 2**62:
+        raise ChakraError(f"{limit.env}={text!r}: expected a positive whole number below 2**62")
     return number
 
-
-def check_depth(document, source: str) -> None:
-    """Refuses a parsed JSON/YAML document nested deeper than the `json_depth` limit (walked
-    without recursion, so the check itself cannot overflow the stack)."""
-    most = value("json_depth")
-    stack = [(document, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        for child in children:
-            if isinstance(child, (dict, list)):
-                if depth + 1 > most:
-                    raise LimitExceeded(source, "json_depth", f"nested more than {most} levels deep")
-                stack.append((child, depth + 1))

@@ -1,16 +1,29 @@
-"""Files written whole or not at all.
+"""Files written whole or not at all, into what the output names.
 
-Every file a command writes goes through `open_output`: the bytes go to a temporary name
-beside the target (`.<name>.<random>.tmp`, which no reader's pattern matches) and are moved
-onto the target only when writing finished without error. A failed or interrupted command
-leaves the old file, or no file, never half of one. On a local disk the move is a rename; on
-S3 an object appears whole when its upload completes.
+Every file a command writes goes through `open_output`. A new file, or a regular file already
+there, is written to a temporary name beside the target (`.<name>.<random>.tmp`, which no
+reader's pattern matches) and moved onto it only when writing finished without error: a failed
+or interrupted command leaves the old file, or no file, never half of one. On a local disk the
+move is a rename; on S3 an object appears whole when its upload completes.
+
+What is not a regular file is never replaced: a symbolic link, a FIFO or a character device
+(`/dev/stdout`, `/dev/null`, a pipe) is written through, as a shell's `>` would write it (not
+atomically: no rename could keep the link or the device); a folder, a dangling link, a block
+device or a socket is refused in one line.
+
+`together()` makes several outputs one: inside it, the moves wait until the block ends without
+error, and a failed block removes every temporary and leaves every earlier file as it was
+(a job's rank files, groups and report are replaced as a set).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gzip
+import io
+import os
+import stat
 import uuid
 from collections.abc import Iterator
 from typing import IO
@@ -18,6 +31,10 @@ from typing import IO
 import fsspec
 
 from chakra_core.errors import ChakraError
+from chakra_core.inputs import file_kind
+
+# the moves waiting for the end of the innermost `together()` block: (filesystem, temporary, target)
+_PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("chakra_pending_outputs", default=None)
 
 
 class OutputError(ChakraError):
@@ -29,11 +46,37 @@ def _temporary_beside(path: str) -> str:
     return f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp" if folder else f".{name}.{uuid.uuid4().hex[:12]}.tmp"
 
 
+def _written_through(fs, path: str, url: str) -> bool:
+    """Whether the local path names something to write through (a link, a FIFO, a character
+    device) rather than replace; refuses what can be neither written through nor replaced."""
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" not in protocol and "local" not in protocol:
+        return False
+    try:
+        own = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise OutputError(f"{url}: a symbolic link to nothing; give a file name to write") from None
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"{url}: is a folder; give a file name to write")
+    if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise OutputError(f"{url}: is {file_kind(mode)}; an output must be a file, a FIFO or a character device")
+    return stat.S_ISLNK(own) or not stat.S_ISREG(mode)
+
+
 @contextlib.contextmanager
 def open_output(url: str, mode: str = "wb", gzipped: bool | None = None) -> Iterator[IO]:
-    """Write `url` atomically; text for mode "w", bytes for "wb". gzipped (default: the URL
-    ends in .gz) compresses what is written."""
+    """Write `url` (atomically where it is a regular file or new); text for mode "w", bytes for
+    "wb". gzipped (default: the URL ends in .gz) compresses what is written."""
     fs, path = fsspec.core.url_to_fs(url)
+    compress = url.endswith(".gz") if gzipped is None else gzipped
+    if _written_through(fs, path, url):
+        with open(path, "wb") as raw, _encoded(raw, mode, compress) as sink:
+            yield sink
+        return
     if fs.isdir(path):
         raise OutputError(f"{url}: is a folder; give a file name to write")
     folder = path.rpartition("/")[0]
@@ -41,26 +84,60 @@ def open_output(url: str, mode: str = "wb", gzipped: bool | None = None) -> Iter
         fs.makedirs(folder, exist_ok=True)
     temporary = _temporary_beside(path)
     try:
-        with fs.open(temporary, "wb") as raw:
-            with contextlib.ExitStack() as stack:
-                sink = raw
-                if url.endswith(".gz") if gzipped is None else gzipped:
-                    sink = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb"))
-                if mode == "w":
-                    sink = stack.enter_context(_text(sink))
-                yield sink
-        fs.mv(temporary, path)
+        with fs.open(temporary, "wb") as raw, _encoded(raw, mode, compress) as sink:
+            yield sink
+        pending = _PENDING.get()
+        if pending is None:
+            fs.mv(temporary, path)
+        else:
+            pending.append((fs, temporary, path))
     except BaseException:
-        with contextlib.suppress(OSError, FileNotFoundError):
-            if fs.exists(temporary):
-                fs.rm(temporary)
+        _discard(fs, temporary)
         raise
 
 
 @contextlib.contextmanager
-def _text(binary: IO) -> Iterator[IO]:
-    import io
+def together() -> Iterator[None]:
+    """Outputs opened inside the block are moved into place only when it ends without error;
+    otherwise their temporaries are removed and the targets keep what they held."""
+    pending: list = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for fs, temporary, _ in pending:
+            _discard(fs, temporary)
+        raise
+    finally:
+        _PENDING.reset(token)
+    outer = _PENDING.get()
+    if outer is not None:  # inside another block: its end decides
+        outer.extend(pending)
+        return
+    for fs, temporary, path in pending:
+        fs.mv(temporary, path)
 
+
+def _discard(fs, temporary: str) -> None:
+    with contextlib.suppress(OSError, FileNotFoundError):
+        if fs.exists(temporary):
+            fs.rm(temporary)
+
+
+@contextlib.contextmanager
+def _encoded(raw: IO, mode: str, compress: bool) -> Iterator[IO]:
+    """raw, gzipped when compress, as text for mode "w"."""
+    with contextlib.ExitStack() as stack:
+        sink = raw
+        if compress:
+            sink = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb"))
+        if mode == "w":
+            sink = stack.enter_context(_text(sink))
+        yield sink
+
+
+@contextlib.contextmanager
+def _text(binary: IO) -> Iterator[IO]:
     wrapper = io.TextIOWrapper(binary, encoding="utf-8", newline="")
     try:
         yield wrapper

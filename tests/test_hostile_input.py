@@ -65,7 +65,7 @@ def test_node_limit_is_exact_and_settable(tmp_path, monkeypatch):
     with pytest.raises(limits.LimitExceeded, match=r"ten\.et: too many nodes .*CHAKRA_MAX_NODES"):
         read_table(url)
     monkeypatch.setenv("CHAKRA_MAX_NODES", "lots")
-    with pytest.raises(ChakraError, match="CHAKRA_MAX_NODES='lots': expected a positive number"):
+    with pytest.raises(ChakraError, match="CHAKRA_MAX_NODES='lots': expected a positive whole number"):
         read_table(url)
 
 

@@ -53,12 +53,13 @@ FINDINGS_SCHEMA = pa.schema([
 
 
 def find_traces(roots: Iterable[str]) -> list[tuple[str, str]]:
-    """(root, url) of every .et / .et.gz file under the given folders (or the files themselves), sorted."""
+    """(root, url) of every .et / .et.gz file under the given folders, and each root that is not a
+    folder (a file, a FIFO, a missing path: its row then says why it cannot be read), sorted."""
     found: list[tuple[str, str]] = []
     for root in roots:
         fs, path = fsspec.core.url_to_fs(root)
         protocol = root.split("://", 1)[0] + "://" if "://" in root else ""
-        if fs.isfile(path):
+        if not fs.isdir(path):
             found.append((root, root))
             continue
         for name in sorted(fs.find(path)):

@@ -22,7 +22,6 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-import fsspec
 import pyarrow as pa
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
@@ -32,9 +31,9 @@ from chakra_core.errors import ChakraFormatError
 from chakra_core.format import codec
 from chakra_core.format.normalize import normalize_table
 from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.inputs import open_input
 from chakra_core.outputs import open_output
 
-GZIP_MAGIC = b"\x1f\x8b"
 READ_CHUNK_BYTES = 4 << 20
 MAX_WINDOW_BYTES = 32 << 20  # of a memory-mapped file decoded at once (see ETReader._iter_mapped)
 DEFAULT_BATCH_NODES = 65536
@@ -45,73 +44,15 @@ MAX_METADATA_BYTES = 1 << 30
 
 @contextlib.contextmanager
 def open_binary(url: str, mode: str = "rb") -> Iterator[BinaryIO]:
-    """An fsspec file, gunzipped on read when it starts with the gzip magic; on write, gzipped
-    for *.gz and written atomically (chakra_core/outputs.py)."""
+    """On read, the input's bytes (chakra_core/inputs.py: a regular file, gunzipped within the
+    expansion limit when it starts with the gzip magic); on write, gzipped for *.gz and written
+    atomically (chakra_core/outputs.py)."""
     if "r" not in mode:
         with open_output(url, "wb") as f:
             yield f
         return
-    with fsspec.open(url, mode) as raw:
-        head = raw.read(2)
-        raw.seek(0)
-        if head == GZIP_MAGIC:
-            with BoundedGzipFile(raw, url) as unzipped:
-                yield unzipped
-            return
-        yield raw
-
-
-class BoundedGzipFile(gzip.GzipFile):
-    """Gunzips like GzipFile, but refuses a stream that expands beyond the `expansion` limit
-    (a decompression bomb), judged from EXPANSION_FLOOR decompressed bytes on, so that a bomb
-    is stopped after a fraction of a second instead of filling memory."""
-
-    JUDGE_EVERY = 256 << 10  # decompressed bytes between two looks at the ratio
-
-    def __init__(self, raw: BinaryIO, url: str):
-        super().__init__(fileobj=raw, mode="rb")
-        self._raw, self._url = raw, url
-        self._max_ratio = limits.value("expansion")
-        self._out, self._next_judgement = 0, limits.EXPANSION_FLOOR
-
-    def _count(self, n: int) -> None:
-        self._out += n
-        if self._out >= self._next_judgement:
-            self._next_judgement = self._out + self.JUDGE_EVERY
-            consumed = max(1, self._raw.tell() - self._read_ahead())
-            if self._out > consumed * self._max_ratio:
-                raise limits.LimitExceeded(self._url, "expansion", f"{consumed:,} gzip bytes expanded to "
-                                           f"{self._out:,} (x{self._out // consumed:,})")
-
-    def _read_ahead(self) -> int:
-        """Compressed bytes read from the file but not yet inflated (GzipFile reads 8 KiB ahead,
-        which would hide a bomb's ratio for its first megabytes); 0 where Python's gzip differs."""
-        padded = getattr(getattr(self._buffer, "raw", None), "_fp", None)
-        try:
-            return max(0, padded._length - padded._read)
-        except (AttributeError, TypeError):
-            return 0
-
-    def read(self, size=-1):
-        data = super().read(size)
-        self._count(len(data))
-        return data
-
-    def read1(self, size=-1):
-        data = super().read1(size)
-        self._count(len(data))
-        return data
-
-    def readinto(self, b):
-        n = super().readinto(b)
-        self._count(n)
-        return n
-
-    def seek(self, offset, whence=0):
-        position = super().seek(offset, whence)
-        self._out = position  # a rewind re-reads: count what is out from the new position
-        self._next_judgement = max(position, limits.EXPANSION_FLOOR)
-        return position
+    with open_input(url) as f:
+        yield f
 
 
 # What reading a damaged stream raises: I/O errors, a gzip stream cut short (EOFError) or
