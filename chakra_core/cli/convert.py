@@ -26,7 +26,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from chakra_core.convert.job import JobInputError
+    from chakra_core.convert.discover import JobInputError
 
     result = _convert_job(args)
     if len(result.ranks) < 2:
@@ -54,6 +54,8 @@ def _print_conversion(result, as_json: bool) -> int:
                 print(f"rank {report['rank']}: {note}", file=sys.stderr)
         for note in result.inference_notes:
             print(f"groups: {note}", file=sys.stderr)
+        for note in [*result.input_notes, *result.set_aside.values()]:
+            print(f"input: {note}", file=sys.stderr)
         out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
                   f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
                   f" report in {result.report_file}")

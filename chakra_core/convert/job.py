@@ -1,11 +1,12 @@
 """Convert a whole job: find its ranks, convert each, infer process groups, check collectives.
 
-Inputs (`find_ranks`): one PyTorch ET file; a folder (or .tar/.tar.gz/.zip bundle of one)
-holding `rank<R>.et.json[.gz]` with optional `rank<R>.kineto.json[.gz]` beside them; or a
-multi-rank JSON `{"<rank>": <PyTorch ET document>, ...}`. Output: `<prefix>.<R>.et` per rank
-(what ASTRA-sim's --workload-configuration=<prefix> opens), `<prefix>.comm_groups.json`
-(its --comm-group-configuration) and `<prefix>.report.json` (what was kept, collapsed, cut,
-inferred, and the cross-rank check).
+Inputs: what discover.find_ranks finds (one PyTorch ET file, a folder or bundle of
+`rank<R>.et.json[.gz]` with Kineto and timing files beside them, a multi-rank JSON).
+Output: `<prefix>.<R>.et` per rank (what ASTRA-sim's --workload-configuration=<prefix>
+opens), `<prefix>.comm_groups.json` (its --comm-group-configuration) and
+`<prefix>.report.json` (what was kept, collapsed, cut, inferred, the cross-rank check, and
+the input files not used). They replace an earlier conversion with the same prefix as a set:
+its extra ranks are removed, and a failed conversion leaves it whole.
 
 Cross-rank check: within each process group every member must issue the same collectives in
 the same order, type and size (all_to_all sizes may differ: uneven splits); every send must
@@ -15,46 +16,23 @@ precisely.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
-import tarfile
 import tempfile
-import zipfile
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import fsspec
 
 from chakra_core.convert import comms
 from chakra_core.convert.groups import WORLD, ProcessGroups, comm_group_document
-from chakra_core.convert.jsonstream import TraceJSONError, check_depth
+from chakra_core.convert.discover import checked_rank, find_ranks, unprofiled_steps
 from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import CommRecord, RankConversion
 from chakra_core.convert.pytorch_et import read_host_trace
-from chakra_core.documents import read_document
-from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.format.etfile import write_table
-from chakra_core.format.job import groups_url, rank_url, write_comm_groups
-from chakra_core.outputs import open_output
-
-RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
-RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
-
-
-class JobInputError(ChakraError):
-    """An input that does not describe a job this converter can read."""
-
-
-@dataclass
-class RankInput:
-    rank: int
-    host: str
-    kineto: str | None
-    timing: str | None = None  # rank<R>.timing.json: steps timed with the profiler off (TraceRecorder timed_steps)
+from chakra_core.format.job import groups_url, rank_url, remove_other_ranks, write_comm_groups
+from chakra_core.outputs import open_output, together
 
 
 @dataclass
@@ -71,135 +49,30 @@ class JobResult:
     nodes: int = 0
     host_nodes: int = 0
     unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
+    input_notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
+    set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
 
     def summary(self) -> dict:
         return {"prefix": self.prefix, "out_dir": self.out_dir, "ranks": self.ranks, "et_files": self.et_files,
                 "comm_group_file": self.comm_group_file, "nodes": self.nodes, "host_nodes": self.host_nodes,
                 "collectives_match": not self.mismatches, "mismatches": self.mismatches,
                 "inference": self.inference_notes, "ranks_report": self.reports,
+                "inputs": self.input_notes + list(self.set_aside.values()),
                 **({"unprofiled_step_ns": self.unprofiled_step_ns} if self.unprofiled_step_ns else {})}
-
-
-# ---------------------------------------------------------------------------- inputs
-def find_ranks(src: str, workdir: str) -> list[RankInput]:
-    """The per-rank inputs `src` describes (archives and multi-rank JSON unpack into workdir)."""
-    fs, path = fsspec.core.url_to_fs(src)
-    if not fs.exists(path):
-        raise JobInputError(f"{src}: no such file or folder")
-    if fs.isdir(path):
-        return _ranks_in_folder(fs, path, src)
-    lower = path.lower()
-    if lower.endswith((".tar", ".tar.gz", ".tgz", ".zip")):
-        return _ranks_in_folder(*fsspec.core.url_to_fs(_unpack(src, workdir)), src)
-    if _is_multi_rank_json(src):
-        return _split_multi_rank_json(src, workdir)
-    match = RANK_IN_NAME.search(os.path.basename(path))
-    kineto = _kineto_beside(fs, path)
-    return [RankInput(int(match.group(1)) if match else -1, src, kineto)]
-
-
-def _ranks_in_folder(fs, path: str, src: str) -> list[RankInput]:
-    ranks = []
-    for entry in sorted(fs.ls(path, detail=False)):
-        match = RANK_FILE.match(os.path.basename(entry))
-        if match:
-            ranks.append(RankInput(int(match.group(1)), fs.unstrip_protocol(entry), _kineto_beside(fs, entry),
-                                   _beside(fs, entry, (".timing.json",))))
-    if not ranks:
-        raise JobInputError(f"{src}: no rank<R>.et.json[.gz] files in this folder")
-    ranks.sort(key=lambda r: r.rank)
-    seen = [r.rank for r in ranks]
-    if len(set(seen)) != len(seen):
-        raise JobInputError(f"{src}: a rank has both a plain and a gzipped trace")
-    return ranks
-
-
-def _kineto_beside(fs, et_path: str) -> str | None:
-    return _beside(fs, et_path, (".kineto.json", ".kineto.json.gz"))
-
-
-def _beside(fs, et_path: str, suffixes: tuple[str, ...]) -> str | None:
-    """The first existing `<base><suffix>` beside `<base>.et.json[.gz]`."""
-    base = os.path.basename(et_path)
-    match = re.match(r"^(.*)\.et\.json(\.gz)?$", base)
-    if not match:
-        return None
-    folder = os.path.dirname(et_path)
-    for suffix in suffixes:
-        candidate = f"{folder}/{match.group(1)}{suffix}" if folder else match.group(1) + suffix
-        if fs.exists(candidate):
-            return fs.unstrip_protocol(candidate)
-    return None
-
-
-def _unpack(src: str, workdir: str) -> str:
-    target = os.path.join(workdir, "bundle")
-    os.makedirs(target, exist_ok=True)
-    with fsspec.open(src, "rb") as f:
-        local = os.path.join(workdir, "bundle.archive")
-        with open(local, "wb") as out:
-            shutil.copyfileobj(f, out)
-    try:
-        if zipfile.is_zipfile(local):
-            with zipfile.ZipFile(local) as z:
-                members = [m for m in z.namelist() if RANK_FILE.match(os.path.basename(m)) or ".kineto.json" in m]
-                for m in members:
-                    with z.open(m) as fin, open(os.path.join(target, os.path.basename(m)), "wb") as fout:
-                        shutil.copyfileobj(fin, fout)
-        else:
-            with tarfile.open(local) as t:
-                for m in t.getmembers():
-                    name = os.path.basename(m.name)
-                    if m.isfile() and (RANK_FILE.match(name) or ".kineto.json" in name):
-                        with t.extractfile(m) as fin, open(os.path.join(target, name), "wb") as fout:
-                            shutil.copyfileobj(fin, fout)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise JobInputError(f"{src}: cannot unpack the job bundle: {exc}") from None
-    return target
-
-
-def _is_multi_rank_json(src: str) -> bool:
-    from chakra_core.format.etfile import open_binary
-
-    with open_binary(src) as f:
-        head = f.read(4096).lstrip()
-    return re.match(rb'^\{\s*"\d+"\s*:', head) is not None
-
-
-def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
-    """A multi-rank JSON is read whole (it is meant for small jobs) and written per rank."""
-    import orjson
-
-    from chakra_core.format.etfile import open_binary
-
-    with open_binary(src) as f:
-        data = f.read()
-    check_depth(data, src)
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise TraceJSONError(src, f"malformed JSON: {exc}") from None
-    ranks = []
-    for key, trace in document.items():
-        if not key.isdigit() or not isinstance(trace, dict):
-            raise JobInputError(f"{src}: member {key!r} is not '<rank>': <PyTorch ET document>")
-        path = os.path.join(workdir, f"rank{int(key)}.et.json")
-        with open(path, "wb") as out:
-            out.write(orjson.dumps(trace))
-        ranks.append(RankInput(int(key), path, None))
-    return sorted(ranks, key=lambda r: r.rank)
 
 
 # ---------------------------------------------------------------------------- conversion
 def convert_job(src: str, out_dir: str, prefix: str = "trace",
-                progress: Callable[[str, int, int], None] | None = None) -> JobResult:
-    """Convert every rank of `src` into `out_dir`; see the module docstring."""
+                progress: Callable[[str, int, int], None] | None = None,
+                accounted: frozenset[str] = frozenset()) -> JobResult:
+    """Convert every rank of `src` into `out_dir`; see the module docstring. `accounted`: base
+    names of files in src the caller has dealt with (discover.find_ranks leaves them alone)."""
     with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
-        inputs = find_ranks(src, workdir)
+        inputs = find_ranks(src, workdir, accounted)
         conversions = []
-        for k, item in enumerate(inputs):
+        for item in inputs.ranks:
             kineto = read_kineto(item.kineto) if item.kineto else None
-            rank = rank_of(item.host, kineto, item.rank if item.rank >= 0 else None)
+            rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
             step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None
             total = _size(item.host)
             host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
@@ -213,26 +86,18 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         fs, root = fsspec.core.url_to_fs(out_dir)
         fs.makedirs(root, exist_ok=True)
         job_prefix = f"{out_dir}/{prefix}"
+        steps = unprofiled_steps(inputs)
         result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
-                           f"{job_prefix}.report.json", [], [], inference_notes,
-                           unprofiled_step_ns=unprofiled_steps([item.timing for item in inputs]))
-        try:
+                           f"{job_prefix}.report.json", [], [], inference_notes, unprofiled_step_ns=steps,
+                           input_notes=inputs.notes, set_aside=inputs.set_aside)
+        with together():  # the job replaces an earlier one whole, or leaves it as it was
             _write_outputs(result, conversions, resolved, job_groups)
-        except BaseException:  # a job is written whole or not at all: no ranks of a failed conversion remain
-            _remove([*result.et_files, result.comm_group_file])
-            raise
+        remove_other_ranks(job_prefix, len(result.et_files))
         return result
 
 
-def _remove(urls: list[str]) -> None:
-    for url in urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        with contextlib.suppress(OSError):  # FileNotFoundError included: it was never written
-            fs.rm(path)
-
-
 def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
-    """Every rank's ET, then the communicator groups and the report (each file atomically)."""
+    """Every rank's ET, then the communicator groups and the report."""
     for c in conversions:
         table, metadata = c.emit(resolved.get(c.rank), job_groups)
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
@@ -245,22 +110,6 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
     with open_output(result.report_file, "w") as f:
         json.dump(result.summary(), f, indent=1)
-
-
-def unprofiled_steps(timing_files: list[str | None]) -> list[int] | None:
-    """Per step timed with the profiler off, the slowest rank's time (ns), from every rank's
-    `rank<R>.timing.json` (`{"steps_ns": [...]}`); None unless every rank has one."""
-    if not timing_files or None in timing_files:
-        return None
-    per_rank = []
-    for url in timing_files:
-        path, document = read_document(url)
-        steps = document.get("steps_ns") if isinstance(document, dict) else None
-        if not isinstance(steps, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                                   for v in steps):
-            raise ChakraFormatError(path, "steps_ns: expected a list of positive integers (ns per unprofiled step)")
-        per_rank.append(steps)
-    return [max(step) for step in zip(*per_rank)] or None
 
 
 def _size(url: str) -> int:

@@ -198,6 +198,7 @@ class StreamedDocument:
         pos = self._expect(0, b"{", "a JSON object ('{')") + 1
         pos = self._skip_space(pos)
         if pos < len(self._buf) and self._buf[pos] == ord("}"):
+            self._expect_end(pos)
             return
         while True:
             pos = self._expect(pos, b'"', "a member name")
@@ -211,9 +212,26 @@ class StreamedDocument:
                 self.fields[key], pos = self._value(pos)
             pos = self._expect(pos, b",}", "',' or '}'")
             if self._buf[pos] == ord("}"):
+                self._expect_end(pos)
                 return
             self._discard(pos + 1)
             pos = 0
+
+    def _expect_end(self, pos: int) -> None:
+        """Only white space may follow the document's closing '}' at pos: a second document
+        (`cat a b > c`) or other data is refused at its offset, not ignored."""
+        pos += 1
+        while True:
+            buf = self._buf
+            while pos < len(buf) and buf[pos] in b" \t\r\n":
+                pos += 1
+            if pos < len(buf):
+                raise TraceJSONError(self.url, "data after the end of the JSON document (a second document?)",
+                                     self._base + pos)
+            self._discard(pos)
+            pos = 0
+            if not self._fill():
+                return
 
     def _walk_array(self, pos: int) -> Iterator[list]:
         """Yield batches of elements; `pos` is just after '['. Returns the position after ']'."""

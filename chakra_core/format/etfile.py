@@ -338,10 +338,11 @@ def table_metadata(table: pa.Table) -> pb.GlobalMetadata:
 class ETWriter:
     """Writes a .et file: the metadata first, then node batches (or whole tables)."""
 
-    def __init__(self, url: str, metadata: pb.GlobalMetadata | bytes | None = None):
+    def __init__(self, url: str, metadata: pb.GlobalMetadata | bytes | None = None, into: BinaryIO | None = None):
+        """into: a file to write into (its owner closes it) instead of url, which then only names it."""
         self.url = url
         self._stack = contextlib.ExitStack()
-        self._file = self._stack.enter_context(open_binary(url, "wb"))
+        self._file = into if into is not None else self._stack.enter_context(open_binary(url, "wb"))
         if isinstance(metadata, pb.GlobalMetadata):
             metadata = metadata.SerializeToString()
         payload = metadata or b""

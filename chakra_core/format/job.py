@@ -14,6 +14,7 @@ group per line, ``indent=1``, one rank per line); a reader parses JSON, so it re
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ import pyarrow as pa
 
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
-from chakra_core.outputs import open_output
+from chakra_core.outputs import open_output, together
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
 RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
@@ -51,10 +52,24 @@ def split_rank_url(url: str) -> tuple[str, int] | None:
     return (match["prefix"], int(match["rank"])) if match else None
 
 
+def _rank_files(prefix: str) -> tuple[object, list[tuple[int, str]]]:
+    """(filesystem, [(rank, path)]) of every ``<prefix>.<R>.et[.gz]`` there is."""
+    fs, path = fsspec.core.url_to_fs(prefix)
+    return fs, [(found[1], p) for p in fs.glob(f"{path}.*.et*") if (found := split_rank_url(p)) and found[0] == path]
+
+
+def remove_other_ranks(prefix: str, npus: int) -> None:
+    """Removes the rank files of ``prefix`` an earlier job left beyond ranks 0..npus-1 (and the
+    .et.gz of a rank now written as .et), so that a new job never lies beside an older one's ranks."""
+    fs, found = _rank_files(prefix)
+    for rank, path in found:
+        if rank >= npus or path.endswith(".gz"):
+            fs.rm(path)
+
+
 def find_ranks(prefix: str) -> int:
     """How many rank files ``<prefix>.<R>.et[.gz]`` exist; they must be exactly ranks 0..N-1."""
-    fs, path = fsspec.core.url_to_fs(prefix)
-    ranks = sorted(found[1] for p in fs.glob(f"{path}.*.et*") if (found := split_rank_url(p)) and found[0] == path)
+    ranks = sorted(rank for rank, _ in _rank_files(prefix)[1])
     if not ranks:
         raise JobLayoutError(f"{prefix}: no rank files {prefix}.<rank>.et")
     if ranks != list(range(len(ranks))):
@@ -70,7 +85,11 @@ def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
     the rank and its file."""
     from chakra_core.format.etfile import read_table
 
-    npus = find_ranks(prefix) if npus is None else npus
+    if npus is None:
+        npus = find_ranks(prefix)
+    elif _exists(rank_url(prefix, npus)) or _exists(rank_url(prefix, npus) + ".gz"):
+        raise JobLayoutError(f"{prefix}: the job has a rank file {rank_url(prefix, npus)}[.gz] beyond the {npus} "
+                             f"read; give the job's own NPU count (or --traced-npus to scale it)")
     tables = []
     for rank in range(npus):
         try:
@@ -155,7 +174,7 @@ class Job:
     def write(self, out_dir: str, name: str | None = None) -> list[str]:
         """``out_dir/<name>.<rank>.et`` per rank (schema 0.0.4) and ``<name>.comm_groups.json`` when
         there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written."""
-        from chakra_core.format.etfile import write_table
+        from chakra_core.format.etfile import ETWriter
         from chakra_core.format.schema import et_def_pb2 as pb
 
         name = name or self.name
@@ -168,20 +187,24 @@ class Job:
         fs.makedirs(root, exist_ok=True)
         prefix = f"{out_dir.rstrip('/')}/{name}"
         metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)
-        first: dict[int, str] = {}
+        encoded: dict[int, bytes] = {}
         written = []
-        for rank, table in enumerate(self.tables):
-            url = rank_url(prefix, rank)
-            if id(table) in first:  # a table shared by several ranks: encoded once, copied
-                fs.copy(fsspec.core.url_to_fs(first[id(table)])[1], fsspec.core.url_to_fs(url)[1])
-            else:
-                write_table(table, url, metadata)
-                first[id(table)] = url
-            written.append(url)
-        if text is not None:
-            with open_output(groups_url(prefix), "w") as f:
-                f.write(text)
-            written.append(groups_url(prefix))
+        with together():  # an earlier job of this name is replaced whole, or left as it was
+            for rank, table in enumerate(self.tables):
+                url = rank_url(prefix, rank)
+                if id(table) not in encoded:  # a table shared by several ranks: encoded once
+                    buffer = io.BytesIO()
+                    with ETWriter(url, metadata, into=buffer) as writer:
+                        writer.write_table(table)
+                    encoded[id(table)] = buffer.getvalue()
+                with open_output(url, "wb") as f:
+                    f.write(encoded[id(table)])
+                written.append(url)
+            if text is not None:
+                with open_output(groups_url(prefix), "w") as f:
+                    f.write(text)
+                written.append(groups_url(prefix))
+        remove_other_ranks(prefix, len(self.tables))
         return written
 
 
