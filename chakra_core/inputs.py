@@ -40,7 +40,8 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _is_local(fs) -> bool:
+def is_local(fs) -> bool:
+    """Whether an fsspec filesystem is the local disk (where links, FIFOs and devices live)."""
     protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     return "file" in protocol or "local" in protocol
 
@@ -63,7 +64,7 @@ def _open_local(path: str, url: str) -> BinaryIO:
 def open_raw(url: str) -> Iterator[BinaryIO]:
     """The bytes of url as stored (no gunzipping): a regular local file or a remote object."""
     fs, path = fsspec.core.url_to_fs(url)
-    if _is_local(fs):
+    if is_local(fs):
         with _open_local(path, url) as f:
             yield f
         return

@@ -31,7 +31,7 @@ from typing import IO
 import fsspec
 
 from chakra_core.errors import ChakraError
-from chakra_core.inputs import file_kind
+from chakra_core.inputs import file_kind, is_local
 
 # the moves waiting for the end of the innermost `together()` block: (filesystem, temporary, target)
 _PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("chakra_pending_outputs", default=None)
@@ -49,8 +49,7 @@ def _temporary_beside(path: str) -> str:
 def _written_through(fs, path: str, url: str) -> bool:
     """Whether the local path names something to write through (a link, a FIFO, a character
     device) rather than replace; refuses what can be neither written through nor replaced."""
-    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" not in protocol and "local" not in protocol:
+    if not is_local(fs):
         return False
     try:
         own = os.lstat(path).st_mode

@@ -1,20 +1,17 @@
-"""List a day's drop: jobs, their files, what kind each file is, and its content hash; and which
+"""A day's jobs and their files (pipeline/drop.py walks the drop): what kind each file is, which
 files a job cannot use, or why its rank traces do not make one job (docs/pipeline.md, rejects)."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 
 from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
-from pipeline.layout import day_url, filesystem
 
 PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
 TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profiler off (TraceRecorder timed_steps)
 RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
-HASH_CHUNK = 4 << 20
 
 
 @dataclass
@@ -23,6 +20,7 @@ class InputFile:
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
     kind: str  # pytorch_et, kineto, timing, chakra_et, comm_groups, job_json, unknown
+    problem: str | None = None  # why it must not be opened (a link, a FIFO, a control character in its name)
 
     @property
     def basename(self) -> str:
@@ -47,6 +45,7 @@ class InputFile:
 class JobInput:
     job_id: str
     url: str
+    problem: str | None = None  # why none of its files is processed (its name; the same job twice)
     files: list[InputFile] = field(default_factory=list)
 
     @property
@@ -77,7 +76,9 @@ def unusable_files(job: JobInput) -> dict[str, str]:
     host_ranks = {f.rank for f in job.files if f.kind == "pytorch_et"}
     reasons = {}
     for f in job.files:
-        if f.kind == "unknown":
+        if f.problem is not None:
+            reasons[f.name] = f.problem
+        elif f.kind == "unknown":
             reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
                                " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json or job.json)")
         elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
@@ -153,33 +154,3 @@ def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] |
     first = next(i for i, rank in enumerate(ranks) if rank != i)
     more = f" (and {missing - 1} more)" if missing > 1 else ""
     return None, f"{job.job_id}: no trace of rank {first}{more}; the job's ranks run up to {ranks[-1]}"
-
-
-def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
-    """The day's job folders, and files lying outside any job folder."""
-    day = day_url(source, date)
-    fs, root = filesystem(day)
-    if not fs.exists(root):
-        raise FileNotFoundError(f"{day}: no drop for {date}")
-    jobs, loose = [], []
-    for entry in sorted(fs.ls(root, detail=True), key=lambda e: e["name"]):
-        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-        if entry["type"] == "directory":
-            job = JobInput(name, fs.unstrip_protocol(entry["name"]))
-            for path, info in sorted(fs.find(entry["name"], detail=True).items()):
-                relative = path[len(entry["name"].rstrip("/")) + 1:]
-                job.files.append(InputFile(fs.unstrip_protocol(path), f"{name}/{relative}", int(info.get("size") or 0),
-                                           kind_of(relative) if "/" not in relative else "unknown"))
-            jobs.append(job)
-        else:
-            loose.append(InputFile(fs.unstrip_protocol(entry["name"]), name, int(entry.get("size") or 0), "unknown"))
-    return jobs, loose
-
-
-def sha256(url: str) -> str:
-    fs, path = filesystem(url)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

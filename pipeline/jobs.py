@@ -21,7 +21,8 @@ from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
 from chakra_core.format.job import groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
-from pipeline.ingest import InputFile, JobInput, groups_file, job_problem, sha256, unusable_files
+from pipeline.drop import sha256
+from pipeline.ingest import InputFile, JobInput, groups_file, job_problem, unusable_files
 from pipeline.layout import (
     filesystem,
     join,
@@ -53,11 +54,15 @@ class _Published:
     traces: list[dict]
     collectives: pa.Table | None
     reused: bool
+    set_aside: dict[str, str] = field(default_factory=dict)  # side files the conversion did not use: name -> why
 
 
 def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOutcome:
     outcome = JobOutcome(job.job_id)
-    hashes = {f.name: sha256(f.url) for f in job.files}
+    if job.problem is not None:  # nothing of it is opened
+        outcome.rejects = [_reject(job, f, {}, "ingest", job.problem, run_id) for f in job.files]
+        return outcome
+    hashes = {f.name: sha256(f.url) for f in job.files if f.problem is None}
     unusable = unusable_files(job)
     outcome.rejects = [_reject(job, f, hashes, "ingest", unusable[f.name], run_id)
                        for f in job.files if f.name in unusable]
@@ -66,7 +71,8 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
     stage, problem = "ingest", job_problem(job)
     if problem is None:
         try:
-            done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), hashes)
+            done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), hashes,
+                            frozenset(_stored_name(f) for f in job.files if f.name in unusable))
         except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
             stage, problem = "convert", _blame(exc, usable)
     if problem is not None:
@@ -77,40 +83,53 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
         return outcome
     outcome.traces, outcome.collectives, outcome.comm_groups = done.traces, done.collectives, done.comm_groups
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
+    set_aside = {f.name: done.set_aside[_stored_name(f)] for f in usable if _stored_name(f) in done.set_aside}
+    outcome.rejects += [_reject(job, f, hashes, "convert", set_aside[f.name], run_id)
+                        for f in usable if f.name in set_aside]
     outcome.ingest = [{"job_id": job.job_id, "file": f.name, "kind": f.kind, "bytes": f.bytes,
                        "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
-                       "duplicate_of": None, "run_id": run_id} for f in usable]
+                       "duplicate_of": None, "run_id": run_id} for f in usable if f.name not in set_aside]
     return outcome
 
 
-def _publish(job: JobInput, out_dir: str, staging: str, hashes: dict[str, str]) -> _Published:
+def _stored_name(f: InputFile) -> str:
+    """The file's base name as stored (its `name` shows control characters escaped)."""
+    return f.url.rsplit("/", 1)[-1]
+
+
+def _publish(job: JobInput, out_dir: str, staging: str, hashes: dict[str, str],
+             accounted: frozenset[str]) -> _Published:
     """The job's rank traces in the warehouse, with their statistics: an earlier run's when it
     converted exactly these files; else converted (or copied) into the staging folder,
-    summarised there, and only then moved into place."""
+    summarised there, and only then moved into place. accounted: base names of the files
+    rejected alone, which the conversion leaves alone."""
     reused = _earlier_conversion(out_dir, hashes)
     if reused is not None:
         return _Published(reused["et_files"], reused["comm_groups"],
-                          *_summarise(job, reused["et_files"], reused["et_files"]), reused=True)
+                          *_summarise(job, reused["et_files"], reused["et_files"]), reused=True,
+                          set_aside=reused.get("set_aside", {}))
     with staged(staging):
-        staged_files, staged_groups = _convert(job, staging)
+        staged_files, staged_groups, set_aside = _convert(job, staging, accounted)
         et_files = [_moved(url, out_dir) for url in staged_files]
         summary = _summarise(job, staged_files, et_files)
         publish(staging, out_dir)
     comm_groups = _moved(staged_groups, out_dir) if staged_groups else None
-    _write_manifest(out_dir, hashes, et_files, comm_groups)
-    return _Published(et_files, comm_groups, *summary, reused=False)
+    _write_manifest(out_dir, hashes, et_files, comm_groups, set_aside)
+    return _Published(et_files, comm_groups, *summary, reused=False, set_aside=set_aside)
 
 
 def _moved(url: str, folder: str) -> str:
     return join(folder, url.rsplit("/", 1)[-1])
 
 
-def _convert(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
-    """(rank files, communicator groups file) written into out_dir."""
+def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]) -> tuple[list[str], str | None, dict[str, str]]:
+    """(rank files, communicator groups file, side files set aside by base name, with why)
+    written into out_dir."""
     if job.trace_format == "pytorch_et":
-        result = convert_job(job.url, out_dir, job.job_id)
-        return result.et_files, result.comm_group_file
-    return _copy_chakra(job, out_dir)
+        result = convert_job(job.url, out_dir, job.job_id, accounted=accounted)
+        set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
+        return result.et_files, result.comm_group_file, set_aside
+    return *_copy_chakra(job, out_dir), {}
 
 
 def _summarise(job: JobInput, urls: list[str], paths: list[str]) -> tuple[list[dict], pa.Table | None]:
@@ -152,11 +171,13 @@ def _earlier_conversion(out_dir: str, hashes: dict[str, str]) -> dict | None:
     return manifest if outputs and all(filesystem(url)[0].exists(filesystem(url)[1]) for url in outputs) else None
 
 
-def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], comm_groups: str | None) -> None:
+def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], comm_groups: str | None,
+                    set_aside: dict[str, str]) -> None:
     """Written last, once the job is published, so a conversion or a publication interrupted
     half-way (on object stores a folder moves file by file) is never taken for a finished one."""
     with open_output(join(out_dir, MANIFEST), "w") as f:
-        json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups}, f, indent=1)
+        json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups, "set_aside": set_aside}, f,
+                  indent=1)
 
 
 def _copy_chakra(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:

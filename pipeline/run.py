@@ -19,7 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.ingest import InputFile, JobInput, list_day, sha256
+from pipeline.drop import list_day, sha256
+from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.layout import remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
@@ -226,8 +227,9 @@ class _Simulations:
 
 def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]], sim_rows: list[dict],
             run_id: str) -> dict[str, pa.Table]:
-    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": sha256(f.url), "stage": "ingest",
-                "reason": f"{f.name}: not inside a job folder", "run_id": run_id} for f in loose]
+    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": None if f.problem else sha256(f.url),
+                "stage": "ingest", "reason": f.problem or f"{f.name}: not inside a job folder", "run_id": run_id}
+               for f in loose]
     collectives = [o.collectives for _, o in outcomes if o.collectives is not None]
     return {
         "ingest_log": from_rows("ingest_log", _mark_duplicates([r for _, o in outcomes for r in o.ingest])),

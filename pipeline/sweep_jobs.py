@@ -25,7 +25,7 @@ from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, groups_url, read_comm_groups
 from chakra_core.outputs import open_output
 from pipeline.grid import SweepError
-from pipeline.ingest import sha256
+from pipeline.drop import sha256
 from pipeline.layout import filesystem, join
 from pipeline.tables import read_day
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from chakra_core.format.etfile import write_table
 from pipeline import jobs as jobs_module
-from pipeline.ingest import list_day
+from pipeline.drop import REGULAR_FILES_ONLY, list_day
 from pipeline.jobs import process_job
 from pipeline.layout import filesystem, join, staging_dir, traces_dir
 from tools import make_drop as md
@@ -219,9 +221,9 @@ def test_staging_is_cleaned_and_the_manifest_written_last(memfs, monkeypatch):
 
     real_write_manifest, seen = jobs_module._write_manifest, []
 
-    def check_then_write(out_dir, hashes, et_files, comm_groups):
+    def check_then_write(*args):
         seen.append(warehouse_files())
-        real_write_manifest(out_dir, hashes, et_files, comm_groups)
+        real_write_manifest(*args)
 
     monkeypatch.setattr(jobs_module, "_write_manifest", check_then_write)
     outcome, _ = run_job("j")
@@ -265,6 +267,10 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
     (tmp_path / "wh" / ".staging" / "traces" / f"date={DATE}" / "job=old-run").mkdir(parents=True)
     files = sorted(str(p.relative_to(tmp_path / "drops" / DATE)) for p in (tmp_path / "drops" / DATE).rglob("*")
                    if p.is_file())
+    os.symlink("/nonexistent", tmp_path / "drops" / DATE / "good" / "dangling")  # neither fails the night
+    os.symlink("/dev/zero", tmp_path / "drops" / DATE / "good" / "zero")  # nor hangs it in hashing
+    os.mkfifo(tmp_path / "drops" / DATE / "loose-fifo")
+    files = sorted([*files, "good/dangling", "good/zero", "loose-fifo"])
     ray.shutdown()
     start_ray(num_cpus=2)
     try:
@@ -274,10 +280,75 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
     ingest, rejects = day.tables["ingest_log"].to_pylist(), day.tables["rejects"].to_pylist()
     assert sorted([r["file"] for r in ingest] + [r["file"] for r in rejects]) == files
     assert {r["job_id"] for r in ingest} == {"good"} and day.jobs_converted == 1
+    assert {r["file"]: r["reason"] for r in rejects if r["file"] in ("good/zero", "loose-fifo")} == {
+        "good/zero": f"zero: a symbolic link out of the drop; {REGULAR_FILES_ONLY}",
+        "loose-fifo": f"loose-fifo: a FIFO; {REGULAR_FILES_ONLY}"}
     assert warehouse_files(warehouse) == [f"traces/date={DATE}/job=good/{n}" for n in
                                           ("_manifest.json", *(f"good.{r}.et" for r in range(4)))]
     assert json.loads((tmp_path / "wh" / "traces" / f"date={DATE}" / "job=good" / "_manifest.json").read_text())[
         "et_files"] == [r["path"] for r in day.tables["traces"].to_pylist()]
+
+
+def _odd_entries(folder: Path, secret: Path) -> list[str]:
+    """Links of every kind, a FIFO and a socket-free device link in a job folder: each must be
+    rejected alone, unopened; returns their names."""
+    (folder / "sub").mkdir()
+    (folder / "sub" / "real.txt").write_text("a regular file in a subfolder")
+    links = {"dangling": "/nonexistent/target", "to-folder": str(folder / "sub"), "to-zero": "/dev/zero",
+             "out-of-drop": str(secret), "inside": str(folder / "sub" / "real.txt")}
+    for name, target in links.items():
+        os.symlink(target, folder / name)
+    os.mkfifo(folder / "rank5.timing.json")
+    return [*links, "rank5.timing.json"]
+
+
+def test_links_fifos_and_devices_in_a_drop_are_rejected_alone_unopened(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-BYTES")
+    source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()
+    gloo_job(source, "j")
+    odd = _odd_entries(tmp_path / "drops" / DATE / "j", secret)
+    started = time.monotonic()
+    outcome, files = run_job("j", "r1", source, warehouse)
+    assert time.monotonic() - started < 60  # /dev/zero and the FIFO were never read
+    reasons = accounted(outcome, files)
+    assert outcome.ranks == 2 and sorted(reasons) == sorted(["j/sub/real.txt", *(f"j/{n}" for n in odd)])
+    expected = {"dangling": "a symbolic link to nothing", "to-folder": "a symbolic link to a folder",
+                "to-zero": "a symbolic link out of the drop", "out-of-drop": "a symbolic link out of the drop",
+                "inside": "a symbolic link to a regular file", "rank5.timing.json": "a FIFO"}
+    for name, words in expected.items():
+        assert reasons[f"j/{name}"] == f"{name}: {words}; a drop holds regular files only; not read"
+    assert not any("SECRET" in r or "/dev/zero" in r or "nonexistent" in r for r in reasons.values())
+    assert all(r["sha256"] is None for r in outcome.rejects if r["file"] != "j/sub/real.txt")
+
+
+def test_a_job_twice_in_case_and_names_with_control_characters_are_rejected(tmp_path):
+    source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()
+    for job in ("job7", "JOB7", "bad\nname"):
+        gloo_job(source, job)
+    gloo_job(source, "ok", {"rank0\x01.kineto.json": b"{}"})
+    jobs, _ = list_day(source, DATE)
+    by_id = {j.job_id: j for j in jobs}
+    assert sorted(by_id) == ["JOB7", "bad\\nname", "job7", "ok"]
+    assert "the same job as JOB7, its name differing only in case" in by_id["job7"].problem
+    assert by_id["bad\\nname"].problem.startswith("bad\\nname: the name holds a control character")
+    for job_id in ("job7", "bad\\nname"):
+        outcome = process_job(by_id[job_id], DATE, warehouse, "r1")
+        assert not outcome.ingest and outcome.prefix is None and len(outcome.rejects) == len(by_id[job_id].files)
+        assert all("\n" not in r["reason"] and "\n" not in r["file"] for r in outcome.rejects)
+    ok = process_job(by_id["ok"], DATE, warehouse, "r1")
+    assert ok.ranks == 2 and [r["file"] for r in ok.rejects] == ["ok/rank0\\x01.kineto.json"]
+
+
+def test_a_timing_file_in_another_format_is_set_aside_and_the_job_converts(memfs):
+    gloo_job(SOURCE, "j", {"rank0.timing.json": b"step,ns\n1,5\n", "rank1.timing.json": b'{"steps_ns": [5]}'})
+    outcome, files = run_job("j")
+    reasons = accounted(outcome, files)
+    assert outcome.ranks == 2 and list(reasons) == ["j/rank0.timing.json"]
+    assert "rank0.timing.json" in reasons["j/rank0.timing.json"] and "\n" not in reasons["j/rank0.timing.json"]
+    assert [r["stage"] for r in outcome.rejects] == ["convert"]
+    again, _ = run_job("j", "r2")  # reused from the manifest: set aside again, not logged as processed
+    assert [r["file"] for r in again.rejects] == ["j/rank0.timing.json"]
 
 
 def _groups(source: str, job: str, name: str, groups: dict) -> None:

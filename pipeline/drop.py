@@ -1,0 +1,132 @@
+"""A day's drop, walked as untrusted: its job folders and files, each file's content hash, and
+what in it must not be opened.
+
+The walk never leaves the day's folder and never opens what is not a regular file: on a local
+disk every entry is looked at without following it (lstat), and a symbolic link (dangling, to
+a folder, to a device or FIFO, out of the drop, or even to a file inside it), a FIFO, a device
+or a socket becomes a file with a `problem`, which the job rejects alone (its reason says what
+the entry is, never what it points to or holds) while the rest of the job and of the night goes
+on. Object stores hold regular objects only. A name holding a control character (a newline, a
+NUL) is a problem too, shown escaped; a job folder whose name differs from an earlier one's only
+in case is the same job dropped twice, and is rejected rather than processed and weighted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import unicodedata
+
+from chakra_core.inputs import file_kind, is_local, open_raw
+from pipeline.ingest import InputFile, JobInput, kind_of
+from pipeline.layout import day_url, filesystem
+
+HASH_CHUNK = 4 << 20
+REGULAR_FILES_ONLY = "a drop holds regular files only; not read"
+
+
+def printable(name: str) -> str:
+    """name with control characters escaped (\\n, \\x00, ...), for tables and one-line reasons."""
+    if not any(unicodedata.category(c) == "Cc" for c in name):
+        return name
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" else c
+                   for c in name)
+
+
+def _name_problem(name: str) -> str | None:
+    if printable(name) != name:
+        return f"{printable(name)}: the name holds a control character; not read"
+    return None
+
+
+def _link_problem(path: str, root: str) -> str:
+    """What a symbolic link inside the drop names, in words (never the target itself)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a symbolic link to nothing"
+    real = os.path.realpath(path)
+    if not real.startswith(os.path.realpath(root).rstrip("/") + "/"):
+        return "a symbolic link out of the drop"
+    return f"a symbolic link to {file_kind(mode)}"
+
+
+def _local_files(folder: str, root: str, relative: str = "") -> list[tuple[str, str, int, str | None]]:
+    """(storage path, path relative to folder, bytes, problem) of every entry below a local
+    folder, walked without following links (stack, not recursion)."""
+    found, pending = [], [(folder, relative)]
+    while pending:
+        here, prefix = pending.pop()
+        with os.scandir(here) as entries:
+            for entry in entries:
+                name = f"{prefix}{entry.name}"
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((entry.path, f"{name}/"))
+                    continue
+                problem = (None if stat.S_ISREG(info.st_mode) else
+                           _link_problem(entry.path, root) if stat.S_ISLNK(info.st_mode) else file_kind(info.st_mode))
+                found.append((entry.path, name, info.st_size if problem is None else 0,
+                              f"{printable(name)}: {problem}; {REGULAR_FILES_ONLY}" if problem else None))
+    return sorted(found, key=lambda f: f[1])
+
+
+def _top_level(fs, root: str) -> list[tuple[str, str, bool, int, str | None]]:
+    """(storage path, name, is a job folder, bytes, problem) of each entry of the day folder."""
+    if not is_local(fs):
+        return [(e["name"].rstrip("/"), e["name"].rstrip("/").rsplit("/", 1)[-1], e["type"] == "directory",
+                 int(e.get("size") or 0), None) for e in fs.ls(root, detail=True)]
+    entries = []
+    with os.scandir(root) as listing:
+        for entry in listing:
+            info = entry.stat(follow_symlinks=False)
+            mode = info.st_mode
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                entries.append((entry.path, entry.name, stat.S_ISDIR(mode), info.st_size, None))
+            else:
+                what = _link_problem(entry.path, root) if stat.S_ISLNK(mode) else file_kind(mode)
+                entries.append((entry.path, entry.name, False, 0,
+                                f"{printable(entry.name)}: {what}; {REGULAR_FILES_ONLY}"))
+    return entries
+
+
+def _job_files(fs, path: str, root: str) -> list[tuple[str, str, int, str | None]]:
+    if is_local(fs):
+        return _local_files(path, root)
+    return [(p, p[len(path.rstrip("/")) + 1:], int(info.get("size") or 0), None)
+            for p, info in sorted(fs.find(path, detail=True).items())]
+
+
+def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
+    """The day's job folders, and files lying outside any job folder (with their problems)."""
+    day = day_url(source, date)
+    fs, root = filesystem(day)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"{day}: no drop for {date}")
+    jobs, loose, first_of = [], [], {}
+    for path, name, is_job, size, problem in sorted(_top_level(fs, root), key=lambda e: e[1]):
+        if not is_job:
+            loose.append(InputFile(fs.unstrip_protocol(path), printable(name), size, "unknown",
+                                   problem or _name_problem(name)))
+            continue
+        job = JobInput(printable(name), fs.unstrip_protocol(path), problem=_name_problem(name))
+        earlier = first_of.setdefault(name.casefold(), job.job_id)
+        if earlier != job.job_id and job.problem is None:
+            job.problem = (f"{job.job_id}: the same job as {earlier}, its name differing only in case; a job is"
+                           " processed once")
+        for file_path, relative, file_size, file_problem in _job_files(fs, path, root):
+            kind = kind_of(relative) if "/" not in relative and file_problem is None else "unknown"
+            job.files.append(InputFile(fs.unstrip_protocol(file_path), f"{job.job_id}/{printable(relative)}",
+                                       file_size, kind, file_problem or _name_problem(relative)))
+        jobs.append(job)
+    return jobs, loose
+
+
+def sha256(url: str) -> str:
+    """The content hash of a regular file (chakra_core.inputs refuses anything else)."""
+    digest = hashlib.sha256()
+    with open_raw(url) as f:
+        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
