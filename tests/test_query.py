@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -76,5 +77,67 @@ def test_s3_warehouse_reads_through_fsspec(s3, capsys):
     _fill("s3://query-wh/warehouse")
     code, out, _ = _query(capsys, "--warehouse", "s3://query-wh/warehouse", "--json",
                           "SELECT topology, count(*) n, max(finish_ns) worst FROM sim_results GROUP BY ALL ORDER BY 1")
-    assert code == 0 and json.loads(out) == [{"topology": "Ring", "n": 2, "worst": 2000},
+    assert code == 0, _
+    assert json.loads(out) == [{"topology": "Ring", "n": 2, "worst": 2000},
                                              {"topology": "Switch", "n": 1, "worst": 3000}]
+
+
+ESCAPES = {  # SQL that would reach past the warehouse, and what the confined query says
+    "COPY (SELECT 1) TO '{out}/x.csv'": "COPY is not a query",
+    "COPY sim_results TO '{wh}/tables/sim_results/date=2026-01-01/part-0.parquet'": "COPY is not a query",
+    "SELECT * FROM read_csv('{secret}')": "file system operations are disabled",
+    "SELECT * FROM read_text('{secret}')": "file system operations are disabled",
+    "SELECT * FROM glob('{out}/*')": "file system operations are disabled",
+    "ATTACH '{out}/new.db'": "ATTACH is not a query",
+    "INSTALL httpfs": "LOAD is not a query",
+    "LOAD httpfs": "LOAD is not a query",
+    "SET enable_external_access = true": "SET is not a query",
+    "SELECT 1; COPY (SELECT 1) TO '{out}/y.csv'": "2 statements",
+    "CREATE TABLE t AS SELECT 1": "CREATE is not a query",
+    "PRAGMA version": "PRAGMA is not a query",
+}
+
+
+@pytest.mark.parametrize("sql", list(ESCAPES))
+def test_a_query_stays_read_only_inside_its_warehouse(tmp_path, capsys, sql):
+    warehouse, out, secret = tmp_path / "wh", tmp_path / "out", tmp_path / "secret.csv"
+    out.mkdir()
+    secret.write_text("key\nTOP-SECRET\n")
+    _fill(str(warehouse))
+    before = {p: p.read_bytes() for p in warehouse.rglob("*") if p.is_file()}
+    code, stdout, err = _query(capsys, "--warehouse", str(warehouse),
+                               sql.format(out=out, wh=warehouse, secret=secret))
+    assert code == 2 and err.count("\n") == 1 and ESCAPES[sql] in err, err
+    assert "TOP-SECRET" not in stdout + err and not list(out.iterdir())
+    assert {p: p.read_bytes() for p in warehouse.rglob("*") if p.is_file()} == before
+
+
+def test_the_full_engine_is_an_explicit_opt_out(tmp_path, capsys):
+    warehouse, out = tmp_path / "wh", tmp_path / "out.csv"
+    _fill(str(warehouse))
+    code, _, err = _query(capsys, "--warehouse", str(warehouse), "--unsafe-full-engine",
+                          f"COPY (SELECT job_id FROM sim_results ORDER BY 1 LIMIT 1) TO '{out}'")
+    assert code == 0 and out.read_text().splitlines() == ["job_id", "a"], err
+
+
+def test_a_file_that_is_not_parquet_is_left_out_with_a_warning(tmp_path, capsys):
+    warehouse = tmp_path / "wh"
+    _fill(str(warehouse))
+    day = warehouse / "tables" / "sim_results" / "date=2026-01-01"
+    (day / "part-9.parquet").write_text("not parquet")
+    os.mkfifo(day / "part-fifo.parquet")
+    code, out, err = _query(capsys, "--warehouse", str(warehouse), "--json", "SELECT count(*) n FROM sim_results")
+    assert code == 0 and json.loads(out) == [{"n": 3}]
+    assert "part-9.parquet: not a Parquet file" in err and "part-fifo.parquet: is a FIFO" in err
+
+
+@pytest.mark.usefixtures("s3")
+def test_an_s3_warehouse_is_confined_too(s3, tmp_path, capsys):
+    s3.mkdir("confined-wh")
+    s3.pipe_file("confined-wh/secret.csv", b"key\nTOP-SECRET\n")
+    _fill("s3://confined-wh/warehouse")
+    (tmp_path / "local.csv").write_text("key\nLOCAL-SECRET\n")
+    for target in ("s3://confined-wh/secret.csv", str(tmp_path / "local.csv")):
+        code, out, err = _query(capsys, "--warehouse", "s3://confined-wh/warehouse",
+                                f"SELECT * FROM read_csv('{target}')")
+        assert code == 2 and "SECRET" not in out + err and err.count("\n") == 1, err

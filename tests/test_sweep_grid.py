@@ -186,7 +186,7 @@ def test_a_grid_sweep_gives_a_row_per_job_and_point_and_a_rerun_adds_nothing(tmp
     assert sorted(p.name for p in (warehouse / "tables" / "sweep_results" / "sweep=bw").iterdir()) == parts
     from chakra_core.analysis.warehouse import open_warehouse, run_query
 
-    con, _ = open_warehouse(str(warehouse))  # `chakra query` sees the parameter columns
+    con, _, _ = open_warehouse(str(warehouse))  # `chakra query` sees the parameter columns
     grouped = run_query(con, "SELECT topology_0, bandwidth_0, count(*) n FROM sweep_results GROUP BY ALL").to_pylist()
     assert len(grouped) == 6 and {r["n"] for r in grouped} == {6}
 

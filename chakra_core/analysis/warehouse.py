@@ -8,6 +8,14 @@ parts (a sweep's parameter columns are null in the rows of sweeps without them).
 warehouse is any fsspec URL: for s3:// (or any other remote store) the fsspec filesystem is
 registered with DuckDB, which then reads through it, so no DuckDB extension has to be
 downloaded.
+
+The connection is confined to its warehouse unless asked otherwise (`full_engine`): once the
+views exist, DuckDB may open files only under the warehouse's tables/ folder
+(`allowed_directories`, then `enable_external_access = false`, then `lock_configuration`, so
+no query can loosen it), loads and installs no extension, and `run_query` takes exactly one
+read-only statement (a SELECT: also WITH, FROM, VALUES, SHOW, DESCRIBE, SUMMARIZE): no COPY
+TO, ATTACH, INSTALL, SET, CREATE, PRAGMA or second statement. A file under tables/ that is
+not Parquet (judged by its PAR1 magic at both ends) is left out of its view with a warning.
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ import re
 import fsspec
 
 from chakra_core.errors import ChakraError
+from chakra_core.inputs import InputKindError, is_local, open_raw
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PARQUET_MAGIC = b"PAR1"
 
 
 class WarehouseError(ChakraError):
@@ -29,29 +39,68 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def open_warehouse(url: str):
-    """(DuckDB connection, {table: [parquet files]}) with a view per table of the warehouse."""
+def open_warehouse(url: str, full_engine: bool = False):
+    """(DuckDB connection, {table: [parquet files]}, [warnings]) with a view per table of the
+    warehouse; the connection confined to it unless full_engine (see the module docstring)."""
     import duckdb
 
     fs, root = fsspec.core.url_to_fs(url)
     tables_root = root.rstrip("/") + "/tables"
     if not fs.isdir(tables_root):
         raise WarehouseError(f"{url}: no tables/ folder here; is this a warehouse written by the nightly flow?")
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-    con = duckdb.connect()
+    local = is_local(fs)
+    config = {} if full_engine else {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    con = duckdb.connect(config=config)
     if not local:
         con.register_filesystem(fs)
     scheme = "" if local else f"{fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol}://"
     files_by_table: dict[str, list[str]] = {}
+    warnings: list[str] = []
     for entry in sorted(fs.ls(tables_root, detail=False)):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
         if not _TABLE_NAME.match(name) or not fs.isdir(entry):
             continue
-        files = sorted(f for f in fs.glob(entry.rstrip("/") + "/**/*.parquet") if "/." not in f)
+        files = _parquet_parts(fs, entry, warnings)
         files_by_table[name] = [scheme + f.lstrip("/") if scheme else f for f in files]
         if files:
             con.execute(f"CREATE VIEW {name} AS {_union(files_by_table[name])}")
-    return con, files_by_table
+    if not full_engine:
+        _confine(con, scheme + tables_root.lstrip("/") if scheme else tables_root)
+    return con, files_by_table, warnings
+
+
+def _parquet_parts(fs, table_folder: str, warnings: list[str]) -> list[str]:
+    """The table's *.parquet files (not temporaries) that are Parquet; a warning for each other."""
+    parts = []
+    for f in sorted(f for f in fs.glob(table_folder.rstrip("/") + "/**/*.parquet") if "/." not in f):
+        problem = _not_parquet(fs, f)
+        if problem is None:
+            parts.append(f)
+        else:
+            warnings.append(f"{f}: {problem}; left out of its table")
+    return parts
+
+
+def _not_parquet(fs, path: str) -> str | None:
+    """Why the file is not a Parquet file (a FIFO, a device, no PAR1 magic at both ends), or None."""
+    try:
+        with (open_raw(path) if is_local(fs) else fs.open(path, "rb")) as part:
+            head = part.read(4)
+            part.seek(-4 if head == PARQUET_MAGIC else 0, 2)
+            if head == PARQUET_MAGIC and part.tell() >= 8 and part.read(4) == PARQUET_MAGIC:
+                return None
+            return "not a Parquet file (no PAR1 at both ends)"
+    except InputKindError as exc:
+        return exc.message
+    except OSError as exc:
+        raise WarehouseError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
+
+
+def _confine(con, tables_root: str) -> None:
+    """From now on the connection opens files only under tables_root, and cannot be unconfined."""
+    con.execute(f"SET allowed_directories = [{_quoted(tables_root.rstrip('/') + '/')}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def _union(files: list[str]) -> str:
@@ -66,15 +115,31 @@ def _union(files: list[str]) -> str:
         "union_by_name = true)" for group in layouts.values())
 
 
-def run_query(con, sql: str):
-    """The query's result as a pyarrow Table; DuckDB's complaint as one WarehouseError line."""
+def run_query(con, sql: str, full_engine: bool = False):
+    """The query's result as a pyarrow Table; DuckDB's complaint, or why the statement is not
+    allowed (without full_engine: one read-only statement), as one WarehouseError line."""
     import duckdb
 
     try:
+        if not full_engine:
+            _one_read_only_statement(con, sql)
         relation = con.sql(sql)
         return None if relation is None else relation.to_arrow_table()  # None: CREATE, SET, ...
     except duckdb.Error as exc:
         raise WarehouseError(" ".join(str(exc).split())) from None
+
+
+def _one_read_only_statement(con, sql: str) -> None:
+    import duckdb
+
+    statements = con.extract_statements(sql)
+    if len(statements) != 1:
+        raise WarehouseError(f"{len(statements)} statements: give one query (a SELECT); --unsafe-full-engine "
+                             "runs any SQL")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise WarehouseError(f"{kind.name} is not a query: the warehouse is read with one SELECT (or WITH, FROM, "
+                             "SHOW, DESCRIBE, SUMMARIZE); --unsafe-full-engine runs any SQL")
 
 
 def table_counts(con, files_by_table: dict[str, list[str]]) -> list[dict]:

@@ -88,11 +88,13 @@ def _note_set_aside(row: dict) -> None:
 def cmd_query(args) -> int:
     from chakra_core.analysis.warehouse import open_warehouse, run_query, table_counts
 
-    con, files_by_table = open_warehouse(args.warehouse)
+    con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine)
+    for warning in warnings:
+        print(f"chakra query: warning: {warning}", file=sys.stderr)
     if args.sql is None:
         rows, columns = table_counts(con, files_by_table), ["table", "days", "rows", "files"]
     else:
-        result = run_query(con, args.sql)
+        result = run_query(con, args.sql, args.unsafe_full_engine)
         rows, columns = ([], []) if result is None else (result.to_pylist(), result.column_names)
     if args.json:
         print_json(rows, default=str)
@@ -131,10 +133,16 @@ def add_parsers(sub) -> None:
                        "in DuckDB with one view per table (ingest_log, rejects, traces, collectives, sim_results, "
                        "representatives, synthetic_traces, fidelity, sweep_results, ...), each with its date column "
                        "(and sweep for sweep_results), and run SQL over them. Without SQL, list the tables with "
-                       "their days and rows. s3:// is read through s3fs (no DuckDB extension needed).")
+                       "their days and rows. s3:// is read through s3fs (no DuckDB extension needed). The query "
+                       "is one read-only statement (SELECT, WITH, FROM, SHOW, DESCRIBE, SUMMARIZE) and reads only "
+                       "the warehouse's tables: no COPY TO, ATTACH, INSTALL, SET or files elsewhere, unless "
+                       "--unsafe-full-engine. A file under tables/ that is not Parquet is left out with a warning.")
     p.add_argument("sql", nargs="?", metavar="SQL", help="the query (default: list the tables)")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL",
                    help="the warehouse folder or URL (default out/warehouse)")
+    p.add_argument("--unsafe-full-engine", action="store_true",
+                   help="run any SQL with all of DuckDB's powers: several statements, writes (COPY TO), any file "
+                   "on the machine, ATTACH, INSTALL from the network; for a trusted user only")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="the rows as a JSON list of objects")
     form.add_argument("--csv", action="store_true", help="the rows as CSV with a header")
