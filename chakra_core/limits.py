@@ -22,7 +22,7 @@ class Limit:
 
 LIMITS: dict[str, Limit] = {
     "nodes": Limit("CHAKRA_MAX_NODES", 20_000_000,
-                   "nodes (or events) in one trace file"),
+                   "nodes (or events) in one trace file (and in one generated job, all ranks together)"),
     "expansion": Limit("CHAKRA_MAX_EXPANSION", 250,
                        "x expansion of a gzip file or an archive (judged from 256 KiB decompressed on; real traces "
                        "stay under 40x)"),

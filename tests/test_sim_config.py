@@ -155,6 +155,7 @@ def test_mixed_radix_three_dims():
      ["npus_count", "1 entries", "topology has 2"]),
     ("topology: [ Torus ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n", ["topology[0]", "Torus"]),
     ("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 0 ]\nlatency: [ 500.0 ]\n", ["bandwidth[0]", "greater than 0"]),
+    ("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ .nan ]\nlatency: [ 500.0 ]\n", ["bandwidth", "not a finite"]),
     ("topology: [ Ring ]\nnpus_count: [ 0 ]\nbandwidth: [ 5 ]\nlatency: [ 500.0 ]\n", ["npus_count[0]"]),
     ("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 5 ]\nlatency: [ -1 ]\n", ["latency[0]"]),
     ("topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwith: [ 5 ]\nlatency: [ 1 ]\n", ["bandwith", "unknown key"]),

@@ -46,10 +46,17 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr, exit 2, as bad input is (--help shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with every option of the group of `command` (when it names one) and the
     other commands by name and help only."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="chakra",
         description="Read, check and convert Chakra execution traces (.et). Paths may be any fsspec URL "
         "(local, file://, s3://, memory://); gzip input is detected automatically.",

@@ -6,7 +6,9 @@ it uses inside its function, so that `chakra --help` and the light commands star
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 
@@ -14,6 +16,42 @@ from chakra_core.errors import ChakraError
 from chakra_core.terminal import Progress
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+FACTOR_RANGE = (1e-6, 1e6)  # a scale or speed beyond makes times of hundreds of digits, or none at all
+
+
+def factor(text: str) -> float:
+    """An option that scales a time (--compute-scale, --comm-scale, an NPU's speed): a finite
+    number within FACTOR_RANGE; inf, nan, 0 and negatives are refused by argparse in one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not FACTOR_RANGE[0] <= value <= FACTOR_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number from {FACTOR_RANGE[0]:g} to "
+                                         f"{FACTOR_RANGE[1]:g}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (NPUs, jobs, iterations), below 2**31."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value < 2**31:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from 1 to {2**31 - 1:,}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a clock in MHz, a timeout in seconds, a time in ms)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number above 0")
+    return value
 
 
 def print_json(document, **options) -> None:

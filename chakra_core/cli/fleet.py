@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, human_bytes, print_json
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, human_bytes, positive_int, print_json
 from chakra_core.errors import ChakraError
 from chakra_core.terminal import Progress, console, for_a_person, plain_table
 
@@ -52,7 +52,7 @@ def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
     from chakra_core.generate.workloads import WORKLOADS
 
     p.add_argument("workload", choices=list(WORKLOADS), metavar="WORKLOAD", help=", ".join(WORKLOADS))
-    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs (ranks) of the job")
+    p.add_argument("--npus", type=positive_int, required=True, metavar="N", help="NPUs (ranks) of the job")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder (any fsspec URL)")
     p.add_argument("--name", metavar="NAME", help="output names NAME.<rank>.et (default: the workload)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -200,8 +200,8 @@ def add_parsers(sub) -> None:
                        "500 ns); OUT/fidelity.json compares them with the real jobs of the same cluster and NPU "
                        "count (message-size KS, composition TV, iteration time). Exit 1 if a job fails its checks.")
     p.add_argument("--train", nargs="+", metavar="DIR", help="training job folder(s), or folders of job folders")
-    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs of each synthetic job")
-    p.add_argument("--jobs", type=int, required=True, metavar="K", help="synthetic jobs to write")
+    p.add_argument("--npus", type=positive_int, required=True, metavar="N", help="NPUs of each synthetic job")
+    p.add_argument("--jobs", type=positive_int, required=True, metavar="K", help="synthetic jobs to write")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder (any fsspec URL)")
     p.add_argument("--seed", type=int, default=0, help="seed of fitting and sampling (default 0)")
     model = p.add_mutually_exclusive_group()
@@ -219,7 +219,7 @@ def add_parsers(sub) -> None:
                        "<name>.<rank>.et files, or subfolders that each hold one job.")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="job folder(s), or folders of job folders")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("-k", type=int, help="number of representatives (default: the fewest meeting --max-error)")
+    size.add_argument("-k", type=positive_int, help="number of representatives (default: the fewest meeting --max-error)")
     size.add_argument("--max-error", type=float, metavar="E",
                       help="without -k: the largest group error allowed, as a fraction (default 0.05)")
     p.add_argument("-o", "--output", metavar="OUT.json", help="also write the selection as JSON here")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from chakra_core.cli.common import EXIT_OK, print_json
+from chakra_core.cli.common import EXIT_OK, factor, positive_int, positive_number, print_json
 from chakra_core.terminal import console, plain_table
 
 COMMANDS = {
@@ -100,14 +100,14 @@ def add_parsers(sub) -> None:
     p.add_argument("workload", metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
     p.add_argument("--comm-group", metavar="FILE",
                    help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")
-    p.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
+    p.add_argument("--iterations", type=positive_int, default=3, metavar="N", help="timed iterations (default 3)")
     p.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed iterations first (default 1)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
     p.add_argument("--compute", choices=["sleep", "spin", "none"], default="sleep",
                    help="how compute nodes take their recorded time (default sleep)")
-    p.add_argument("--compute-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--compute-scale", type=factor, default=1.0, metavar="X",
                    help="multiply every compute duration by X (the profiler's cost: chakra calibrate --measured-ms)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--timeout", type=positive_number, default=60.0, metavar="S",
                    help="seconds a rank may wait for its peers before the replay fails (default 60)")
     p.add_argument("--json", action="store_true", help="one JSON document with every communication node")
     p.set_defaults(run=cmd_replay)
@@ -119,14 +119,14 @@ def add_parsers(sub) -> None:
                        "DIR/network.yml and DIR/system.json for N NPUs, which chakra simulate takes as they are, and "
                        "DIR/calibration.json with the fit and every sample's residual.")
     p.add_argument("workloads", nargs="*", metavar="PREFIX", help="jobs whose traces carry measured durations")
-    p.add_argument("--npus", type=int, required=True, metavar="N", help="NPUs of the network to write")
+    p.add_argument("--npus", type=positive_int, required=True, metavar="N", help="NPUs of the network to write")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
     p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
     p.add_argument("--kinds", default="all_reduce", metavar="K[,K...]", type=_kinds,
                    help="collectives the sweep measures: all_reduce, all_gather, all_to_all (default all_reduce;"
                    " calibration.json and the output give each one's own fit beside the joint one)")
-    p.add_argument("--measured-ms", type=float, metavar="MS",
+    p.add_argument("--measured-ms", type=positive_number, metavar="MS",
                    help="the first job's recorded steps measured with the profiler off: gives the compute scale "
                    "(default: the unprofiled steps its conversion found beside the traces, where there are)")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
+from chakra_core.cli.common import FACTOR_RANGE, EXIT_FINDINGS, EXIT_OK, factor, positive_int, print_json
+from chakra_core.errors import ChakraError
 from chakra_core.terminal import Progress, console, plain_table
 
 COMMANDS = {
@@ -20,11 +22,12 @@ def _npu_speeds(spec: list[str] | None, network_url: str) -> list[float] | None:
 
     speeds = [1.0] * load_network(network_url).npus
     for item in spec:
-        npu, _, factor = item.partition("=")
+        npu, _, speed = item.partition("=")
         try:
-            speeds[int(npu)] = float(factor)
-        except (ValueError, IndexError):
-            raise ValueError(f"--npu-speed {item!r}: expected NPU=FACTOR with NPU below {len(speeds)}") from None
+            speeds[int(npu)] = factor(speed)
+        except (ValueError, IndexError, argparse.ArgumentTypeError):
+            raise ValueError(f"--npu-speed {item!r}: expected NPU=FACTOR with NPU below {len(speeds)} and FACTOR "
+                             f"from {FACTOR_RANGE[0]:g} to {FACTOR_RANGE[1]:g}") from None
     return speeds
 
 
@@ -44,6 +47,9 @@ def cmd_simulate(args) -> int:
             print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
         print(f"chakra simulate: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
+    if result.finish_ns >= 2**63:  # what no table (int64 ns) can hold: sizes, scales and speeds out of range
+        raise ChakraError(f"{args.workload}: the job would finish after {result.finish_ns:.3e} ns, beyond 2**63 ns "
+                          "(292 years): check its sizes, the bandwidths and the scales")
     for line in assumptions:
         print(f"what-if: {line}", file=sys.stderr)
     for line in result.notes:
@@ -80,14 +86,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")
     p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
                    help="congestion-unaware (default) or congestion-aware network")
-    p.add_argument("--traced-npus", type=int, metavar="N",
+    p.add_argument("--traced-npus", type=positive_int, metavar="N",
                    help="what-if: the workload has files for N NPUs; run it on the network's NPU count "
                    "(assumptions are printed)")
     p.add_argument("--scaling", choices=["weak", "strong"], default="weak",
                    help="what-if: keep each NPU's compute (weak, default) or divide it by M/N (strong)")
-    p.add_argument("--compute-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--compute-scale", type=factor, default=1.0, metavar="X",
                    help="multiply every compute time by X (e.g. 0.5: compute twice as fast)")
-    p.add_argument("--comm-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--comm-scale", type=factor, default=1.0, metavar="X",
                    help="multiply every communication time by X (e.g. 0.5: network twice as fast)")
     p.add_argument("--npu-speed", action="append", metavar="NPU=FACTOR",
                    help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")

@@ -53,6 +53,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chakra_core import limits
 from chakra_core.generate.builder import JobBuilder
 
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = "ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER"
@@ -425,5 +426,32 @@ def generate(workload: str, npus: int, **options) -> JobBuilder:
     if unknown:
         raise ValueError(f"option(s) {', '.join(unknown)} do not apply to workload {workload} "
                          f"(its options: {', '.join(spec.options)})")
+    if npus > limits.value("npus"):
+        raise limits.LimitExceeded(f"generate {workload}", "npus", f"{npus:,} NPUs")
     values = {name: opt.coerce(name, options.get(name, opt.default)) for name, opt in spec.options.items()}
+    _check_size(spec, npus, values)
     return spec.build(npus, **values)
+
+
+REPEATS = ("layers", "steps", "micro_batches", "tables")  # options a job's nodes grow with, at most linearly
+PROBE = 16
+
+
+def _check_size(spec: Workload, npus: int, values: dict) -> None:
+    """Refuses, before building it, a job beyond the `nodes` limit (per rank, and for all ranks,
+    which are held in memory together): the job is built once with each repeat count above PROBE
+    cut to PROBE (layers never below the pipeline stages), and its nodes scaled by how much each
+    count was cut, an upper bound as nodes grow at most linearly in each."""
+    cut = {k: max(PROBE, values.get("pp") or 1) if k == "layers" else PROBE
+           for k in REPEATS if isinstance(values.get(k), int) and values[k] > PROBE}
+    cut = {k: v for k, v in cut.items() if values[k] > v}
+    if not cut:
+        return
+    probe = spec.build(npus, **{**values, **cut})
+    scale = math.prod(values[k] / v for k, v in cut.items())
+    per_rank = max(len(probe.rank(r)) for r in range(npus)) * scale
+    total = sum(len(probe.rank(r)) for r in range(npus)) * scale
+    most = limits.value("nodes")
+    if max(per_rank, total) > most:
+        raise limits.LimitExceeded(f"generate {spec.name}", "nodes", f"about {per_rank:,.0f} nodes per rank and "
+                                   f"{total:,.0f} in all ({', '.join(f'{k}={values[k]:,}' for k in cut)})")
