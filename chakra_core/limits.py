@@ -40,7 +40,7 @@ LIMITS: dict[str, Limit] = {
                            "values of one configuration document, counting each YAML alias as the values it "
                            "repeats"),
     "archive_members": Limit("CHAKRA_MAX_ARCHIVE_MEMBERS", 100_000, "members of one .zip or .tar job bundle"),
-    "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 2_000_000, "issue/callback lines of one simulator log"),
+    "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 500_000, "issue/callback lines of one simulator log"),
 }
 
 # Below this many decompressed bytes a gzip file is never judged by its ratio: tiny, very

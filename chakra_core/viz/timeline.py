@@ -24,11 +24,11 @@ import math
 import re
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-import fsspec
 
+from chakra_core import limits
 from chakra_core.format.job import read_ranks, split_rank_url
 from chakra_core.format.nodetypes import (
     COLL,
@@ -38,6 +38,7 @@ from chakra_core.format.nodetypes import (
     RECV,
     SEND,
 )
+from chakra_core.inputs import bounded_lines, open_input
 from chakra_core.outputs import open_output
 
 DEFAULT_MAX_FLOWS = 2000
@@ -267,6 +268,7 @@ _LOG_TYPES = (  # node-type substrings -> track, as chakra_timeline_visualizer d
 )
 _NUMERIC_TYPES = {str(NODE_TYPE_VALUES[name]): track for name, track in _LOG_TYPES}  # "2" -> "memory", ...
 _TOKEN = re.compile(r"\b(issue|callback)\s*,")
+MAX_LOG_LINE = 64 << 10  # bytes of one log line kept; real ones are under 200
 
 
 def _log_track(text: str) -> str | None:
@@ -299,33 +301,45 @@ def _classify(name: str, extra: list[str]) -> str:
     return "other"
 
 
-def parse_log(lines: Iterable[str]) -> tuple[list[tuple[str, int, int, int, str, list[str]]], int]:
-    """(kind, npu, cycle, node id, name, extra fields) per issue/callback line; and the count of
-    such lines that could not be parsed."""
-    records, bad = [], 0
+def parse_log(lines: Iterable[str], path: str, unparsed: list[int]
+              ) -> Iterator[tuple[str, int, int, int, str, list[str]]]:
+    """(kind, npu, cycle, node id, name, extra fields) per issue/callback line, as they are read;
+    unparsed[0] counts such lines that could not be parsed. More than the `log_lines` limit of
+    them is refused."""
+    most, seen = limits.value("log_lines"), 0
     for line in lines:
         m = _TOKEN.search(line)
         if m is None:
             continue
+        seen += 1
+        if seen > most:
+            raise limits.LimitExceeded(path, "log_lines", f"more than {most:,} issue/callback lines")
         fields = [f.strip() for f in line[m.start():].rstrip("\r\n").split(",")]
         fields[0] = m.group(1)
         try:
             values = [f.partition("=")[2].strip() for f in fields[1:5]]
             if len(fields) < 5 or not all("=" in f for f in fields[1:5]):
                 raise ValueError
-            records.append((fields[0], int(values[0]), int(float(values[1])), int(values[2]), values[3], fields[5:]))
-        except ValueError:
-            bad += 1
-    return records, bad
+            record = (fields[0], int(values[0]), int(float(values[1])), int(values[2]), values[3], fields[5:])
+        except (ValueError, OverflowError):
+            unparsed[0] += 1
+            continue
+        yield record
 
 
 def timeline_from_log(path: str, npu_frequency_mhz: float) -> dict:
-    """The issue/callback log that chakra_timeline_visualizer reads (plain, or ASTRA-sim's with
-    spdlog's `[time] [D] <workload>: ` prefix). ts/dur are cycles / MHz in microseconds."""
+    """The issue/callback log that chakra_timeline_visualizer reads (plain, gzipped, or ASTRA-sim's
+    with spdlog's `[time] [D] <workload>: ` prefix), read line by line (a line is cut at
+    MAX_LOG_LINE bytes). ts/dur are cycles / MHz in microseconds."""
     if not (npu_frequency_mhz > 0 and math.isfinite(npu_frequency_mhz)):
         raise ValueError(f"NPU frequency {npu_frequency_mhz!r} MHz: expected a positive number")
-    with fsspec.open(path, "rt", compression="infer", encoding="utf-8", errors="replace") as f:
-        records, bad = parse_log(f)
+    unparsed = [0]
+    with open_input(path) as f:
+        return _log_document(parse_log(bounded_lines(f, MAX_LOG_LINE), path, unparsed), path, npu_frequency_mhz,
+                             unparsed)
+
+
+def _log_document(records: Iterable[tuple], path: str, npu_frequency_mhz: float, unparsed: list[int]) -> dict:
     b = _Builder("NPU", track_rank={t: (i,) for i, t in enumerate(LOG_TRACK_ORDER)})
     pending: dict[tuple[int, int], deque] = defaultdict(deque)
     unmatched_callbacks = 0
@@ -348,7 +362,7 @@ def timeline_from_log(path: str, npu_frequency_mhz: float) -> dict:
                      {"node_id": node_id, "kind": track, "cycles": cycle - start}, key=node_id))
     other = {"source": "log", "file": path, "npu_frequency_mhz": npu_frequency_mhz,
              "unfinished_issues": sum(len(q) for q in pending.values()),
-             "unmatched_callbacks": unmatched_callbacks, "unparsed_lines": bad}
+             "unmatched_callbacks": unmatched_callbacks, "unparsed_lines": unparsed[0]}
     return b.document((), 0, other)
 
 
