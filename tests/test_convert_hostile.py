@@ -298,3 +298,18 @@ def test_more_nodes_than_the_limit_are_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CHAKRA_MAX_NODES", "100")
     _refused(capsys, ["convert", str(ALLGATHER), "-o", str(tmp_path / "out")], str(ALLGATHER),
              "more than 100 elements in 'nodes'", "CHAKRA_MAX_NODES")
+
+
+def test_colliding_correlation_ids_are_reported_as_such(tmp_path, capsys):
+    """Every launch given one correlation id: no kernel can be told apart, so none is attached,
+    and the report says the ids collide rather than that the kernels ran outside the steps."""
+    kineto = json.loads(gzip.decompress(LINEAR_KINETO.read_bytes()))
+    for event in kineto["traceEvents"]:
+        if isinstance(event.get("args"), dict) and "correlation" in event["args"]:
+            event["args"]["correlation"] = 7
+    path = tmp_path / "collide.kineto.json"
+    path.write_text(json.dumps(kineto))
+    assert main(["link", str(LINEAR), str(path), "-o", str(tmp_path / "x.et")]) == 0
+    out = capsys.readouterr().out
+    assert "have a correlation id that more than one launch of the Kineto trace uses" in out
+    assert "attached 0 of" in out and "outside the host trace's steps" not in out

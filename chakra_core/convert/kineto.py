@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -206,6 +206,7 @@ class LinkReport:
     name_mismatches: int = 0
     device_events: int = 0
     device_events_linked: int = 0
+    device_events_colliding: int = 0  # their correlation id names more than one launch: not attached
     profiler_steps: bool = False
 
     def lines(self) -> list[str]:
@@ -213,9 +214,14 @@ class LinkReport:
                f" by {self.matched_by}"]
         if self.name_mismatches:
             out.append(f"{self.name_mismatches:,} id matches had different names and were not linked")
+        if self.device_events_colliding:
+            out.append(f"{self.device_events_colliding:,} device events have a correlation id that more than one "
+                       "launch of the Kineto trace uses (colliding ids): not attached to any host node")
         if self.device_events:
+            rest = " (the rest were launched outside the host trace's steps)" if (
+                self.device_events_linked + self.device_events_colliding < self.device_events) else ""
             out.append(f"attached {self.device_events_linked:,} of {self.device_events:,} device events to host"
-                       " nodes (the rest were launched outside the host trace's steps)")
+                       f" nodes{rest}")
         if not self.profiler_steps:
             out.append("the Kineto trace has no ProfilerStep annotations: linked by ids alone")
         return out
@@ -246,9 +252,13 @@ def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
     report.host_nodes_linked = len(cpu)
     index_of_event = {id(e): i for i, e in cpu.items()}
     launchers = _launchers(kineto)
+    launches = Counter(r.correlation for r in kineto.runtime)
     device: dict[int, list[DeviceEvent]] = defaultdict(list)
     report.device_events = len(kineto.device)
     for d in sorted(kineto.device, key=lambda d: d.ts):
+        if launches[d.correlation] > 1:  # which launch made it cannot be told
+            report.device_events_colliding += 1
+            continue
         launcher = launchers.get(d.correlation) if d.correlation is not None else None
         index = index_of_event.get(id(launcher)) if launcher is not None else None
         if index is not None:
