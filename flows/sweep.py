@@ -35,6 +35,7 @@ from pipeline.run import start_ray  # noqa: E402
 from pipeline.sweep import DEFAULT_SWEEP  # noqa: E402
 from pipeline.sweep_jobs import Sources  # noqa: E402
 from pipeline.sweep_run import plan, run_sweep  # noqa: E402
+from pipeline.sweep_table import sweep_folder  # noqa: E402
 
 REPORT_SECONDS = 2.0  # how often a stage's Prefect progress artifact is updated
 
@@ -97,8 +98,10 @@ def sweep(date: str | None = None, sweep: str | None = None, name: str | None = 
         progress: a progress callback, for the command line only
     """
     path = sweep or DEFAULT_SWEEP
+    name = name or Path(path).stem
     sources = Sources(tuple(jobs or ()), date, warehouse, synthetic, tuple(npus or ()), count, tuple(generate or ()))
     try:
+        sweep_folder(warehouse, name, date)  # a name that is no folder name is refused before anything starts
         grid = load_sweep_file(path, max_points)
     except ChakraError as e:
         get_run_logger().error(str(e))
@@ -106,7 +109,7 @@ def sweep(date: str | None = None, sweep: str | None = None, name: str | None = 
     try:
         planned = _stage("plan", lambda: plan(grid, sources, max_points), lambda p: p.describe(grid))
         start_ray(num_cpus)  # only now: a sweep refused above has started nothing
-        result = run_sweep(grid, planned, warehouse, name or Path(path).stem, date, _Reported(progress), _stage)
+        result = run_sweep(grid, planned, warehouse, name, date, _Reported(progress), _stage)
     except StageFailed as e:
         return Failed(message=str(e))
     ok = result.status.get("ok", 0)
@@ -146,8 +149,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        load_sweep_file(args.sweep, args.max_points)  # a bad file is refused before Prefect and Ray start
+    try:  # a bad file or name is refused before Prefect and Ray start
+        sweep_folder(args.warehouse, args.name or Path(args.sweep).stem, args.date)
+        load_sweep_file(args.sweep, args.max_points)
     except ChakraError as e:
         print(f"sweep: {e}", file=sys.stderr)
         return 2

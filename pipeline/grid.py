@@ -139,6 +139,8 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
     for p in points:  # one of each configuration (grids may overlap), the first kept
         unique.setdefault(p.key, p)
     points = list(unique.values())
+    if not points:
+        raise SweepError(f"{path}: where: no point of the grid meets every condition; nothing would be simulated")
     if len(points) > max_points:
         raise SweepError(f"{path}: {len(points):,} points exceed the limit of {max_points:,} (--max-points raises it)")
     points = _configured(path, points)

@@ -64,6 +64,9 @@ class SweepResult:
 def plan(sweep: Sweep, sources: Sources, max_points: int) -> Plan:
     jobs, problems = list_jobs(sources)
     result = Plan(jobs, {job.job_id: sweep.points_for(job.npus) for job in jobs}, problems)
+    if jobs and not result.simulations:
+        raise SweepError(f"where: no point meets the conditions on traced_npus for any of the {len(jobs)} jobs "
+                         f"({', '.join(c.text for c in sweep.where)}); nothing would be simulated")
     if result.simulations > max_points:
         raise SweepError(f"{result.simulations:,} simulations ({len(jobs)} jobs x {len(sweep.points):,} points) "
                          f"exceed the limit of {max_points:,} (--max-points raises it)")

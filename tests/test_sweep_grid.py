@@ -199,6 +199,28 @@ def test_a_bad_grid_key_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "wh").exists()
 
 
+@pytest.mark.parametrize("extra, message", [
+    (("--name", "../x"), "--name '../x': a sweep's name is letters, digits"),
+    (("--name", "a\nb"), "a sweep's name is letters, digits"),
+])
+def test_a_bad_sweep_name_is_refused_before_ray_starts(tmp_path, capsys, extra, message):
+    import ray
+
+    path = _sweep_file(tmp_path, "grid: {npus_count: [8]}")
+    assert _main("--jobs", str(tmp_path), "--sweep", path, "--warehouse", str(tmp_path / "wh"), *extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and not ray.is_initialized()
+    assert not (tmp_path / "wh").exists() and not (tmp_path / "x").exists()
+
+
+def test_a_where_that_matches_nothing_is_refused(tmp_path, jobs):
+    with pytest.raises(SweepError, match="where: no point of the grid meets every condition"):
+        load_sweep_file(_sweep_file(tmp_path, "grid: {npus_count: [8, 16]}\nwhere: ['total_npus > 64']"))
+    per_job = load_sweep_file(_sweep_file(tmp_path, "grid: {npus_count: [8]}\nwhere: ['traced_npus > 1000']"))
+    with pytest.raises(SweepError, match=r"where: no point meets the conditions on traced_npus for any of the 3 jobs"):
+        plan(per_job, Sources(folders=(str(jobs),)), max_points=100)
+
+
 @pytest.mark.slow
 def test_too_many_simulations_are_refused_before_any_starts(tmp_path, jobs):
     warehouse = tmp_path / "wh"  # a process of its own: the command's whole stderr, Prefect's lines included
