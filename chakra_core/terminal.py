@@ -9,9 +9,19 @@ and only when stderr is a terminal.
 from __future__ import annotations
 
 import sys
+import unicodedata
 
 # Wide enough that rich never wraps or folds a row when the output is not a terminal.
 _UNLIMITED_WIDTH = 1 << 20
+
+
+def printable(text: str) -> str:
+    """text with control characters (a newline, a NUL, an escape) written as escapes (\\n, \\x00,
+    \\x1b): untrusted names in one-line messages, tables, GraphML and SVG."""
+    if all(unicodedata.category(c) != "Cc" for c in text):
+        return text
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" else c
+                   for c in text)
 
 
 def console():

@@ -16,22 +16,14 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import unicodedata
 
 from chakra_core.inputs import file_kind, is_local, open_raw
+from chakra_core.terminal import printable
 from pipeline.ingest import InputFile, JobInput, kind_of
 from pipeline.layout import day_url, filesystem
 
 HASH_CHUNK = 4 << 20
 REGULAR_FILES_ONLY = "a drop holds regular files only; not read"
-
-
-def printable(name: str) -> str:
-    """name with control characters escaped (\\n, \\x00, ...), for tables and one-line reasons."""
-    if not any(unicodedata.category(c) == "Cc" for c in name):
-        return name
-    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" else c
-                   for c in name)
 
 
 def _name_problem(name: str) -> str | None:

@@ -35,6 +35,7 @@ from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, NODE_TYPES
 from chakra_core.outputs import open_output
+from chakra_core.terminal import printable
 
 DATA, CTRL = 1, 2  # edge kind bits
 DEPENDENCY = {DATA: "data", CTRL: "control", DATA | CTRL: "both"}
@@ -308,7 +309,7 @@ def node_infos(table, rows: np.ndarray) -> list[NodeInfo]:
     for i in range(len(ids)):
         size = comm_size[i] if comm_size[i] is not None else tensor_size[i]
         ct = comm_type[i] if types[i] == 7 else None
-        out.append(NodeInfo(ids[i], names[i] or "", types[i], int(durs[i] or 0), int(size or 0), ct))
+        out.append(NodeInfo(ids[i], printable(names[i] or ""), types[i], int(durs[i] or 0), int(size or 0), ct))
     return out
 
 
