@@ -3,7 +3,10 @@ errors that name the file and the thing, analyses that degrade gracefully, atomi
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import time
@@ -206,3 +209,206 @@ def test_one_enormous_json_element_is_refused_before_it_fills_memory(tmp_path, m
     path.write_text('{"schema": "1.0.1", "big": "' + huge + '", "nodes": []}')
     with pytest.raises(limits.LimitExceeded, match="CHAKRA_MAX_ELEMENT_BYTES"):
         read_host_trace(str(path))
+
+
+# ------------------------------------------------------------------ outputs that are not regular files
+ET = str(MICROBENCHMARKS / "all_reduce" / "4npus_1MB" / "all_reduce.0.et")
+
+
+def test_outputs_write_through_links_fifos_and_devices_and_never_replace_them(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    (tmp_path / "link.json").symlink_to(real)
+    run = _run("jsonize", ET, str(tmp_path / "link.json"))
+    assert run.returncode == 0 and (tmp_path / "link.json").is_symlink() and '"format"' in real.read_text()
+    run = _run("jsonize", ET, "/dev/stdout")  # a pipe here: the JSON comes out on stdout
+    assert run.returncode == 0 and run.stdout.startswith("{") and '"chakra-et-json"' in run.stdout
+    assert _run("jsonize", ET, "/dev/null").returncode == 0 and os.path.exists("/dev/null")
+    os.mkfifo(tmp_path / "fifo")
+    reader = subprocess.Popen(["cat", str(tmp_path / "fifo")], stdout=subprocess.PIPE)
+    run = _run("jsonize", ET, str(tmp_path / "fifo"))
+    assert run.returncode == 0 and b'"chakra-et-json"' in reader.communicate(timeout=30)[0]
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.json", "real.json"]  # no temporaries
+
+
+@pytest.mark.parametrize("target, message", [("dangling", "a symbolic link to nothing"),
+                                             ("folder-link", "is a folder")])
+def test_outputs_that_cannot_be_written_through_are_one_line(tmp_path, target, message):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x.json")
+    (tmp_path / "folder-link").symlink_to(tmp_path)
+    run = _run("jsonize", ET, str(tmp_path / target))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and message in run.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_conversion_replaces_an_older_one_whole_or_leaves_it(tmp_path, monkeypatch):
+    from datapaths import GLOO
+
+    from chakra_core.convert import job
+
+    out = tmp_path / "out"
+    job.convert_job(str(GLOO / "mlp_ddp-w4"), str(out), "mlp")
+    older = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(job, "write_comm_groups", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        job.convert_job(str(GLOO / "mlp_ddp-w2"), str(out), "mlp")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == older  # the earlier job whole: ranks and report
+    monkeypatch.undo()
+    job.convert_job(str(GLOO / "mlp_ddp-w2"), str(out), "mlp")
+    assert sorted(p.name for p in out.iterdir()) == ["mlp.0.et", "mlp.1.et", "mlp.comm_groups.json",
+                                                      "mlp.report.json"]  # ranks 2 and 3 of the older job gone
+
+
+# ------------------------------------------------------------------ archives, YAML aliases, FIFOs as input
+def _zip_bomb(path, mib: int = 300) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z, z.open("rank0.et.json", "w", force_zip64=True) as f:
+        for _ in range(mib):
+            f.write(bytes(1 << 20))
+    return str(path)
+
+
+class _Zeros:
+    """`size` zero bytes, read in pieces (what tarfile copies a member from)."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
+def _tar_bomb(path, mib: int = 300) -> str:
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as t:
+        info = tarfile.TarInfo("job/rank0.et.json")
+        info.size = mib << 20
+        t.addfile(info, _Zeros(info.size))
+    return str(path)
+
+
+@pytest.mark.parametrize("bomb", [_zip_bomb, _tar_bomb], ids=["zip", "tar.gz"])
+def test_archive_bombs_are_refused_before_unpacking(tmp_path, bomb):
+    archive = bomb(tmp_path / ("bomb.zip" if bomb is _zip_bomb else "bomb.tar.gz"))
+    started = time.monotonic()
+    run = _run("convert", archive, "-o", str(tmp_path / "out"))
+    assert time.monotonic() - started < 20 and run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "its members declare 314,572,800 bytes" in run.stderr and "CHAKRA_MAX_EXPANSION" in run.stderr
+
+
+def test_two_members_of_one_name_and_too_many_members_are_refused(tmp_path, monkeypatch):
+    import zipfile
+
+    from chakra_core.archives import ArchiveError, unpack
+
+    twice = tmp_path / "twice.zip"
+    with zipfile.ZipFile(twice, "w") as z:
+        z.writestr("a/rank0.et.json", "{}")
+        z.writestr("b/rank0.et.json", "{}")
+    with pytest.raises(ArchiveError, match=r"members 'a/rank0\.et\.json' and 'b/rank0\.et\.json' have one name"):
+        unpack(str(twice), str(tmp_path / "u1"))
+    monkeypatch.setenv("CHAKRA_MAX_ARCHIVE_MEMBERS", "1")
+    with pytest.raises(limits.LimitExceeded, match="2 members .*CHAKRA_MAX_ARCHIVE_MEMBERS"):
+        unpack(str(twice), str(tmp_path / "u2"))
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))  # 10^9 leaves
+
+
+@pytest.mark.parametrize("where", ["comm-group", "network", "sweep"])
+def test_yaml_alias_bombs_are_refused_at_once(tmp_path, where):
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text(ALIAS_BOMB)
+    started = time.monotonic()
+    if where == "sweep":
+        from pipeline.grid import SweepError, load_sweep_file
+
+        with pytest.raises(SweepError, match="YAML aliases expand to more than 1,000,000 values"):
+            load_sweep_file(str(bomb))
+    else:
+        config = {"comm-group": ("--comm-group", str(bomb)), "network": ()}[where]
+        run = _run("simulate", "--workload", ET[:-len(".0.et")], "--system", str(SYSTEM), *config, "--network",
+                   str(bomb) if where == "network" else str(REFERENCE_CONFIGS / "Ring_4npus.yml"))
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert "bomb.yml: YAML aliases expand to more than 1,000,000 values" in run.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_a_yaml_alias_cycle_and_infinite_numbers_are_refused_by_key(tmp_path):
+    (tmp_path / "cycle.yml").write_text("a: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match=r"cycle\.yml: line 1: a YAML alias inside the node it repeats"):
+        load_system(str(tmp_path / "cycle.yml"))
+    (tmp_path / "nan.json").write_text('{"dims": [{"bandwidth_gbps": NaN}]}')
+    with pytest.raises(ConfigError, match=r"nan\.json: dims\[0\]\.bandwidth_gbps: nan is not a finite number"):
+        load_network(str(tmp_path / "nan.json"))
+
+
+@pytest.mark.parametrize("command", ["convert", "info", "survey", "simulate"])
+def test_a_fifo_or_a_device_as_input_is_refused_not_waited_on(tmp_path, command):
+    fifo = tmp_path / "trace.0.et"
+    os.mkfifo(fifo)
+    argv = {"convert": ("convert", str(fifo), "-o", str(tmp_path / "o")), "info": ("info", str(fifo), "/dev/zero"),
+            "survey": ("survey", str(fifo), "-o", str(tmp_path / "o")),
+            "simulate": ("simulate", "--workload", ET[:-len(".0.et")], "--network", str(fifo), "--system",
+                         str(SYSTEM))}[command]
+    run = _run(*argv)  # _run's timeout ends a hang as a failure
+    text = run.stderr + run.stdout
+    assert "is a FIFO; input must be a regular file" in text or "1 unreadable" in text, text
+    assert "Traceback" not in text and run.returncode == (0 if command == "survey" else 2)
+    if command == "info":
+        assert "/dev/zero: is a character device; input must be a regular file" in run.stderr
+
+
+# ------------------------------------------------------------------ numbers out of range
+@pytest.mark.parametrize("argv, message", [
+    (("--compute-scale", "inf"), "--compute-scale: 'inf': expected a number from 1e-06 to 1e+06"),
+    (("--comm-scale", "nan"), "--comm-scale: 'nan': expected a number"),
+    (("--traced-npus", "0"), "--traced-npus: '0': expected a whole number from 1"),
+    (("--npu-speed", "1=nan"), "--npu-speed '1=nan': expected NPU=FACTOR"),
+])
+def test_options_out_of_range_are_one_line(argv, message):
+    run = _run("simulate", "--workload", ET[:-len(".0.et")], "--network", str(REFERENCE_CONFIGS / "Ring_4npus.yml"),
+               "--system", str(SYSTEM), *argv)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e30", "-5"])
+def test_a_limit_set_out_of_range_is_one_line(value):
+    run = _run("info", ET, env={**os.environ, "CHAKRA_MAX_NODES": value})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert f"CHAKRA_MAX_NODES={value!r}: expected a positive whole number below 2**62" in run.stderr
+
+
+def test_a_finish_time_no_table_can_hold_is_one_line(tmp_path):
+    slow = tmp_path / "slow.yml"
+    slow.write_text((REFERENCE_CONFIGS / "Ring_4npus.yml").read_text().replace("bandwidth: [ 50.0 ]",
+                                                                              "bandwidth: [ 1e-300 ]"))
+    assert "1e-300" in slow.read_text()
+    run = _run("simulate", "--workload", ET[:-len(".0.et")], "--network", str(slow), "--system", str(SYSTEM))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "beyond 2**63 ns" in run.stderr, run.stderr
+
+
+def test_a_generated_job_beyond_the_node_limit_is_refused_before_it_is_built():
+    started = time.monotonic()
+    run = _run("generate", "mlp", "--npus", "8", "--layers", "10000000", "-o", "memory://never")
+    assert time.monotonic() - started < 20 and run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "about 40,625,000 nodes per rank" in run.stderr and "CHAKRA_MAX_NODES" in run.stderr
+
+
+def test_a_huge_simulator_log_is_refused_by_its_line_limit(tmp_path, monkeypatch):
+    from chakra_core.viz.timeline import timeline_from_log
+
+    monkeypatch.setenv("CHAKRA_MAX_LOG_LINES", "1000")
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"issue,sys->id=0,tick={i},node->id={i},node->name=COMP_NODE_x\n"
+                           f"callback,sys->id=0,tick={i + 1},node->id={i},node->name=COMP_NODE_x\n" for i in range(600)))
+    with pytest.raises(limits.LimitExceeded, match="more than 1,000 issue/callback lines.*CHAKRA_MAX_LOG_LINES"):
+        timeline_from_log(str(log), 1000.0)
+    (tmp_path / "long.log").write_bytes(b"x" * (1 << 20) + b"\nissue,sys->id=0,tick=1,node->id=1,node->name=a\n")
+    assert timeline_from_log(str(tmp_path / "long.log"), 1000.0)["otherData"]["unfinished_issues"] == 1
