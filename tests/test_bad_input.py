@@ -474,3 +474,81 @@ def test_random_nodes_never_crash(tmp_path):
             _, (_, got) = eb.parse_et((tmp_path / "w.et").read_bytes())
             assert got.id == expected.id and got.name == expected.name and list(got.data_deps) == list(
                 expected.data_deps)
+
+
+# ------------------------------------------------------------------ nothing dropped in silence
+def _job_folder(tmp_path: Path, *extra: str) -> Path:
+    """A two-rank PyTorch job (the recorded allgather run's rank 0, twice) plus files named `extra`."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for name in ("rank0.et.json", "rank1.et.json", *extra):
+        (folder / name).write_bytes(PYTORCH_JSON.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("odd", ["rank-1.et.json", "rank1e3.et.json", "rank01x.kineto.json", "Rank2.et.json.gz"])
+def test_a_rank_file_name_that_does_not_parse_is_an_error_naming_it(tmp_path, odd):
+    from chakra_core.convert.discover import JobInputError, find_ranks
+
+    with pytest.raises(JobInputError, match=rf"{odd.replace('.', chr(92) + '.')}: not rank<R>\.et\.json"):
+        find_ranks(str(_job_folder(tmp_path, odd)), str(tmp_path))
+
+
+def test_other_files_of_a_job_folder_are_noted_not_ignored(tmp_path):
+    from chakra_core.convert.discover import find_ranks
+
+    folder = _job_folder(tmp_path, "notes.txt", "rank7.kineto.json")
+    (folder / "sub").mkdir()
+    inputs = find_ranks(str(folder), str(tmp_path))
+    assert [r.rank for r in inputs.ranks] == [0, 1]
+    assert [n.split(":")[0] for n in inputs.notes] == ["notes.txt", "sub/", "rank7.kineto.json"]
+
+
+@pytest.mark.parametrize("keys, message", [(("0", "00"), "members '0' and '00' both name rank 0"),
+                                           (("0", str(10**30)), "rank 1,000,000,000,000,000,000,000,000,000,000 is "
+                                                                "beyond any job")])
+def test_multi_rank_keys_of_one_rank_or_beyond_any_job_are_refused(tmp_path, keys, message):
+    import json
+
+    from chakra_core.convert.discover import find_ranks
+    from chakra_core.errors import ChakraError
+
+    trace = json.loads(PYTORCH_JSON.read_text())
+    path = tmp_path / "multi.json"
+    path.write_text(json.dumps({key: trace for key in keys}))
+    with pytest.raises(ChakraError, match=message):
+        find_ranks(str(path), str(tmp_path))
+
+
+def test_a_rank_of_ten_to_the_thirty_in_a_file_name_is_one_line(tmp_path):
+    from chakra_core import limits
+    from chakra_core.convert.discover import find_ranks
+
+    with pytest.raises(limits.LimitExceeded, match="rank 1,000,000,000,000,000,000,000,000,000,000 is beyond"):
+        find_ranks(str(_job_folder(tmp_path, f"rank{10**30}.et.json")), str(tmp_path))
+
+
+def test_a_file_of_two_json_documents_is_refused_at_the_second(tmp_path):
+    from chakra_core.convert.pytorch_et import read_host_trace
+
+    one = PYTORCH_JSON.read_bytes()
+    path = tmp_path / "two.et.json"
+    path.write_bytes(one + b"\n" + one)
+    with pytest.raises(ChakraFormatError, match=rf"two\.et\.json: byte {len(one) + 1}: data after the end of the JSON"):
+        read_host_trace(str(path))
+    path.write_bytes(one + b" \n\t" * 1000)  # trailing white space is fine
+    assert read_host_trace(str(path)) is not None
+
+
+def test_a_job_of_more_ranks_than_the_network_has_npus_is_refused(tmp_path, capsys):
+    from chakra_core.cli import main
+
+    ar = Path(__file__).resolve().parents[1] / "datasets" / "astra-sim-microbenchmarks" / "all_reduce" / "8npus_1MB"
+    configs = Path(__file__).resolve().parents[1] / "datasets" / "astra-sim-reference" / "configs"
+    two = tmp_path / "two.yml"
+    two.write_text((configs / "Ring_4npus.yml").read_text().replace("npus_count: [ 4 ]", "npus_count: [ 2 ]"))
+    assert "[ 2 ]" in two.read_text()
+    assert main(["simulate", "--workload", str(ar / "all_reduce"), "--network", str(two), "--system",
+                 str(configs / "Ring_4chunks.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "all_reduce.2.et[.gz] beyond the 2 read" in err, err
