@@ -16,6 +16,7 @@ import os
 import shutil
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import IO
 
@@ -42,8 +43,9 @@ def unpack(src: str, target: str) -> list[str]:
         if zipfile.is_zipfile(local):
             return _unpack_zip(src, local, target, budget)
         return _unpack_tar(src, local, target, budget)
-    except (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
-        raise ArchiveError(f"{src}: cannot unpack the job bundle: {exc}") from None
+    except (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+            NotImplementedError) as exc:  # a damaged bundle (offsets past its end too), or a compression not here
+        raise ArchiveError(f"{src}: cannot unpack the job bundle: {' '.join(str(exc).split())}") from None
     finally:
         os.remove(local)
 

@@ -1,4 +1,5 @@
-"""Fuzz targets: random and mutated real inputs for every reader of untrusted bytes.
+"""Fuzz targets: random and mutated real inputs for every reader of untrusted bytes, job
+bundles with odd members, YAML built of aliases, and SQL that tries to leave the warehouse.
 
 Each target must end in success or in the project's own error type (ChakraError), never in
 another exception, a crash, unbounded memory or unbounded time. `python tests/fuzz/run.py`
@@ -132,6 +133,106 @@ def _target(name: str, inputs, suffix: str, *readers):
     return target
 
 
+def _bundle(kind: str, members: list[tuple[str, bytes]]) -> bytes:
+    """A zip or tar(.gz) holding the members."""
+    import io
+    import tarfile
+    import zipfile
+
+    buffer = io.BytesIO()
+    if kind == "zip":
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in members:
+                z.writestr(name, data)
+    else:
+        with tarfile.open(fileobj=buffer, mode="w:gz" if kind == "tgz" else "w") as t:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+MEMBER_NAMES = st.sampled_from(["rank0.et.json", "rank1.et.json", "a/rank0.et.json", "rank-1.et.json",
+                                "rank1e3.et.json", "rank0.kineto.json", "rank0.timing.json", "../rank2.et.json",
+                                "/abs/rank3.et.json", "README", ".archive", "rank0.et.json.gz", "dir/"])
+
+
+@st.composite
+def odd_bundle(draw) -> bytes:
+    """A job bundle of odd member names (duplicates, traversal, bad ranks) holding real or
+    mutated traces, then itself mutated: every unpacking must end in a result or a ChakraError."""
+    members = [(draw(MEMBER_NAMES), draw(st.sampled_from([REAL_HOST, b"{}", b""]) | mutated_json(REAL_HOST)))
+               for _ in range(draw(st.integers(1, 4)))]
+    data = _bundle(draw(st.sampled_from(["zip", "tar", "tgz"])), members)
+    return _mutated(data, draw) if draw(st.booleans()) else data
+
+
+@st.composite
+def yaml_with_aliases(draw) -> bytes:
+    """YAML documents built of anchors and aliases (nested, repeated, merged, cyclic)."""
+    lines, anchors = [], []
+    for i in range(draw(st.integers(1, 8))):
+        refs = [f"*{draw(st.sampled_from(anchors))}" for _ in range(draw(st.integers(0, 12)))] if anchors else []
+        items = refs + [str(draw(st.integers(-3, 3))) for _ in range(draw(st.integers(0, 3)))]
+        if draw(st.booleans()) and i:
+            items.append(f"*a{i}")  # an alias to itself: a cycle, or an unknown anchor
+        body = f"[{', '.join(items)}]" if draw(st.booleans()) or not anchors else \
+            f"{{<<: *{draw(st.sampled_from(anchors))}, k{i}: {draw(st.sampled_from(['.nan', '.inf', '1', 'x']))}}}"
+        lines.append(f"a{i}: &a{i} {body}")
+        anchors.append(f"a{i}")
+    return "\n".join(lines).encode()
+
+
+@st.composite
+def hostile_sql(draw) -> str:
+    """Queries that try to leave the warehouse, write, or run more than one statement."""
+    pieces = ["SELECT * FROM sim_results", "COPY sim_results TO '{out}/x.csv'", "ATTACH '{out}/y.db'",
+              "SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM read_text('{out}/../secret')",
+              "INSTALL httpfs", "LOAD httpfs", "SET enable_external_access = true", "PRAGMA version",
+              "CREATE TABLE t AS SELECT 1", "SELECT * FROM glob('/*')", "EXPORT DATABASE '{out}/e'",
+              "SELECT 1", "SELECT count(*) FROM rejects", "DESCRIBE sim_results", "CALL pragma_version()"]
+    chosen = draw(st.lists(st.sampled_from(pieces), min_size=1, max_size=3))
+    return draw(st.sampled_from(["; ", ";\n", " UNION ALL "])).join(chosen)
+
+
+def _read_document(path: str) -> None:
+    from chakra_core.documents import read_document
+
+    read_document(path)
+
+
+_WAREHOUSE = tempfile.mkdtemp(prefix="chakra-fuzz-wh-")
+
+
+def _confined_query(sql: str) -> None:
+    """The query ends in rows or a ChakraError, and nothing appears outside the warehouse."""
+    from chakra_core.analysis.warehouse import open_warehouse, run_query
+    from pipeline.tables import from_rows, write_day
+
+    tables = Path(_WAREHOUSE) / "tables"
+    if not tables.exists():
+        write_day(_WAREHOUSE, "sim_results", "2026-01-01", from_rows("sim_results", [{"job_id": "a", "finish_ns": 1}]))
+        write_day(_WAREHOUSE, "rejects", "2026-01-01", from_rows("rejects", []))
+    with tempfile.TemporaryDirectory() as out:
+        con, _, _ = open_warehouse(_WAREHOUSE)
+        try:
+            run_query(con, sql.format(out=out))
+        except ChakraError:
+            pass
+        assert not os.listdir(out), f"{sql!r} wrote {os.listdir(out)}"
+
+
+def _sql_target(name: str, inputs):
+    @SETTINGS
+    @given(inputs)
+    def target(sql):
+        _confined_query(sql)
+
+    target.__name__ = target.__qualname__ = name
+    return target
+
+
 TARGETS = [
     _target("et_random_bytes", st.binary(max_size=512), ".et", _read_and_validate),
     _target("et_mutated", mutated_et(), ".et", _read_and_validate),
@@ -140,4 +241,7 @@ TARGETS = [
     _target("kineto_mutated", mutated_json(REAL_KINETO), ".json", read_kineto),
     _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
             load_system, load_network, read_comm_groups),
+    _target("bundles_odd", odd_bundle(), ".zip", _convert),
+    _target("yaml_aliases", yaml_with_aliases(), ".yml", _read_document, load_network, read_comm_groups),
+    _sql_target("sql_confined", hostile_sql()),
 ]
