@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -412,3 +413,27 @@ def test_a_huge_simulator_log_is_refused_by_its_line_limit(tmp_path, monkeypatch
         timeline_from_log(str(log), 1000.0)
     (tmp_path / "long.log").write_bytes(b"x" * (1 << 20) + b"\nissue,sys->id=0,tick=1,node->id=1,node->name=a\n")
     assert timeline_from_log(str(tmp_path / "long.log"), 1000.0)["otherData"]["unfinished_issues"] == 1
+
+
+@pytest.mark.parametrize("fmt", ["graphml", "svg", "dot"])
+def test_control_characters_in_node_names_give_valid_pictures(tmp_path, fmt):
+    if fmt == "svg" and shutil.which("dot") is None:
+        pytest.fail("Graphviz's dot is missing: scripts/setup.sh installs it")
+    url, out = str(tmp_path / "nul.et"), tmp_path / f"nul.{fmt}"
+    write_et(url, metadata("0.0.4"), [node(1, "a\x00b\x1b[31m", 4, dur=5), node(2, "c\nd", 4, dur=5, data_deps=[1])])
+    assert main(["visualize", url, "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "\x00" not in text and "\x1b" not in text
+    assert "a\\x00b\\x1b[31m" in text.replace("\\\\", "\\")  # DOT doubles the backslash of the escape
+    if fmt != "dot":
+        import xml.dom.minidom
+
+        xml.dom.minidom.parseString(text)  # well-formed XML
+
+
+def test_a_rank_beyond_any_job_given_to_link_is_one_line(tmp_path):
+    from datapaths import PYTORCH_ET
+
+    run = _run("link", str(PYTORCH_ET / "linear.et.json.gz"), str(PYTORCH_ET / "linear.kineto.json.gz"),
+               "-o", str(tmp_path / "x.et"), "--rank", str(10**30))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "is beyond any job" in run.stderr, run.stderr

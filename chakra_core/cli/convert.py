@@ -67,6 +67,7 @@ def _print_conversion(result, as_json: bool) -> int:
 
 
 def cmd_link(args) -> int:
+    from chakra_core.convert.discover import checked_rank
     from chakra_core.convert.kineto import rank_of, read_kineto
     from chakra_core.convert.pytorch import RankConversion
     from chakra_core.convert.pytorch_et import read_host_trace
@@ -74,7 +75,7 @@ def cmd_link(args) -> int:
 
     host = read_host_trace(args.host)
     kineto = read_kineto(args.kineto)
-    conversion = RankConversion(host, kineto, rank_of(args.host, kineto, args.rank))
+    conversion = RankConversion(host, kineto, checked_rank(rank_of(args.host, kineto, args.rank), args.host))
     table, metadata = conversion.emit()
     write_table(table, args.output, metadata)
     report = conversion.linked.report
