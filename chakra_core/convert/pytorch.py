@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert import comms, deps, hosttime
+from chakra_core.convert import comms, deps, devicesync, hosttime, threadwait
 from chakra_core.convert.groups import (
     WORLD,
     ProcessGroups,
     parse_pg_init,
     simulator_names,
 )
-from chakra_core.convert.kineto import KinetoTrace, Linked, link
+from chakra_core.convert.kineto import DeviceEvent, KinetoTrace, Linked, link
 from chakra_core.convert.pytorch_et import (
     ID_ATTRS,
     PG_INIT_NAME,
@@ -125,6 +125,9 @@ class RankConversion:
         self.own_time: dict[int, float] = {}  # anchor -> µs of the collective's own duration kept as host time
         self.blocking: set[int] = set()  # anchors whose call returned only once their (measured) work had ended
         self.work: dict[int, tuple[float, float]] = {}  # anchor -> (start, end) of its gloo work
+        self.thread_waits: list[threadwait.ThreadWait] = []  # a thread waiting for another's operators
+        self.device_waits: list[devicesync.DeviceWait] = []  # a thread waiting for device work
+        self.kernel_id_of: dict[int, int] = {}  # id(DeviceEvent) -> the id of its node
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
@@ -132,8 +135,12 @@ class RankConversion:
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
             self.call_time = self._account_call_time()
-            hosttime.remove_waiting_between_ops(self.call_time, self.kineto.cpu, self.work,
-                                                [e for i, e in self.linked.cpu.items() if self.role[i] == OP])
+            operators = [e for i, e in self.linked.cpu.items() if self.role[i] == OP]
+            cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.cpu, self.work, operators)
+            self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.cpu, operators, cut,
+                                                                      self.call_time.totals)
+            self.device_waits = devicesync.remove_waiting_for_device(
+                self.kineto.runtime, operators, [d for _, d in self._device_work()], self.call_time.totals)
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
         else:
@@ -388,6 +395,16 @@ class RankConversion:
             i, steps = self.parent[i], steps + 1
         return False
 
+    def _resumes(self, row_of_host: np.ndarray) -> list[tuple[int, float, int]]:
+        """(thread, when its wait ended, the row it waited for): the gloo send/recv spans on their
+        calling threads (their communication node), and the waits for other threads' operators."""
+        resumes = [(self.linked.cpu[a].tid, end, int(row_of_host[a])) for a, end in self.call_time.resumes.items()]
+        if self.thread_waits:
+            index_of = {id(e): i for i, e in self.linked.cpu.items()}
+            resumes += [(w.tid, w.resumed_at, int(row_of_host[index_of[id(w.waited_for)]]))
+                        for w in self.thread_waits]
+        return resumes
+
     def _comm_time(self, anchor: int) -> tuple[int, int]:
         """(start, duration) of a communication op: the span of its gloo work or device kernels."""
         if not self.linked:
@@ -468,9 +485,10 @@ class RankConversion:
         readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
         waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
                  if seq in seq_row and row_of_host[i] > seq_row[seq]]
-        if self.call_time.resumes:
-            waits.extend(hosttime.resumed_after(self.call_time.resumes, self.linked.cpu, index.tolist(), row_of_host,
-                                                lambda i: self.role[i] != ANCHOR))
+        if self.call_time.resumes or self.thread_waits:
+            resumes = self._resumes(row_of_host)
+            resumed = hosttime.resumed_after(resumes, self.linked.cpu, index.tolist(), lambda i: self.role[i] != ANCHOR)
+            waits.extend((row, waited) for row, (_, _, waited) in zip(resumed, resumes) if row is not None and waited >= 0)
         if waits:
             readers = np.r_[readers, [w[0] for w in waits]]
             writers = np.r_[writers, [w[1] for w in waits]]
@@ -488,6 +506,11 @@ class RankConversion:
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
         self._add_kernels(rows, counts)
+        if self.device_waits:
+            resumed = hosttime.resumed_after([(w.tid, w.resumed_at, -1) for w in self.device_waits], self.linked.cpu,
+                                             index.tolist(), lambda i: self.role[i] != ANCHOR)
+            rows.device_deps = [(row, self.kernel_id_of[id(w.waited_for)])
+                                for row, w in zip(resumed, self.device_waits) if row is not None]
         _keep_innermost_num_ops(rows, self.parent, host)
         return rows.table(host), self._metadata(sim_names)
 
@@ -512,22 +535,24 @@ class RankConversion:
         rows.comm[row] = attrs
         return node_type
 
+    def _device_work(self) -> list[tuple[int, DeviceEvent]]:
+        """(launcher index, device event) of the device work that becomes nodes: all but that of
+        communication ops (their duration) and of thread roots and annotations."""
+        return [(i, d) for i, events in self.linked.device.items()
+                if self.anchor_of[i] < 0 and self.role[i] not in (ROOT, ANNOTATION) for d in events]
+
     def _add_kernels(self, rows: "_Rows", counts: Counter) -> None:
         if not self.linked:
             return
-        launched = []
-        for i, events in self.linked.device.items():
-            if self.anchor_of[i] >= 0:  # the device work of a communication op is that op's duration
-                counts["device events folded into communication nodes"] += len(events)
-                continue
-            if self.role[i] in (ROOT, ANNOTATION):
-                continue
-            launched.extend((d.ts, self.host.ids[i], d) for d in events)
-        launched.sort(key=lambda x: (x[0], x[1]))
+        folded = sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0)
+        if folded:
+            counts["device events folded into communication nodes"] = folded
+        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self._device_work()), key=lambda x: (x[0], x[1]))
         next_id = (max(self.host.ids) + 1) if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:
             rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))
+            self.kernel_id_of[id(d)] = next_id
             last_on_stream[d.stream] = next_id
             next_id += 1
         if launched:
@@ -577,6 +602,7 @@ class _Rows:
         self.comm: dict[int, dict] = {}  # row -> comm_type/comm_size/comm_src/comm_dst/comm_tag/pg_name
         self.inputs_override: dict[int, tuple[str, str, str]] = {}
         self.kernels: list[tuple] = []  # (id, DeviceEvent, launcher id, previous id on its stream)
+        self.device_deps: list[tuple[int, int]] = []  # (host row, id of the device work it waited for)
         self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
 
     def table(self, host: HostTrace) -> pa.Table:
@@ -619,11 +645,15 @@ class _Rows:
         keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
         unique = deps.sorted_unique(readers[keep] * (n_host + 1) + writers[keep])
         readers, writers = unique // (n_host + 1), unique % (n_host + 1)
-        order = np.lexsort((host_ids[writers], readers))
-        readers, writers = readers[order], writers[order]
+        parent_ids = host_ids[writers]
+        if self.device_deps:  # a host node after a synchronisation waits for device work
+            readers = np.r_[readers, [row for row, _ in self.device_deps]].astype(np.int64)
+            parent_ids = np.r_[parent_ids, [kernel for _, kernel in self.device_deps]].astype(parent_ids.dtype)
+        order = np.lexsort((parent_ids, readers))
+        readers, parent_ids = readers[order], parent_ids[order]
         data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
         data_deps = with_kernels(
-            pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(host_ids[writers], pa.uint64())),
+            pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(parent_ids, pa.uint64())),
             [[k[2]] for k in kernels])
         # gathered chunk by chunk (no concatenated copy of all the text first)
         io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and n_host else None
