@@ -11,7 +11,9 @@ The part of the call during which launched device work was still running is cut 
 operator's exclusive time, and the first operator its thread starts after the call depends on
 the last-ending device work launched before it, so the simulator makes the wait from the
 dependency, as long as the device then needs. Device work counts only where it becomes a node
-(`eligible`); every stream counts, since Kineto does not say which stream a call waited on.
+(`eligible`); every stream counts, since Kineto does not say which stream a call waited on. An
+event synchronisation that did not wait is left alone: its event may have been recorded long
+before the call, after none of the work launched since.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
 })
+# these wait for the work before an event recorded earlier, which Kineto does not name
+EVENT_SYNCS = frozenset({"cudaEventSynchronize", "hipEventSynchronize"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
             continue
         end = call.ts + call.dur
         waited = max(0.0, min(end, waited_for.ts + waited_for.dur) - call.ts)
+        if call.name in EVENT_SYNCS and not waited:
+            continue  # its event may have been recorded long before: it waits for nothing the trace shows
         waited = min(waited, op.exclusive)
         op.exclusive -= waited
         totals["waiting for the device"] += waited

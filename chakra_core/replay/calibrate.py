@@ -111,7 +111,7 @@ def compute_scale(prefix: str, measured_ns: float | None = None) -> float:
     if not any(spans):
         raise CalibrationError(f"{prefix}: the traces hold no start times: nothing to compare the measurement with")
     if measured_ns is None:
-        measured_ns = _unprofiled_ns(prefix, tables[0])
+        measured_ns = unprofiled_ns(prefix, tables[0])
     return measured_ns / max(s for s in spans if s)
 
 
@@ -125,7 +125,9 @@ def unprofiled_steps_of(prefix: str) -> list[int] | None:
     return steps if isinstance(steps, list) and steps and all(isinstance(v, (int, float)) for v in steps) else None
 
 
-def _unprofiled_ns(prefix: str, table) -> float:
+def unprofiled_ns(prefix: str, table) -> float:
+    """The time the job's recorded steps took with the profiler off: the median unprofiled step
+    of its conversion report times the ProfilerStep#N the trace holds."""
     import pyarrow.compute as pc
 
     report = f"{prefix}.report.json"
@@ -186,16 +188,19 @@ def network_yaml(npus: int, result: dict) -> str:
             f"latency: [ {result['latency_ns']:.9g} ]\n")
 
 
-def system_json() -> dict:
+def system_json(host_overhead: dict | None = None) -> dict:
     """The ring algorithm for every collective, one chunk, no endpoint delay, and a local memory
     so fast that reductions cost nothing: what the fit assumes. The fitted network times each
     call's whole cost on the runtime, so the CPU nodes a converted trace keeps for a blocking
-    call's own duration take no time (call-time-in-network, which ASTRA-sim ignores)."""
+    call's own duration take no time (call-time-in-network, which ASTRA-sim ignores); with a
+    fitted host_overhead (hostfit.py), host time without the profiler's cost (host-overhead)."""
     return {"scheduling-policy": "LIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
             "preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
             "all-gather-implementation": ["ring"], "reduce-scatter-implementation": ["ring"],
             "all-to-all-implementation": ["ring"], "collective-optimization": "baseline", "local-mem-bw": 1e9,
-            "call-time-in-network": 1}
+            "call-time-in-network": 1,
+            **({"host-overhead": {"scale": host_overhead["scale"], "launch_ns": host_overhead["launch_ns"]}}
+               if host_overhead else {})}
 
 
 def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
@@ -204,7 +209,7 @@ def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
     with open_output(paths["network"], "w") as f:
         f.write(network_yaml(npus, result))
     with open_output(paths["system"], "w") as f:
-        json.dump(system_json(), f, indent=1)
+        json.dump(system_json(result.get("host_overhead")), f, indent=1)
     with open_output(paths["calibration"], "w") as f:
         json.dump({**result, "npus": npus}, f, indent=1)
     return paths
