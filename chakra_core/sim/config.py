@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, ClassVar, Literal, NoReturn
 
 import yaml
@@ -272,6 +273,12 @@ class CollectiveImpl:
 
 # ---------------------------------------------------------------------------------------------
 # System
+
+
+#: A system file for GPU traces recorded with the usual PyTorch recipe when no unprofiled steps
+#: were timed: ASTRA-sim's reference ring system with the host-overhead model `chakra calibrate`
+#: fitted on the shipped H200 runs gpt and mlp_tiny (docs/gpu.md).
+DEFAULT_HOST_OVERHEAD_SYSTEM = str(Path(__file__).parent / "defaults" / "gpu_host_overhead.json")
 
 
 class HostOverhead(_ConfigModel):
