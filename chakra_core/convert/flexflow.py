@@ -35,6 +35,7 @@ _STATEMENT = re.compile(
     r"|(?P<default>graph|node|edge)\s*" + _ATTRS +
     r"|(?P<node>\w+)\s*(?P<attrs>" + _ATTRS + r")?"
     r"|\w+\s*=\s*(?:\w+|\"(?:[^\"\\]|\\.)*\"))\s*;?")
+_SPACE = re.compile(r"\s*")
 _END = re.compile(r"\s*\}\s*\Z")
 _LABEL = re.compile(r"\blabel\s*=\s*\"((?:[^\"\\]|\\.)*)\"")
 
@@ -74,11 +75,13 @@ def parse_graph(path: str, text: str, time_unit: str = "ms") -> tuple[dict[str, 
     most, pos = limits.value("nodes"), header.end()
     while not _END.match(text, pos):
         statement = _STATEMENT.match(text, pos)
+        start = _SPACE.match(text, pos).end()  # where the statement (or what cannot be read) begins
         if not statement or statement.end() == pos:
-            if text.find("}", pos) < 0 and not text[pos:].strip():
-                raise SourceFormatError(path, "the graph ends without its closing '}'", line=lines.of(pos))
-            raise SourceFormatError(path, f"cannot read {text[pos:pos + 40].strip()!r}", line=lines.of(pos))
-        line = lines.of(statement.start() + len(statement.group(0)) - len(statement.group(0).lstrip()))
+            if start == len(text):
+                raise SourceFormatError(path, "the graph ends without its closing '}'", line=lines.of(start))
+            snippet = text[start:start + 40].splitlines()[0]
+            raise SourceFormatError(path, f"cannot read {snippet!r}", line=lines.of(start))
+        line = lines.of(start)
         if statement["edge_a"]:
             edges.append((statement["edge_a"], statement["edge_b"], line))
         elif statement["node"] and statement["attrs"] is not None:
