@@ -27,6 +27,7 @@ from chakra_core.generate.builder import RankGraph, check_send_recv
 MICROSECONDS = {"s": 1e6, "ms": 1e3, "us": 1.0}
 COMPUTE, TRANSFER = "COMP_NODE", "COMM_SEND_RECV_NODE"
 MAX_TAG = (1 << 31) - 1
+MAX_MICROS = 365 * 86400e6  # a task longer than a year is a broken number, not a task
 
 _HEADER = re.compile(r"\s*(?:strict\s+)?digraph\b\s*(?:\w+|\"[^\"]*\")?\s*\{", re.IGNORECASE)
 _ATTRS = r"\[(?:[^\]\"]|\"(?:[^\"\\]|\\.)*\")*\]"
@@ -113,16 +114,21 @@ def _task(path: str, name: str, line: int, attrs: str, time_unit: str) -> Task:
             value = parse(values[key])
         except ValueError:
             value = -1
-        if not (math.isfinite(value) and 0 <= value <= (MAX_TAG if parse is int else 1e15)):
+        if not (math.isfinite(value) and 0 <= value <= (MAX_TAG if parse is int else 1e18)):
             raise SourceFormatError(path, f"{key}={values[key]!r} is not a number in range", line=line, node=name)
         return value
 
+    def micros(key: str) -> float:
+        value = number(key, float) * MICROSECONDS[time_unit]
+        if value > MAX_MICROS:
+            raise SourceFormatError(path, f"{key}={values[key]} {time_unit} is longer than a year", line=line, node=name)
+        return value
+
     if kind == COMPUTE:
-        return Task(name, line, kind, number("device_id"), number("simulated_run_time", float) * MICROSECONDS[time_unit],
+        return Task(name, line, kind, number("device_id"), micros("simulated_run_time"),
                     " ".join(w for w in words if w != kind))
-    src, dst = number("src_device_id"), number("dst_device_id")
-    return Task(name, line, kind, src, number("run_time", float) * MICROSECONDS[time_unit],
-                words[0] if words else "transfer", dst, number("comm_size"))
+    return Task(name, line, kind, number("src_device_id"), micros("run_time"), words[0] if words else "transfer",
+                number("dst_device_id"), number("comm_size"))
 
 
 def _order(path: str, tasks: dict[str, Task], edges: list[tuple[str, str, int]]) -> tuple[list[str], dict]:
