@@ -203,6 +203,11 @@ def build_graphs(path: str, tasks: dict[str, Task], edges: list[tuple[str, str, 
     return graphs, counts
 
 
+def device_count(path: str, time_unit: str = "ms") -> int:
+    """The NPUs the graph at `path` converts to (it is read and checked)."""
+    return _npus(path, parse_graph(path, read_source(path), time_unit)[0])
+
+
 def convert_graph(path: str, time_unit: str = "ms") -> Converted:
     """The job a FlexFlow task graph describes, one NPU per device; times read in `time_unit`."""
     if time_unit not in MICROSECONDS:
