@@ -28,3 +28,20 @@ class ChakraFormatError(ChakraError):
 
 class ChakraTableError(ChakraError):
     """A node table that cannot be written as a Chakra ET (missing or mistyped columns)."""
+
+
+class SourceFormatError(ChakraError):
+    """A FlexFlow task graph or an ASTRA-sim 1.0 text workload that cannot be converted: the
+    message names the file and the line (or the graph's node) on one line."""
+
+    def __init__(self, path: str, message: str, line: int | None = None, node: str | None = None):
+        self.path = path
+        self.message = message
+        self.line = line
+        self.node = node
+        where = [path]
+        if line is not None:
+            where.append(f"line {line}")
+        if node is not None:
+            where.append(f"node {node}")
+        super().__init__(f"{': '.join(where)}: {message}")

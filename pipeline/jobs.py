@@ -17,11 +17,22 @@ import pyarrow as pa
 from chakra_core.analysis.stats import collective_rows, trace_row
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
+from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
 from chakra_core.format.job import groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
-from pipeline.ingest import InputFile, JobInput, groups_file, job_problem, sha256, unusable_files
+from pipeline.ingest import (
+    SINGLE_FILE,
+    InputFile,
+    JobInput,
+    groups_file,
+    job_problem,
+    sha256,
+    source_file,
+    source_options,
+    unusable_files,
+)
 from pipeline.layout import (
     filesystem,
     join,
@@ -109,6 +120,10 @@ def _convert(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
     """(rank files, communicator groups file) written into out_dir."""
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id)
+        return result.et_files, result.comm_group_file
+    if job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json
+        result = convert_source(source_file(job).url, out_dir, job.job_id, SINGLE_FILE[job.trace_format],
+                                source_options(job))
         return result.et_files, result.comm_group_file
     return _copy_chakra(job, out_dir)
 

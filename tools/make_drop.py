@@ -4,10 +4,10 @@
 Usage::
 
     python -m tools.make_drop --root URL --date YYYY-MM-DD [--generated-jobs N]
-        [--copies-of-real K] [--no-corrupt] [--seed S] [--min-rank-traces N] [--json]
+        [--copies-of-real K] [--no-corrupt] [--other-formats] [--seed S] [--min-rank-traces N] [--json]
 
 or, from Python, ``make_drop(root, date, generated_jobs=6, copies_of_real=1, corrupt=True,
-seed=0)``. ROOT is any fsspec URL (a local path, ``file://``, ``memory://``,
+other_formats=False, seed=0)``. ROOT is any fsspec URL (a local path, ``file://``, ``memory://``,
 ``s3://bucket/prefix``). The drop is written as ``ROOT/<date>/<job_id>/...``, one folder per
 job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism``, ``npus``,
 ``source``, ``expected``, ...) and either
@@ -29,6 +29,12 @@ ET cut in half), ``bad-malformed-json`` (a valid gzip of text that is not JSON) 
 ``bad-unknown-file``, a valid generated job with a ``notes.txt`` beside its traces, whose
 ``notes.txt`` alone is to be rejected (``"expected": "accept"``, with the reason and
 ``bad_files``) while its traces convert.
+
+With other_formats=True, two jobs of other sources (``source: "other-formats"``), each one file
+of ``datasets/other-formats/`` beside its job.json: ``flexflow-alexnet-n4`` (the FlexFlow task
+graph ``alexnet.4.graph``) and ``text-dlrm-n8`` (the ASTRA-sim 1.0 text workload
+``DLRM_HybridParallel.txt``, with ``npus`` 8 and ``passes`` 2 in its job.json, which the pipeline
+passes to the converter).
 
 Existing files of the same names are overwritten; nothing else under ROOT is removed.
 """
@@ -56,6 +62,14 @@ from chakra_core.generate.families import STEPS, generate_family
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
 REAL_DIR = DATASETS / "pytorch-gloo"
+OTHER_DIR = DATASETS / "other-formats"
+# job id -> (file under OTHER_DIR, job.json fields beyond the common ones)
+OTHER_JOBS = {
+    "flexflow-alexnet-n4": ("flexflow/alexnet.4.graph", {"model": "alexnet", "family": "flexflow", "npus": 4,
+                                                         "parallelism": "FlexFlow strategy (data and model)"}),
+    "text-dlrm-n8": ("text/DLRM_HybridParallel.txt", {"model": "dlrm", "family": "dlrm", "npus": 8, "passes": 2,
+                                                      "parallelism": "HYBRID_DLRM"}),
+}
 
 FAMILIES = tuple(families.FAMILIES)  # data_parallel, tensor_parallel, pipeline_parallel, dlrm, moe
 SHORT = {"data_parallel": "dp", "tensor_parallel": "tp", "pipeline_parallel": "pp", "dlrm": "dlrm", "moe": "moe"}
@@ -279,6 +293,17 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
     _write_generated(drop, job, ji, extra={"notes.txt": notes})
 
 
+def _write_other(drop: _Drop, job_id: str) -> None:
+    """A job of one FlexFlow graph or text workload; the pipeline converts it (job.json: its options)."""
+    relative, fields = OTHER_JOBS[job_id]
+    d = drop.job_dir(job_id)
+    source = OTHER_DIR / relative
+    drop.put(d, source.name, source.read_bytes())
+    info = {"job_id": job_id, **fields, "source": "other-formats", "expected": "accept", "file": source.name}
+    drop.put(d, "job.json", _json_bytes(info))
+    drop.finish_job(info, 0)
+
+
 def count_real_rank_traces(real_dir: Path = REAL_DIR) -> int:
     return sum(1 for run in _real_runs(real_dir) for p in _real_files(run) if _is_rank_trace(p.name))
 
@@ -294,7 +319,7 @@ def generated_jobs_for(min_rank_traces: int, copies_of_real: int = 1, real_dir: 
 
 
 def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: int = 1, corrupt: bool = True,
-              seed: int = 0, real_dir: str | Path | None = None) -> dict:
+              other_formats: bool = False, seed: int = 0, real_dir: str | Path | None = None) -> dict:
     """Writes one day's drop under ROOT/<date>/ and returns a summary (see the module docstring)."""
     date = datetime.date.fromisoformat(date).isoformat()
     if generated_jobs < 0 or copies_of_real < 0:
@@ -313,6 +338,8 @@ def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: 
         _write_generated(drop, job, _generated_info(job, seed, index))
     if corrupt:
         _write_corrupt(drop, real, seed)
+    for job_id in OTHER_JOBS if other_formats else ():
+        _write_other(drop, job_id)
     by_source: dict[str, int] = {}
     by_family: dict[str, int] = {}
     rejects = 0
@@ -341,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copies-of-real", type=int, default=1,
                    help="copies of every recorded run in datasets/pytorch-gloo (default 1; 0 for none)")
     p.add_argument("--no-corrupt", action="store_true", help="leave out the four jobs that must be rejected")
+    p.add_argument("--other-formats", action="store_true",
+                   help="add a FlexFlow task graph job and an ASTRA-sim text workload job (datasets/other-formats)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-rank-traces", type=int, default=0,
                    help="raise --generated-jobs until the accepted jobs hold at least N rank trace files")
@@ -349,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     generated = max(args.generated_jobs, generated_jobs_for(args.min_rank_traces, args.copies_of_real))
     try:
         summary = make_drop(args.root, args.date, generated_jobs=generated, copies_of_real=args.copies_of_real,
-                            corrupt=not args.no_corrupt, seed=args.seed)
+                            corrupt=not args.no_corrupt, other_formats=args.other_formats, seed=args.seed)
     except (ValueError, OSError) as exc:
         print(f"make_drop: {exc}", file=sys.stderr)
         return 2
@@ -358,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     src = summary["jobs_by_source"]
     print(f"drop {summary['path']}: {summary['jobs']} jobs ({src.get('pytorch-gloo', 0)} real, "
-          f"{src.get('generated', 0)} generated, {summary['reject_jobs']} to reject)")
+          f"{src.get('generated', 0)} generated, {src.get('other-formats', 0)} of other formats, "
+          f"{summary['reject_jobs']} to reject)")
     print(f"  rank trace files: {summary['rank_traces']} ({summary['accepted_rank_traces']} in accepted jobs)")
     print(f"  files: {summary['files']}, bytes: {summary['bytes']:,} ({summary['bytes'] / 2**20:.1f} MiB), "
           f"written in {summary['seconds']:.1f} s")
