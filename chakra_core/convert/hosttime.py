@@ -31,7 +31,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_core.convert.kineto import CpuEvent, exclusive_segments
+from chakra_core.convert.kineto import CpuEvent
 
 MAX_ANCESTOR_WALK = 64
 # a thread that goes on within this long after communication work ended was waiting for it
@@ -151,7 +151,7 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
     return result
 
 
-def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: dict[int, tuple[float, float]],
+def remove_waiting_between_ops(result: CallTime, after_children: list, work: dict[int, tuple[float, float]],
                                operators: list[CpuEvent]) -> set[tuple[int, float]]:
     """A thread in no operator while communication runs, which goes on as soon as that
     communication ends, was waiting for it: DDP at the end of backward, waiting for its bucket
@@ -169,8 +169,8 @@ def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: d
     cut: set[tuple[int, float]] = set()
     if not spans:
         return cut
-    for event, a, b in exclusive_segments(events):
-        if a <= event.ts or id(event) not in kept:  # an operator's own body, Python before its first child
+    for event, a, b in after_children:  # an operator's own body, Python before its first child, is never cut
+        if id(event) not in kept:
             continue
         first, last = bisect.bisect_right(ends, a), bisect.bisect_right(ends, b)
         if first == last or b - ends[last - 1] > RESUMED_AFTER_WORK_US:

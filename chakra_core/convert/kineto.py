@@ -79,6 +79,8 @@ class KinetoTrace:
     runtime: list[RuntimeEvent] = field(default_factory=list)
     has_rf_ids: bool = False
     has_profiler_steps: bool = False
+    # (event, start, end): stretches of an event's exclusive time after one of its children
+    after_children: list[tuple[CpuEvent, float, float]] = field(default_factory=list)
 
     @property
     def distributed_info(self) -> dict:
@@ -141,7 +143,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
     finally:
         if gc_was_enabled:
             gc.enable()
-    _exclusive_times(trace.cpu)
+    trace.after_children = _exclusive_times(trace.cpu)
     return trace
 
 
@@ -160,12 +162,19 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
     return rank
 
 
-def _exclusive_times(events: list[CpuEvent]) -> None:
-    """Each event's exclusive time: the sum of its exclusive_segments."""
+def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, float]]:
+    """Each event's exclusive time: the sum of its exclusive_segments. Returns the segments that
+    follow one of the event's children (where a thread may wait in no operator: hosttime.py,
+    threadwait.py), so that they are walked once."""
     for e in events:
         e.exclusive = 0.0
-    for e, a, b in exclusive_segments(events):
+    after_children = []
+    for segment in exclusive_segments(events):
+        e, a, b = segment
         e.exclusive += b - a
+        if a > e.ts:
+            after_children.append(segment)
+    return after_children
 
 
 def exclusive_segments(events: list[CpuEvent]):

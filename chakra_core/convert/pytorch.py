@@ -136,8 +136,8 @@ class RankConversion:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
             self.call_time = self._account_call_time()
             operators = [e for i, e in self.linked.cpu.items() if self.role[i] == OP]
-            cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.cpu, self.work, operators)
-            self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.cpu, operators, cut,
+            cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
+            self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
             self.device_waits = devicesync.remove_waiting_for_device(
                 self.kineto.runtime, operators, [d for _, d in self._device_work()], self.call_time.totals)

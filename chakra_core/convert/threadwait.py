@@ -20,7 +20,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
-from chakra_core.convert.kineto import CpuEvent, exclusive_segments
+from chakra_core.convert.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
 RESUMED_AFTER_THREAD_US = 1000.0
@@ -72,10 +72,11 @@ class _ThreadActivity:
         return self.events[k] if k >= 0 else None
 
 
-def remove_waiting_for_threads(events: list[CpuEvent], operators: list[CpuEvent], skip: set[tuple[int, float]],
+def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip: set[tuple[int, float]],
                                totals: dict[str, float]) -> list[ThreadWait]:
     """Cut each wait for another thread out of the exclusive time of the kept operators
-    (`operators`); `skip`: stretches (id(event), start) already cut as waits for communication.
+    (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
+    after_children); `skip`: stretches (id(event), start) already cut as waits for communication.
     Returns the waits, for the dependencies of the operators that resumed."""
     by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
     for e in operators:
@@ -85,8 +86,8 @@ def remove_waiting_for_threads(events: list[CpuEvent], operators: list[CpuEvent]
     activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
     kept = {id(e) for e in operators}
     waits = []
-    for event, a, b in exclusive_segments(events):
-        if a <= event.ts or id(event) not in kept or (id(event), a) in skip:
+    for event, a, b in after_children:
+        if id(event) not in kept or (id(event), a) in skip:
             continue
         found = _wait_in(activity, event.tid, a, b)
         if found is None:

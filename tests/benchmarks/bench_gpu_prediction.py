@@ -7,8 +7,9 @@ simulation as recorded (reference system, no model), and the error against the m
 unprofiled time of three predictions: the baseline a user had before (--compute-scale from the
 same measurement: right total, every kernel shrunk too), the host-overhead model fitted on all
 runs, and the model fitted on the other runs alone (leave one out: the held-out error). Also
-the whole-process time of `chakra convert` of the gpt run. On a machine with a GPU, record
-more runs first with tools/collect.py --device cuda and pass their folders as arguments.
+the whole-process time of `chakra convert` of the gpt run. On a machine with a GPU it records
+two more runs first (tools/collect.py --device cuda) and predicts them too; folders given as
+arguments replace all of these.
 """
 
 from __future__ import annotations
@@ -71,5 +72,20 @@ def main(runs: list[Path]) -> None:
     print("(as recorded: against the recorded span; the rest: against the measured unprofiled time)")
 
 
+def recorded_here() -> list[Path]:
+    """On a machine with a GPU: fresh runs of tools/collect.py --device cuda (one GPU, 20 timed
+    unprofiled steps), predicted beside the shipped ones; elsewhere none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no GPU here: the shipped recordings only")
+        return []
+    out = Path(tempfile.mkdtemp(prefix="bench-gpu-recorded-"))
+    subprocess.run([sys.executable, "-m", "tools.collect", "--out", str(out), "--device", "cuda", "--scenario",
+                    "mlp_ddp", "transformer_ddp", "--world-sizes", "1", "--size", "large", "--timed-steps", "20"],
+                   check=True, cwd=REPO)
+    return sorted(p for p in out.iterdir() if p.is_dir())
+
+
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or RUNS)
+    main([Path(p) for p in sys.argv[1:]] or RUNS + recorded_here())
