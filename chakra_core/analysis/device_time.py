@@ -10,9 +10,10 @@ Per step, over its window (`span`):
   yet: the device waits for the host).
 - `overlap`: the share of the communication time (on the device or the host) during which
   the device computes; null without communication time.
-- `launches` and the launch-to-start delay: each item's start minus its launching operator's
-  start (the runtime call itself is not in a Chakra trace, so this includes the operator's
-  own host time before the call), median and 90th percentile.
+- `launches` and the launch-to-start delay: each item's start minus when it was launched at
+  the latest, the end of the operator that launched it (the runtime call itself is not in a
+  Chakra trace): 0 where the device started it before the operator returned, long where it
+  waited in a deep queue; median and 90th percentile.
 - `bound`: what holds the step, the largest of `device` (compute / span), `host` (idle for
   host launch and synchronisation / span) and `communication` (communication running on
   the device with no compute beside it, plus idle for communication, / span).

@@ -49,7 +49,7 @@ class DeviceWork:
     start: np.ndarray  # int64 ns
     end: np.ndarray
     comm: np.ndarray  # bool: communication on the device
-    launch: np.ndarray  # int64 ns: its launching operator's start, -1 where unknown
+    launch: np.ndarray  # int64 ns: when it was launched at the latest (its operator's end, or its start), -1: unknown
     step: np.ndarray  # index into step_names
     step_names: list[str]
     windows: intervals.Intervals  # one (start, end) per step
@@ -108,7 +108,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
     launcher = _launchers(table, kernel)
     step, step_names = _steps(table, host, kernel, launcher, names)
     launch = np.full(len(types), -1, np.int64)
-    launch[kernel] = np.where(launcher >= 0, start[np.maximum(launcher, 0)], -1)
+    launch[kernel] = np.where(launcher >= 0, np.minimum(end[np.maximum(launcher, 0)], start[kernel]), -1)
     timed = (start >= 0) & (end >= start)
     items = np.flatnonzero((kernel | (comm_on_device & (end > start))) & timed & (step >= 0))
     fams = families(names.take(pa.array(items)))

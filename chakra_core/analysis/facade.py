@@ -29,13 +29,15 @@ VARIANTS = ("recorded", "predicted")
 
 
 class JobAnalysis:
-    """`system`: the system file of the device analysis's predicted variant (predicted.py)."""
+    """`system`: the system file of the device analysis's predicted variant (predicted.py);
+    `predict` False leaves that variant out (e.g. for a job of which some ranks are missing)."""
 
-    def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM):
+    def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM,
+                 predict: bool = True):
         self.job = job
         self.prefix = prefix or job.name  # how findings name a rank's file
         self.system = system
-        self.prediction_error: str | None = None  # why the predicted variant is missing, when it is
+        self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
 
     @classmethod
     def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
@@ -80,7 +82,7 @@ class JobAnalysis:
         tables = self.job.tables
         work = {"recorded": {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
                              for r in self.device_ranks}, "predicted": {}}
-        if self.device_ranks:
+        if self.device_ranks and self.prediction_error is None:
             try:
                 timeline = predicted.predict(self.job, predicted.prediction_system(self.system)[0]).timeline
             except ChakraError as exc:
