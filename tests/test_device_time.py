@@ -216,3 +216,14 @@ def test_stats_bad_system_file_is_one_line(tmp_path, capsys):
     assert main(["stats", str(trace), "--system", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sys.json" in err
+
+
+def test_timeline_of_a_gpu_job_shows_threads_streams_and_launches(converted):
+    from chakra_core.viz.timeline import timeline_from_traces, validate_trace_events
+
+    doc = timeline_from_traces([converted["gpt"] + ".0.et"], max_flows=3000)
+    assert validate_trace_events(doc) == []
+    threads = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert "stream 7" in threads and {"CPU thread 1", "CPU thread 2"} <= threads
+    launches = [e for e in doc["traceEvents"] if e.get("ph") == "s" and e["name"] == "launch"]
+    assert len(launches) == 2726  # every kernel's, before any other flow
