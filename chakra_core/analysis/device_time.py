@@ -130,13 +130,15 @@ def top_kernels(work: DeviceWork, limit: int = TOP_KERNELS) -> pa.Table:
     if not len(work.names):
         return TOP_SCHEMA.empty_table()
     durations = work.end - work.start
-    unique, index = np.unique(work.names.astype(str), return_inverse=True)
-    totals = np.bincount(index, weights=durations, minlength=len(unique))
+    encoded = work.names.fill_null("").dictionary_encode()
+    index = encoded.indices.to_numpy(zero_copy_only=False)
+    totals = np.bincount(index, weights=durations, minlength=len(encoded.dictionary))
     rows = []
     for k in np.argsort(-totals, kind="stable")[:limit]:
-        mine = durations[index == k]
-        rows.append({"name": str(unique[k]), "family": work.families[index == k][0], "count": len(mine),
-                     "total_ns": int(mine.sum()), "median_ns": int(np.median(mine))})
+        mine = index == k
+        rows.append({"name": encoded.dictionary[int(k)].as_py(), "family": work.families[mine][0],
+                     "count": int(mine.sum()), "total_ns": int(durations[mine].sum()),
+                     "median_ns": int(np.median(durations[mine]))})
     return pa.Table.from_pylist(rows, schema=TOP_SCHEMA)
 
 

@@ -44,7 +44,7 @@ class DeviceWork:
     """A rank's device work in its steps (one entry per kernel, copy, memset or device
     communication) and the host's intervals that explain the device's idle time."""
 
-    names: np.ndarray  # object
+    names: pa.Array  # string
     families: np.ndarray  # object: chakra_core.analysis.kernels
     start: np.ndarray  # int64 ns
     end: np.ndarray
@@ -114,7 +114,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
     fams = families(names.take(pa.array(items)))
     fams[comm[items]] = COMMUNICATION
     return DeviceWork(
-        names=np.asarray(names.take(pa.array(items)).to_pylist(), dtype=object), families=fams,
+        names=names.take(pa.array(items)), families=fams,
         start=start[items], end=end[items], comm=comm[items], launch=launch[items], step=step[items],
         step_names=step_names, windows=_windows(step, start, end, timed, len(step_names)),
         host_comm=intervals.union(start[comm & ~comm_on_device & timed], end[comm & ~comm_on_device & timed]),
