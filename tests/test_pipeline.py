@@ -126,7 +126,7 @@ def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, c
     day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri(), load_sweep()[:1], synthetic_jobs=0)
     for name in ("device_time", "device_verdicts"):
         tables.write_day(warehouse.as_uri(), name, DATE, day.tables[name])
-    sql = ("SELECT variant, sum(ns) ns FROM device_time WHERE job_id = 'gpu-tiny' GROUP BY variant ORDER BY variant;"
+    sql = ("SELECT variant, sum(ns)::BIGINT ns FROM device_time WHERE job_id = 'gpu-tiny' GROUP BY variant ORDER BY variant;"
            " SELECT variant, bound FROM device_verdicts ORDER BY variant")
     assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[0]]) == 0
     times = json.loads(capsys.readouterr().out)
