@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from datapaths import DATASETS, REFERENCE_CONFIGS
