@@ -67,7 +67,7 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
         return []
     launch_ts = {r.correlation: r.ts for r in runtime}
     launched = _LaunchedWork([(launch_ts[d.correlation], d) for d in eligible if d.correlation in launch_ts])
-    caller = innermost_open(operators, syncs)
+    caller = _callers(operators, syncs)
     waits = []
     for call in syncs:
         op, waited_for = caller.get(id(call)), launched.last_ending_before(call.ts)
@@ -82,3 +82,10 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
         totals["waiting for the device"] += waited
         waits.append(DeviceWait(call.tid, end, waited_for, waited))
     return waits
+
+
+def _callers(operators: list[CpuEvent], calls: list[RuntimeEvent]) -> dict[int, CpuEvent]:
+    """id(call) -> the innermost kept operator open when it was made (kineto.innermost_open), over
+    the operators of the calls' threads only: synchronisations are few, operators many."""
+    threads = {call.tid for call in calls}
+    return innermost_open([e for e in operators if e.tid in threads], calls)

@@ -395,15 +395,22 @@ class RankConversion:
             i, steps = self.parent[i], steps + 1
         return False
 
-    def _resumes(self, row_of_host: np.ndarray) -> list[tuple[int, float, int]]:
-        """(thread, when its wait ended, the row it waited for): the gloo send/recv spans on their
-        calling threads (their communication node), and the waits for other threads' operators."""
+    def _resumed_rows(self, row_of_host: np.ndarray, index: np.ndarray) -> tuple[list, list]:
+        """The rows that go on after a wait: (row, row waited for) after the gloo send/recv spans on
+        their calling threads (their communication node) and after waits for other threads'
+        operators; (row, device event waited for) after synchronisations (hosttime.resumed_after)."""
         resumes = [(self.linked.cpu[a].tid, end, int(row_of_host[a])) for a, end in self.call_time.resumes.items()]
         if self.thread_waits:
             index_of = {id(e): i for i, e in self.linked.cpu.items()}
             resumes += [(w.tid, w.resumed_at, int(row_of_host[index_of[id(w.waited_for)]]))
                         for w in self.thread_waits]
-        return resumes
+        device = [(w.tid, w.resumed_at, -1) for w in self.device_waits]
+        if not resumes and not device:
+            return [], []
+        rows = hosttime.resumed_after(resumes + device, self.linked.cpu, index.tolist(), lambda i: self.role[i] != ANCHOR)
+        host_waits = [(row, waited) for row, (_, _, waited) in zip(rows, resumes) if row is not None and waited >= 0]
+        device_waits = [(row, w.waited_for) for row, w in zip(rows[len(resumes):], self.device_waits) if row is not None]
+        return host_waits, device_waits
 
     def _comm_time(self, anchor: int) -> tuple[int, int]:
         """(start, duration) of a communication op: the span of its gloo work or device kernels."""
@@ -485,10 +492,8 @@ class RankConversion:
         readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
         waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
                  if seq in seq_row and row_of_host[i] > seq_row[seq]]
-        if self.call_time.resumes or self.thread_waits:
-            resumes = self._resumes(row_of_host)
-            resumed = hosttime.resumed_after(resumes, self.linked.cpu, index.tolist(), lambda i: self.role[i] != ANCHOR)
-            waits.extend((row, waited) for row, (_, _, waited) in zip(resumed, resumes) if row is not None and waited >= 0)
+        host_waits, device_waits = self._resumed_rows(row_of_host, index)
+        waits.extend(host_waits)
         if waits:
             readers = np.r_[readers, [w[0] for w in waits]]
             writers = np.r_[writers, [w[1] for w in waits]]
@@ -506,11 +511,7 @@ class RankConversion:
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
         self._add_kernels(rows, counts)
-        if self.device_waits:
-            resumed = hosttime.resumed_after([(w.tid, w.resumed_at, -1) for w in self.device_waits], self.linked.cpu,
-                                             index.tolist(), lambda i: self.role[i] != ANCHOR)
-            rows.device_deps = [(row, self.kernel_id_of[id(w.waited_for)])
-                                for row, w in zip(resumed, self.device_waits) if row is not None]
+        rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
         _keep_innermost_num_ops(rows, self.parent, host)
         return rows.table(host), self._metadata(sim_names)
 
