@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -60,8 +61,6 @@ class _Lines:
         self.starts = [m.end() for m in re.finditer("\n", text)]
 
     def of(self, offset: int) -> int:
-        from bisect import bisect_right
-
         return bisect_right(self.starts, offset) + 1
 
 
