@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a FlexFlow graph
-# and an ASTRA-sim text workload, a few corrupt files) into the local object-store folder out/object-store/drops/<day>/; run the nightly
-# flow on it (local Ray, Prefect's ephemeral API, the default sweep) into out/warehouse/;
-# end with its summary, the table paths, one DuckDB query over the tables (chakra query), sweep plots in
-# out/plots/ and a simulated timeline in out/timelines/.
+# and an ASTRA-sim text workload, a few corrupt files) into the local object-store folder
+# out/object-store/drops/<day>/; run the nightly flow on it (local Ray, Prefect's ephemeral API,
+# the default sweep) into out/warehouse/; end with its summary, the table paths, one DuckDB query
+# over the tables (chakra query), sweep plots in out/plots/ and a simulated timeline in out/timelines/.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh

@@ -1,4 +1,4 @@
-"""FlexFlow task graphs (graphviz dot) to Chakra: one graph per device (docs/ingestion.md, 'FlexFlow').
+"""FlexFlow task graphs (graphviz dot) to Chakra: one graph per device (docs/other-sources.md).
 
 A compute task (`COMP_NODE`) becomes a compute node on its device, timed by
 `simulated_run_time`; a transfer (`COMM_SEND_RECV_NODE`) a send on its source device and a
@@ -120,7 +120,8 @@ def _task(path: str, name: str, line: int, attrs: str, time_unit: str) -> Task:
     def micros(key: str) -> float:
         value = number(key, float) * MICROSECONDS[time_unit]
         if value > MAX_MICROS:
-            raise SourceFormatError(path, f"{key}={values[key]} {time_unit} is longer than a year", line=line, node=name)
+            raise SourceFormatError(path, f"{key}={values[key]} {time_unit} is longer than a year", line=line,
+                                    node=name)
         return value
 
     if kind == COMPUTE:

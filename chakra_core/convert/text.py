@@ -1,5 +1,5 @@
 """ASTRA-sim 1.0 text workloads to Chakra: one graph per NPU that runs the training loop ASTRA-sim
-1.0 ran for the file's policy, for --passes passes (docs/ingestion.md, 'ASTRA-sim 1.0 text').
+1.0 ran for the file's policy, for --passes passes (docs/other-sources.md).
 
 Each policy is the order in which ASTRA-sim 1.0's loop computes, issues collectives and waits
 for them: a compute node follows the step before it; a blocking collective holds the loop
@@ -260,7 +260,8 @@ def _check_size(path: str, nodes: int) -> None:
 
 def _check_options(path: str, options: SourceOptions) -> None:
     if options.npus is None or options.npus < 1:
-        raise SourceFormatError(path, f"a text workload needs the NPUs to run it on (--npus N >= 1), got {options.npus}")
+        raise SourceFormatError(path, "a text workload needs the NPUs to run it on (--npus N >= 1), got "
+                                f"{options.npus}")
     if options.npus > limits.value("npus"):
         raise limits.LimitExceeded(path, "npus", f"--npus {options.npus}")
     if options.passes < 1:

@@ -1,9 +1,10 @@
-"""The ASTRA-sim 1.0 text workload: its grammar, read into layers (docs/ingestion.md).
+"""The ASTRA-sim 1.0 text workload: its grammar, read into layers (docs/other-sources.md).
 
 Line 1 is the parallelism policy (HYBRID_DLRM adds the last bottom layer, HYBRID_TRANSFORMER
-``model_parallel_NPU_group: N``, HYBRID_TRANSFORMER_FWD_IN_BCKWD also its checkpoints); line 2 the layer count; then one line per layer: name, a
-reserved field, and for the forward pass, the input gradient and the weight gradient each a
-compute time in cycles, a collective (or NONE) and its size in bytes; last the update time.
+``model_parallel_NPU_group: N``, HYBRID_TRANSFORMER_FWD_IN_BCKWD also its checkpoints); line 2
+the layer count; then one line per layer: name, a reserved field, and for the forward pass, the
+input gradient and the weight gradient each a compute time in cycles, a collective (or NONE)
+and its size in bytes; last the update time.
 HYBRID_CUSTOMIZED adds each layer's own policy. Tokens are separated by any whitespace
 (the published files mix tabs, spaces and CRLF line ends).
 """

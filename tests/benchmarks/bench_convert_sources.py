@@ -51,8 +51,8 @@ def main() -> int:
         graph.write_text(tiled_graph(ALEXNET, args.copies, 64))
         cases = [
             ("baseline: chakra --version", [CHAKRA, "--version"], ""),
-            ("FlexFlow graph, 4 devices, 43 KB (the fixed cost)", [CHAKRA, "convert", str(ALEXNET), "-o", f"{tmp}/small"],
-             ""),
+            ("FlexFlow graph, 4 devices, 43 KB (the fixed cost)",
+             [CHAKRA, "convert", str(ALEXNET), "-o", f"{tmp}/small"], ""),
             (f"FlexFlow graph, 64 devices, {graph.stat().st_size / 1e6:.1f} MB",
              [CHAKRA, "convert", str(graph), "-o", f"{tmp}/ff"], "target"),
             ("text DATA ResNet-50, 64 NPUs, 10 passes",
