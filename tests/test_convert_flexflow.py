@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -157,13 +158,18 @@ def test_a_cut_graph_and_a_graph_without_compute_are_refused(capsys, tmp_path):
 
 
 def test_a_two_megabyte_graph_of_64_devices_converts_in_seconds_whole_process(tmp_path):
+    """`chakra convert` as a fresh process: its CPU time (user + system, what the machine's other
+    work does not inflate) under 5 s; the benchmark (bench_convert_sources.py) reports wall time."""
     graph = tmp_path / "big.graph"
     graph.write_text(tiled_graph(ALEXNET, 48, 64))
     assert graph.stat().st_size > 2_000_000
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     run = subprocess.run([CHAKRA, "convert", str(graph), "-o", str(tmp_path / "out")], capture_output=True,
                          text=True, timeout=60)
-    seconds = time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     assert run.returncode == 0, run.stderr
     assert len(list((tmp_path / "out").glob("trace.*.et"))) == 64
-    assert seconds < 5, seconds
+    assert cpu < 5, (cpu, wall)

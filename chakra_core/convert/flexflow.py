@@ -31,7 +31,8 @@ MAX_TAG = (1 << 31) - 1
 MAX_MICROS = 365 * 86400e6  # a task longer than a year is a broken number, not a task
 
 _HEADER = re.compile(r"\s*(?:strict\s+)?digraph\b\s*(?:\w+|\"[^\"]*\")?\s*\{", re.IGNORECASE)
-_ATTRS = r"\[(?:[^\]\"]|\"(?:[^\"\\]|\\.)*\")*\]"
+_QUOTED = r"\"[^\"\\]*(?:\\.[^\"\\]*)*\""  # "...", escapes kept (unrolled: one step per run of plain characters)
+_ATTRS = r"\[[^\]\"]*(?:" + _QUOTED + r"[^\]\"]*)*\]"
 _STATEMENT = re.compile(
     r"\s*(?:(?P<edge_a>\w+)\s*->\s*(?P<edge_b>\w+)\s*(?:" + _ATTRS + r")?"
     r"|(?P<default>graph|node|edge)\s*" + _ATTRS +
@@ -39,7 +40,7 @@ _STATEMENT = re.compile(
     r"|\w+\s*=\s*(?:\w+|\"(?:[^\"\\]|\\.)*\"))\s*;?")
 _SPACE = re.compile(r"\s*")
 _END = re.compile(r"\s*\}\s*\Z")
-_LABEL = re.compile(r"\blabel\s*=\s*\"((?:[^\"\\]|\\.)*)\"")
+_LABEL = re.compile(r"\blabel\s*=\s*\"([^\"\\]*(?:\\.[^\"\\]*)*)\"")
 
 
 @dataclass

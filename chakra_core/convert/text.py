@@ -275,16 +275,17 @@ def convert_workload(path: str, options: SourceOptions) -> Converted:
     """The job ASTRA-sim 1.0 would have run from the text workload at `path` on options.npus NPUs."""
     workload = parse_workload(path, read_source(path))
     _check_options(path, options)
-    _check_size(path, options.passes * len(workload.layers) * 6)  # bound the work before doing it
+    # bound the work before doing it: 6 steps a layer, 2 more for each forward computed again
+    _check_size(path, options.passes * len(workload.layers) * (6 + 2 * len(workload.initiates)))
     roles = _roles_used(workload)
     inner, origin = first_dimension(workload, options) if roles & {"inner", "outer"} else (options.npus, "")
     live = frozenset(r for r, size in (("world", options.npus), ("inner", inner), ("outer", options.npus // inner))
-                     if size > 1)
+                     if size > 1 and r in roles)
     program = build_program(workload, options.passes, live)
     builder = JobBuilder(options.npus)
     rank_groups = _rank_groups(builder, options.npus, inner, live)
     signatures = [tuple(sorted(g.items())) for g in rank_groups]
-    _check_size(path, len(program.steps) * len(set(signatures)))
+    _check_size(path, len(program.steps) * options.npus)  # every NPU's file is written, shared table or not
     tables: dict[tuple, object] = {}
     for rank, (signature, pg) in enumerate(zip(signatures, rank_groups)):
         if signature not in tables:  # NPUs of the same groups run the same graph: one table, shared
