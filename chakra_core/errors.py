@@ -18,12 +18,12 @@ class ChakraFormatError(ChakraError):
         self.offset = offset
         self.node_index = node_index
         self.node_id = node_id
-        where = [path]
-        if offset is not None:
-            where.append(f"byte {offset}")
-        if node_id is not None:
-            where.append(f"node id {node_id}")
-        super().__init__(f"{': '.join(where)}: {message}")
+        super().__init__(_located(path, message, ("byte", offset), ("node id", node_id)))
+
+
+def _located(path: str, message: str, *places: tuple[str, object]) -> str:
+    """`path: <what> <value>: ...: message`, the places whose value is known."""
+    return ": ".join([path, *(f"{what} {value}" for what, value in places if value is not None), message])
 
 
 class ChakraTableError(ChakraError):
@@ -39,9 +39,4 @@ class SourceFormatError(ChakraError):
         self.message = message
         self.line = line
         self.node = node
-        where = [path]
-        if line is not None:
-            where.append(f"line {line}")
-        if node is not None:
-            where.append(f"node {node}")
-        super().__init__(f"{': '.join(where)}: {message}")
+        super().__init__(_located(path, message, ("line", line), ("node", node)))

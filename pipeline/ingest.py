@@ -131,8 +131,8 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     foreign = sorted((f for f in job.files if f.kind in TRACE_KINDS and f.kind != job.trace_format),
                      key=lambda f: f.name)
     if foreign:
-        return foreign[0], (f"{foreign[0].name}: {ONE_FILE[foreign[0].kind]} beside {FORMAT_NAMES[job.trace_format]} ({traces[0].name});"
-                            " a job's ranks must be of one format")
+        return foreign[0], (f"{foreign[0].name}: {ONE_FILE[foreign[0].kind]} beside {FORMAT_NAMES[job.trace_format]}"
+                            f" ({traces[0].name}); a job's ranks must be of one format")
     if job.trace_format in SINGLE_FILE:
         return None if len(traces) == 1 else (traces[1], f"{traces[0].name} and {traces[1].name} both describe the"
                                                          " job; a job folder holds one")

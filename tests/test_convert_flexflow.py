@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -138,7 +139,8 @@ XFER_LINE = ('  node{n} [label="{{device_id=9|Comm|Comm|COMM_SEND_RECV_NODE|src_
     (COMP_LINE.format(n=0, d=0, t="-1"), ["line 2", "node node0", "simulated_run_time"]),
     (COMP_LINE.format(n=0, d=0, t="nan"), ["node node0", "simulated_run_time"]),
     (COMP_LINE.format(n=0, d=99999999, t="1"), ["CHAKRA_MAX_NPUS"]),
-    (COMP_LINE.format(n=0, d=0, t="1") + XFER_LINE.format(n=1, s=0, r=1, b="1.5"), ["line 3", "node node1", "comm_size"]),
+    (COMP_LINE.format(n=0, d=0, t="1") + XFER_LINE.format(n=1, s=0, r=1, b="1.5"),
+     ["line 3", "node node1", "comm_size"]),
     (COMP_LINE.format(n=0, d=0, t="1") + '  node1 [label="{device_id=0|x|y|z}"];\n', ["node node1", "COMP_NODE"]),
     (COMP_LINE.format(n=0, d=0, t="1") + '  node1 [label="plain"];\n', ["node node1", "record label"]),
     (COMP_LINE.format(n=0, d=0, t="1") + COMP_LINE.format(n=0, d=1, t="1"), ["line 3", "node node0", "twice"]),
@@ -156,13 +158,18 @@ def test_a_cut_graph_and_a_graph_without_compute_are_refused(capsys, tmp_path):
 
 
 def test_a_two_megabyte_graph_of_64_devices_converts_in_seconds_whole_process(tmp_path):
+    """`chakra convert` as a fresh process: its CPU time (user + system, what the machine's other
+    work does not inflate) under 5 s; the benchmark (bench_convert_sources.py) reports wall time."""
     graph = tmp_path / "big.graph"
     graph.write_text(tiled_graph(ALEXNET, 48, 64))
     assert graph.stat().st_size > 2_000_000
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     run = subprocess.run([CHAKRA, "convert", str(graph), "-o", str(tmp_path / "out")], capture_output=True,
                          text=True, timeout=60)
-    seconds = time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     assert run.returncode == 0, run.stderr
     assert len(list((tmp_path / "out").glob("trace.*.et"))) == 64
-    assert seconds < 5, seconds
+    assert cpu < 5, (cpu, wall)

@@ -150,6 +150,27 @@ def test_hybrid_transformer_splits_on_its_model_parallel_group(tmp_path):
     assert ig_comm["id"] in nodes["attn wg"]["data_deps"]
 
 
+def test_hybrid_transformer_without_its_group_takes_the_converters_split(tmp_path):
+    text = TRANSFORMER.replace(" model_parallel_NPU_group: 4", "")
+    converted = convert_workload(write(tmp_path, text), SourceOptions(npus=8, first_dim_npus=2))
+    nodes = by_name(converted.job.tables[5])
+    assert converted.job.comm_groups[int(nodes["attn fwd ALL_REDUCE"]["pg_name"])] == (4, 5)
+    assert converted.source["first_dim_npus"]["from"] == "--first-dim-npus"
+
+
+def test_fwd_in_bckwd_computes_the_forward_again_from_the_checkpoint(tmp_path):
+    text = TRANSFORMER.replace("HYBRID_TRANSFORMER", "HYBRID_TRANSFORMER_FWD_IN_BCKWD", 1).replace(
+        "group: 4", "group: 4 checkpoints: 1 0 checkpoint_initiates: 1 2", 1)
+    job = convert(write(tmp_path, text), npus=8)
+    names = job.tables[0].column("name").to_pylist()
+    # the backward of mlp (layer 2) starts with embed and attn forward again, each with its collective
+    assert names[names.index("mlp fwd") + 1:names.index("mlp ig")] == [
+        "embed fwd again", "embed fwd ALL_GATHER", "attn fwd again", "attn fwd ALL_REDUCE"]
+    assert collectives(job.tables[0])[("ALL_REDUCE", 4096)] == 3  # attn: forward twice, input gradient once
+    result = simulate(job, ring(8), load_system(SYSTEM))
+    assert [n.nodes for n in result.npus] == [t.num_rows for t in job.tables]
+
+
 def test_hybrid_customized_takes_each_layers_policy(tmp_path):
     job = convert(write(tmp_path, CUSTOMIZED), npus=8, first_dim_npus=4)
     nodes = by_name(job.tables[1])
@@ -228,7 +249,12 @@ def _refused(capsys, argv: list[str], *words: str) -> None:
     ("HYBRID_DLRM 3\n2\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\nm -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n",
      ["line 1", "last bottom layer 3"]),
     ("HYBRID_DLRM\n1\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n", ["line 1", "last bottom layer"]),
-    ("HYBRID_TRANSFORMER\n1\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n", ["line 1", "model_parallel_NPU_group"]),
+    ("HYBRID_TRANSFORMER model_parallel_NPU_group: x\n1\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n",
+     ["line 1", "model_parallel_NPU_group 'x'"]),
+    ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 checkpoints: 1 0\n1\n"
+     "l -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n", ["line 1", "checkpoint_initiates:"]),
+    ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 checkpoints: 1 5 checkpoint_initiates: 0\n1\n"
+     "l -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n", ["line 1", "checkpoint layer 5"]),
     ("HYBRID_TRANSFORMER model_parallel_NPU_group: 3\n1\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n",
      ["line 1", "does not divide"]),
     ("HYBRID_CUSTOMIZED\n1\nl -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 1\n", ["line 3", "13 fields"]),

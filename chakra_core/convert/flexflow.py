@@ -1,4 +1,4 @@
-"""FlexFlow task graphs (graphviz dot) to Chakra: one graph per device (docs/ingestion.md, 'FlexFlow').
+"""FlexFlow task graphs (graphviz dot) to Chakra: one graph per device (docs/other-sources.md).
 
 A compute task (`COMP_NODE`) becomes a compute node on its device, timed by
 `simulated_run_time`; a transfer (`COMM_SEND_RECV_NODE`) a send on its source device and a
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -30,7 +31,8 @@ MAX_TAG = (1 << 31) - 1
 MAX_MICROS = 365 * 86400e6  # a task longer than a year is a broken number, not a task
 
 _HEADER = re.compile(r"\s*(?:strict\s+)?digraph\b\s*(?:\w+|\"[^\"]*\")?\s*\{", re.IGNORECASE)
-_ATTRS = r"\[(?:[^\]\"]|\"(?:[^\"\\]|\\.)*\")*\]"
+_QUOTED = r"\"[^\"\\]*(?:\\.[^\"\\]*)*\""  # "...", escapes kept (unrolled: one step per run of plain characters)
+_ATTRS = r"\[[^\]\"]*(?:" + _QUOTED + r"[^\]\"]*)*\]"
 _STATEMENT = re.compile(
     r"\s*(?:(?P<edge_a>\w+)\s*->\s*(?P<edge_b>\w+)\s*(?:" + _ATTRS + r")?"
     r"|(?P<default>graph|node|edge)\s*" + _ATTRS +
@@ -38,7 +40,7 @@ _STATEMENT = re.compile(
     r"|\w+\s*=\s*(?:\w+|\"(?:[^\"\\]|\\.)*\"))\s*;?")
 _SPACE = re.compile(r"\s*")
 _END = re.compile(r"\s*\}\s*\Z")
-_LABEL = re.compile(r"\blabel\s*=\s*\"((?:[^\"\\]|\\.)*)\"")
+_LABEL = re.compile(r"\blabel\s*=\s*\"([^\"\\]*(?:\\.[^\"\\]*)*)\"")
 
 
 @dataclass
@@ -60,8 +62,6 @@ class _Lines:
         self.starts = [m.end() for m in re.finditer("\n", text)]
 
     def of(self, offset: int) -> int:
-        from bisect import bisect_right
-
         return bisect_right(self.starts, offset) + 1
 
 
@@ -121,7 +121,8 @@ def _task(path: str, name: str, line: int, attrs: str, time_unit: str) -> Task:
     def micros(key: str) -> float:
         value = number(key, float) * MICROSECONDS[time_unit]
         if value > MAX_MICROS:
-            raise SourceFormatError(path, f"{key}={values[key]} {time_unit} is longer than a year", line=line, node=name)
+            raise SourceFormatError(path, f"{key}={values[key]} {time_unit} is longer than a year", line=line,
+                                    node=name)
         return value
 
     if kind == COMPUTE:

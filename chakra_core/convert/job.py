@@ -236,7 +236,8 @@ def write_converted(job: Job, out_dir: str, prefix: str, source: dict, mismatche
 
 
 def _rank_reports(job: Job) -> list[dict]:
-    """Per rank: nodes, compute nodes, sends, receives and collectives by type (ranks sharing a table share its counts)."""
+    """Per rank: nodes, compute nodes, sends, receives and collectives by type (ranks that share a
+    table share its counts)."""
     from chakra_core.analysis.info import summarize_table
 
     summaries: dict[int, dict] = {}

@@ -31,7 +31,7 @@ class SourceOptionError(ChakraError):
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """What the single-file formats need beyond the file: see docs/ingestion.md."""
+    """What the single-file formats need beyond the file: see docs/other-sources.md."""
 
     npus: int | None = None                 # text: NPUs to run the workload on
     passes: int = 1                         # text: training passes
@@ -91,7 +91,8 @@ def check_options(fmt: str, options: SourceOptions) -> None:
     own = TEXT_OPTIONS if fmt == "text" else ("time_unit",) if fmt == "flexflow" else ()
     stray = [OPTION_FLAGS[name] for name in given if name not in own]
     if stray:
-        raise SourceOptionError(f"{' and '.join(stray)} {'do' if len(stray) > 1 else 'does'} not apply to a {fmt} input")
+        verb = "do" if len(stray) > 1 else "does"
+        raise SourceOptionError(f"{' and '.join(stray)} {verb} not apply to a {fmt} input")
     if fmt == "text" and options.npus is None:
         raise SourceOptionError("an ASTRA-sim text workload needs --npus N (the NPUs to run it on)")
 

@@ -1,5 +1,5 @@
 """ASTRA-sim 1.0 text workloads to Chakra: one graph per NPU that runs the training loop ASTRA-sim
-1.0 ran for the file's policy, for --passes passes (docs/ingestion.md, 'ASTRA-sim 1.0 text').
+1.0 ran for the file's policy, for --passes passes (docs/other-sources.md).
 
 Each policy is the order in which ASTRA-sim 1.0's loop computes, issues collectives and waits
 for them: a compute node follows the step before it; a blocking collective holds the loop
@@ -32,6 +32,7 @@ ROLES: dict[str, tuple[str | None, str | None, str | None]] = {
     "HYBRID_DLRM_ENHANCED": (None, None, "world"),
     "MODEL": ("world", "world", None), "DISTRIBUTED_INFERENCE": ("world", "world", None),
     "HYBRID_DATA_MODEL": ("inner", "inner", "outer"), "HYBRID_TRANSFORMER": ("inner", "inner", "outer"),
+    "HYBRID_TRANSFORMER_FWD_IN_BCKWD": ("inner", "inner", "outer"),
     "HYBRID_MODEL_DATA": ("outer", "outer", "inner"),
 }
 ALL_WORLD = ("world", "world", "world")  # HYBRID_DLRM's first layer (the embeddings): every NPU
@@ -66,9 +67,9 @@ class Program:
             return ALL_WORLD
         return ROLES[layer.policy or self.workload.policy]
 
-    def compute(self, index: int, phase: str, deps: list[int | None]) -> int:
+    def compute(self, index: int, phase: str, deps: list[int | None], again: str = "") -> int:
         layer = self.workload.layers[index]
-        return self._add(Step(f"{layer.name} {phase}{self.suffix}", _ids(deps), getattr(layer, phase).cycles))
+        return self._add(Step(f"{layer.name} {phase}{again}{self.suffix}", _ids(deps), getattr(layer, phase).cycles))
 
     def collective(self, index: int, phase: str, deps: list[int | None]) -> int | None:
         """The phase's collective after deps; None for NONE, a policy that issues none here, or a one-NPU group."""
@@ -116,29 +117,44 @@ def _micro_pass(p: Program, ctl: list, wg_done: list) -> list:
     return ctl
 
 
-def _forward(p: Program, ctl: list, wg_done: list) -> list:
+def _forward(p: Program, ctl: list, wg_done: list, layers: range | None = None, again: str = "") -> list:
     """Each layer's forward compute, then its collective, which blocks the loop."""
-    for i in range(len(p.workload.layers)):
-        fwd = p.compute(i, "fwd", ctl + [wg_done[i]])
+    for i in range(len(p.workload.layers)) if layers is None else layers:
+        fwd = p.compute(i, "fwd", ctl + [wg_done[i]], again)
         ctl = [_first(p.collective(i, "fwd", [fwd]), fwd)]
     return ctl
 
 
-def _hybrid_pass(p: Program, ctl: list, wg_done: list, blocking_ig: bool = False) -> list:
-    """MODEL, both HYBRIDs, HYBRID_CUSTOMIZED; HYBRID_TRANSFORMER with blocking_ig (its input-gradient
-    collective holds the loop and the first layer has one too)."""
+def _backward(p: Program, i: int, ctl: list, wg_done: list, blocking_ig: bool) -> list:
+    """Layer i's input gradient and its collective, weight gradient and its collective; the
+    next layer's backward waits for this one's input-gradient collective."""
+    ig = p.compute(i, "ig", ctl)
+    ig_comm = p.collective(i, "ig", [ig]) if blocking_ig or i else None
+    wg = p.compute(i, "wg", [_first(ig_comm, ig) if blocking_ig else ig])
+    wg_done[i] = p.collective(i, "wg", [wg])
+    return [wg, ig_comm]
+
+
+def _hybrid_pass(p: Program, ctl: list, wg_done: list) -> list:
+    """MODEL, both HYBRIDs, HYBRID_CUSTOMIZED: the first layer issues no input-gradient collective."""
     ctl = _forward(p, ctl, wg_done)
     for i in reversed(range(len(p.workload.layers))):
-        ig = p.compute(i, "ig", ctl)
-        ig_comm = p.collective(i, "ig", [ig]) if blocking_ig or i else None
-        wg = p.compute(i, "wg", [_first(ig_comm, ig) if blocking_ig else ig])
-        wg_done[i] = p.collective(i, "wg", [wg])
-        ctl = [wg, ig_comm]  # the next layer's backward waits for this one's input-gradient collective
+        ctl = _backward(p, i, ctl, wg_done, blocking_ig=False)
     return ctl
 
 
 def _transformer_pass(p: Program, ctl: list, wg_done: list) -> list:
-    return _hybrid_pass(p, ctl, wg_done, blocking_ig=True)
+    """HYBRID_TRANSFORMER: every layer's input-gradient collective holds the loop. With checkpoints
+    (HYBRID_TRANSFORMER_FWD_IN_BCKWD), the backward of an initiating layer first computes the
+    forward again from the nearest checkpoint at or below it up to the layer before it."""
+    w = p.workload
+    ctl = _forward(p, ctl, wg_done)
+    for i in reversed(range(len(w.layers))):
+        if i in w.initiates:
+            start = max((c for c in w.checkpoints if c <= i), default=0)
+            ctl = _forward(p, ctl, wg_done, range(start, i), " again")
+        ctl = _backward(p, i, ctl, wg_done, blocking_ig=True)
+    return ctl
 
 
 def _inference_pass(p: Program, ctl: list, wg_done: list) -> list:
@@ -172,6 +188,7 @@ def _dlrm_pass(p: Program, ctl: list, wg_done: list) -> list:
 PASSES: dict[str, Callable[[Program, list, list], list]] = {
     "DATA": _data_pass, "MICRO": _micro_pass, "MODEL": _hybrid_pass, "HYBRID_DATA_MODEL": _hybrid_pass,
     "HYBRID_MODEL_DATA": _hybrid_pass, "HYBRID_CUSTOMIZED": _hybrid_pass, "HYBRID_TRANSFORMER": _transformer_pass,
+    "HYBRID_TRANSFORMER_FWD_IN_BCKWD": _transformer_pass,
     "HYBRID_DLRM": _dlrm_pass, "HYBRID_DLRM_ENHANCED": _dlrm_pass, "DISTRIBUTED_INFERENCE": _inference_pass,
 }
 
@@ -196,7 +213,7 @@ def _roles_used(workload: Workload) -> set[str]:
 def first_dimension(workload: Workload, options: SourceOptions) -> tuple[int, str]:
     """NPUs of the first network dimension (the `inner` groups) and where that figure comes from."""
     npus = options.npus
-    if workload.policy == "HYBRID_TRANSFORMER":
+    if workload.model_group is not None:
         inner, origin, line = workload.model_group, "model_parallel_NPU_group on line 1", 1
     elif options.first_dim_npus is not None:
         inner, origin, line = options.first_dim_npus, "--first-dim-npus", None
@@ -243,7 +260,8 @@ def _check_size(path: str, nodes: int) -> None:
 
 def _check_options(path: str, options: SourceOptions) -> None:
     if options.npus is None or options.npus < 1:
-        raise SourceFormatError(path, f"a text workload needs the NPUs to run it on (--npus N >= 1), got {options.npus}")
+        raise SourceFormatError(path, "a text workload needs the NPUs to run it on (--npus N >= 1), got "
+                                f"{options.npus}")
     if options.npus > limits.value("npus"):
         raise limits.LimitExceeded(path, "npus", f"--npus {options.npus}")
     if options.passes < 1:
@@ -257,16 +275,17 @@ def convert_workload(path: str, options: SourceOptions) -> Converted:
     """The job ASTRA-sim 1.0 would have run from the text workload at `path` on options.npus NPUs."""
     workload = parse_workload(path, read_source(path))
     _check_options(path, options)
-    _check_size(path, options.passes * len(workload.layers) * 6)  # bound the work before doing it
+    # bound the work before doing it: 6 steps a layer, 2 more for each forward computed again
+    _check_size(path, options.passes * len(workload.layers) * (6 + 2 * len(workload.initiates)))
     roles = _roles_used(workload)
     inner, origin = first_dimension(workload, options) if roles & {"inner", "outer"} else (options.npus, "")
     live = frozenset(r for r, size in (("world", options.npus), ("inner", inner), ("outer", options.npus // inner))
-                     if size > 1)
+                     if size > 1 and r in roles)
     program = build_program(workload, options.passes, live)
     builder = JobBuilder(options.npus)
     rank_groups = _rank_groups(builder, options.npus, inner, live)
     signatures = [tuple(sorted(g.items())) for g in rank_groups]
-    _check_size(path, len(program.steps) * len(set(signatures)))
+    _check_size(path, len(program.steps) * options.npus)  # every NPU's file is written, shared table or not
     tables: dict[tuple, object] = {}
     for rank, (signature, pg) in enumerate(zip(signatures, rank_groups)):
         if signature not in tables:  # NPUs of the same groups run the same graph: one table, shared

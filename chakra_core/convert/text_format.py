@@ -1,9 +1,10 @@
-"""The ASTRA-sim 1.0 text workload: its grammar, read into layers (docs/ingestion.md).
+"""The ASTRA-sim 1.0 text workload: its grammar, read into layers (docs/other-sources.md).
 
 Line 1 is the parallelism policy (HYBRID_DLRM adds the last bottom layer, HYBRID_TRANSFORMER
-``model_parallel_NPU_group: N``); line 2 the layer count; then one line per layer: name, a
-reserved field, and for the forward pass, the input gradient and the weight gradient each a
-compute time in cycles, a collective (or NONE) and its size in bytes; last the update time.
+``model_parallel_NPU_group: N``, HYBRID_TRANSFORMER_FWD_IN_BCKWD also its checkpoints); line 2
+the layer count; then one line per layer: name, a reserved field, and for the forward pass, the
+input gradient and the weight gradient each a compute time in cycles, a collective (or NONE)
+and its size in bytes; last the update time.
 HYBRID_CUSTOMIZED adds each layer's own policy. Tokens are separated by any whitespace
 (the published files mix tabs, spaces and CRLF line ends).
 """
@@ -20,7 +21,7 @@ COMM_TYPES = {"ALLREDUCE": "ALL_REDUCE", "ALLGATHER": "ALL_GATHER", "REDUCESCATT
               "ALLTOALL": "ALL_TO_ALL", "NONE": None}
 # The policies ASTRA-sim 1.0 runs and this converter builds; a HYBRID_CUSTOMIZED layer names one of LAYER_POLICIES.
 POLICIES = ("MICRO", "DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",
-            "HYBRID_TRANSFORMER", "HYBRID_CUSTOMIZED", "DISTRIBUTED_INFERENCE")
+            "HYBRID_TRANSFORMER", "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_CUSTOMIZED", "DISTRIBUTED_INFERENCE")
 LAYER_POLICIES = tuple(p for p in POLICIES if p != "HYBRID_CUSTOMIZED")
 LAYER_FIELDS = 12
 MAX_INT = (1 << 63) - 1
@@ -40,7 +41,6 @@ class Phase:
 @dataclass(frozen=True)
 class Layer:
     name: str
-    line: int
     fwd: Phase
     ig: Phase
     wg: Phase
@@ -54,7 +54,9 @@ class Workload:
     policy: str
     layers: tuple[Layer, ...]
     last_bottom_layer: int | None = None  # HYBRID_DLRM
-    model_group: int | None = None        # HYBRID_TRANSFORMER: model_parallel_NPU_group
+    model_group: int | None = None        # HYBRID_TRANSFORMER: model_parallel_NPU_group (None: not given)
+    checkpoints: frozenset[int] = frozenset()  # HYBRID_TRANSFORMER_FWD_IN_BCKWD: layers whose activations are kept
+    initiates: frozenset[int] = frozenset()    # ... and layers whose backward first recomputes from the checkpoint
 
 
 def parse_workload(path: str, text: str) -> Workload:
@@ -82,6 +84,9 @@ def parse_workload(path: str, text: str) -> Workload:
     if workload.last_bottom_layer is not None and workload.last_bottom_layer > count - 2:
         raise SourceFormatError(path, f"last bottom layer {workload.last_bottom_layer} leaves no top layer among "
                                 f"the {count} layers (it must be 0..{count - 2})", line=1)
+    beyond = sorted(i for i in workload.checkpoints | workload.initiates if i >= count)
+    if beyond:
+        raise SourceFormatError(path, f"checkpoint layer {beyond[0]} is beyond the {count} layers", line=1)
     return workload
 
 
@@ -94,14 +99,34 @@ def _policy_line(path: str, tokens: list[str]) -> tuple[str, dict]:
         if len(rest) != 1:
             raise SourceFormatError(path, f"{policy} needs the last bottom layer after it on line 1", line=1)
         return policy, {"last_bottom_layer": _integer(path, 1, rest[0], "the last bottom layer", low=0)}
-    if policy == "HYBRID_TRANSFORMER":
-        if len(rest) < 2 or rest[0] != MODEL_GROUP_KEY:
-            raise SourceFormatError(path, f"HYBRID_TRANSFORMER needs '{MODEL_GROUP_KEY} N' after it on line 1 "
-                                    "(the NPUs of one model-parallel group, as ASTRA-sim 1.0 reads it)", line=1)
-        return policy, {"model_group": _integer(path, 1, rest[1], MODEL_GROUP_KEY[:-1], low=1)}
+    if policy.startswith("HYBRID_TRANSFORMER"):
+        return policy, _transformer_header(path, policy, rest)
     if rest:
         raise SourceFormatError(path, f"unexpected {rest[0]!r} after {policy} on line 1", line=1)
     return policy, {}
+
+
+def _transformer_header(path: str, policy: str, rest: list[str]) -> dict:
+    """`model_parallel_NPU_group: N` (may be left out: the converter's split applies), and for
+    HYBRID_TRANSFORMER_FWD_IN_BCKWD `checkpoints: K l1 .. lK checkpoint_initiates: K l1 .. lK`."""
+    header = {}
+    if rest[:1] == [MODEL_GROUP_KEY]:
+        if len(rest) < 2:
+            raise SourceFormatError(path, f"'{MODEL_GROUP_KEY}' without a number on line 1", line=1)
+        header["model_group"] = _integer(path, 1, rest[1], MODEL_GROUP_KEY[:-1], low=1)
+        rest = rest[2:]
+    if policy == "HYBRID_TRANSFORMER_FWD_IN_BCKWD":
+        for key, field in (("checkpoints:", "checkpoints"), ("checkpoint_initiates:", "initiates")):
+            if not rest or rest[0] != key or len(rest) < 2:
+                raise SourceFormatError(path, f"{policy} needs '{key} K' and K layer numbers on line 1", line=1)
+            count = _integer(path, 1, rest[1], key[:-1])
+            if len(rest) < 2 + count:
+                raise SourceFormatError(path, f"'{key} {count}' is followed by fewer than {count} layers", line=1)
+            header[field] = frozenset(_integer(path, 1, t, f"a {key[:-1]} layer") for t in rest[2:2 + count])
+            rest = rest[2 + count:]
+    if rest:
+        raise SourceFormatError(path, f"unexpected {rest[0]!r} on line 1", line=1)
+    return header
 
 
 def _layer(path: str, number: int, tokens: list[str], customized: bool) -> Layer:
@@ -116,7 +141,7 @@ def _layer(path: str, number: int, tokens: list[str], customized: bool) -> Layer
     _integer(path, number, tokens[1], "the reserved field", low=-MAX_INT)
     phases = [_phase(path, number, tokens[i:i + 3], what) for i, what in ((2, "forward"), (5, "input gradient"),
                                                                           (8, "weight gradient"))]
-    return Layer(tokens[0], number, *phases, _integer(path, number, tokens[11], "the update time"), policy)
+    return Layer(tokens[0], *phases, _integer(path, number, tokens[11], "the update time"), policy)
 
 
 def _phase(path: str, number: int, tokens: list[str], what: str) -> Phase:
