@@ -41,6 +41,8 @@ LIMITS: dict[str, Limit] = {
                            "repeats"),
     "archive_members": Limit("CHAKRA_MAX_ARCHIVE_MEMBERS", 100_000, "members of one .zip or .tar job bundle"),
     "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 500_000, "issue/callback lines of one simulator log"),
+    "source_bytes": Limit("CHAKRA_MAX_SOURCE_BYTES", 256 << 20,
+                          "bytes of a FlexFlow task graph or an ASTRA-sim 1.0 text workload (read whole)"),
 }
 
 # Below this many decompressed bytes a gzip file is never judged by its ratio: tiny, very

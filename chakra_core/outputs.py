@@ -12,8 +12,9 @@ atomically: no rename could keep the link or the device); a folder, a dangling l
 device or a socket is refused in one line.
 
 `together()` makes several outputs one: inside it, the moves wait until the block ends without
-error, and a failed block removes every temporary and leaves every earlier file as it was
-(a job's rank files, groups and report are replaced as a set).
+error (then `afterwards` actions run, such as removing an earlier job's extra ranks), and a
+failed block removes every temporary and leaves every earlier file as it was (a job's rank
+files, groups and report are replaced as a set).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import io
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import IO
 
 import fsspec
@@ -33,8 +35,17 @@ import fsspec
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import file_kind, is_local
 
-# the moves waiting for the end of the innermost `together()` block: (filesystem, temporary, target)
-_PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("chakra_pending_outputs", default=None)
+
+@dataclass
+class _Set:
+    """What the innermost `together()` block does when it ends well: moves, then actions."""
+
+    moves: list = field(default_factory=list)  # (filesystem, temporary, target)
+    actions: list[Callable[[], None]] = field(default_factory=list)
+
+
+# what waits for the end of the innermost `together()` block
+_PENDING: contextvars.ContextVar[_Set | None] = contextvars.ContextVar("chakra_pending_outputs", default=None)
 
 
 class OutputError(ChakraError):
@@ -89,7 +100,7 @@ def open_output(url: str, mode: str = "wb", gzipped: bool | None = None) -> Iter
         if pending is None:
             fs.mv(temporary, path)
         else:
-            pending.append((fs, temporary, path))
+            pending.moves.append((fs, temporary, path))
     except BaseException:
         _discard(fs, temporary)
         raise
@@ -97,24 +108,38 @@ def open_output(url: str, mode: str = "wb", gzipped: bool | None = None) -> Iter
 
 @contextlib.contextmanager
 def together() -> Iterator[None]:
-    """Outputs opened inside the block are moved into place only when it ends without error;
-    otherwise their temporaries are removed and the targets keep what they held."""
-    pending: list = []
+    """Outputs opened inside the block are moved into place only when it ends without error,
+    then the `afterwards` actions run; otherwise the temporaries are removed and the targets
+    keep what they held. Inside another block, the outer block's end decides."""
+    pending = _Set()
     token = _PENDING.set(pending)
     try:
         yield
     except BaseException:
-        for fs, temporary, _ in pending:
+        for fs, temporary, _ in pending.moves:
             _discard(fs, temporary)
         raise
     finally:
         _PENDING.reset(token)
     outer = _PENDING.get()
-    if outer is not None:  # inside another block: its end decides
-        outer.extend(pending)
+    if outer is not None:
+        outer.moves += pending.moves
+        outer.actions += pending.actions
         return
-    for fs, temporary, path in pending:
+    for fs, temporary, path in pending.moves:
         fs.mv(temporary, path)
+    for action in pending.actions:
+        action()
+
+
+def afterwards(action: Callable[[], None]) -> None:
+    """Runs action once the outputs of the enclosing `together()` block are in place (now,
+    outside one): e.g. removing what an earlier set of files had and the new one does not."""
+    pending = _PENDING.get()
+    if pending is None:
+        action()
+    else:
+        pending.actions.append(action)
 
 
 def _discard(fs, temporary: str) -> None:

@@ -19,7 +19,7 @@ import stat
 
 from chakra_core.inputs import file_kind, is_local, open_raw
 from chakra_core.terminal import printable
-from pipeline.ingest import InputFile, JobInput, kind_of
+from pipeline.ingest import InputFile, JobInput, kind_in_job
 from pipeline.layout import day_url, filesystem
 
 HASH_CHUNK = 4 << 20
@@ -108,7 +108,7 @@ def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
             job.problem = (f"{job.job_id}: the same job as {earlier}, its name differing only in case; a job is"
                            " processed once")
         for file_path, relative, file_size, file_problem in _job_files(fs, path, root):
-            kind = kind_of(relative) if "/" not in relative and file_problem is None else "unknown"
+            kind = "unknown" if file_problem is not None else kind_in_job(fs, file_path, relative)
             job.files.append(InputFile(fs.unstrip_protocol(file_path), f"{job.job_id}/{printable(relative)}",
                                        file_size, kind, file_problem or _name_problem(relative)))
         jobs.append(job)

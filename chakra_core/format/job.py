@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
-from chakra_core.outputs import open_output, together
+from chakra_core.outputs import afterwards, open_output, together
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
 RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
@@ -204,7 +204,7 @@ class Job:
                 with open_output(groups_url(prefix), "w") as f:
                     f.write(text)
                 written.append(groups_url(prefix))
-        remove_other_ranks(prefix, len(self.tables))
+            afterwards(lambda: remove_other_ranks(prefix, len(self.tables)))
         return written
 
 

@@ -25,6 +25,7 @@ from chakra_core.format.job import Job
 from chakra_core.sim.aware import AwareFabric, WatchedFabric
 from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.criticalpath import critical_paths
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.feeder import GraphFeeder
@@ -32,7 +33,7 @@ from chakra_core.sim.issue import Workload
 from chakra_core.sim.live import AwareCollectives
 from chakra_core.sim.memory import LocalMemory
 from chakra_core.sim.network import UnawareNetwork
-from chakra_core.sim.nodes import EXTENSIONS, NodeDecoder
+from chakra_core.sim.nodes import CPU, EXTENSIONS, GPU_COMPUTE, NodeDecoder
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.system import System, Unaware
 from chakra_core.sim.whatif import scale_job
@@ -73,6 +74,8 @@ class Engine:
                               npu_speed)
         self.nodes = [decoder.decode(npu, f) for npu, f in enumerate(feeders)]
         self.shapes = decoder.shapes
+        slots = {node.slot for _, node in self.shapes}
+        self.gpu_job = CPU in slots and GPU_COMPUTE in slots  # host and device work: say what held the path
 
     def run(self) -> SimResult:
         """Runs the job. Aware, a run that used holding tables is kept only where nothing else
@@ -106,8 +109,11 @@ class Engine:
 
         for npu, r in enumerate(results):
             r.time_by_category = workload.time_by_category(npu)
+        if self.gpu_job:
+            for r, path in zip(results, critical_paths(self.feeders, self.nodes, workload.issued_at, workload.ran)):
+                r.critical_path = path
         extensions = workload.extensions | system.extensions
-        result = SimResult(self.mode, results, workload.timeline(),
+        result = SimResult(self.mode, results, workload.timeline() if self.record_timeline else None,
                            notes=[EXTENSIONS.get(label, self.memory.note) for label in sorted(extensions)]
                            + sorted(set(runner.notes)))
         if workload.unfinished():
@@ -122,7 +128,8 @@ class Engine:
         """One run of the job: (results, workload, system layer, collective runner)."""
         events = EventQueue()  # node completions (tick, npu, node index) and calls (tick, CALL, (function, args))
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
-        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline, self.progress)
+        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
+                            self.progress)
         if self.mode == "aware":
             network = (WatchedFabric if shortcuts else AwareFabric)(self.network, events, self.comm_scale)
             runner = AwareCollectives(self.collectives, network, events, self.shapes, shortcuts, forced)

@@ -42,11 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import fsspec
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chakra_core.errors import ChakraError
+from chakra_core.inputs import open_input
 from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import JobMeasure, Reference, summarize
 from chakra_core.synth.master import KIND_NAMES, KINDS, RECV_KIND, SEND_KIND
@@ -212,8 +212,8 @@ def save_model(model: SynthModel, url: str) -> None:
 
 def load_model(url: str) -> SynthModel:
     try:
-        with fsspec.open(url, "r") as f:
-            text = f.read()
+        with open_input(url) as f:
+            text = f.read().decode("utf-8")
     except FileNotFoundError:
         raise ModelFileError(f"{url}: no such model file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -305,14 +305,14 @@ def _selection_curves(selections: Sequence[Any]) -> list[tuple[str, list[dict]]]
     """(label, curve) per selection: a `chakra select --json` document, or the path of one."""
     import json
 
-    import fsspec
+    from chakra_core.inputs import open_input
 
     curves = []
     for i, selection in enumerate(selections):
         label = f"selection {i + 1}"
         if isinstance(selection, (str, os.PathLike)):
             label = os.path.splitext(os.path.basename(os.fspath(selection)))[0]
-            with fsspec.open(os.fspath(selection), "r") as f:
+            with open_input(os.fspath(selection)) as f:
                 selection = json.load(f)
         if not isinstance(selection, dict) or not selection.get("curve"):
             raise ValueError(f"{label}: not a `chakra select --json` document with an error curve ('curve')")
