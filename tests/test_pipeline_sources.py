@@ -9,7 +9,7 @@ import json
 from flexflow_graphs import ALEXNET, TEXT
 
 from chakra_core.format.etfile import read_table
-from pipeline.ingest import list_day
+from pipeline.drop import list_day
 from pipeline.jobs import process_job
 from pipeline.layout import filesystem, join, traces_dir
 from tools import make_drop as md
