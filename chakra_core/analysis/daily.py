@@ -8,6 +8,8 @@ warehouse from before that table existed) is an empty table, not an error.
 
 from __future__ import annotations
 
+import sys
+
 import pyarrow as pa
 
 from chakra_core.analysis.warehouse import WarehouseError, open_warehouse, run_query
@@ -52,7 +54,9 @@ def latest_day(con, files_by_table: dict) -> str:
 
 def day_sections(url: str, date: str | None = None) -> tuple[str, dict[str, pa.Table]]:
     """(the day, {section: table}) for the day's report."""
-    con, files_by_table = open_warehouse(url)
+    con, files_by_table, skipped = open_warehouse(url)
+    for warning in skipped:  # parts that are not Parquet, left out of their tables
+        print(f"report: warning: {warning}", file=sys.stderr)
     day = date or latest_day(con, files_by_table)
     literal = "'" + day.replace("'", "''") + "'"
     sections = {}
