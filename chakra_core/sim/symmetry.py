@@ -1,0 +1,251 @@
+"""Which NPUs of a job run alike, so that one of each kind is simulated (docs/simulator.md,
+'Shared simulation').
+
+A job is invariant under moving every NPU one step along a network dimension (a translation
+of the torus of dimensions) when every NPU's node table equals, row by row, the table of the
+NPU it moves to, with its communicator groups and send/receive peers moved the same way, and
+the NPUs' speeds move with them. Translations of the torus map the network onto itself in
+both network models (hop counts and routes depend on coordinate differences only), so such a
+job runs the same after the move: NPUs one step apart along that dimension take the same
+times. The data-parallel replicas of a job lie along the outer dimensions, the members of a
+tensor-parallel group along the inner ones.
+
+`find_sharing` finds the dimensions the job is invariant under (each checked over whole
+columns with numpy, never per node) and returns a `Sharing`: the representatives (the NPUs
+at coordinate 0 in those dimensions), the one each NPU copies, and, for every group of a
+representative, the NPUs outside the representatives that take part in the same collective
+in a group holding a representative ("mirrors": they issue it when their representative
+does). A dimension along which some send crosses is not shared (its two ends would lie in
+different copies). The engine then simulates the representatives only; the collective
+runner checks that every mirror ends each collective when its representative does, and a
+run where it does not, or where two completions of one NPU fell in one tick after being
+scheduled in one tick (their order would follow the events of other NPUs), is not used: the
+job runs unshared (engine.simulate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chakra_core.sim.config import NetworkConfig
+from chakra_core.sim.aware import AwareFabric
+from chakra_core.sim.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
+
+# the columns the simulator reads (feeder.py, nodes.py), besides those moved with the NPUs
+COMPARED = ("id", "data_deps", "ctrl_deps") + tuple(c for c in NodeDecoder.COLUMNS
+                                                 if c not in ("pg_name", "comm_src", "comm_dst"))
+MOVED = ("pg_name", "comm_src", "comm_dst")
+
+
+class SymmetryBroken(Exception):
+    """A shared run whose mirrors did not run as their representatives: the job runs unshared."""
+
+
+@dataclass
+class Sharing:
+    """What a shared run simulates: `reps` (ascending), `rep_of[npu]`, and, per (representative,
+    its group), the (mirror, the mirror's group) pairs that join the representative's collectives
+    in groups holding a representative (group None: every NPU)."""
+
+    npus: int
+    dims: tuple[int, ...]  # the network dimensions shared along
+    reps: list[int]
+    rep_of: list[int]
+    mirrors: dict[tuple, list[tuple[int, tuple | None]]] = field(default_factory=dict)
+    groups: list[tuple[int, ...] | None] = field(default_factory=list)  # the job's, [0] None (every NPU)
+    sends: set[tuple[int, int]] = field(default_factory=set)  # (NPU, peer) of every send and receive
+    world: bool = False  # whether some collective runs over every NPU
+
+    def summary(self) -> dict:
+        """What `--json` says was shared."""
+        return {"simulated_npus": len(self.reps), "npus": self.npus, "dimensions": list(self.dims)}
+
+
+def find_sharing(tables: list[pa.Table], groups: dict[int, tuple[int, ...]], network: NetworkConfig,
+                 npu_speed: list[float] | None = None, call_time_in_network: bool = False) -> Sharing | None:
+    """The job's Sharing, or None where no dimension can be shared (or the tables cannot be
+    compared: then the unshared run says what is wrong with them)."""
+    if len(tables) != network.npus or len(tables) < 2 or (npu_speed is not None and len(npu_speed) != len(tables)):
+        return None  # the unshared run says what is wrong
+    job = _Columns.of(tables, groups, network.npus, call_time_in_network)
+    if job is None:
+        return None
+    coords = np.array([network.coords(npu) for npu in range(network.npus)], np.int64)
+    sizes = np.array([d.npus for d in network.dims], np.int64)
+    speed = np.asarray(npu_speed if npu_speed is not None else [1.0] * network.npus)
+    dims = tuple(k for k, size in enumerate(sizes) if size > 1 and not job.crosses(coords[:, k])
+                 and job.invariant(_moved(coords, sizes, k), speed))
+    if not dims:
+        return None
+    rep_coords = coords.copy()
+    rep_coords[:, list(dims)] = 0
+    strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
+    rep_of = (rep_coords * strides).sum(axis=1)
+    reps = np.flatnonzero(rep_of == np.arange(network.npus)).tolist()
+    own, peer = job.p2p
+    return Sharing(network.npus, dims, reps, rep_of.tolist(), job.mirrors(reps, rep_of), job.groups,
+                   set(zip(own.tolist(), peer.tolist())), bool((job.group_of_row[job.types == COLL] == 0).any()))
+
+
+def links_apart(sharing: Sharing, network: NetworkConfig) -> bool:
+    """Congestion-aware: whether the links the shared run uses (the collectives of groups that
+    hold a representative, the sends of representatives) carry nothing in the whole job that
+    the shared run leaves out (the collectives of other groups, the other NPUs' sends); then
+    what the shared run leaves out cannot delay what it runs. A ring's messages go to either
+    neighbour; a collective over every NPU may use any link."""
+    fabric = AwareFabric(network, events=None)
+    is_rep = [rep == npu for npu, rep in enumerate(sharing.rep_of)]
+    used: tuple[set, set] = (set(), set())  # (left out, run)
+    for group in sharing.groups[1:]:
+        ring = list(zip(group, group[1:] + group[:1]))
+        used[any(is_rep[m] for m in group)].update(
+            link for a, b in ring for pair in ((a, b), (b, a)) for link, _ in fabric.route(*pair))
+    for npu, peer in sharing.sends:
+        used[is_rep[npu]].update(link for link, _ in fabric.route(npu, peer))
+    if sharing.world:
+        return not used[0]
+    return not used[0] & used[1]
+
+
+def _moved(coords: np.ndarray, sizes: np.ndarray, dim: int) -> np.ndarray:
+    """Each NPU's id after one step along `dim`."""
+    moved = coords.copy()
+    moved[:, dim] = (moved[:, dim] + 1) % sizes[dim]
+    strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
+    return (moved * strides).sum(axis=1)
+
+
+class _Columns:
+    """Every NPU's node table, concatenated: the compared columns, each row's group (as a
+    number: 0 for every NPU, else its group's index in `groups`) and peers."""
+
+    def __init__(self, table: pa.Table, offsets: np.ndarray, group_of_row: np.ndarray, peers: np.ndarray,
+                 groups: list[tuple[int, ...] | None]):
+        self.table, self.offsets, self.group_of_row, self.peers, self.groups = (
+            table, offsets, group_of_row, peers, groups)
+        self.lengths = np.diff(offsets)
+        self.types = types = table.column("type").to_numpy(zero_copy_only=False)
+        npu_of_row = np.repeat(np.arange(len(self.lengths)), self.lengths)
+        sends, recvs = types == SEND, types == RECV
+        p2p = sends | recvs
+        self.p2p = (npu_of_row[p2p], np.where(sends, peers[:, 1], peers[:, 0])[p2p])  # (NPU, its peer)
+        self._key_of = {_canonical(g): i for i, g in enumerate(groups)}
+
+    @classmethod
+    def of(cls, tables: list[pa.Table], groups: dict[int, tuple[int, ...]], npus: int,
+           call_time_in_network: bool) -> _Columns | None:
+        names = set(tables[0].column_names)
+        if any(set(t.column_names) != names for t in tables) or not {"id", "type"} <= names:
+            return None
+        wanted = [c for c in COMPARED + (("name",) if call_time_in_network else ()) if c in names]
+        moved = [c for c in MOVED if c in names]
+        try:
+            table = pa.concat_tables([t.select(wanted + moved) for t in tables]).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # schemas differ between ranks
+            return None
+        offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
+        numbered = _numbered_groups(groups, npus)
+        if numbered is None:
+            return None
+        group_list, number_of_name = numbered
+        group_of_row = _group_of_row(table, number_of_name)
+        if group_of_row is None or len({_canonical(g) for g in group_list}) != len(group_list):
+            return None  # an unknown group name (the unshared run names it), or two groups alike
+        peers = np.stack([_ints(table, c) for c in ("comm_src", "comm_dst")], axis=1)
+        if ((peers < -1) | (peers >= npus)).any():
+            return None
+        types = table.column("type").to_numpy(zero_copy_only=False)
+        if (((types == SEND) & (peers[:, 1] < 0)) | ((types == RECV) & (peers[:, 0] < 0))).any():
+            return None  # a send or receive without its peer: the unshared run names it
+        return cls(table.select(wanted), offsets, group_of_row, peers, group_list)
+
+    def crosses(self, coord: np.ndarray) -> bool:
+        """Whether a send or receive joins NPUs at different coordinates of a dimension."""
+        own, peer = self.p2p
+        return bool((coord[own] != coord[peer]).any())
+
+    def invariant(self, moved: np.ndarray, speed: np.ndarray) -> bool:
+        """Whether the job is the same after every NPU moves to moved[npu]."""
+        if (self.lengths[moved] != self.lengths).any() or (speed[moved] != speed).any():
+            return False
+        # row r of NPU m's table sits at rows[r], in moved[m]'s table
+        rows = np.arange(len(self.group_of_row)) + np.repeat(self.offsets[moved] - self.offsets[:-1], self.lengths)
+        image = self._group_images(moved)
+        if (image[self.group_of_row] != self.group_of_row[rows]).any():
+            return False
+        peers = np.where(self.peers >= 0, moved[np.maximum(self.peers, 0)], self.peers)
+        if (peers != self.peers[rows]).any():
+            return False
+        taken = pa.array(rows)
+        return all(column.take(taken).equals(column) for column in self.table.columns)
+
+    def _group_images(self, moved: np.ndarray) -> np.ndarray:
+        """For each group number, the number of the group its members move to (-1: none)."""
+        image = np.full(len(self.groups), -1, np.int64)
+        for i, group in enumerate(self.groups):
+            image[i] = 0 if group is None else self._key_of.get(_canonical(tuple(moved[list(group)].tolist())), -1)
+        return image
+
+    def mirrors(self, reps: list[int], rep_of: np.ndarray) -> dict[tuple, list]:
+        """(representative, its group) -> (mirror, the mirror's group) for every mirror in a
+        group that holds a representative."""
+        is_rep = np.zeros(len(rep_of), bool)
+        is_rep[reps] = True
+        live = [g is None or bool(is_rep[list(g)].any()) for g in self.groups]
+        types = self.types
+        found: dict[tuple, list] = {}
+        for rep in reps:
+            start, end = self.offsets[rep], self.offsets[rep + 1]
+            collective = np.flatnonzero(types[start:end] == COLL)
+            numbers, first = np.unique(self.group_of_row[start + collective], return_index=True)
+            copies = np.flatnonzero((rep_of == rep) & ~is_rep)
+            for number, row in zip(numbers.tolist(), collective[first].tolist()):
+                theirs = self.group_of_row[self.offsets[copies] + row].tolist()
+                found[(rep, self.groups[number])] = [(int(m), self.groups[g]) for m, g in zip(copies, theirs)
+                                                     if live[g]]
+        return found
+
+
+def _numbered_groups(groups: dict[int, tuple[int, ...]], npus: int):
+    """([None, group, ...], pg_name -> number): number 0 is every NPU, as a group of all NPUs is."""
+    group_list: list[tuple[int, ...] | None] = [None]
+    number_of_name = {name: 0 for name in DEFAULT_GROUP_NAMES}
+    for gid, members in sorted(groups.items()):
+        if any(not 0 <= m < npus for m in members):
+            return None
+        if len(members) == npus:
+            number_of_name[str(gid)] = 0
+            continue
+        number_of_name[str(gid)] = len(group_list)
+        group_list.append(tuple(members))
+    return group_list, number_of_name
+
+
+def _group_of_row(table: pa.Table, number_of_name: dict[str, int]) -> np.ndarray | None:
+    """Each row's group number (rows without pg_name: every NPU); None for an unknown name."""
+    if "pg_name" not in table.column_names:
+        return np.zeros(table.num_rows, np.int64)
+    encoded = pc.fill_null(table.column("pg_name"), "").dictionary_encode().combine_chunks()
+    numbers = [number_of_name.get(name) for name in encoded.dictionary.to_pylist()]
+    if None in numbers:
+        return None
+    return np.asarray(numbers, np.int64)[encoded.indices.to_numpy(zero_copy_only=False)] if numbers else \
+        np.zeros(table.num_rows, np.int64)
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(table.num_rows, -1, np.int64)
+    return np.asarray(pc.fill_null(table.column(name), -1).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _canonical(group: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A ring's members from its smallest: rings alike but for where they start are one ring."""
+    if group is None:
+        return None
+    start = group.index(min(group))
+    return group[start:] + group[:start]
