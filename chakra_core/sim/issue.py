@@ -22,6 +22,7 @@ from chakra_core.sim.nodes import (
     CPU,
     DO_COLLECTIVE,
     DO_COMPUTE,
+    DO_INSTANT,
     DO_RECV,
     DO_REPLAY,
     DO_SEND,
@@ -31,7 +32,8 @@ from chakra_core.sim.nodes import (
 )
 from chakra_core.sim.results import NpuResult, TimelineEvent
 
-PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
+PROGRESS_EVERY = 1 << 16
+OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules  # completed nodes between progress reports: rare enough to cost nothing
 
 
 class Workload:
@@ -67,10 +69,12 @@ class Workload:
 
     def watch_ties(self) -> None:
         """Counts, as `ties`, two completions on one NPU in one tick that were also scheduled in
-        one tick: their order follows the order in which other NPUs' events ran, which a shared
-        run (symmetry.py) does not reproduce. Completions are then scheduled through `at`."""
+        one tick, one of them by the system layer: their order may follow the order in which
+        other NPUs' events ran, which a shared run (symmetry.py) does not reproduce. (Nodes the
+        NPU times itself are scheduled by its own events, in their order.) Completions are then
+        scheduled through `at`."""
         scheduled, events = {}, self.events
-        self._scheduled_at, self._last_completion = scheduled, [(-1, -1)] * len(self.feeders)
+        self._scheduled_at, self._last_completion = scheduled, [(-1, -1, True)] * len(self.feeders)
 
         def at(tick: int, npu: int, index: int) -> None:
             scheduled[npu, index] = events.now
@@ -97,8 +101,9 @@ class Workload:
                 self.coincidences += 1
             self._scheduled_in_tick[npu] = now
         if self._scheduled_at is not None:
-            pair = (now, self._scheduled_at.pop((npu, index)))
-            if self._last_completion[npu] == pair:
+            last, own = self._last_completion[npu], node.action in OWN_SCHEDULE
+            pair = (now, self._scheduled_at.pop((npu, index)), own)
+            if last[:2] == pair[:2] and not (own and last[2]):
                 self.ties += 1
             self._last_completion[npu] = pair
         if node.category is not None:
