@@ -67,10 +67,14 @@ def find_ranks(prefix: str) -> int:
 
 def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
     """The node tables of ranks 0..npus-1 (all found when None), index = rank; an error names
-    the rank and its file."""
+    the rank and its file. Plain local files are read in one pass (format/manyfiles.py)."""
     from chakra_core.format.etfile import read_table
+    from chakra_core.format.manyfiles import read_local_tables
 
     npus = find_ranks(prefix) if npus is None else npus
+    tables = read_local_tables([rank_url(prefix, rank) for rank in range(npus)])
+    if tables is not None:
+        return tables
     tables = []
     for rank in range(npus):
         try:
