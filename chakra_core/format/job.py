@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
@@ -156,9 +156,10 @@ class Job:
         groups_file = comm_groups or (groups_url(prefix) if _exists(groups_url(prefix)) else None)
         return cls(tables, read_comm_groups(groups_file) if groups_file else {}, prefix.rstrip("/").rsplit("/", 1)[-1])
 
-    def write(self, out_dir: str, name: str | None = None) -> list[str]:
+    def write(self, out_dir: str, name: str | None = None, skip: Collection[int] = ()) -> list[str]:
         """``out_dir/<name>.<rank>.et`` per rank (schema 0.0.4) and ``<name>.comm_groups.json`` when
-        there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written."""
+        there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written
+        (with those of the ranks in `skip`, whose files the caller writes)."""
         from chakra_core.format.etfile import write_table
         from chakra_core.format.schema import et_def_pb2 as pb
 
@@ -176,12 +177,14 @@ class Job:
         written = []
         for rank, table in enumerate(self.tables):
             url = rank_url(prefix, rank)
+            written.append(url)
+            if rank in skip:
+                continue
             if id(table) in first:  # a table shared by several ranks: encoded once, copied
                 fs.copy(fsspec.core.url_to_fs(first[id(table)])[1], fsspec.core.url_to_fs(url)[1])
             else:
                 write_table(table, url, metadata)
                 first[id(table)] = url
-            written.append(url)
         if text is not None:
             with open_output(groups_url(prefix), "w") as f:
                 f.write(text)
