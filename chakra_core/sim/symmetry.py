@@ -48,14 +48,15 @@ class SymmetryBroken(Exception):
 @dataclass
 class Sharing:
     """What a shared run simulates: `reps` (ascending), `rep_of[npu]`, and, per (representative,
-    its group), the (mirror, the mirror's group) pairs that join the representative's collectives
-    in groups holding a representative (group None: every NPU)."""
+    its group), the mirrors that join the representative's collectives in groups holding a
+    representative, by their group: [(the mirrors' group, [mirror, ...]), ...] (group None:
+    every NPU)."""
 
     npus: int
     dims: tuple[int, ...]  # the network dimensions shared along
     reps: list[int]
     rep_of: list[int]
-    mirrors: dict[tuple, list[tuple[int, tuple | None]]] = field(default_factory=dict)
+    mirrors: dict[tuple, list[tuple[tuple | None, list[int]]]] = field(default_factory=dict)
     groups: list[tuple[int, ...] | None] = field(default_factory=list)  # the job's, [0] None (every NPU)
     sends: set[tuple[int, int]] = field(default_factory=set)  # (NPU, peer) of every send and receive
     world: bool = False  # whether some collective runs over every NPU
@@ -191,7 +192,7 @@ class _Columns:
         return image
 
     def mirrors(self, reps: list[int], rep_of: np.ndarray) -> dict[tuple, list]:
-        """(representative, its group) -> (mirror, the mirror's group) for every mirror in a
+        """(representative, its group) -> [(group, its mirrors), ...] for every mirror in a
         group that holds a representative."""
         is_rep = np.zeros(len(rep_of), bool)
         is_rep[reps] = True
@@ -204,9 +205,11 @@ class _Columns:
             numbers, first = np.unique(self.group_of_row[start + collective], return_index=True)
             copies = np.flatnonzero((rep_of == rep) & ~is_rep)
             for number, row in zip(numbers.tolist(), collective[first].tolist()):
-                theirs = self.group_of_row[self.offsets[copies] + row].tolist()
-                found[(rep, self.groups[number])] = [(int(m), self.groups[g]) for m, g in zip(copies, theirs)
-                                                     if live[g]]
+                by_group: dict[int, list[int]] = {}
+                for m, g in zip(copies.tolist(), self.group_of_row[self.offsets[copies] + row].tolist()):
+                    if live[g]:
+                        by_group.setdefault(g, []).append(m)
+                found[(rep, self.groups[number])] = [(self.groups[g], ms) for g, ms in by_group.items()]
         return found
 
 

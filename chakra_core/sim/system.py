@@ -62,16 +62,19 @@ class System:
         group = node.group
         k = self._issued_in_group[(npu, group)]
         self._issued_in_group[(npu, group)] = k + 1
-        self._join(group, k, npu, index, node, now)
+        self._join(group, k, (npu,), index, node, now)
         if self.sharing is not None:  # its mirrors issue their k-th collective of their group with it
-            for mirror, theirs in self.sharing.mirrors.get((npu, group), ()):
-                self._join(theirs, k, mirror, index, node, now)
+            for theirs, mirrors in self.sharing.mirrors.get((npu, group), ()):
+                self._join(theirs, k, mirrors, index, node, now)
 
-    def _join(self, group: tuple | None, k: int, npu: int, index: int, node: Node, now: int) -> None:
+    def _join(self, group: tuple | None, k: int, npus, index: int, node: Node, now: int) -> None:
+        """NPUs issue their k-th collective of `group` (node `index`) now."""
         key = (group, k)
         members = self.pending.setdefault(key, {})
-        members[npu] = (now, index)
-        self.runner.issued(key, node, members, npu, now)
+        issued = self.runner.issued
+        for npu in npus:
+            members[npu] = (now, index)
+            issued(key, node, members, npu, now)
         if len(members) == (len(group) if group else self.npus):
             del self.pending[key]
             first, size = self._checked(key, members)
@@ -102,11 +105,13 @@ class System:
         """A member ends the collective it issued at `issued` (node `index`) at `finish`."""
         node = self.nodes[npu][index]
         self.complete(finish, npu, index)
-        self.results[npu].add_comm(node.label, node.size, finish - issued)
+        if self.sharing is None or self.sharing.rep_of[npu] == npu:  # a mirror's result is copied at the end
+            self.results[npu].add_comm(node.label, node.size, finish - issued)
 
     def _shared_complete(self, tick: int, npu: int, index: int) -> None:
         """complete() of a shared run: a representative's node as always; a mirror's
-        collective must end when its representative's does (else SymmetryBroken)."""
+        collective must end when its representative's does (else SymmetryBroken). (A mirror's
+        result is its representative's: the engine copies it.)"""
         rep = self.sharing.rep_of[npu]
         if self.nodes[npu][index].action == DO_COLLECTIVE:
             known = self._finished.setdefault((rep, index), tick)
