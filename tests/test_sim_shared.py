@@ -81,6 +81,7 @@ def test_every_reference_run_shared_equals_unshared(mode):
         shared, _ = simulate_files(*args, mode=mode)
         unshared, _ = simulate_files(*args, mode=mode, share=False)
         assert [n.to_dict() for n in shared.npus] == [n.to_dict() for n in unshared.npus], row
+        assert shared.sharing["simulated_npus"] == 1  # one collective per NPU, ids from the rank: NPU 0 runs
 
 
 def test_a_straggler_or_a_rank_that_differs_breaks_the_symmetry_and_the_job_runs_unshared():

@@ -162,7 +162,7 @@ class _Columns:
         types = table.column("type").to_numpy(zero_copy_only=False)
         if (((types == SEND) & (peers[:, 1] < 0)) | ((types == RECV) & (peers[:, 0] < 0))).any():
             return None  # a send or receive without its peer: the unshared run names it
-        return cls(table.select(wanted), offsets, group_of_row, peers, group_list)
+        return cls(_relative_ids(table.select(wanted), offsets), offsets, group_of_row, peers, group_list)
 
     def crosses(self, coord: np.ndarray) -> bool:
         """Whether a send or receive joins NPUs at different coordinates of a dimension."""
@@ -238,6 +238,31 @@ def _group_of_row(table: pa.Table, number_of_name: dict[str, int]) -> np.ndarray
         return None
     return np.asarray(numbers, np.int64)[encoded.indices.to_numpy(zero_copy_only=False)] if numbers else \
         np.zeros(table.num_rows, np.int64)
+
+
+def _relative_ids(table: pa.Table, offsets: np.ndarray) -> pa.Table:
+    """Ids and dependencies counted from each NPU's first id: ranks that number their nodes from
+    different starts (ASTRA-sim's microbenchmarks number each rank's node after the rank) issue
+    them in the same order. (uint64 arithmetic: the same wrap on every NPU.)"""
+    lengths = np.diff(offsets)
+    ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.uint64)
+    shift = np.repeat(ids[np.minimum(offsets[:-1], max(len(ids) - 1, 0))] if len(ids) else ids, lengths)
+    table = table.set_column(table.schema.get_field_index("id"), "id", pa.array(ids - shift, pa.uint64()))
+    for name in ("data_deps", "ctrl_deps"):
+        if name in table.column_names:
+            deps = table.column(name).combine_chunks()
+            values = pc.list_flatten(deps).to_numpy(zero_copy_only=False).astype(np.uint64)
+            parents = pc.list_parent_indices(deps).to_numpy(zero_copy_only=False)
+            relative = pa.ListArray.from_arrays(_list_offsets(deps), pa.array(values - shift[parents], pa.uint64()),
+                                                mask=deps.is_null())
+            table = table.set_column(table.schema.get_field_index(name), name, relative)
+    return table
+
+
+def _list_offsets(deps: pa.Array) -> pa.Array:
+    """The offsets of a list array's rows, from 0 (nulls as empty lists)."""
+    lengths = pc.list_value_length(deps).fill_null(0).to_numpy(zero_copy_only=False)
+    return pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
 
 
 def _ints(table: pa.Table, name: str) -> np.ndarray:
