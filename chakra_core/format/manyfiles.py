@@ -31,12 +31,11 @@ def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
     not a plain local file or does not decode cleanly (then read them one by one)."""
     if not urls or any("://" in url and not url.startswith("file://") for url in urls):
         return None
-    streams, counts, metadata = [], [], []
+    joined, counts, metadata = bytearray(), [], []  # the node messages of every file, one after another
     max_nodes = limits.value("nodes")
     for url in urls:
-        path = url.removeprefix("file://")
         try:
-            with open(path, "rb") as f:
+            with open(url.removeprefix("file://"), "rb") as f:
                 data = f.read()
             payload, offset = _read_frame(io.BytesIO(data), url, 0, "global metadata")
             if payload is None or data[:2] == GZIP_MAGIC:
@@ -47,13 +46,13 @@ def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
             return None
         if nodes > max_nodes:
             return None
-        streams.append(memoryview(data)[offset:])
+        joined += memoryview(data)[offset:]
         counts.append(nodes)
         metadata.append(payload)
-    return _split(b"".join(streams), counts, metadata, urls)
+    return _split(joined, counts, metadata, urls)
 
 
-def _split(data: bytes, counts: list[int], metadata: list[bytes], urls: list[str]) -> list[pa.Table] | None:
+def _split(data: bytearray, counts: list[int], metadata: list[bytes], urls: list[str]) -> list[pa.Table] | None:
     """Decodes the joined node messages and cuts the table at each file's first node."""
     try:
         batches, end = codec.decode(data, 0, 0, 0, max(1, sum(counts)), True, codec.default_decode_threads())

@@ -140,13 +140,13 @@ class _Columns:
     def of(cls, tables: list[pa.Table], groups: dict[int, tuple[int, ...]], npus: int,
            call_time_in_network: bool) -> _Columns | None:
         names = set(tables[0].column_names)
-        if any(set(t.column_names) != names for t in tables) or not {"id", "type"} <= names:
+        if not {"id", "type"} <= names:
             return None
         wanted = [c for c in COMPARED + (("name",) if call_time_in_network else ()) if c in names]
         moved = [c for c in MOVED if c in names]
         try:
             table = pa.concat_tables([t.select(wanted + moved) for t in tables]).combine_chunks()
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # schemas differ between ranks
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError):  # columns or their types differ between ranks
             return None
         offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
         numbered = _numbered_groups(groups, npus)
