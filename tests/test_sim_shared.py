@@ -14,7 +14,7 @@ from test_sim_aware import pipeline_job
 from chakra_core.generate.families import FAMILIES, generate_family
 from chakra_core.generate.workloads import generate
 from chakra_core.sim.config import load_network
-from chakra_core.sim.engine import simulate
+from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.workload import simulate_files
 
 MODES = ("unaware", "aware")
@@ -125,3 +125,34 @@ def test_json_says_what_was_shared(tmp_path):
     assert shared["sharing"] == {"simulated_npus": 2, "npus": 16, "dimensions": [0, 2]}
     assert unshared["sharing"] == {} and shared["npus"] == unshared["npus"]
 
+
+
+def test_what_if_knobs_keep_the_results_of_the_unshared_run():
+    _, tables = generate_family("data_parallel", 2, random.Random(4))
+    net = network(("Ring", 4, 200, 500), ("Switch", 2, 50, 1000))
+    for mode in MODES:  # a 2-rank trace scaled to 8 NPUs, a faster network, slower compute
+        shared, _ = both(tables, net, TWO_D_SYSTEM, mode=mode, traced_npus=2, comm_scale=0.5, compute_scale=1.5)
+        assert shared.sharing["simulated_npus"] == 1
+
+
+def test_a_shared_run_that_deadlocks_leaves_the_report_to_the_unshared_run():
+    # NPU (a, b) of Ring 2 x Switch 2 waits to receive from (1 - a, b) before sending to it
+    net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
+    ranks = []
+    for npu in range(4):
+        peer = npu ^ 1
+        ranks.append([{"id": 1, "type": "COMM_RECV_NODE", "comm_src": peer, "comm_size": 8, "comm_tag": 1},
+                      {"id": 2, "type": "COMM_SEND_NODE", "comm_dst": peer, "comm_size": 8, "comm_tag": 1,
+                       "data_deps": [1]}])
+    reports = []
+    for share in (True, False):
+        with pytest.raises(SimulationDeadlock) as info:
+            simulate(job(*ranks), net, BASE, share=share)
+        reports.append(info.value.report)
+    assert reports[0] == reports[1] and set(reports[0]) == {0, 1, 2, 3}
+
+
+def test_an_aware_run_that_replays_every_collective_live_is_not_shared():
+    tables, groups = pipeline_job(8, 4, 0, longest_us=0)
+    shared, _ = both(tables, network(("Switch", 8, 50, 500)), BASE, groups, "aware", reuse_alone=False)
+    assert shared.sharing == {}

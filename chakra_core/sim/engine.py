@@ -188,7 +188,8 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
         tables, assumptions = scale_job(tables, network.npus, scaling)
         paths = [f"{paths[npu % traced_npus]} (as NPU {npu})" for npu in range(network.npus)]
     options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
-    sharing = _sharing(tables, groups, network, system, mode, share and not record_timeline, knobs.get("npu_speed"))
+    share = share and not record_timeline and (mode != "aware" or knobs.get("reuse_alone", True))
+    sharing = _sharing(tables, groups, network, system, mode, share, knobs.get("npu_speed"))
     result = None
     if sharing is not None:
         try:
@@ -204,7 +205,8 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
 
 def _sharing(tables: list[pa.Table], groups: dict, network: NetworkConfig, system: SystemConfig, mode: str,
              share: bool, npu_speed: list[float] | None) -> Sharing | None:
-    """The job's Sharing where a shared run may stand for it (aware: on links apart)."""
+    """The job's Sharing where a shared run may stand for it (aware: on links apart; a run that
+    replays every collective live is not shared, see Engine._check_shared)."""
     if not share:
         return None
     sharing = find_sharing(tables, groups, network, npu_speed, system.call_time_in_network)
