@@ -121,34 +121,45 @@ def _moved(coords: np.ndarray, sizes: np.ndarray, dim: int) -> np.ndarray:
 
 
 class _Columns:
-    """Every NPU's node table, concatenated: the compared columns, each row's group (as a
-    number: 0 for every NPU, else its group's index in `groups`) and peers."""
+    """The job's distinct node tables (ranks may share one table object), concatenated: the
+    compared columns, each row's group (as a number: 0 for every NPU, else its group's index in
+    `groups`) and peers; `table_of[npu]` is the NPU's table. Whether the job maps onto itself
+    depends, NPU by NPU, on the pair (its table, the table of the NPU it moves to) only: each
+    pair is checked once."""
 
-    def __init__(self, table: pa.Table, offsets: np.ndarray, group_of_row: np.ndarray, peers: np.ndarray,
-                 groups: list[tuple[int, ...] | None]):
-        self.table, self.offsets, self.group_of_row, self.peers, self.groups = (
-            table, offsets, group_of_row, peers, groups)
-        self.lengths = np.diff(offsets)
+    def __init__(self, table: pa.Table, offsets: np.ndarray, table_of: np.ndarray, group_of_row: np.ndarray,
+                 peers: np.ndarray, groups: list[tuple[int, ...] | None]):
+        self.table, self.offsets, self.table_of, self.group_of_row, self.peers, self.groups = (
+            table, offsets, table_of, group_of_row, peers, groups)
+        self.start = offsets[table_of]  # each NPU's first row
+        self.lengths = np.diff(offsets)[table_of]
         self.types = types = table.column("type").to_numpy(zero_copy_only=False)
-        npu_of_row = np.repeat(np.arange(len(self.lengths)), self.lengths)
-        sends, recvs = types == SEND, types == RECV
-        p2p = sends | recvs
-        self.p2p = (npu_of_row[p2p], np.where(sends, peers[:, 1], peers[:, 0])[p2p])  # (NPU, its peer)
+        own, peer = [], []
+        for t in range(len(offsets) - 1):  # (NPU, peer) of every send and receive
+            rows = np.arange(offsets[t], offsets[t + 1])
+            rows = rows[(types[rows] == SEND) | (types[rows] == RECV)]
+            npus = np.flatnonzero(table_of == t)
+            own.append(np.repeat(npus, len(rows)))
+            peer.append(np.tile(np.where(types[rows] == SEND, peers[rows, 1], peers[rows, 0]), len(npus)))
+        self.p2p = (np.concatenate(own), np.concatenate(peer))
         self._key_of = {_canonical(g): i for i, g in enumerate(groups)}
 
     @classmethod
     def of(cls, tables: list[pa.Table], groups: dict[int, tuple[int, ...]], npus: int,
            call_time_in_network: bool) -> _Columns | None:
-        names = set(tables[0].column_names)
+        distinct: dict[int, int] = {}
+        table_of = np.array([distinct.setdefault(id(t), len(distinct)) for t in tables], np.int64)
+        unique = list({id(t): t for t in tables}.values())
+        names = set(unique[0].column_names)
         if not {"id", "type"} <= names:
             return None
         wanted = [c for c in COMPARED + (("name",) if call_time_in_network else ()) if c in names]
         moved = [c for c in MOVED if c in names]
         try:
-            table = pa.concat_tables([t.select(wanted + moved) for t in tables]).combine_chunks()
+            table = pa.concat_tables([t.select(wanted + moved) for t in unique]).combine_chunks()
         except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError):  # columns or their types differ between ranks
             return None
-        offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
+        offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in unique])])
         numbered = _numbered_groups(groups, npus)
         if numbered is None:
             return None
@@ -162,7 +173,7 @@ class _Columns:
         types = table.column("type").to_numpy(zero_copy_only=False)
         if (((types == SEND) & (peers[:, 1] < 0)) | ((types == RECV) & (peers[:, 0] < 0))).any():
             return None  # a send or receive without its peer: the unshared run names it
-        return cls(_relative_ids(table.select(wanted), offsets), offsets, group_of_row, peers, group_list)
+        return cls(_relative_ids(table.select(wanted), offsets), offsets, table_of, group_of_row, peers, group_list)
 
     def crosses(self, coord: np.ndarray) -> bool:
         """Whether a send or receive joins NPUs at different coordinates of a dimension."""
@@ -173,16 +184,19 @@ class _Columns:
         """Whether the job is the same after every NPU moves to moved[npu]."""
         if (self.lengths[moved] != self.lengths).any() or (speed[moved] != speed).any():
             return False
-        # row r of NPU m's table sits at rows[r], in moved[m]'s table
-        rows = np.arange(len(self.group_of_row)) + np.repeat(self.offsets[moved] - self.offsets[:-1], self.lengths)
-        image = self._group_images(moved)
-        if (image[self.group_of_row] != self.group_of_row[rows]).any():
+        pairs = np.unique(np.stack([self.table_of, self.table_of[moved]], axis=1), axis=0)
+        sizes = np.diff(self.offsets)[pairs[:, 0]]
+        within = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        mine = np.repeat(self.offsets[pairs[:, 0]], sizes) + within  # row r of one table of a pair ...
+        theirs = np.repeat(self.offsets[pairs[:, 1]], sizes) + within  # ... and of the other
+        if (self._group_images(moved)[self.group_of_row[mine]] != self.group_of_row[theirs]).any():
             return False
-        peers = np.where(self.peers >= 0, moved[np.maximum(self.peers, 0)], self.peers)
-        if (peers != self.peers[rows]).any():
+        peers = self.peers[mine]
+        if (np.where(peers >= 0, moved[np.maximum(peers, 0)], peers) != self.peers[theirs]).any():
             return False
-        taken = pa.array(rows)
-        return all(column.take(taken).equals(column) for column in self.table.columns)
+        differ = pairs[:, 0] != pairs[:, 1]  # a table is itself
+        mine, theirs = pa.array(mine[np.repeat(differ, sizes)]), pa.array(theirs[np.repeat(differ, sizes)])
+        return all(column.take(mine).equals(column.take(theirs)) for column in self.table.columns)
 
     def _group_images(self, moved: np.ndarray) -> np.ndarray:
         """For each group number, the number of the group its members move to (-1: none)."""
@@ -197,16 +211,15 @@ class _Columns:
         is_rep = np.zeros(len(rep_of), bool)
         is_rep[reps] = True
         live = [g is None or bool(is_rep[list(g)].any()) for g in self.groups]
-        types = self.types
         found: dict[tuple, list] = {}
         for rep in reps:
-            start, end = self.offsets[rep], self.offsets[rep + 1]
-            collective = np.flatnonzero(types[start:end] == COLL)
+            start, end = self.start[rep], self.start[rep] + self.lengths[rep]
+            collective = np.flatnonzero(self.types[start:end] == COLL)
             numbers, first = np.unique(self.group_of_row[start + collective], return_index=True)
             copies = np.flatnonzero((rep_of == rep) & ~is_rep)
             for number, row in zip(numbers.tolist(), collective[first].tolist()):
                 by_group: dict[int, list[int]] = {}
-                for m, g in zip(copies.tolist(), self.group_of_row[self.offsets[copies] + row].tolist()):
+                for m, g in zip(copies.tolist(), self.group_of_row[self.start[copies] + row].tolist()):
                     if live[g]:
                         by_group.setdefault(g, []).append(m)
                 found[(rep, self.groups[number])] = [(self.groups[g], ms) for g, ms in by_group.items()]
