@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a few corrupt
-# files) into the local object-store folder out/object-store/drops/<day>/; run the nightly
-# flow on it (local Ray, Prefect's ephemeral API, the default sweep) into out/warehouse/;
-# end with its summary, the table paths, one DuckDB query over the tables (chakra query), sweep plots in
-# out/plots/ and a simulated timeline in out/timelines/.
+# The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a FlexFlow graph
+# and an ASTRA-sim text workload, a few corrupt files) into the local object-store folder
+# out/object-store/drops/<day>/; run the nightly flow on it (local Ray, Prefect's ephemeral API,
+# the default sweep) into out/warehouse/; end with its summary, the table paths, one DuckDB query
+# over the tables (chakra query), sweep plots in out/plots/ and a simulated timeline in out/timelines/.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
 day=$(date -u -d yesterday +%F 2>/dev/null || date -u -v-1d +%F)
 source_url="file://$PWD/out/object-store/drops"
 warehouse_url="file://$PWD/out/warehouse"
-.venv/bin/python -m tools.make_drop --root "$source_url" --date "$day"
+.venv/bin/python -m tools.make_drop --root "$source_url" --date "$day" --other-formats
 .venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
 echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
 .venv/bin/chakra query --warehouse "$warehouse_url" "

@@ -35,6 +35,8 @@ LIMITS: dict[str, Limit] = {
                     "chunks, active chunks or queues of one collective or dimension (preferred-dataset-splits, "
                     "active-chunks-per-dimension, --num-queues-per-dim)"),
     "npus": Limit("CHAKRA_MAX_NPUS", 65_536, "NPUs of one simulated network"),
+    "source_bytes": Limit("CHAKRA_MAX_SOURCE_BYTES", 256 << 20,
+                          "bytes of a FlexFlow task graph or an ASTRA-sim 1.0 text workload (read whole)"),
 }
 
 # Below this many decompressed bytes a gzip file is never judged by its ratio: tiny, very

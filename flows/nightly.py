@@ -10,7 +10,8 @@ ephemeral API (a Prefect server when PREFECT_API_URL is set, a Ray cluster when 
 is). Steps: list the day -> per job on Ray: hash, convert, split per NPU, statistics -> per
 job x system on Ray: simulate -> the day's representative jobs -> fit the synthesizer on the
 day's jobs and sample synthetic jobs per NPU count (Ray) -> write each table for the day
-atomically. Writing retries transient storage errors; bad input becomes `rejects` rows.
+atomically, then the day's report page (WAREHOUSE/reports/date=<d>/index.html, linked as a
+Prefect artifact). Writing retries transient storage errors; bad input becomes `rejects` rows.
 On Ray the steps overlap (no barrier): a job's simulations start as soon as that job is
 converted and no other conversion waits for a CPU, and the fit as soon as the last job is
 converted; the stage `simulate (Ray)` waits for the simulations still running then, and its
@@ -36,7 +37,7 @@ from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
-from pipeline.layout import StorageError  # noqa: E402
+from pipeline.layout import StorageError, report_dir  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
 from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
@@ -101,6 +102,19 @@ def write_table(warehouse: str, table: str, date: str, data) -> str:
     return tables.write_day(warehouse, table, date, data)
 
 
+@task(name="write report", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
+def write_report(warehouse: str, date: str) -> str:
+    """The day's report page beside the tables, linked as a Prefect artifact of the run."""
+    from prefect.artifacts import create_link_artifact
+
+    from chakra_core.viz.report import write_report as write_page
+
+    url = write_page(warehouse, report_dir(warehouse, date), date)
+    create_link_artifact(url, link_text=f"fleet report {date}", key=f"fleet-report-{date}",
+                         description="the day's jobs, device time, best systems, representatives and fidelity")
+    return url
+
+
 @flow(name="nightly")
 def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
@@ -130,6 +144,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     except StageFailed as e:  # the run fails with the stage's line as its message, no second traceback
         return Failed(message=str(e))
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
+    report = write_report(warehouse, date)
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,
@@ -142,6 +157,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         "synthetic": _synthetic_summary(day),
         "ray_nodes": sorted(day.ray_nodes),
         "tables": paths,
+        "report": report,
     }
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
                           summary["rejects"])
@@ -199,6 +215,7 @@ def _print_summary(summary: dict) -> None:
     console.print("tables:")
     for name, path in summary["tables"].items():
         console.print(f"  {name:16} {path}")
+    console.print(f"report: {summary['report']}")
 
 
 def main(argv: list[str] | None = None) -> int:

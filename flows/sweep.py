@@ -2,10 +2,12 @@
 
     python -m flows.sweep --sweep FILE [--name NAME] [--warehouse URL] [--num-cpus N] [--max-points N]
         [--jobs URL ...] [--date D] [--synthetic MODEL --npus N[,N...] --count K] [--generate SPEC ...]
+        [--convert SPEC ...]
 
 Jobs: folders of job folders (`<name>.<rank>.et` + `<name>.comm_groups.json`, local or s3://),
-the jobs the nightly flow converted on a day, synthetic jobs sampled from a saved model, and
-generated ones ('transformer --npus 64 --tp 2', the options of `chakra generate`). The sweep
+the jobs the nightly flow converted on a day, synthetic jobs sampled from a saved model,
+generated ones ('transformer --npus 64 --tp 2', the options of `chakra generate`) and converted
+ones ('alexnet.4.graph', 'dlrm.txt --npus 8 --passes 2', the options of `chakra convert`). The sweep
 file names systems and grids of ASTRA-sim parameters (docs/sweeps.md). Rows land in
 WAREHOUSE/tables/sweep_results/sweep=<name>/ (with --date: .../sweep=<name>/date=<d>/) as
 numbered parts; a re-run simulates only the (job, point) pairs not yet there.
@@ -81,7 +83,8 @@ class _Reported:
 def sweep(date: str | None = None, sweep: str | None = None, name: str | None = None,
           warehouse: str = DEFAULT_WAREHOUSE, num_cpus: int | None = None, jobs: list[str] | None = None,
           synthetic: str | None = None, npus: list[int] | None = None, count: int = 0,
-          generate: list[str] | None = None, max_points: int = DEFAULT_MAX_POINTS, progress=None) -> dict:
+          generate: list[str] | None = None, max_points: int = DEFAULT_MAX_POINTS, progress=None,
+          convert: list[str] | None = None) -> dict:
     """Simulate the jobs on the sweep's points; returns the summary (docs/sweeps.md).
 
     Args:
@@ -93,11 +96,13 @@ def sweep(date: str | None = None, sweep: str | None = None, name: str | None = 
         jobs: folders of job folders (fsspec URLs)
         synthetic, npus, count: a synthesizer model file, the NPU counts and jobs per count to sample
         generate: `chakra generate` specs, e.g. "transformer --npus 64 --tp 2"
+        convert: `chakra convert` specs of FlexFlow graphs and text workloads, e.g. "dlrm.txt --npus 8"
         max_points: refuse a sweep of more simulations
         progress: a progress callback, for the command line only
     """
     path = sweep or DEFAULT_SWEEP
-    sources = Sources(tuple(jobs or ()), date, warehouse, synthetic, tuple(npus or ()), count, tuple(generate or ()))
+    sources = Sources(tuple(jobs or ()), date, warehouse, synthetic, tuple(npus or ()), count, tuple(generate or ()),
+                      tuple(convert or ()))
     try:
         grid = load_sweep_file(path, max_points)
     except ChakraError as e:
@@ -141,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--count", type=int, default=0, metavar="K", help="synthetic jobs per NPU count")
     jobs.add_argument("--generate", action="append", default=[], metavar="SPEC",
                       help="a generated job: 'WORKLOAD --npus N [--option value ...]' (chakra generate); repeatable")
+    jobs.add_argument("--convert", action="append", default=[], metavar="SPEC",
+                      help="a converted job: 'SRC [--npus N --passes P ...]', a FlexFlow task graph or an ASTRA-sim "
+                      "text workload and chakra convert's options; repeatable")
     return parser
 
 
@@ -156,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Progress(items=True) as progress:
             result = sweep(args.date, args.sweep, args.name, args.warehouse, args.num_cpus, args.jobs,
-                           args.synthetic, args.npus, args.count, args.generate, args.max_points, progress)
+                           args.synthetic, args.npus, args.count, args.generate, args.max_points, progress,
+                           args.convert)
     except FailedRun as e:  # a stage's one line
         print(f"sweep: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from chakra_core.convert.sources import SourceOptions, detect_format
+from chakra_core.documents import ConfigError, read_document
 from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
 from pipeline.layout import day_url, filesystem
 
@@ -14,6 +16,15 @@ PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
 TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profiler off (TraceRecorder timed_steps)
 RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
+# One file that describes a whole job, and the `chakra convert --from` format that reads it.
+SINGLE_FILE = {"flexflow": "flexflow", "text_workload": "text"}
+TRACE_KINDS = ("pytorch_et", *SINGLE_FILE, "chakra_et")  # in the order a job's format is decided
+FORMAT_NAMES = {"pytorch_et": "PyTorch traces", "flexflow": "a FlexFlow task graph",
+                "text_workload": "an ASTRA-sim text workload", "chakra_et": "Chakra ETs"}
+ONE_FILE = {**FORMAT_NAMES, "pytorch_et": "a PyTorch trace", "chakra_et": "a Chakra ET"}
+# job.json keys that a single-file job's conversion takes (chakra convert's options)
+JOB_OPTIONS = {"npus": int, "passes": int, "npu_frequency_mhz": (int, float), "first_dim_npus": int,
+               "time_unit": str}
 HASH_CHUNK = 4 << 20
 
 
@@ -22,7 +33,7 @@ class InputFile:
     url: str
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
-    kind: str  # pytorch_et, kineto, timing, chakra_et, comm_groups, job_json, unknown
+    kind: str  # pytorch_et, kineto, timing, chakra_et, comm_groups, flexflow, text_workload, job_json, unknown
 
     @property
     def basename(self) -> str:
@@ -52,9 +63,7 @@ class JobInput:
     @property
     def trace_format(self) -> str:
         kinds = {f.kind for f in self.files}
-        if "pytorch_et" in kinds:
-            return "pytorch_et"
-        return "chakra_et" if "chakra_et" in kinds else "none"
+        return next((kind for kind in TRACE_KINDS if kind in kinds), "none")
 
 
 def kind_of(name: str) -> str:
@@ -66,6 +75,8 @@ def kind_of(name: str) -> str:
         return "timing"
     if split_rank_url(name):
         return "chakra_et"
+    if name.endswith((".graph", ".dot")):
+        return "flexflow"
     if name.endswith(COMM_GROUPS_SUFFIX) and len(name) > len(COMM_GROUPS_SUFFIX):
         return "comm_groups"
     return "job_json" if name == "job.json" else "unknown"
@@ -79,15 +90,17 @@ def unusable_files(job: JobInput) -> dict[str, str]:
     for f in job.files:
         if f.kind == "unknown":
             reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
-                               " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json or job.json)")
+                               " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json, a FlexFlow <name>.graph"
+                               " or .dot, an ASTRA-sim text workload <name>.txt, or job.json)")
         elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
-            reasons[f.name] = (f"{f.name}: communicator groups beside PyTorch traces, whose process groups the"
-                               " converter reads from the traces themselves")
+            reasons[f.name] = (f"{f.name}: communicator groups beside {FORMAT_NAMES.get(job.trace_format, 'no trace')},"
+                               " whose conversion makes the job's process groups itself")
         elif f.kind == "comm_groups" and f.job_name != _chakra_name(job):
             reasons[f.name] = (f"{f.name}: communicator groups of job {f.job_name!r}, but the Chakra ETs here are"
                                f" {_chakra_name(job)}.<R>.et")
-        elif f.kind == "kineto" and job.trace_format == "chakra_et":
-            reasons[f.name] = f"{f.name}: a Kineto trace beside Chakra ETs, which have no use for it"
+        elif f.kind == "kineto" and job.trace_format != "pytorch_et":
+            reasons[f.name] = f"{f.name}: a Kineto trace beside {FORMAT_NAMES.get(job.trace_format, 'no trace')}, " \
+                "which has no use for it"
         elif f.kind == "kineto" and job.trace_format == "pytorch_et" and f.rank not in host_ranks:
             reasons[f.name] = f"{f.name}: a Kineto trace of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
         elif f.kind == "timing" and job.trace_format != "pytorch_et":
@@ -115,10 +128,14 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     if job.trace_format == "none":
         return None, f"{job.job_id}: the job folder holds no rank trace"
     traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
-    foreign = [f for f in job.files if f.kind == "chakra_et" and job.trace_format == "pytorch_et"]
+    foreign = sorted((f for f in job.files if f.kind in TRACE_KINDS and f.kind != job.trace_format),
+                     key=lambda f: f.name)
     if foreign:
-        return foreign[0], (f"{foreign[0].name}: a Chakra ET beside PyTorch traces ({traces[0].name});"
-                            " a job's ranks must be of one format")
+        return foreign[0], (f"{foreign[0].name}: {ONE_FILE[foreign[0].kind]} beside {FORMAT_NAMES[job.trace_format]}"
+                            f" ({traces[0].name}); a job's ranks must be of one format")
+    if job.trace_format in SINGLE_FILE:
+        return None if len(traces) == 1 else (traces[1], f"{traces[0].name} and {traces[1].name} both describe the"
+                                                         " job; a job folder holds one")
     kineto = sorted((f for f in job.files if f.kind == "kineto" and job.trace_format == "pytorch_et"),
                     key=lambda f: f.name)
     return _double_claim(traces) or _double_claim(kineto) or _names_differ(traces) or _ranks_missing(job, traces)
@@ -155,6 +172,39 @@ def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] |
     return None, f"{job.job_id}: no trace of rank {first}{more}; the job's ranks run up to {ranks[-1]}"
 
 
+def source_file(job: JobInput) -> InputFile:
+    """The one file of a FlexFlow or text-workload job (job_problem has checked there is one)."""
+    return next(f for f in job.files if f.kind == job.trace_format)
+
+
+def source_options(job: JobInput) -> SourceOptions:
+    """chakra convert's options for a single-file job, from its job.json (JOB_OPTIONS; a text
+    workload needs `npus`); an error names job.json and the key."""
+    document = next((f for f in job.files if f.kind == "job_json"), None)
+    path, data = read_document(document.url) if document else ("job.json", {})
+    options = {}
+    for key, kind in JOB_OPTIONS.items():
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ConfigError(path, key, f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
+            options[key] = value
+    if job.trace_format == "flexflow":
+        return SourceOptions(time_unit=options.get("time_unit", "ms"))
+    if "npus" not in options:
+        raise ConfigError(path, "npus", f"{source_file(job).name} is a text workload: job.json must give the NPUs"
+                          " to run it on")
+    return SourceOptions(**{k: v for k, v in options.items() if k != "time_unit"})
+
+
+def _kind(fs, path: str, relative: str) -> str:
+    """A file's kind by its name; a .txt by its first line (an ASTRA-sim text workload or not)."""
+    kind = kind_of(relative) if "/" not in relative else "unknown"
+    if kind == "unknown" and relative.endswith(".txt") and detect_format(fs.unstrip_protocol(path)) == "text":
+        return "text_workload"
+    return kind
+
+
 def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
     """The day's job folders, and files lying outside any job folder."""
     day = day_url(source, date)
@@ -169,7 +219,7 @@ def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
             for path, info in sorted(fs.find(entry["name"], detail=True).items()):
                 relative = path[len(entry["name"].rstrip("/")) + 1:]
                 job.files.append(InputFile(fs.unstrip_protocol(path), f"{name}/{relative}", int(info.get("size") or 0),
-                                           kind_of(relative) if "/" not in relative else "unknown"))
+                                           _kind(fs, path, relative)))
             jobs.append(job)
         else:
             loose.append(InputFile(fs.unstrip_protocol(entry["name"]), name, int(entry.get("size") or 0), "unknown"))

@@ -17,11 +17,23 @@ import pyarrow as pa
 from chakra_core.analysis.stats import collective_rows, trace_row
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
+from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
 from chakra_core.format.job import groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
-from pipeline.ingest import InputFile, JobInput, groups_file, job_problem, sha256, unusable_files
+from pipeline.device import device_rows
+from pipeline.ingest import (
+    SINGLE_FILE,
+    InputFile,
+    JobInput,
+    groups_file,
+    job_problem,
+    sha256,
+    source_file,
+    source_options,
+    unusable_files,
+)
 from pipeline.layout import (
     filesystem,
     join,
@@ -44,6 +56,8 @@ class JobOutcome:
     prefix: str | None = None  # warehouse prefix of the rank files, when the job converted
     ranks: int = 0
     comm_groups: str | None = None
+    device_time: list[dict] = field(default_factory=list)
+    device_verdicts: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -52,6 +66,7 @@ class _Published:
     comm_groups: str | None
     traces: list[dict]
     collectives: pa.Table | None
+    device: tuple[list[dict], list[dict]]  # device_time and device_verdicts rows, without run_id
     reused: bool
 
 
@@ -76,6 +91,7 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
                                     f"{culprit.name} of this job was rejected", run_id) for f in usable]
         return outcome
     outcome.traces, outcome.collectives, outcome.comm_groups = done.traces, done.collectives, done.comm_groups
+    outcome.device_time, outcome.device_verdicts = ([{**row, "run_id": run_id} for row in rows] for rows in done.device)
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
     outcome.ingest = [{"job_id": job.job_id, "file": f.name, "kind": f.kind, "bytes": f.bytes,
                        "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
@@ -90,11 +106,11 @@ def _publish(job: JobInput, out_dir: str, staging: str, hashes: dict[str, str]) 
     reused = _earlier_conversion(out_dir, hashes)
     if reused is not None:
         return _Published(reused["et_files"], reused["comm_groups"],
-                          *_summarise(job, reused["et_files"], reused["et_files"]), reused=True)
+                          *_summarise(job, reused["et_files"], reused["et_files"], reused["comm_groups"]), reused=True)
     with staged(staging):
         staged_files, staged_groups = _convert(job, staging)
         et_files = [_moved(url, out_dir) for url in staged_files]
-        summary = _summarise(job, staged_files, et_files)
+        summary = _summarise(job, staged_files, et_files, staged_groups)
         publish(staging, out_dir)
     comm_groups = _moved(staged_groups, out_dir) if staged_groups else None
     _write_manifest(out_dir, hashes, et_files, comm_groups)
@@ -110,20 +126,28 @@ def _convert(job: JobInput, out_dir: str) -> tuple[list[str], str | None]:
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id)
         return result.et_files, result.comm_group_file
+    if job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json
+        result = convert_source(source_file(job).url, out_dir, job.job_id, SINGLE_FILE[job.trace_format],
+                                source_options(job))
+        return result.et_files, result.comm_group_file
     return _copy_chakra(job, out_dir)
 
 
-def _summarise(job: JobInput, urls: list[str], paths: list[str]) -> tuple[list[dict], pa.Table | None]:
-    """traces rows (each with its published path) and collectives of the rank files at urls."""
-    rows, collectives = [], []
+def _summarise(job: JobInput, urls: list[str], paths: list[str], groups: str | None
+               ) -> tuple[list[dict], pa.Table | None, tuple[list[dict], list[dict]]]:
+    """traces rows (each with its published path), collectives and device time (device_rows)
+    of the rank files at urls (with their communicator groups file)."""
+    rows, collectives, tables = [], [], []
     for rank, (url, path) in enumerate(zip(urls, paths)):
         table = read_table(url)
+        tables.append(table)
         rows.append({"job_id": job.job_id, "rank": rank, "path": path, "source_format": job.trace_format,
                      **trace_row(table)})
         found = collective_rows(table)
         collectives.append(found.add_column(0, "rank", pa.array([rank] * found.num_rows, pa.int32()))
                            .add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())))
-    return rows, pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None
+    return (rows, pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None,
+            device_rows(job.job_id, tables, read_comm_groups(groups) if groups else {}))
 
 
 def _blame(exc: Exception, usable: list[InputFile]) -> tuple[InputFile | None, str]:

@@ -110,3 +110,8 @@ def publish(staging: str, final: str) -> None:
 def table_dir(warehouse: str, table: str, date: str) -> str:
     """tables/<table>/date=<d> (an ad hoc sweep's parts: pipeline/sweep_table.py)."""
     return join(warehouse, "tables", table, f"date={date}")
+
+
+def report_dir(warehouse: str, date: str) -> str:
+    """Where the day's report page goes: WAREHOUSE/reports/date=<d>/ (index.html)."""
+    return join(warehouse, "reports", f"date={date}")

@@ -235,6 +235,8 @@ def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]],
         "traces": from_rows("traces", [r for _, o in outcomes for r in o.traces]),
         "collectives": pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else empty("collectives"),
         "sim_results": from_rows("sim_results", sim_rows),
+        "device_time": from_rows("device_time", [r for _, o in outcomes for r in o.device_time]),
+        "device_verdicts": from_rows("device_verdicts", [r for _, o in outcomes for r in o.device_verdicts]),
     }
 
 

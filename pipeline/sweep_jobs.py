@@ -1,10 +1,11 @@
 """The jobs of a sweep, from wherever they are: folders of job folders (local or s3://), a day the
-nightly flow converted, synthetic jobs sampled from a saved synthesizer model, and generated
-jobs (`chakra generate` specs).
+nightly flow converted, synthetic jobs sampled from a saved synthesizer model, generated
+jobs (`chakra generate` specs) and converted ones (`chakra convert` specs: a FlexFlow task
+graph or an ASTRA-sim 1.0 text workload).
 
 Listing (`list_jobs`, on the driver) only names the jobs and their NPU counts, so that the
 sweep's size is known before any work. `prepare_job` (a Ray task per job) then makes the
-synthetic and generated ones under `WAREHOUSE/sweeps/<name>/jobs/<job_id>/` (reused by a
+synthetic, generated and converted ones under `WAREHOUSE/sweeps/<name>/jobs/<job_id>/` (reused by a
 re-run: a marker written last holds their hash) and hashes every job's content: that hash,
 with a point's configuration, is the key a re-run skips. A batch reads the job once into
 worker memory (`read_sweep_job`): every rank decoded, the node tables its points share.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -48,13 +50,20 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class Converted:
+    source: str  # the FlexFlow graph or text workload (a URL)
+    format: str
+    options: tuple[tuple[str, object], ...]  # SourceOptions fields that differ from the defaults
+
+
+@dataclass(frozen=True)
 class SweepJob:
     job_id: str
     origin: str  # the job's folder, date=<d>, or the synthetic or generate spec
     npus: int  # the traced rank count
     files: tuple[str, ...] = ()  # rank files in rank order (made jobs: once prepared)
     comm_groups: str | None = None  # a candidate until prepared: None there when the file does not exist
-    recipe: Synthetic | Generated | None = None
+    recipe: Synthetic | Generated | Converted | None = None
     sha256: str | None = None
 
 
@@ -67,6 +76,7 @@ class Sources:
     npus: tuple[int, ...] = ()
     count: int = 0
     generate: tuple[str, ...] = ()
+    convert: tuple[str, ...] = ()
 
 
 def list_jobs(sources: Sources) -> tuple[list[SweepJob], list[str]]:
@@ -81,12 +91,13 @@ def list_jobs(sources: Sources) -> tuple[list[SweepJob], list[str]]:
     if sources.synthetic:
         jobs += synthetic_jobs(sources.synthetic, sources.npus, sources.count)
     jobs += [generated_job(spec) for spec in sources.generate]
+    jobs += [converted_job(spec) for spec in sources.convert]
     ids = [j.job_id for j in jobs]
     twice = next((i for i in ids if ids.count(i) > 1), None)
     if twice:
         raise SweepError(f"job {twice!r} comes from two sources; give each job once")
     if not jobs:
-        raise SweepError("no jobs: give --jobs, --date, --synthetic or --generate"
+        raise SweepError("no jobs: give --jobs, --date, --synthetic, --generate or --convert"
                          + (f" ({'; '.join(problems[:3])})" if problems else ""))
     return jobs, problems
 
@@ -133,13 +144,7 @@ def generated_job(spec: str) -> SweepJob:
     if not words or words[0] not in WORKLOADS:
         raise SweepError(f"--generate {spec!r}: expected WORKLOAD --npus N [--option value ...], WORKLOAD one of "
                          f"{', '.join(WORKLOADS)}")
-    options: dict[str, str] = {}
-    pairs = [w.split("=", 1) if "=" in w else [w] for w in words[1:]]
-    flat = [part for pair in pairs for part in pair]
-    if len(flat) % 2 or not all(k.startswith("--") for k in flat[::2]):
-        raise SweepError(f"--generate {spec!r}: expected --option value pairs after the workload")
-    for key, value in zip(flat[::2], flat[1::2]):
-        options[key[2:].replace("-", "_")] = value
+    options = _option_pairs("--generate", spec, words[1:])
     workload = WORKLOADS[words[0]]
     try:
         npus = int(options.pop("npus"))
@@ -154,6 +159,62 @@ def generated_job(spec: str) -> SweepJob:
         raise SweepError(f"--generate {spec!r}: {exc}") from None
     job_id = "-".join(["gen", words[0], f"n{npus}", *(f"{k}{v}".replace(",", "_") for k, v in options.items())])
     return SweepJob(job_id, f"generate {spec}", npus, recipe=Generated(words[0], npus, tuple(options.items())))
+
+
+def _option_pairs(flag: str, spec: str, words: list[str]) -> dict[str, str]:
+    """`--key value` and `--key=value` words -> {key: value}, dashes in keys as underscores."""
+    pairs = [w.split("=", 1) if "=" in w else [w] for w in words]
+    flat = [part for pair in pairs for part in pair]
+    if len(flat) % 2 or not all(k.startswith("--") for k in flat[::2]):
+        raise SweepError(f"{flag} {spec!r}: expected --option value pairs after the first word")
+    return {key[2:].replace("-", "_"): value for key, value in zip(flat[::2], flat[1::2])}
+
+
+CONVERT_OPTIONS = {"from": str, "npus": int, "passes": int, "npu_frequency": float, "first_dim_npus": int,
+                   "time_unit": str}
+
+
+def converted_job(spec: str) -> SweepJob:
+    """`SRC [--npus N --passes P ...]`, a FlexFlow graph or text workload and `chakra convert`'s
+    options, checked now (the file is read to tell its format and a graph's device count)."""
+    from chakra_core.convert.sources import SourceOptions, check_options, detect_format
+    from chakra_core.errors import ChakraError
+
+    words = shlex.split(spec)
+    if not words:
+        raise SweepError(f"--convert {spec!r}: expected SRC [--option value ...]")
+    source = words[0] if "://" in words[0] else os.path.abspath(words[0])
+    raw = _option_pairs("--convert", spec, words[1:])
+    try:
+        unknown = sorted(set(raw) - set(CONVERT_OPTIONS))
+        if unknown:
+            raise ValueError(f"option {unknown[0]} is not one of chakra convert's ({', '.join(CONVERT_OPTIONS)})")
+        values = {k: _coerced(k, v) for k, v in raw.items()}
+        fmt = values.pop("from", None) or detect_format(source)
+        if fmt not in ("flexflow", "text"):
+            raise ValueError(f"{words[0]} is not a FlexFlow task graph or an ASTRA-sim text workload")
+        options = SourceOptions(**{("npu_frequency_mhz" if k == "npu_frequency" else k): v for k, v in values.items()})
+        check_options(fmt, options)
+        npus = options.npus if fmt == "text" else _devices(source, options.time_unit)
+    except (ValueError, ChakraError) as exc:
+        raise SweepError(f"--convert {spec!r}: {exc}") from None
+    stem = os.path.basename(source).rsplit(".", 1)[0].replace(".", "_")
+    job_id = "-".join(["conv", stem, f"n{npus}", *(f"{k}{v}" for k, v in raw.items() if k not in ("npus", "from"))])
+    differ = tuple((k, v) for k, v in vars(options).items() if v != getattr(SourceOptions(), k))
+    return SweepJob(job_id, f"convert {spec}", npus, recipe=Converted(source, fmt, differ))
+
+
+def _coerced(key: str, value: str):
+    try:
+        return CONVERT_OPTIONS[key](value)
+    except ValueError:
+        raise ValueError(f"option {key}={value!r}: expected {CONVERT_OPTIONS[key].__name__}") from None
+
+
+def _devices(source: str, time_unit: str) -> int:
+    from chakra_core.convert.flexflow import device_count
+
+    return device_count(source, time_unit)
 
 
 def prepare_job(job: SweepJob, store: str) -> SweepJob:
@@ -187,7 +248,12 @@ def _made(job: SweepJob, folder: str) -> SweepJob:
     return replace(job, files=tuple(made["files"]), comm_groups=made["comm_groups"], sha256=made["sha256"])
 
 
-def _make(recipe: Synthetic | Generated, folder: str, name: str) -> list[str]:
+def _make(recipe: Synthetic | Generated | Converted, folder: str, name: str) -> list[str]:
+    if isinstance(recipe, Converted):
+        from chakra_core.convert.sources import SourceOptions, convert_source
+
+        result = convert_source(recipe.source, folder, name, recipe.format, SourceOptions(**dict(recipe.options)))
+        return [*result.et_files, result.comm_group_file]
     if isinstance(recipe, Synthetic):
         from chakra_core.synth.sample import sample_job, write_sampled_job
 

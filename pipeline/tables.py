@@ -74,6 +74,18 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("meets_targets", pa.bool_()), ("samples_needed", pa.int32()), ("verdict", pa.string()),
         ("run_id", pa.string()),
     ]),
+    "device_time": pa.schema([
+        ("job_id", pa.string()), ("rank", pa.int32()), ("variant", pa.string()), ("family", pa.string()),
+        ("ns", pa.int64()), ("count", pa.int64()), ("run_id", pa.string()),
+    ]),
+    "device_verdicts": pa.schema([
+        ("job_id", pa.string()), ("rank", pa.int32()), ("variant", pa.string()), ("system", pa.string()),
+        ("span_ns", pa.int64()), ("busy_ns", pa.int64()), ("compute_ns", pa.int64()), ("busy_share", pa.float64()),
+        ("idle_host_launch_ns", pa.int64()), ("idle_synchronisation_ns", pa.int64()),
+        ("idle_communication_ns", pa.int64()), ("idle_other_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
+        ("overlap", pa.float64()), ("launches", pa.int64()), ("launch_delay_p50_ns", pa.int64()),
+        ("bound", pa.string()), ("run_id", pa.string()),
+    ]),
 }
 # an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with
 # sim_results' columns; pipeline/sweep_table.py adds the sweep's own and its parameter columns

@@ -31,14 +31,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; th
     echo "$want" > "$stamp"
 fi
 
-# Graphviz's `dot` renders `chakra visualize` images (png/svg/pdf); dot and graphml output do
-# without it. Installed from the system's packages where this user may.
-if ! command -v dot >/dev/null 2>&1; then
+# System packages some features need, installed from the system's packages where this user
+# may: system_package COMMAND PACKAGE WHAT-LACKS-WITHOUT-IT
+system_package() {
+    command -v "$1" >/dev/null 2>&1 && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing Graphviz (apt-get install graphviz)" >&2
-        apt-get install -y -qq graphviz >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1) \
-            || echo "setup: could not install Graphviz; chakra visualize writes only .dot and .graphml" >&2
+        echo "setup: installing $2 (apt-get install $2)" >&2
+        apt-get install -y -qq "$2" >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$2" >/dev/null 2>&1) \
+            || echo "setup: could not install $2; $3" >&2
     else
-        echo "setup: Graphviz's dot is missing; chakra visualize writes only .dot and .graphml (install graphviz)" >&2
+        echo "setup: $1 is missing; $3 (install $2)" >&2
     fi
-fi
+}
+# Graphviz's `dot` renders `chakra visualize` images (png/svg/pdf); dot and graphml output do without it.
+system_package dot graphviz "chakra visualize writes only .dot and .graphml"
+# Chromium renders the daily report page headless in its test (tests/test_report.py).
+system_package chromium chromium "the report page's rendering test cannot run"

@@ -9,3 +9,4 @@ REFERENCE = DATASETS / "astra-sim-reference"               # results.csv: ASTRA-
 REFERENCE_CONFIGS = REFERENCE / "configs"                  # network YAMLs and system JSONs
 PYTORCH_ET = DATASETS / "pytorch-et"                       # PyTorch execution traces from other tools
 GLOO = DATASETS / "pytorch-gloo"                           # the project's own recorded gloo runs
+GPU_H200 = DATASETS / "gpu-h200"                           # the project's H200 runs (docs/gpu.md)

@@ -189,3 +189,23 @@ def test_survey_records_every_file_including_unreadable_ones(tmp_path, cyclic_et
     node_tables = sorted(p.name for p in (out / "nodes").iterdir())
     assert node_tables == ["drop__job__cyclic.0.et.parquet", "drop__job__ok.0.et.parquet"]
     assert pq.read_table(out / "nodes" / "drop__job__ok.0.et.parquet").column("comm_size").to_pylist() == [1048576]
+
+
+@pytest.mark.parametrize("src,options,network", [
+    ("flexflow/mnist_mlp.4.graph", [], "Ring_4npus.yml"),
+    ("text/DLRM_HybridParallel.txt", ["--npus", "8", "--passes", "2"], "Ring_8npus.yml"),
+    ("text/MLP_HybridParallel_Data_Model.txt", ["--npus", "4"], "Ring_4npus.yml"),
+])
+def test_other_sources_convert_and_simulate_to_their_end(tmp_path, src, options, network):
+    """`chakra convert` a FlexFlow graph or text workload, then `chakra simulate` it on a ring of its
+    NPU count with the groups file beside it: every NPU finishes."""
+    datasets = MICROBENCHMARKS.parent
+    converted = chakra("convert", datasets / "other-formats" / src, "-o", tmp_path, "--prefix", "job", *options)
+    assert converted.returncode == 0, converted.stderr
+    run = chakra("simulate", "--workload", tmp_path / "job", "--network",
+                 datasets / "astra-sim-reference" / "configs" / network, "--system",
+                 datasets / "astra-sim-reference" / "configs" / "Ring_4chunks.json", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    npus = int(network.split("_")[1][0])
+    assert len(result["npus"]) == npus and all(n["finish_ns"] > 0 for n in result["npus"])

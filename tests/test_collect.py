@@ -68,3 +68,19 @@ def test_recorder_writes_matching_et_and_kineto_with_group_annotations(tmp_path)
 
     span = max(recorded_ns(read_table(url)) for url in result.et_files)  # one recorded step
     assert compute_scale(str(tmp_path / "out" / "t")) == pytest.approx(statistics.median(result.unprofiled_step_ns) / span)
+
+
+def test_collect_on_gpus_says_in_one_line_when_the_machine_has_none(capsys):
+    """tools/collect.py --device cuda records on GPUs (docs/gpu.md); where there is no CUDA device
+    (CI, this machine) it says so and exits 2 instead of failing inside a worker."""
+    from tools import collect
+
+    if torch.cuda.is_available():  # a GPU machine runs the real recording in the GPU benchmark instead
+        with pytest.raises(SystemExit) as exit_:
+            collect.main(["--device", "cuda", "--scenario", "dlrm", "--world-sizes", "1"])
+        assert "only mlp_ddp, transformer_ddp run on GPUs" in capsys.readouterr().err
+    else:
+        with pytest.raises(SystemExit) as exit_:
+            collect.main(["--device", "cuda", "--scenario", "mlp_ddp", "--world-sizes", "1"])
+        assert "no CUDA device" in capsys.readouterr().err
+    assert exit_.value.code == 2

@@ -332,11 +332,11 @@ def test_a_thread_waiting_in_no_operator_for_communication_is_not_compute():
     step, backward, optimizer = event("ProfilerStep#1", 0, 10_000 + late), event("mm", 0, 1000), event("add_", 6000, 500)
     later = event("add_", 6500 + late, 100)  # goes on long after the second work ended
     events = [step, backward, optimizer, later]
-    _exclusive_times(events)
+    after_children = _exclusive_times(events)
     assert step.exclusive == 10_000 + late - 1600
     result = CallTime()
     work = {7: (500, 5900), 8: (6000, 6400)}  # on gloo's thread; the second ends inside the optimizer op
-    remove_waiting_between_ops(result, events, work, events)
+    remove_waiting_between_ops(result, after_children, work, events)
     waited = 5900 - 1000  # from the end of backward to the end of the first all-reduce
     assert result.totals["waiting for communication between operators"] == waited
     assert step.exclusive == 10_000 + late - 1600 - waited and optimizer.exclusive == 500

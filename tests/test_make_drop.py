@@ -64,16 +64,20 @@ def test_layout_and_job_json(drop):
     day, summary = drop
     jobs = _jobs(day)
     real_runs = [p.name for p in (REPO / "datasets" / "pytorch-gloo").iterdir() if (p / "job.json").is_file()]
-    assert summary["jobs"] == len(jobs) == len(real_runs) + 6 + 4
+    gpu_runs = [p.name for p in (REPO / "datasets" / "gpu-h200").iterdir() if (p / "job.json").is_file()]
+    assert summary["jobs"] == len(jobs) == len(real_runs) + len(gpu_runs) + 6 + 4
     assert summary["files"] == sum(1 for p in day.rglob("*") if p.is_file())
     assert summary["bytes"] == sum(p.stat().st_size for p in day.rglob("*") if p.is_file())
     for job_id, info in jobs.items():
         assert info["job_id"] == job_id
         for key in ("model", "family", "parallelism", "npus", "source", "expected"):
             assert info[key] not in (None, ""), (job_id, key)
-        assert info["source"] in ("pytorch-gloo", "generated")
+        assert info["source"] in ("pytorch-gloo", "gpu-h200", "generated")
         names = sorted(p.name for p in (day / job_id).iterdir())
-        if info["source"] == "pytorch-gloo":
+        if info["source"] == "gpu-h200":
+            kinds = ("et.json.gz", "kineto.json.gz", "timing.json")
+            assert names == sorted([f"rank{r}.{kind}" for r in range(info["npus"]) for kind in kinds] + ["job.json"])
+        elif info["source"] == "pytorch-gloo":
             ranks = [f"rank{r}.{kind}.json.gz" for r in range(info["npus"]) for kind in ("et", "kineto")]
             assert names == sorted(ranks + ["job.json"])
         else:
@@ -81,6 +85,7 @@ def test_layout_and_job_json(drop):
             assert sorted(set(names) - {"notes.txt"}) == sorted(ets + ["job.json"])
     real = {j for j, i in jobs.items() if i["source"] == "pytorch-gloo" and i["expected"] == "accept"}
     assert real == {f"gloo-{run}" for run in real_runs}
+    assert {j for j, i in jobs.items() if i["source"] == "gpu-h200"} == {f"gpu-{run}" for run in gpu_runs}
     generated = {j: i for j, i in jobs.items() if i["source"] == "generated" and i["expected"] == "accept"}
     assert {i["family"] for i in generated.values()} == FAMILIES
     assert {i["npus"] for i in generated.values()} == {4, 8, 16}

@@ -73,7 +73,10 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert "ends early" in reasons["broken/rank0.et.json.gz"] or "cannot read" in reasons["broken/rank0.et.json.gz"]
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
     assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
-                                      "representatives", "synthetic_traces", "fidelity"}
+                                      "representatives", "synthetic_traces", "fidelity", "device_time",
+                                      "device_verdicts"}
+    assert summary["report"].endswith(f"/reports/date={DATE}/index.html")
+    assert "Fleet report" in (warehouse / "reports" / f"date={DATE}" / "index.html").read_text()
     counts = {t: _count(warehouse, t) for t in summary["tables"]}
     assert counts["traces"] == 4 and counts["sim_results"] == 2 * len(load_sweep())
     assert counts["collectives"] > 50
@@ -112,6 +115,25 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert {t: _count(warehouse, t) for t in summary["tables"]} == counts  # replaced, not appended
     files_on_disk = sorted(p.name for p in (warehouse / "tables" / "traces").rglob("*") if p.is_file())
     assert files_on_disk == ["part-0.parquet"]
+
+
+def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, capsys):
+    from chakra_core.cli import main
+
+    job = tmp_path / "source" / DATE / "gpu-tiny"
+    shutil.copytree(GLOO.parent / "gpu-h200" / "mlp_tiny", job)
+    warehouse = tmp_path / "wh"
+    day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri(), load_sweep()[:1], synthetic_jobs=0)
+    for name in ("device_time", "device_verdicts"):
+        tables.write_day(warehouse.as_uri(), name, DATE, day.tables[name])
+    sql = ("SELECT variant, sum(ns)::BIGINT ns FROM device_time WHERE job_id = 'gpu-tiny' GROUP BY variant ORDER BY variant;"
+           " SELECT variant, bound FROM device_verdicts ORDER BY variant")
+    assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[0]]) == 0
+    times = json.loads(capsys.readouterr().out)
+    assert [r["variant"] for r in times] == ["predicted", "recorded"] and times[0]["ns"] == times[1]["ns"] > 10**6
+    assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[1]]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"variant": "predicted", "bound": "host"},
+                                                   {"variant": "recorded", "bound": "host"}]
 
 
 def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):

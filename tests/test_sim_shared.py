@@ -156,3 +156,20 @@ def test_an_aware_run_that_replays_every_collective_live_is_not_shared():
     tables, groups = pipeline_job(8, 4, 0, longest_us=0)
     shared, _ = both(tables, network(("Switch", 8, 50, 500)), BASE, groups, "aware", reuse_alone=False)
     assert shared.sharing == {}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jobs_of_host_and_device_work_share_their_critical_paths(mode):
+    # CPU ops launch kernels (the kernel's first data dependency) and wait for an all-reduce:
+    # the critical path's attribution (sim/criticalpath.py) is the representative's too, with
+    # and without the host-overhead model
+    from chakra_core.sim.config import DEFAULT_HOST_OVERHEAD_SYSTEM, load_system
+
+    rank = [comp(0, 5, is_cpu_op=True), comp(1, 20, 0), comp(2, 3, 0, is_cpu_op=True),
+            {"id": 3, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "data_deps": [1]},
+            comp(4, 2, 3, 2, is_cpu_op=True)]
+    net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
+    for sysc in (TWO_D_SYSTEM, load_system(DEFAULT_HOST_OVERHEAD_SYSTEM).model_copy(
+            update={"all_reduce": TWO_D_SYSTEM.all_reduce})):
+        shared, _ = both(job(*[rank] * 4), net, sysc, mode=mode)
+        assert shared.sharing["simulated_npus"] == 1 and shared.npus[3].critical_path

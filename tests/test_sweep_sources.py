@@ -1,5 +1,5 @@
 """Where a sweep's jobs come from (pipeline/sweep_jobs.py): folders, a nightly day, a synthesizer
-model and `chakra generate` specs, together in one sweep on local Ray."""
+model, `chakra generate` and `chakra convert` specs, together in one sweep on local Ray."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from chakra_core.generate.workloads import generate
 from pipeline import tables
 from pipeline.grid import SweepError, load_sweep_file
-from pipeline.sweep_jobs import Generated, Sources, generated_job
+from pipeline.sweep_jobs import Converted, Generated, Sources, converted_job, generated_job, prepare_job, read_sweep_job
 from pipeline.sweep_run import plan, run_sweep
 
 DATE = "2026-11-20"
+OTHER = Path(__file__).resolve().parents[1] / "datasets" / "other-formats"
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -33,6 +34,38 @@ def test_a_generate_spec_takes_chakra_generate_options():
     job = generated_job("transformer --npus 8 --tp 2 --micro-batches=2")
     assert (job.job_id, job.npus) == ("gen-transformer-n8-tp2-micro_batches2", 8)
     assert job.recipe == Generated("transformer", 8, (("tp", "2"), ("micro_batches", "2")))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "expected SRC"),
+    (f"{OTHER}/text/DLRM_HybridParallel.txt", "needs --npus N"),
+    (f"{OTHER}/text/DLRM_HybridParallel.txt --npus 8 --tp 2", "option tp is not one of"),
+    (f"{OTHER}/text/DLRM_HybridParallel.txt --npus eight", "option npus='eight': expected int"),
+    (f"{OTHER}/flexflow/alexnet.4.graph --npus 8", "--npus does not apply to a flexflow input"),
+    (f"{OTHER}/text/FORMAT-README.md", "not a FlexFlow task graph or an ASTRA-sim text workload"),
+])
+def test_a_bad_convert_spec_is_one_line(spec, message):
+    with pytest.raises(SweepError, match=message):
+        converted_job(spec)
+
+
+def test_converted_jobs_are_made_once_and_simulate(tmp_path):
+    graph = converted_job(f"{OTHER}/flexflow/alexnet.4.graph")
+    text = converted_job(f"{OTHER}/text/DLRM_HybridParallel.txt --npus 8 --passes=2")
+    assert (graph.job_id, graph.npus, graph.recipe.format) == ("conv-alexnet_4-n4", 4, "flexflow")
+    assert (text.job_id, text.npus) == ("conv-DLRM_HybridParallel-n8-passes2", 8)
+    assert text.recipe == Converted(f"{OTHER}/text/DLRM_HybridParallel.txt", "text", (("npus", 8), ("passes", 2)))
+    from chakra_core.sim.config import load_network, load_system
+    from chakra_core.sim.engine import simulate
+
+    for job in (graph, text):
+        made = prepare_job(job, str(tmp_path / "jobs"))
+        assert len(made.files) == job.npus and made.sha256
+        assert prepare_job(job, str(tmp_path / "jobs")).sha256 == made.sha256  # reused
+        network = Path(__file__).resolve().parents[1] / "pipeline" / "sweeps" / "Ring_8npus.yml"
+        result = simulate(read_sweep_job(made), load_network(network), load_system(network.parent / "ring_system.json"),
+                          traced_npus=job.npus)
+        assert result.finish_ns > 0
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,16 @@
 #!/usr/bin/env python
-"""Record real multi-process PyTorch training runs (gloo, 127.0.0.1) as PyTorch ETs + Kineto.
+"""Record real multi-process PyTorch training runs (gloo on 127.0.0.1, or NCCL on GPUs) as PyTorch ETs + Kineto.
 
 Usage::
 
     python -m tools.collect --out datasets/pytorch-gloo \
         [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4] \
-        [--timed-steps K] [--size small|large]
+        [--timed-steps K] [--size small|large] [--device cpu|cuda]
+
+`--device cuda` runs mlp_ddp and transformer_ddp with one GPU per rank over NCCL (world size 1
+allowed), into `<scenario>[-<size>]-cuda-w<N>/`; the recorder adds CUDA activity (kernels,
+copies, runtime calls) to the Kineto trace, and each timed step ends with
+`torch.cuda.synchronize()` (docs/gpu.md).
 
 Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/`:
 
@@ -243,9 +248,15 @@ MLP = {"small": {"widths": (32, 256, 128, 64, 10), "batch": 16, "bucket_cap_mb":
 TRANSFORMER = {"small": {"vocab": 256, "d_model": 64, "ff": 128, "seq": 16, "batch": 4, "bucket_cap_mb": 0.1},
                "large": {"vocab": 1024, "d_model": 256, "ff": 1024, "seq": 64, "batch": 8, "bucket_cap_mb": 2.0}}
 
+# Where the scalable models run: "cpu" (gloo), or "cuda" (NCCL, one GPU per rank), set by _worker.
+DEVICE = torch.device("cpu")
+
+
 def _ddp(module, log, world, bucket_cap_mb):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    model = DDP(module, bucket_cap_mb=bucket_cap_mb)
+    module = module.to(DEVICE)
+    model = DDP(module, bucket_cap_mb=bucket_cap_mb,
+                device_ids=[DEVICE.index] if DEVICE.type == "cuda" else None)
     model.register_comm_hook((log, None, world), ddp_allreduce_hook)
     return model
 
@@ -263,8 +274,8 @@ def build_mlp_ddp(rank, world, log, size="small"):
     loss_fn = nn.CrossEntropyLoss()
 
     def step(i):
-        x = torch.randn(batch, widths[0], generator=gen)
-        y = torch.randint(0, widths[-1], (batch,), generator=gen)
+        x = torch.randn(batch, widths[0], generator=gen).to(DEVICE)
+        y = torch.randint(0, widths[-1], (batch,), generator=gen).to(DEVICE)
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -298,7 +309,7 @@ def build_transformer_ddp(rank, world, log, size="small"):
     loss_fn = nn.CrossEntropyLoss()
 
     def step(i):
-        tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+        tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(DEVICE)
         opt.zero_grad()
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
@@ -466,7 +477,7 @@ BUILDERS = {
 # --------------------------------------------------------------------------------------------
 
 def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed_steps: int = 0,
-            size: str = "small") -> None:
+            size: str = "small", device: str = "cpu") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                       RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
@@ -475,7 +486,11 @@ def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     random.seed(SEED + rank)
     torch.manual_seed(SEED + rank)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+    global DEVICE
+    if device == "cuda":  # one GPU per rank, NCCL; each timed step ends with a device synchronisation
+        DEVICE = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=300))
     try:
         log = ProgramLog(rank, world)
@@ -504,6 +519,8 @@ def _time_steps(rank: int, step_fn, log, count: int, out: Path) -> None:
         dist.barrier()
         start = time.perf_counter_ns()
         step_fn(step)
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()  # kernels run asynchronously: the step ends when they do
         dist.barrier()
         times.append(time.perf_counter_ns() - start)
     (out / f"rank{rank}.timing.json").write_text(json.dumps({"steps_ns": times}) + "\n")
@@ -515,25 +532,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: str = "small") -> Path:
+def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: str = "small",
+        device: str = "cpu") -> Path:
     if size != "small" and scenario not in SCALABLE:
         raise ValueError(f"--size {size}: only {', '.join(SCALABLE)} come in more than one size")
-    name = scenario if size == "small" else f"{scenario}-{size}"
+    if device == "cuda" and scenario not in SCALABLE:
+        raise ValueError(f"--device cuda: only {', '.join(SCALABLE)} run on GPUs")
+    name = (scenario if size == "small" else f"{scenario}-{size}") + ("-cuda" if device == "cuda" else "")
     run_dir = out_root / f"{name}-w{world}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size), nprocs=world,
+    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size, device), nprocs=world,
              join=True)
     model, parallelism = DESCRIPTIONS[scenario]
     if size != "small":
         model = f"{model}; size {size}: {MLP[size] if scenario == 'mlp_ddp' else TRANSFORMER[size]}"
     job = {"job_id": f"{name}-w{world}", "model": model, "world_size": world,
-           "backend": "gloo", "parallelism": parallelism, "steps_recorded": ACTIVE,
+           "backend": "nccl" if device == "cuda" else "gloo", "device": device,
+           "parallelism": parallelism, "steps_recorded": ACTIVE,
            "torch_version": torch.__version__, "scenario": scenario,
            "recorded_step_indices": list(RECORDED_STEPS)}
     (run_dir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
     return run_dir
+
+
+def _check_gpus(parser, args) -> None:
+    if not torch.cuda.is_available():
+        parser.error("--device cuda: this machine has no CUDA device (record on a machine with GPUs)")
+    if set(args.scenario) - set(SCALABLE):
+        parser.error(f"--device cuda: only {', '.join(SCALABLE)} run on GPUs (name them with --scenario)")
+    too_many = [w for w in args.world_sizes if w > torch.cuda.device_count()]
+    if too_many:
+        parser.error(f"--device cuda: world size {too_many[0]} needs one GPU per rank; "
+                     f"{torch.cuda.device_count()} here")
 
 
 def main(argv=None) -> int:
@@ -545,11 +577,16 @@ def main(argv=None) -> int:
                         help="after recording, time K more steps with the profiler off (rank<R>.timing.json)")
     parser.add_argument("--size", choices=SIZES, default="small",
                         help=f"model size; 'large' ({', '.join(SCALABLE)} only) gives operators of milliseconds")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: one GPU per rank over NCCL (mlp_ddp and transformer_ddp; world sizes up to "
+                        "the GPUs here, 1 allowed); with --timed-steps each timed step ends with a synchronisation")
     args = parser.parse_args(argv)
     if args.size != "small" and set(args.scenario) - set(SCALABLE):
         parser.error(f"--size {args.size}: only {', '.join(SCALABLE)} come in more than one size")
+    if args.device == "cuda":
+        _check_gpus(parser, args)
     for w in args.world_sizes:
-        if w < 2 or (w > 2 and w % 2):
+        if args.device == "cpu" and (w < 2 or (w > 2 and w % 2)):
             parser.error(f"world size {w}: use 2 or an even number >= 4")
 
     started = time.monotonic()
@@ -558,7 +595,7 @@ def main(argv=None) -> int:
         for world in args.world_sizes:
             t0 = time.monotonic()
             print(f"[collect] {scenario} world_size={world} ...", flush=True)
-            run_dir = run(scenario, world, args.out, args.timed_steps, args.size)
+            run_dir = run(scenario, world, args.out, args.timed_steps, args.size, args.device)
             files = sorted(p for p in run_dir.iterdir() if p.is_file())
             size = sum(p.stat().st_size for p in files)
             print(f"[collect]   -> {run_dir} ({len(files)} files, {size / 1024:.1f} KiB, "

@@ -4,10 +4,10 @@
 Usage::
 
     python -m tools.make_drop --root URL --date YYYY-MM-DD [--generated-jobs N]
-        [--copies-of-real K] [--no-corrupt] [--seed S] [--min-rank-traces N] [--json]
+        [--copies-of-real K] [--no-corrupt] [--other-formats] [--no-gpu-runs] [--seed S] [--min-rank-traces N] [--json]
 
 or, from Python, ``make_drop(root, date, generated_jobs=6, copies_of_real=1, corrupt=True,
-seed=0)``. ROOT is any fsspec URL (a local path, ``file://``, ``memory://``,
+other_formats=False, seed=0, gpu_runs=True)``. ROOT is any fsspec URL (a local path, ``file://``, ``memory://``,
 ``s3://bucket/prefix``). The drop is written as ``ROOT/<date>/<job_id>/...``, one folder per
 job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism``, ``npus``,
 ``source``, ``expected``, ...) and either
@@ -16,6 +16,9 @@ job, each with a ``job.json`` (``job_id``, ``model``, ``family``, ``parallelism`
   (``source: "pytorch-gloo"``): every run recorded in ``datasets/pytorch-gloo/`` copied as job
   ``gloo-<run>``, ``copies_of_real`` times (extra copies are ``gloo-<run>-c1``, ``-c2``, ...;
   byte-identical rank files, separate jobs); ``program.json`` files are not copied;
+- the same with ``rank<R>.timing.json`` (``source: "gpu-h200"``, leave out with
+  ``gpu_runs=False``; none without ``copies_of_real``): every GPU run of ``datasets/gpu-h200/``
+  once, as job ``gpu-<run>``;
 - per-rank Chakra ETs ``<job_id>.<R>.et`` (``source: "generated"``), written with
   ``chakra_core.format.job.Job.write``, deterministic from the seed. The five families of
   ``chakra_core.generate.families`` cycle through the jobs: data_parallel, tensor_parallel,
@@ -29,6 +32,12 @@ ET cut in half), ``bad-malformed-json`` (a valid gzip of text that is not JSON) 
 ``bad-unknown-file``, a valid generated job with a ``notes.txt`` beside its traces, whose
 ``notes.txt`` alone is to be rejected (``"expected": "accept"``, with the reason and
 ``bad_files``) while its traces convert.
+
+With other_formats=True, two jobs of other sources (``source: "other-formats"``), each one file
+of ``datasets/other-formats/`` beside its job.json: ``flexflow-alexnet-n4`` (the FlexFlow task
+graph ``alexnet.4.graph``) and ``text-dlrm-n8`` (the ASTRA-sim 1.0 text workload
+``DLRM_HybridParallel.txt``, with ``npus`` 8 and ``passes`` 2 in its job.json, which the pipeline
+passes to the converter).
 
 Existing files of the same names are overwritten; nothing else under ROOT is removed.
 """
@@ -56,6 +65,16 @@ from chakra_core.generate.families import STEPS, generate_family
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
 REAL_DIR = DATASETS / "pytorch-gloo"
+OTHER_DIR = DATASETS / "other-formats"
+# job id -> (file under OTHER_DIR, job.json fields beyond the common ones)
+OTHER_JOBS = {
+    "flexflow-alexnet-n4": ("flexflow/alexnet.4.graph", {"model": "alexnet", "family": "flexflow", "npus": 4,
+                                                         "parallelism": "FlexFlow strategy (data and model)"}),
+    "text-dlrm-n8": ("text/DLRM_HybridParallel.txt", {"model": "dlrm", "family": "dlrm", "npus": 8, "passes": 2,
+                                                      "parallelism": "HYBRID_DLRM"}),
+}
+GPU_SOURCE = "gpu-h200"
+GPU_DIR = DATASETS / GPU_SOURCE
 
 FAMILIES = tuple(families.FAMILIES)  # data_parallel, tensor_parallel, pipeline_parallel, dlrm, moe
 SHORT = {"data_parallel": "dp", "tensor_parallel": "tp", "pipeline_parallel": "pp", "dlrm": "dlrm", "moe": "moe"}
@@ -73,6 +92,7 @@ REAL_FAMILY = {"mlp_ddp": "data_parallel", "transformer_ddp": "data_parallel", "
                "collectives": "collectives"}
 PYTORCH_RANK_TRACE = re.compile(r"^rank\d+\.et\.json\.gz$")
 REAL_FILE = re.compile(r"^rank\d+\.(et|kineto)\.json\.gz$")
+GPU_FILE = re.compile(r"^rank\d+\.(et\.json\.gz|kineto\.json\.gz|timing\.json)$")
 
 
 def _is_rank_trace(name: str) -> bool:
@@ -188,29 +208,31 @@ def _real_runs(real_dir: Path) -> list[Path]:
     return sorted(p for p in real_dir.iterdir() if p.is_dir() and (p / "job.json").is_file())
 
 
-def _real_files(run: Path) -> list[Path]:
+def _real_files(run: Path, pattern: re.Pattern = REAL_FILE) -> list[Path]:
     def key(p: Path):
         rank = int(re.match(r"rank(\d+)", p.name).group(1))
         return rank, p.name
-    return sorted((p for p in run.iterdir() if REAL_FILE.match(p.name)), key=key)
+    return sorted((p for p in run.iterdir() if pattern.match(p.name)), key=key)
 
 
-def _real_info(run: Path, job_id: str, copy: int) -> dict:
+def _real_info(run: Path, job_id: str, copy: int, source: str = "pytorch-gloo") -> dict:
     original = json.loads((run / "job.json").read_text())
     scenario = original.get("scenario", run.name.rsplit("-w", 1)[0])
     info = {"job_id": job_id, "model": original.get("model", ""), "family": REAL_FAMILY.get(scenario, scenario),
             "parallelism": original.get("parallelism", ""), "npus": original["world_size"],
-            "source": "pytorch-gloo", "expected": "accept", "recorded_run": run.name, "copy": copy}
+            "source": source, "expected": "accept", "recorded_run": run.name, "copy": copy}
+    if source == GPU_SOURCE:  # every GPU run is a DDP job; its job.json does not say so
+        info.update(family="data_parallel", parallelism="ddp")
     info.update({k: v for k, v in original.items() if k not in info and k != "job_id"})
     return info
 
 
-def _write_real(drop: _Drop, run: Path, job_id: str, copy: int) -> None:
+def _write_real(drop: _Drop, run: Path, job_id: str, copy: int, source: str = "pytorch-gloo") -> None:
     d = drop.job_dir(job_id)
-    files = _real_files(run)
+    files = _real_files(run, GPU_FILE if source == GPU_SOURCE else REAL_FILE)
     for p in files:
         drop.put(d, p.name, p.read_bytes())
-    info = _real_info(run, job_id, copy)
+    info = _real_info(run, job_id, copy, source)
     drop.put(d, "job.json", _json_bytes(info))
     drop.finish_job(info, sum(1 for p in files if _is_rank_trace(p.name)))
 
@@ -279,6 +301,17 @@ def _write_corrupt(drop: _Drop, real_dir: Path, seed: int) -> None:
     _write_generated(drop, job, ji, extra={"notes.txt": notes})
 
 
+def _write_other(drop: _Drop, job_id: str) -> None:
+    """A job of one FlexFlow graph or text workload; the pipeline converts it (job.json: its options)."""
+    relative, fields = OTHER_JOBS[job_id]
+    d = drop.job_dir(job_id)
+    source = OTHER_DIR / relative
+    drop.put(d, source.name, source.read_bytes())
+    info = {"job_id": job_id, **fields, "source": "other-formats", "expected": "accept", "file": source.name}
+    drop.put(d, "job.json", _json_bytes(info))
+    drop.finish_job(info, 0)
+
+
 def count_real_rank_traces(real_dir: Path = REAL_DIR) -> int:
     return sum(1 for run in _real_runs(real_dir) for p in _real_files(run) if _is_rank_trace(p.name))
 
@@ -294,7 +327,8 @@ def generated_jobs_for(min_rank_traces: int, copies_of_real: int = 1, real_dir: 
 
 
 def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: int = 1, corrupt: bool = True,
-              seed: int = 0, real_dir: str | Path | None = None) -> dict:
+              other_formats: bool = False, seed: int = 0, real_dir: str | Path | None = None,
+              gpu_runs: bool = True) -> dict:
     """Writes one day's drop under ROOT/<date>/ and returns a summary (see the module docstring)."""
     date = datetime.date.fromisoformat(date).isoformat()
     if generated_jobs < 0 or copies_of_real < 0:
@@ -308,11 +342,15 @@ def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: 
     for run in runs if copies_of_real else []:
         for copy in range(copies_of_real):
             _write_real(drop, run, f"gloo-{run.name}" + (f"-c{copy}" if copy else ""), copy)
+    for run in _real_runs(GPU_DIR) if gpu_runs and copies_of_real else []:
+        _write_real(drop, run, f"gpu-{run.name}", 0, GPU_SOURCE)
     for index in range(generated_jobs):
         job = generate_job(index, seed)
         _write_generated(drop, job, _generated_info(job, seed, index))
     if corrupt:
         _write_corrupt(drop, real, seed)
+    for job_id in OTHER_JOBS if other_formats else ():
+        _write_other(drop, job_id)
     by_source: dict[str, int] = {}
     by_family: dict[str, int] = {}
     rejects = 0
@@ -341,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copies-of-real", type=int, default=1,
                    help="copies of every recorded run in datasets/pytorch-gloo (default 1; 0 for none)")
     p.add_argument("--no-corrupt", action="store_true", help="leave out the four jobs that must be rejected")
+    p.add_argument("--other-formats", action="store_true",
+                   help="add a FlexFlow task graph job and an ASTRA-sim text workload job (datasets/other-formats)")
+    p.add_argument("--no-gpu-runs", action="store_true", help="leave out the GPU runs of datasets/gpu-h200")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-rank-traces", type=int, default=0,
                    help="raise --generated-jobs until the accepted jobs hold at least N rank trace files")
@@ -349,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     generated = max(args.generated_jobs, generated_jobs_for(args.min_rank_traces, args.copies_of_real))
     try:
         summary = make_drop(args.root, args.date, generated_jobs=generated, copies_of_real=args.copies_of_real,
-                            corrupt=not args.no_corrupt, seed=args.seed)
+                            corrupt=not args.no_corrupt, other_formats=args.other_formats, seed=args.seed,
+                            gpu_runs=not args.no_gpu_runs)
     except (ValueError, OSError) as exc:
         print(f"make_drop: {exc}", file=sys.stderr)
         return 2
@@ -357,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     src = summary["jobs_by_source"]
-    print(f"drop {summary['path']}: {summary['jobs']} jobs ({src.get('pytorch-gloo', 0)} real, "
-          f"{src.get('generated', 0)} generated, {summary['reject_jobs']} to reject)")
+    print(f"drop {summary['path']}: {summary['jobs']} jobs ({src.get('pytorch-gloo', 0)} real on gloo, "
+          f"{src.get(GPU_SOURCE, 0)} real on a GPU, {src.get('generated', 0)} generated, "
+          f"{src.get('other-formats', 0)} of other formats, {summary['reject_jobs']} to reject)")
     print(f"  rank trace files: {summary['rank_traces']} ({summary['accepted_rank_traces']} in accepted jobs)")
     print(f"  files: {summary['files']}, bytes: {summary['bytes']:,} ({summary['bytes'] / 2**20:.1f} MiB), "
           f"written in {summary['seconds']:.1f} s")

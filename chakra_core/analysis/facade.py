@@ -6,6 +6,8 @@
     analysis.collectives()   # one row per communication node, with its rank
     analysis.findings()      # one row per validation finding, with its rank
     analysis.summary()       # one row: the job's cross-rank figures (imbalance, ...)
+    analysis.device_steps()  # per rank with device kernels and step: where device time goes
+    analysis.device_families("predicted")   # device time by family, as the simulator predicts it
 
 Each analysis lives in its own module (stats, validate, ...); this class only runs them over
 the ranks of one `chakra_core.format.job.Job`, once each, and shapes what they return into
@@ -19,18 +21,28 @@ from functools import cached_property
 
 import pyarrow as pa
 
-from chakra_core.analysis import stats, validate
+from chakra_core.analysis import device_time, device_work, predicted, stats, validate
+from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job, rank_url
+
+VARIANTS = ("recorded", "predicted")
 
 
 class JobAnalysis:
-    def __init__(self, job: Job, prefix: str | None = None):
+    """`system`: the system file of the device analysis's predicted variant (predicted.py);
+    `predict` False leaves that variant out (e.g. for a job of which some ranks are missing)."""
+
+    def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM,
+                 predict: bool = True):
         self.job = job
         self.prefix = prefix or job.name  # how findings name a rank's file
+        self.system = system
+        self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
 
     @classmethod
-    def from_files(cls, prefix: str, npus: int | None = None) -> JobAnalysis:
-        return cls(Job.read(prefix, npus), prefix)
+    def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
+                   ) -> JobAnalysis:
+        return cls(Job.read(prefix, npus), prefix, system)
 
     @cached_property
     def _trace_rows(self) -> list[dict]:
@@ -59,9 +71,64 @@ class JobAnalysis:
         return pa.Table.from_pylist([row])
 
 
+    @cached_property
+    def device_ranks(self) -> list[int]:
+        """The ranks whose traces hold device kernels (the device analysis covers those)."""
+        return [rank for rank, table in enumerate(self.job.tables) if device_work.has_device_work(table)]
+
+    @cached_property
+    def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
+        """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
+        tables = self.job.tables
+        work = {"recorded": {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
+                             for r in self.device_ranks}, "predicted": {}}
+        if self.device_ranks and self.prediction_error is None:
+            try:
+                timeline = predicted.predict(self.job, predicted.prediction_system(self.system)[0]).timeline
+            except ChakraError as exc:
+                self.prediction_error = str(exc)
+                return work
+            work["predicted"] = {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, timeline))
+                                 for r in self.device_ranks}
+        return work
+
+    def device_steps(self, variant: str = "recorded") -> pa.Table:
+        """Per rank with device work and step (and `all`): device_time.STEP_SCHEMA's figures."""
+        return _by_rank({r: device_time.step_table(w) for r, w in self._device_work[variant].items()},
+                        device_time.STEP_SCHEMA)
+
+    def device_families(self, variant: str = "recorded") -> pa.Table:
+        return _by_rank({r: device_time.family_table(w) for r, w in self._device_work[variant].items()},
+                        device_time.FAMILY_SCHEMA)
+
+    def device_top_kernels(self, variant: str = "recorded", limit: int = device_time.TOP_KERNELS) -> pa.Table:
+        return _by_rank({r: device_time.top_kernels(w, limit) for r, w in self._device_work[variant].items()},
+                        device_time.TOP_SCHEMA)
+
+    def gpu(self) -> dict[int, dict]:
+        """Per rank with device work: the recorded figures, `bound` as predicted (null without a
+        prediction), `recorded_bound`, and the predicted figures under `predicted`."""
+        recorded, forecast = self._device_work["recorded"], self._device_work["predicted"]
+        out = {}
+        for rank, work in recorded.items():
+            figures = device_time.summary(work)
+            ahead = device_time.summary(forecast[rank]) if rank in forecast else None
+            if ahead is not None:
+                ahead["system"] = predicted.prediction_system(self.system)[1]
+            out[rank] = {**figures, "recorded_bound": figures["bound"], "bound": ahead and ahead["bound"],
+                         "predicted": ahead}
+        return out
+
+
 FINDINGS_SCHEMA = pa.schema([("rank", pa.int32()), ("severity", pa.string()), ("code", pa.string()),
                              ("path", pa.string()), ("node_ids", pa.list_(pa.uint64())), ("message", pa.string())])
 
 
 def _with_rank(table: pa.Table, rank: int) -> pa.Table:
     return table.add_column(0, "rank", pa.array([rank] * table.num_rows, pa.int32()))
+
+
+def _by_rank(tables: dict[int, pa.Table], schema: pa.Schema) -> pa.Table:
+    """The tables with their rank in front, one after the other."""
+    return pa.concat_tables([_with_rank(tables[r], r) for r in sorted(tables)] or
+                            [_with_rank(schema.empty_table(), 0)])

@@ -221,6 +221,16 @@ def _ratios(values: dict[int, int]) -> dict:
             "max_rank": int(max(values, key=values.get)) if values else None}
 
 
+def _median(values: dict[int, int]) -> float:
+    return float(np.median(list(values.values()))) if values else 0.0
+
+
+def stragglers(values: dict[int, int]) -> list[int]:
+    """The ranks whose value (compute time, device busy time) is above STRAGGLER_FACTOR x the median."""
+    median = _median(values)
+    return [r for r in sorted(values) if median and values[r] > STRAGGLER_FACTOR * median]
+
+
 def job_stats(rows_by_rank: dict[int, dict], collectives_by_rank: dict[int, pa.Table]) -> dict:
     """Across a job's ranks: imbalance of communication bytes and counts (overall and per
     collective kind), and straggler ranks (compute time above STRAGGLER_FACTOR x the median)."""
@@ -233,12 +243,11 @@ def job_stats(rows_by_rank: dict[int, dict], collectives_by_rank: dict[int, pa.T
                                                   collectives_by_rank[r].column("comm_size").combine_chunks()).items():
             by_kind.setdefault(kind, {q: 0 for q in ranks})[r] = total
     compute = {r: rows_by_rank[r]["compute_micros"] for r in ranks}
-    median = float(np.median(list(compute.values()))) if compute else 0.0
     return {
         "ranks": len(ranks),
         "bytes_imbalance": _ratios(comm_bytes), "count_imbalance": _ratios(comm_counts),
         "bytes_imbalance_by_kind": {k: _ratios(v) for k, v in sorted(by_kind.items())},
-        "compute_median_micros": median,
-        "stragglers": [r for r in ranks if median and compute[r] > STRAGGLER_FACTOR * median],
+        "compute_median_micros": _median(compute),
+        "stragglers": stragglers(compute),
         "bytes_by_rank": comm_bytes, "compute_by_rank": compute,
     }

@@ -1,4 +1,5 @@
-"""PyTorch traces to Chakra: convert, split (a multi-rank job) and link (one rank with Kineto)."""
+"""Traces to Chakra: convert (PyTorch traces, FlexFlow task graphs, ASTRA-sim 1.0 text workloads),
+split (a multi-rank job) and link (one rank with Kineto)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
 from chakra_core.terminal import Progress, console, plain_table
 
 COMMANDS = {
-    "convert": "convert PyTorch execution traces (+ Kineto) to one Chakra ET per rank",
+    "convert": "convert PyTorch execution traces (+ Kineto), a FlexFlow task graph or an ASTRA-sim 1.0 text "
+               "workload to one Chakra ET per rank",
     "split": "split a multi-rank input into one Chakra ET per NPU, checking collectives",
     "link": "link one rank's PyTorch ET with its Kineto trace into a Chakra ET",
 }
 
 
 def _convert_job(args):
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.sources import SourceOptions, convert_source
 
+    options = SourceOptions(npus=args.npus, passes=args.passes, npu_frequency_mhz=args.npu_frequency,
+                            first_dim_npus=args.first_dim_npus, time_unit=args.time_unit)
     with Progress() as progress:
-        return convert_job(args.src, args.out, args.prefix, progress=progress)
+        return convert_source(args.src, args.out, args.prefix, args.source_format, options, progress=progress)
 
 
 def cmd_convert(args) -> int:
@@ -37,6 +41,8 @@ def cmd_split(args) -> int:
 def _print_conversion(result, as_json: bool) -> int:
     if as_json:
         print_json(result.summary())
+    elif result.source:
+        _print_source_conversion(result)
     else:
         out = console()
         table = plain_table("rank", "host nodes", "operators", "communication", "kernels", "collapsed", "cut/notes")
@@ -62,6 +68,24 @@ def _print_conversion(result, as_json: bool) -> int:
     for problem in result.mismatches:
         print(f"mismatch: {problem}", file=sys.stderr)
     return EXIT_FINDINGS if result.mismatches else EXIT_OK
+
+
+def _print_source_conversion(result) -> None:
+    """Per NPU what a FlexFlow graph or text workload became, then the source's notes."""
+    out = console()
+    table = plain_table("npu", "nodes", "compute", "compute (us)", "sends", "receives", "collectives")
+    for report in result.reports:
+        collectives = ", ".join(f"{k.lower()} {v}" for k, v in report["collectives"].items()) or "-"
+        table.add_row(str(report["rank"]), f"{report['nodes']:,}", f"{report['compute']:,}",
+                      f"{report['compute_us']:,}", f"{report['sends']:,}", f"{report['recvs']:,}", collectives)
+    out.print(table)
+    source = result.source
+    print(f"{source['format']}: {source['time']}", file=sys.stderr)
+    for note in source["notes"]:
+        print(f"{source['format']}: {note}", file=sys.stderr)
+    out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
+              f"{result.out_dir}/{result.prefix}.<npu>.et, communicator groups in {result.comm_group_file},"
+              f" report in {result.report_file}")
 
 
 def cmd_link(args) -> int:
@@ -91,13 +115,28 @@ def _add_job_arguments(p) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")
     p.add_argument("--prefix", default="trace", metavar="NAME", help="output names NAME.<rank>.et (default trace)")
     p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+    p.add_argument("--from", dest="source_format", choices=("pytorch", "flexflow", "text"),
+                   help="the input's format (default: told from its content)")
+    text = p.add_argument_group("ASTRA-sim 1.0 text workloads")
+    text.add_argument("--npus", type=int, metavar="N", help="NPUs to run the workload on (required)")
+    text.add_argument("--passes", type=int, default=1, metavar="P", help="training passes (default 1)")
+    text.add_argument("--npu-frequency", type=float, metavar="MHZ",
+                      help="turn compute cycles into microseconds at this clock (default: cycles kept as "
+                      "microseconds, as the reference converter)")
+    text.add_argument("--first-dim-npus", type=int, metavar="D",
+                      help="NPUs of the first network dimension, which hybrid policies split on (default: the "
+                      "divisor of N nearest its square root; HYBRID_TRANSFORMER takes its model_parallel_NPU_group)")
+    flexflow = p.add_argument_group("FlexFlow task graphs")
+    flexflow.add_argument("--time-unit", choices=("ms", "s", "us"), default="ms",
+                          help="the unit of the graph's run times (default ms, FlexFlow's simulator)")
 
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("convert", help=COMMANDS["convert"],
                        description="Convert SRC, one PyTorch ET JSON file (any schema seen in the wild, gzip ok) or "
                        "a folder / .tar / .zip holding rank<R>.et.json[.gz] with optional rank<R>.kineto.json[.gz] "
-                       "beside them, or a multi-rank JSON {\"<rank>\": <ET>}, into DSTDIR/NAME.<R>.et per rank, "
+                       "beside them, or a multi-rank JSON {\"<rank>\": <ET>}, or a FlexFlow task graph (graphviz), "
+                       "or an ASTRA-sim 1.0 text workload (with --npus), into DSTDIR/NAME.<R>.et per rank, "
                        "DSTDIR/NAME.comm_groups.json (ASTRA-sim --comm-group-configuration) and "
                        "DSTDIR/NAME.report.json. Prints what was kept, collapsed and cut per rank. Exit 1 when "
                        "collectives do not match across ranks, 2 on unreadable input.")

@@ -42,42 +42,81 @@ def cmd_replay(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from chakra_core.replay.calibrate import (
-        compute_scale,
-        fit,
-        fit_per_kind,
-        measure,
-        unprofiled_steps_of,
-        samples_from_jobs,
-        write_calibration,
-    )
+    from chakra_core.format.job import Job
+    from chakra_core.replay.calibrate import fit_per_kind, measure, samples_from_tables, write_calibration
 
-    samples = samples_from_jobs(args.workloads, args.comm_group)
+    jobs = [(prefix, Job.read(prefix, comm_groups=args.comm_group)) for prefix in args.workloads]
+    samples = [s for _, job in jobs for s in samples_from_tables(job.tables, job.comm_groups, job.npus)]
     if args.measure:
         samples += measure(args.npus, kinds=tuple(args.kinds.split(",")))
-    result = fit(samples)
+    result = _fit_network(samples, jobs)
     result["per_kind"] = fit_per_kind(samples)
-    if args.measured_ms is not None:
+    _fit_time(args, jobs, result)
+    paths = write_calibration(args.out, args.npus, result)
+    if args.json:
+        print_json({**result, **paths})
+        return EXIT_OK
+    _print_calibration(args, result, paths)
+    return EXIT_OK
+
+
+def _fit_network(samples: list[tuple], jobs: list) -> dict:
+    """The fitted ring; with no collectives to fit but GPU jobs whose host model is to be fitted
+    (one-GPU jobs), ASTRA-sim's reference ring, said as such."""
+    from chakra_core.replay.calibrate import CalibrationError, fit
+    from chakra_core.replay.hostfit import REFERENCE_LINK, host_model_jobs
+
+    try:
+        return fit(samples)
+    except CalibrationError:
+        if not host_model_jobs(jobs):
+            raise
+        return {**REFERENCE_LINK, "samples": [], "median_abs_error": None, "network": "reference (no collectives to fit)"}
+
+
+def _fit_time(args, jobs: list, result: dict) -> None:
+    """The host-overhead model for GPU jobs with unprofiled steps; else, as before, the compute
+    scale of the first job (CPU runs, where all compute is host time)."""
+    from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_steps_of
+    from chakra_core.replay.hostfit import fit_host_overhead, host_model_jobs, reference_ring
+    from chakra_core.sim.config import system_from_document
+
+    timed = host_model_jobs(jobs)
+    if timed and args.measured_ms is None:
+        system = system_from_document("<calibrated system>", system_json())
+        result["host_overhead"] = fit_host_overhead(
+            timed, lambda npus: reference_ring(npus, result["latency_ns"], result["bandwidth_gbps"]), system)
+    elif args.measured_ms is not None:
         if not args.workloads:
             raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
         result["compute_scale"] = compute_scale(args.workloads[0], args.measured_ms * 1e6)
     elif args.workloads and unprofiled_steps_of(args.workloads[0]):
         result["compute_scale"] = compute_scale(args.workloads[0])
-    paths = write_calibration(args.out, args.npus, result)
-    if args.json:
-        print_json({**result, **paths})
-        return EXIT_OK
-    print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
-          f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
-          f"{result['median_abs_error']:.1%}")
+
+
+def _print_calibration(args, result: dict, paths: dict) -> None:
+    if result["samples"]:
+        print(f"fitted on {len(result['samples'])} measurement(s): latency {result['latency_ns']:,.0f} ns, "
+              f"bandwidth {result['bandwidth_gbps']:,.3f} GB/s (1 GB = 2^30 B); median error "
+              f"{result['median_abs_error']:.1%}")
+    else:
+        print(f"no collectives to fit: the network is a ring of {result['bandwidth_gbps']:g} GB/s links with "
+              f"{result['latency_ns']:g} ns latency (ASTRA-sim's example)")
     for kind, alone in result["per_kind"].items():
         print(f"  {kind} alone: latency {alone['latency_ns']:,.0f} ns, bandwidth {alone['bandwidth_gbps']:,.3f} GB/s, "
               f"median error {alone['median_abs_error']:.1%}")
+    if "host_overhead" in result:
+        model = result["host_overhead"]
+        print(f"host time without the profiler: {model['scale']:.3f} x recorded + {model['launch_ns'] / 1e3:,.2f} us "
+              f"per launch (fitted on {len(model['jobs'])} job(s), median error {model['median_abs_error']:.1%}):")
+        for row in model["jobs"]:
+            print(f"  {row['prefix']}: measured {row['measured_ns'] / 1e6:,.3f} ms, simulated "
+                  f"{row['simulated_ns'] / 1e6:,.3f} ms ({row['relative_error']:+.1%}); as recorded "
+                  f"{row['as_recorded_ns'] / 1e6:,.3f} ms")
     if "compute_scale" in result:
         print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate and replay with "
               f"--compute-scale {result['compute_scale']:.3f}")
     print(f"wrote {paths['network']}, {paths['system']} (for {args.npus} NPUs) and {paths['calibration']}")
-    return EXIT_OK
 
 
 def _kinds(text: str) -> str:

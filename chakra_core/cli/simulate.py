@@ -63,8 +63,21 @@ def cmd_simulate(args) -> int:
     memory = [n for n in result.npus if n.time_by_category["memory"]]
     if memory:
         out.print("memory (ns): " + ", ".join(f"NPU {n.npu} {n.time_by_category['memory']:,}" for n in memory))
+    paths = [n for n in result.npus if n.critical_path is not None]
+    if paths:
+        out.print(_critical_path_table(paths))
     out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
     return EXIT_OK
+
+
+def _critical_path_table(npus: list):
+    """What held each NPU's critical path (a job with host and device work: sim/criticalpath.py)."""
+    from chakra_core.sim.criticalpath import CATEGORIES
+
+    table = plain_table("NPU", *(f"critical path: {c} (ns)" for c in CATEGORIES))
+    for npu in npus:
+        table.add_row(str(npu.npu), *(f"{npu.critical_path[c]:,}" for c in CATEGORIES))
+    return table
 
 
 def add_parsers(sub) -> None:

@@ -23,30 +23,87 @@ COMMANDS = {
 def cmd_stats(args) -> int:
     import pyarrow as pa
 
-    from chakra_core.analysis.stats import collective_rows, job_stats, trace_row
+    from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
+    from chakra_core.analysis.stats import collective_rows, job_stats, stragglers, trace_row
     from chakra_core.format.etfile import read_table
     from chakra_core.format.job import split_rank_url
 
-    def statistics(url: str) -> tuple[dict, pa.Table]:
+    def statistics(url: str) -> tuple[dict, pa.Table, pa.Table]:
         table = read_table(url)
-        return {"path": url, **trace_row(table)}, collective_rows(table)
+        return {"path": url, **trace_row(table)}, collective_rows(table), table
 
+    args.system = args.system or PREDICTION_SYSTEM
+    prediction_system(args.system)  # a bad system file is bad input before any trace is read
     measured, failed = per_file(args.inputs, "stats", "statistics of traces", statistics)
-    rows, by_job = [row for _, (row, _) in measured], {}
-    for url, (row, collectives) in measured:
+    rows, by_job = [row for _, (row, _, _) in measured], {}
+    for url, (row, collectives, _) in measured:
         _note_set_aside(row)
         if rank_file := split_rank_url(url):
             by_job.setdefault(rank_file[0], {})[rank_file[1]] = (row, collectives)
+    gpu, busy = _gpu_objects({url: table for url, (_, _, table) in measured}, args.system)
+    for row in rows:
+        row["gpu"] = gpu.get(row["path"])
     status = EXIT_BAD_INPUT if failed else EXIT_OK
-    jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()})}
+    jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()}),
+             "device_stragglers": stragglers(busy.get(prefix, {}))}
             for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]
     if args.json:
         print_json({"traces": rows, "jobs": jobs})
     elif args.csv:
-        _print_csv(rows)
+        _print_csv([{k: v for k, v in row.items() if k != "gpu"} for row in rows])
     else:
         _print_stats(rows, jobs)
+        _print_device(rows, jobs)
     return status
+
+
+def _gpu_objects(tables: dict, system: str | None) -> tuple[dict[str, dict], dict[str, dict[int, int]]]:
+    """url -> the device analysis (JobAnalysis.gpu) of each trace with device work, and per job
+    its ranks' device busy time. The ranks of one job are analysed together; the predicted
+    variant needs every rank of the job (a note on stderr says when it is left out)."""
+    from chakra_core.analysis.device_work import has_device_work
+    from chakra_core.analysis.facade import JobAnalysis
+    from chakra_core.format.job import Job, groups_url, read_comm_groups, split_rank_url
+
+    jobs: dict[str, dict[int, str]] = {}
+    for url in tables:
+        prefix, rank = split_rank_url(url) or (url, 0)
+        jobs.setdefault(prefix, {})[rank] = url
+    by_url, busy = {}, {}
+    for prefix, urls in sorted(jobs.items()):
+        if not any(has_device_work(tables[u]) for u in urls.values()):
+            continue
+        whole = _whole_job(prefix, urls)
+        groups = groups_url(prefix)
+        job = Job([tables[urls[r]] for r in sorted(urls)], read_comm_groups(groups) if whole and _exists(groups) else {})
+        analysis = JobAnalysis(job, prefix, system, predict=whole)
+        figures = analysis.gpu()
+        by_url.update({urls[sorted(urls)[index]]: gpu for index, gpu in figures.items()})
+        busy[prefix] = {sorted(urls)[index]: gpu["busy_ns"] for index, gpu in figures.items()}
+        if analysis.prediction_error:
+            why = "give every rank of the job" if not whole else analysis.prediction_error
+            print(f"chakra stats: {prefix}: no predicted device time: {why}", file=sys.stderr)
+    return by_url, busy
+
+
+def _whole_job(prefix: str, urls: dict[int, str]) -> bool:
+    """Whether the files given are every rank of their job (a file outside the layout is one)."""
+    from chakra_core.errors import ChakraError
+    from chakra_core.format.job import find_ranks
+
+    if list(urls.values()) == [prefix]:
+        return True
+    try:
+        return sorted(urls) == list(range(find_ranks(prefix)))
+    except ChakraError:
+        return False
+
+
+def _exists(url: str) -> bool:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
 
 
 def _print_csv(rows: list[dict]) -> None:
@@ -73,6 +130,44 @@ def _print_stats(rows: list[dict], jobs: list[dict]) -> None:
         out.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
                   f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
                   f"{job['stragglers'] or 'none'}")
+
+
+def _print_device(rows: list[dict], jobs: list[dict]) -> None:
+    """The device section: per trace with device work, its time as recorded and as predicted."""
+    traced = [row for row in rows if row.get("gpu")]
+    if not traced:
+        return
+    out = console()
+    first = traced[0]["gpu"]
+    system = (first["predicted"] or {}).get("system", "not predicted")
+    out.print(f"device time over the profiled steps ({', '.join(first['steps'])}), as recorded and as predicted "
+              f"on {system}")
+    table = plain_table("trace", "variant", "span (µs)", "busy", "idle: host launch / sync / comm / other (µs)",
+                        "comm overlap", "launches", "launch→start p50/p90 (µs)", "bound")
+    for row in traced:
+        for variant, gpu in (("recorded", row["gpu"]), ("predicted", row["gpu"]["predicted"])):
+            if gpu is None:
+                continue
+            idle = " / ".join(f"{gpu['idle_ns'][c] // 1000:,}" for c in ("host_launch", "synchronisation",
+                                                                           "communication", "other"))
+            overlap = "-" if gpu["overlap"] is None else f"{gpu['overlap']:.0%}"
+            delay = "/".join("-" if v is None else f"{v / 1000:,.1f}" for v in gpu["launch_delay_ns"].values())
+            table.add_row(row["path"] if variant == "recorded" else "", variant, f"{gpu['span_ns'] // 1000:,}",
+                          f"{gpu['busy_share']:.1%}", idle, overlap, f"{gpu['launches']:,}",
+                          delay, (gpu["recorded_bound"] if variant == "recorded" else gpu["bound"]) or "-")
+    out.print(table)
+    for row in traced:
+        gpu = row["gpu"]
+        total = sum(gpu["families"].values()) or 1
+        families = ", ".join(f"{name} {ns / total:.0%}" for name, ns in
+                             sorted(gpu["families"].items(), key=lambda kv: -kv[1]))
+        out.print(f"{row['path']}: device work {total // 1000:,} µs by family: {families}")
+        for k in gpu["top_kernels"][:5]:
+            out.print(f"  {k['total_ns'] // 1000:>9,} µs  {k['count']:>5,}×  median {k['median_ns'] / 1000:,.1f} µs  "
+                      f"{k['family']:<13} {k['name'][:90]}")
+    for job in jobs:
+        if any(row.get("gpu") for row in traced if row["path"].startswith(job["job"] + ".")):
+            out.print(f"{job['job']}: stragglers by device busy time: {job['device_stragglers'] or 'none'}")
 
 
 def _note_set_aside(row: dict) -> None:
@@ -119,11 +214,17 @@ def add_parsers(sub) -> None:
                        "class, communication counts and bytes by type and process group, message-size quantiles, "
                        "the critical path (length, share of compute and communication) and the graph's depth and "
                        "width. For several <prefix>.<rank>.et files of one job: communication imbalance across "
-                       "ranks and straggler ranks. A readable table by default.")
+                       "ranks and straggler ranks. Traces with device kernels also get where device time goes "
+                       "over their profiled steps (busy, idle by cause, work by family, top kernels, overlap, "
+                       "what bounds the step), as recorded and as simulated with --system. A readable table by "
+                       "default.")
     p.add_argument("inputs", nargs="+", metavar="IN.et")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="one JSON document {traces: [...], jobs: [...]}")
     form.add_argument("--csv", action="store_true", help="one CSV row per trace")
+    p.add_argument("--system", metavar="SYS.json", default=None,
+                   help="the system file that predicts the device time of traces with device kernels without "
+                        "the profiler (default: the shipped host-overhead model, docs/gpu.md)")
     p.set_defaults(run=cmd_stats)
 
     p = sub.add_parser("query", help=COMMANDS["query"],

@@ -1,5 +1,5 @@
 """Pictures of traces and tables: visualize (the dependency graph), timeline (Perfetto), plot
-(figures from the pipeline's tables). Each command and its parser live in chakra_core.viz."""
+(figures from the pipeline's tables), report (a day of the warehouse as one HTML page). Each command and its parser live in chakra_core.viz."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ COMMANDS = {
     "visualize": "draw a trace's dependency graph (.png, .svg, .pdf, .dot, .graphml)",
     "timeline": "write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
     "plot": "draw performance figures (PNG or SVG) from the pipeline's Parquet tables",
+    "report": "write a day's fleet report: one self-contained HTML page (DIR/index.html)",
 }
 
 
 def add_parsers(sub) -> None:
     from chakra_core.viz.graph import add_visualize_parser
     from chakra_core.viz.plots import add_plot_parser
+    from chakra_core.viz.report import add_report_parser
     from chakra_core.viz.timeline import add_timeline_parser
 
     add_visualize_parser(sub)
     add_timeline_parser(sub)
     add_plot_parser(sub)
+    add_report_parser(sub)

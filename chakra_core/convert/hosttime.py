@@ -31,7 +31,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_core.convert.kineto import CpuEvent, exclusive_segments
+from chakra_core.convert.kineto import CpuEvent
 
 MAX_ANCESTOR_WALK = 64
 # a thread that goes on within this long after communication work ended was waiting for it
@@ -151,8 +151,8 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
     return result
 
 
-def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: dict[int, tuple[float, float]],
-                               operators: list[CpuEvent]) -> None:
+def remove_waiting_between_ops(result: CallTime, after_children: list, work: dict[int, tuple[float, float]],
+                               operators: list[CpuEvent]) -> set[tuple[int, float]]:
     """A thread in no operator while communication runs, which goes on as soon as that
     communication ends, was waiting for it: DDP at the end of backward, waiting for its bucket
     all-reduces, is in no operator, so the wait would be the enclosing ProfilerStep's own time
@@ -161,14 +161,16 @@ def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: d
     after one of its operators ended, in which communication work ends, the thread going on
     within RESUMED_AFTER_WORK_US) loses the part that work spans; the simulator makes the
     wait from the dependency. Only operators (kept as CPU nodes with their exclusive time) are
-    looked at: a communication call's own nodes have their blocked time accounted already."""
+    looked at: a communication call's own nodes have their blocked time accounted already.
+    Returns the stretches cut, as (id(event), start)."""
     kept = {id(e) for e in operators}
     spans = sorted(work.values(), key=lambda span: span[1])
     ends = [end for _, end in spans]
+    cut: set[tuple[int, float]] = set()
     if not spans:
-        return
-    for event, a, b in exclusive_segments(events):
-        if a <= event.ts or id(event) not in kept:  # an operator's own body, Python before its first child
+        return cut
+    for event, a, b in after_children:  # an operator's own body, Python before its first child, is never cut
+        if id(event) not in kept:
             continue
         first, last = bisect.bisect_right(ends, a), bisect.bisect_right(ends, b)
         if first == last or b - ends[last - 1] > RESUMED_AFTER_WORK_US:
@@ -176,6 +178,8 @@ def remove_waiting_between_ops(result: CallTime, events: list[CpuEvent], work: d
         waited = _covered(a, b, spans[first:last])
         event.exclusive -= waited
         result.totals["waiting for communication between operators"] += waited
+        cut.add((id(event), a))
+    return cut
 
 
 def _covered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
@@ -223,12 +227,14 @@ def own_time_nodes(anchors: list[int], gloo_nodes: dict[int, list[int]], kept: l
     return chosen
 
 
-def resumed_after(resumes: dict[int, float], cpu: dict[int, CpuEvent], index: list[int], row_of_host,
-                  may_wait) -> list[tuple[int, int]]:
-    """(row, communication row) pairs: gloo's send/recv span on the calling thread ends when the
-    thread's wait() for it returns, so the first node the thread started after that end (rows:
-    host indices `index` in row order; may_wait(i): not a communication node) waited for that
-    communication, wherever the (untraced) wait() was called."""
+def resumed_after(waits: list[tuple[int, float, int]], cpu: dict[int, CpuEvent], index: list[int],
+                  may_wait) -> list[int | None]:
+    """For each wait (thread, when it ended, a row the waiter must come after; -1: none), the row
+    of the first node that thread started once the wait had ended (rows: host indices `index`
+    in row order; may_wait(i): not a communication node), or None.
+    gloo's send/recv span on the calling thread ends when the thread's wait() for it returns,
+    so the first node the thread starts then waited for that communication, wherever the
+    (untraced) wait() was called; likewise after a wait for another thread or for the device."""
     by_thread: dict = {}
     for row, i in enumerate(index):
         event = cpu.get(i)
@@ -236,15 +242,14 @@ def resumed_after(resumes: dict[int, float], cpu: dict[int, CpuEvent], index: li
             by_thread.setdefault(event.tid, []).append((event.ts, row))
     for starts in by_thread.values():
         starts.sort()
-    pairs = []
-    for anchor, end in resumes.items():
-        comm_row, starts = row_of_host[anchor], by_thread.get(cpu[anchor].tid, [])
+    rows = []
+    for tid, end, after_row in waits:
+        starts = by_thread.get(tid, [])
         k = bisect.bisect_left(starts, (end - 1.0, -1))
-        while k < len(starts) and starts[k][1] <= comm_row:
+        while k < len(starts) and starts[k][1] <= after_row:
             k += 1
-        if comm_row >= 0 and k < len(starts):
-            pairs.append((starts[k][1], int(comm_row)))
-    return pairs
+        rows.append(starts[k][1] if k < len(starts) else None)
+    return rows
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
@@ -256,10 +261,12 @@ def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
     waiting = totals.get("waiting for communication between operators", 0.0)
     if between:
         time_us["host time between steps"] = round(between)
-    if waiting:
-        time_us["waiting for communication between operators, left to the simulator"] = round(waiting)
-    between_ops = (f"; {waiting / 1e3:,.3f} ms waiting for communication between operators, left to the simulator"
-                   if waiting else "")
+    left = [(what, totals.get(what, 0.0)) for what in ("waiting for communication between operators",
+                                                         "waiting for other threads", "waiting for the device")]
+    for what, us in left:
+        if us:
+            time_us[f"{what}, left to the simulator"] = round(us)
+    between_ops = "".join(f"; {us / 1e3:,.3f} ms {what}, left to the simulator" for what, us in left if us)
     if not host and not blocked:
         return time_us, between_ops[2:] or None
     time_us.update({"host time of communication calls": round(host), "blocked on communication": round(blocked),

@@ -38,7 +38,7 @@ from chakra_core.convert.pytorch_et import read_host_trace
 from chakra_core.documents import read_document
 from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.format.etfile import write_table
-from chakra_core.format.job import groups_url, rank_url, write_comm_groups
+from chakra_core.format.job import Job, groups_url, rank_url, write_comm_groups
 from chakra_core.outputs import open_output
 
 RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
@@ -71,13 +71,15 @@ class JobResult:
     nodes: int = 0
     host_nodes: int = 0
     unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
+    source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
 
     def summary(self) -> dict:
         return {"prefix": self.prefix, "out_dir": self.out_dir, "ranks": self.ranks, "et_files": self.et_files,
                 "comm_group_file": self.comm_group_file, "nodes": self.nodes, "host_nodes": self.host_nodes,
                 "collectives_match": not self.mismatches, "mismatches": self.mismatches,
                 "inference": self.inference_notes, "ranks_report": self.reports,
-                **({"unprofiled_step_ns": self.unprofiled_step_ns} if self.unprofiled_step_ns else {})}
+                **({"unprofiled_step_ns": self.unprofiled_step_ns} if self.unprofiled_step_ns else {}),
+                **({"source": self.source} if self.source else {})}
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -210,18 +212,59 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         resolved, inference_notes = infer_groups(conversions, job_groups)
         inference_notes.extend(job_groups.problems)
         keep_own_time(conversions, resolved, job_groups)
-        fs, root = fsspec.core.url_to_fs(out_dir)
-        fs.makedirs(root, exist_ok=True)
         job_prefix = f"{out_dir}/{prefix}"
         result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
                            f"{job_prefix}.report.json", [], [], inference_notes,
                            unprofiled_step_ns=unprofiled_steps([item.timing for item in inputs]))
-        try:
-            _write_outputs(result, conversions, resolved, job_groups)
-        except BaseException:  # a job is written whole or not at all: no ranks of a failed conversion remain
-            _remove([*result.et_files, result.comm_group_file])
-            raise
-        return result
+        return _published(result, lambda: _write_outputs(result, conversions, resolved, job_groups))
+
+
+def write_converted(job: Job, out_dir: str, prefix: str, source: dict, mismatches: list[str]) -> JobResult:
+    """A job converted from another format written as a PyTorch one is: its ranks through
+    Job.write, its groups ("{}" when it has none) and the report, whose `source` says what was read."""
+    job_prefix = f"{out_dir}/{prefix}"
+    result = JobResult(prefix, out_dir, list(range(job.npus)), [rank_url(job_prefix, r) for r in range(job.npus)],
+                       groups_url(job_prefix), f"{job_prefix}.report.json", _rank_reports(job), list(mismatches), [],
+                       nodes=sum(t.num_rows for t in job.tables), source=source)
+
+    def write() -> None:
+        job.write(out_dir, prefix)
+        if not job.comm_groups:
+            write_comm_groups({}, result.comm_group_file)
+
+    return _published(result, write)
+
+
+def _rank_reports(job: Job) -> list[dict]:
+    """Per rank: nodes, compute nodes, sends, receives and collectives by type (ranks that share a
+    table share its counts)."""
+    from chakra_core.analysis.info import summarize_table
+
+    summaries: dict[int, dict] = {}
+    reports = []
+    for rank, table in enumerate(job.tables):
+        s = summaries.setdefault(id(table), summarize_table(table, f"rank {rank}"))
+        types = s["node_types"]
+        reports.append({"rank": rank, "nodes": s["nodes"], "compute": types.get("COMP_NODE", 0),
+                        "sends": types.get("COMM_SEND_NODE", 0), "recvs": types.get("COMM_RECV_NODE", 0),
+                        "collectives": {k: v["count"] for k, v in s["collectives"].items()},
+                        "compute_us": s["total_duration_micros"], "notes": []})
+    return reports
+
+
+def _published(result: JobResult, write: Callable[[], None]) -> JobResult:
+    """Runs write (the ranks and groups), then writes the report; a job is written whole or not at
+    all: no ranks of a failed conversion remain."""
+    fs, root = fsspec.core.url_to_fs(result.out_dir)
+    fs.makedirs(root, exist_ok=True)
+    try:
+        write()
+        with open_output(result.report_file, "w") as f:
+            json.dump(result.summary(), f, indent=1)
+    except BaseException:
+        _remove([*result.et_files, result.comm_group_file])
+        raise
+    return result
 
 
 def _remove(urls: list[str]) -> None:
@@ -232,7 +275,7 @@ def _remove(urls: list[str]) -> None:
 
 
 def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
-    """Every rank's ET, then the communicator groups and the report (each file atomically)."""
+    """Every rank's ET, then the communicator groups (each file atomically)."""
     for c in conversions:
         table, metadata = c.emit(resolved.get(c.rank), job_groups)
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
@@ -243,8 +286,6 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
-    with open_output(result.report_file, "w") as f:
-        json.dump(result.summary(), f, indent=1)
 
 
 def unprofiled_steps(timing_files: list[str | None]) -> list[int] | None:

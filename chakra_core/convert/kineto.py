@@ -66,6 +66,8 @@ class RuntimeEvent:
     ts: float
     correlation: int
     external_id: int | None
+    name: str = ""
+    dur: float = 0.0
 
 
 @dataclass
@@ -77,6 +79,8 @@ class KinetoTrace:
     runtime: list[RuntimeEvent] = field(default_factory=list)
     has_rf_ids: bool = False
     has_profiler_steps: bool = False
+    # (event, start, end): stretches of an event's exclusive time after one of its children
+    after_children: list[tuple[CpuEvent, float, float]] = field(default_factory=list)
 
     @property
     def distributed_info(self) -> dict:
@@ -129,7 +133,8 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
                 elif category in RUNTIME_CATEGORIES:
                     correlation = _int_or_none(args.get("correlation"))
                     if correlation is not None:
-                        trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id"))))
+                        trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
+                                                          name, dur))
                 else:
                     stream = args.get("stream", tid)
                     trace.device.append(DeviceEvent(name, category, ts, dur, stream if type(stream) is int else 0,
@@ -138,7 +143,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
     finally:
         if gc_was_enabled:
             gc.enable()
-    _exclusive_times(trace.cpu)
+    trace.after_children = _exclusive_times(trace.cpu)
     return trace
 
 
@@ -157,12 +162,19 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
     return rank
 
 
-def _exclusive_times(events: list[CpuEvent]) -> None:
-    """Each event's exclusive time: the sum of its exclusive_segments."""
+def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, float]]:
+    """Each event's exclusive time: the sum of its exclusive_segments. Returns the segments that
+    follow one of the event's children (where a thread may wait in no operator: hosttime.py,
+    threadwait.py), so that they are walked once."""
     for e in events:
         e.exclusive = 0.0
-    for e, a, b in exclusive_segments(events):
+    after_children = []
+    for segment in exclusive_segments(events):
+        e, a, b = segment
         e.exclusive += b - a
+        if a > e.ts:
+            after_children.append(segment)
+    return after_children
 
 
 def exclusive_segments(events: list[CpuEvent]):
@@ -261,24 +273,29 @@ def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
     """correlation -> the CPU operator whose code made the launch: the innermost operator open
     on the launching thread at the launch (newer traces also share an External id, older ones
     reuse the correlation number as External id, so containment is the one rule for both)."""
+    caller = innermost_open(kineto.cpu, kineto.runtime)
+    return {r.correlation: caller[id(r)] for r in kineto.runtime if id(r) in caller}
+
+
+def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> dict[int, CpuEvent]:
+    """id(call) -> the innermost of `events` open on the call's thread when it was made."""
     by_thread: dict[int, list] = defaultdict(list)
-    for e in kineto.cpu:
+    for e in events:
         by_thread[e.tid].append((e.ts, 0, -e.dur, e))
-    for r in kineto.runtime:
+    for r in calls:
         by_thread[r.tid].append((r.ts, 1, 0.0, r))
-    launchers: dict[int, CpuEvent] = {}
+    found: dict[int, CpuEvent] = {}
     for items in by_thread.values():
         items.sort(key=lambda x: (x[0], x[1], x[2]))
         stack: list[CpuEvent] = []
-        for ts, is_launch, _, item in items:
+        for ts, is_call, _, item in items:
             while stack and stack[-1].ts + stack[-1].dur < ts:
                 stack.pop()
-            if is_launch:
-                if stack:
-                    launchers[item.correlation] = stack[-1]
-            else:
+            if not is_call:
                 stack.append(item)
-    return launchers
+            elif stack:
+                found[id(item)] = stack[-1]
+    return found
 
 
 def _link_by_rf_id(names, rf_ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:

@@ -40,16 +40,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert import comms, deps, hosttime
+from chakra_core.convert import comms, deps, devicesync, hosttime, threadwait
 from chakra_core.convert.groups import (
     WORLD,
     ProcessGroups,
     parse_pg_init,
     simulator_names,
 )
-from chakra_core.convert.kineto import KinetoTrace, Linked, link
+from chakra_core.convert.kineto import DeviceEvent, KinetoTrace, Linked, link
+from chakra_core.convert.noderows import NodeRows
 from chakra_core.convert.pytorch_et import (
-    ID_ATTRS,
     PG_INIT_NAME,
     ROOT_NAME,
     HostTrace,
@@ -125,6 +125,9 @@ class RankConversion:
         self.own_time: dict[int, float] = {}  # anchor -> µs of the collective's own duration kept as host time
         self.blocking: set[int] = set()  # anchors whose call returned only once their (measured) work had ended
         self.work: dict[int, tuple[float, float]] = {}  # anchor -> (start, end) of its gloo work
+        self.thread_waits: list[threadwait.ThreadWait] = []  # a thread waiting for another's operators
+        self.device_waits: list[devicesync.DeviceWait] = []  # a thread waiting for device work
+        self.kernel_id_of: dict[int, int] = {}  # id(DeviceEvent) -> the id of its node
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
@@ -132,8 +135,12 @@ class RankConversion:
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
             self.call_time = self._account_call_time()
-            hosttime.remove_waiting_between_ops(self.call_time, self.kineto.cpu, self.work,
-                                                [e for i, e in self.linked.cpu.items() if self.role[i] == OP])
+            operators = [e for i, e in self.linked.cpu.items() if self.role[i] == OP]
+            cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
+            self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
+                                                                      self.call_time.totals)
+            self.device_waits = devicesync.remove_waiting_for_device(
+                self.kineto.runtime, operators, [d for _, d in self._device_work()], self.call_time.totals)
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
         else:
@@ -388,6 +395,23 @@ class RankConversion:
             i, steps = self.parent[i], steps + 1
         return False
 
+    def _resumed_rows(self, row_of_host: np.ndarray, index: np.ndarray) -> tuple[list, list]:
+        """The rows that go on after a wait: (row, row waited for) after the gloo send/recv spans on
+        their calling threads (their communication node) and after waits for other threads'
+        operators; (row, device event waited for) after synchronisations (hosttime.resumed_after)."""
+        resumes = [(self.linked.cpu[a].tid, end, int(row_of_host[a])) for a, end in self.call_time.resumes.items()]
+        if self.thread_waits:
+            index_of = {id(e): i for i, e in self.linked.cpu.items()}
+            resumes += [(w.tid, w.resumed_at, int(row_of_host[index_of[id(w.waited_for)]]))
+                        for w in self.thread_waits]
+        device = [(w.tid, w.resumed_at, -1) for w in self.device_waits]
+        if not resumes and not device:
+            return [], []
+        rows = hosttime.resumed_after(resumes + device, self.linked.cpu, index.tolist(), lambda i: self.role[i] != ANCHOR)
+        host_waits = [(row, waited) for row, (_, _, waited) in zip(rows, resumes) if row is not None and waited >= 0]
+        device_waits = [(row, w.waited_for) for row, w in zip(rows[len(resumes):], self.device_waits) if row is not None]
+        return host_waits, device_waits
+
     def _comm_time(self, anchor: int) -> tuple[int, int]:
         """(start, duration) of a communication op: the span of its gloo work or device kernels."""
         if not self.linked:
@@ -429,7 +453,7 @@ class RankConversion:
         own_nodes = self._own_time_nodes()  # gloo node -> its anchor: the call's own duration, after the call
         if own_nodes:
             kept[list(own_nodes)] = True
-        rows = _Rows(self.order[kept[self.order]])
+        rows = NodeRows(self.order[kept[self.order]])
         index = rows.host_index
         row_of_host = np.full(len(host), -1, np.int64)
         row_of_host[index] = np.arange(len(index))
@@ -468,9 +492,8 @@ class RankConversion:
         readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
         waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
                  if seq in seq_row and row_of_host[i] > seq_row[seq]]
-        if self.call_time.resumes:
-            waits.extend(hosttime.resumed_after(self.call_time.resumes, self.linked.cpu, index.tolist(), row_of_host,
-                                                lambda i: self.role[i] != ANCHOR))
+        host_waits, device_waits = self._resumed_rows(row_of_host, index)
+        waits.extend(host_waits)
         if waits:
             readers = np.r_[readers, [w[0] for w in waits]]
             writers = np.r_[writers, [w[1] for w in waits]]
@@ -488,10 +511,11 @@ class RankConversion:
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
         self._add_kernels(rows, counts)
+        rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
         _keep_innermost_num_ops(rows, self.parent, host)
         return rows.table(host), self._metadata(sim_names)
 
-    def _add_comm(self, rows: "_Rows", row: int, i: int, op: comms.CommOp, record: CommRecord,
+    def _add_comm(self, rows: NodeRows, row: int, i: int, op: comms.CommOp, record: CommRecord,
                   sim_names: dict[str, str], groups: ProcessGroups) -> int:
         """The communication attributes of row `row`; returns its node type."""
         members = groups.members(record.pg_name)
@@ -512,22 +536,24 @@ class RankConversion:
         rows.comm[row] = attrs
         return node_type
 
-    def _add_kernels(self, rows: "_Rows", counts: Counter) -> None:
+    def _device_work(self) -> list[tuple[int, DeviceEvent]]:
+        """(launcher index, device event) of the device work that becomes nodes: all but that of
+        communication ops (their duration) and of thread roots and annotations."""
+        return [(i, d) for i, events in self.linked.device.items()
+                if self.anchor_of[i] < 0 and self.role[i] not in (ROOT, ANNOTATION) for d in events]
+
+    def _add_kernels(self, rows: NodeRows, counts: Counter) -> None:
         if not self.linked:
             return
-        launched = []
-        for i, events in self.linked.device.items():
-            if self.anchor_of[i] >= 0:  # the device work of a communication op is that op's duration
-                counts["device events folded into communication nodes"] += len(events)
-                continue
-            if self.role[i] in (ROOT, ANNOTATION):
-                continue
-            launched.extend((d.ts, self.host.ids[i], d) for d in events)
-        launched.sort(key=lambda x: (x[0], x[1]))
+        folded = sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0)
+        if folded:
+            counts["device events folded into communication nodes"] = folded
+        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self._device_work()), key=lambda x: (x[0], x[1]))
         next_id = (max(self.host.ids) + 1) if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:
             rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))
+            self.kernel_id_of[id(d)] = next_id
             last_on_stream[d.stream] = next_id
             next_id += 1
         if launched:
@@ -566,102 +592,6 @@ class RankConversion:
         return meta
 
 
-class _Rows:
-    """The output rows: the kept host nodes (columns over host indices, in id order), then the
-    device kernels. Everything that comes from the host trace is gathered by index."""
-
-    def __init__(self, host_index: np.ndarray):
-        self.host_index = host_index
-        self.types = self.start = self.duration = self.ctrl = None  # numpy columns, set by emit
-        self.data: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # (row, row)
-        self.comm: dict[int, dict] = {}  # row -> comm_type/comm_size/comm_src/comm_dst/comm_tag/pg_name
-        self.inputs_override: dict[int, tuple[str, str, str]] = {}
-        self.kernels: list[tuple] = []  # (id, DeviceEvent, launcher id, previous id on its stream)
-        self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
-
-    def table(self, host: HostTrace) -> pa.Table:
-        index, kernels = self.host_index, self.kernels
-        n_host, n_kernels = len(index), len(kernels)
-        types = self.types
-        host_ids = np.frombuffer(host.ids, np.int64)[index] if n_host else np.zeros(0, np.int64)
-
-        def gather(values) -> np.ndarray:
-            return np.frombuffer(values, np.int64)[index] if n_host else np.zeros(0, np.int64)
-
-        def with_kernels(array: pa.Array, kernel_values=None) -> pa.ChunkedArray:
-            """Host rows then kernel rows, as two chunks (no copy of the host column)."""
-            tail = pa.array(kernel_values, array.type) if kernel_values is not None else pa.nulls(n_kernels, array.type)
-            return pa.chunked_array([array, tail], array.type)
-
-        comm_rows = np.fromiter(self.comm, np.int64, len(self.comm))
-        position = np.full(n_host + n_kernels, -1, np.int64)  # row -> its entry in self.comm, -1: none
-        position[comm_rows] = np.arange(len(comm_rows))
-        position = pa.array(position, mask=position < 0)
-
-        def comm_column(key: str, arrow_type) -> pa.Array:
-            """A column null everywhere but on the (few) communication rows."""
-            return pa.array([attrs.get(key) for attrs in self.comm.values()], arrow_type).take(position)
-
-        num_ops = gather(host.num_ops)
-        counted = (num_ops >= 0) & (types == COMP)
-        if self.no_num_ops:
-            counted &= ~np.isin(index, np.fromiter(self.no_num_ops, np.int64))
-        # ctrl_deps: at most one per host row; kernels follow their stream
-        has_ctrl = self.ctrl >= 0
-        ctrl_offsets = np.r_[0, np.cumsum(has_ctrl)]
-        ctrl_values = host_ids[self.ctrl[has_ctrl]]
-        kernel_ctrl = [[k[3]] if k[3] is not None else [] for k in kernels]
-        ctrl_deps = with_kernels(
-            pa.ListArray.from_arrays(pa.array(ctrl_offsets, pa.int32()), pa.array(ctrl_values, pa.uint64())),
-            kernel_ctrl)
-        # data_deps: tensor flow and waits, minus what ctrl_deps already says
-        readers, writers = self.data
-        keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
-        unique = deps.sorted_unique(readers[keep] * (n_host + 1) + writers[keep])
-        readers, writers = unique // (n_host + 1), unique % (n_host + 1)
-        order = np.lexsort((host_ids[writers], readers))
-        readers, writers = readers[order], writers[order]
-        data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
-        data_deps = with_kernels(
-            pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(host_ids[writers], pa.uint64())),
-            [[k[2]] for k in kernels])
-        # gathered chunk by chunk (no concatenated copy of all the text first)
-        io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and n_host else None
-        inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
-        outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
-        for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
-            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
-            inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
-        on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
-        return pa.table({
-            "id": with_kernels(pa.array(host_ids, pa.uint64()), [k[0] for k in kernels]),
-            "name": with_kernels(pa.array(host.names, pa.string()).take(pa.array(index)), [k[1].name for k in kernels]),
-            "type": with_kernels(pa.array(types, pa.int32()), [COMP] * n_kernels),
-            "ctrl_deps": ctrl_deps,
-            "data_deps": data_deps,
-            "start_time_micros": with_kernels(pa.array(self.start, pa.uint64()), [int(k[1].ts) for k in kernels]),
-            "duration_micros": with_kernels(pa.array(self.duration, pa.uint64()),
-                                            [max(0, int(round(k[1].dur))) for k in kernels]),
-            "inputs": with_kernels(inputs),
-            "outputs": with_kernels(outputs),
-            "is_cpu_op": with_kernels(pa.array(on_cpu, pa.bool_()), [False] * n_kernels),
-            "num_ops": with_kernels(pa.array(num_ops, pa.int64(), mask=~counted)),
-            "tensor_size": with_kernels(pa.array(gather(host.tensor_bytes), pa.uint64(), mask=~counted)),
-            "comm_type": comm_column("comm_type", pa.int64()),
-            "comm_size": comm_column("comm_size", pa.int64()),
-            "comm_src": comm_column("comm_src", pa.int64()),
-            "comm_dst": comm_column("comm_dst", pa.int64()),
-            "comm_tag": comm_column("comm_tag", pa.int64()),
-            "pg_name": comm_column("pg_name", pa.string()),
-            **{k: with_kernels(pa.array(gather(host.attr_columns[k]), pa.int64())) for k in ID_ATTRS},
-            "stream": with_kernels(pa.nulls(n_host, pa.int64()), [k[1].stream for k in kernels]),
-            "op_schema": with_kernels(pa.array(host.op_schemas, pa.string()).take(pa.array(index))),
-        })
-
-
-_IO = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.string())])
-
-
 def _input_bytes(node: dict) -> int:
     return sum(map(tensor_nbytes, tensors_in((node.get("inputs") or {}).get("values") or [], [])))
 
@@ -685,7 +615,7 @@ def _cut_parent_cycles(parent: list[int]) -> list[int]:
     return cut
 
 
-def _keep_innermost_num_ops(rows: _Rows, parent: list[int], host: HostTrace) -> None:
+def _keep_innermost_num_ops(rows: NodeRows, parent: list[int], host: HostTrace) -> None:
     """aten::linear wraps aten::addmm: only the innermost op with an estimate keeps num_ops."""
     counted = {i for i, ops in enumerate(host.num_ops) if ops >= 0}
     for i in counted:

@@ -19,6 +19,7 @@ Each (collective, N, S) keeps its fastest measurement: waiting for late peers on
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import defaultdict
 
@@ -50,19 +51,41 @@ def steps_and_bytes(kind: str, npus: int, size: int) -> tuple[int, float]:
 
 
 def samples_from_tables(tables: list, groups: dict[int, tuple[int, ...]] | None, world: int) -> list[tuple]:
-    """(kind, N, S, ns) of every timed collective of the ranks' node tables."""
+    """(kind, N, S, ns) of every timed collective of the ranks' node tables. Collectives of one
+    rank that ran at the same time (gloo's worker threads run DDP's buckets side by side) share
+    each moment equally: the simulator issues one collective of an NPU at a time, so each is
+    timed by its share of the time they took together, and the shares add up to that time."""
     found = []
     for table in tables:
-        rows = table.select(["type", "comm_type", "comm_size", "pg_name", "duration_micros"]).to_pylist()
-        for row in rows:
-            kind = COMM_TYPES.get(row["comm_type"], "").lower()
-            if row["type"] != COLL or kind not in FITTED or not row["duration_micros"]:
-                continue
+        rows = [row for row in table.select(["type", "comm_type", "comm_size", "pg_name", "start_time_micros",
+                                             "duration_micros"]).to_pylist()
+                if row["type"] == COLL and COMM_TYPES.get(row["comm_type"], "").lower() in FITTED
+                and row["duration_micros"]]
+        shares = time_shares([(row["start_time_micros"] or 0, row["duration_micros"]) for row in rows])
+        for row, share in zip(rows, shares):
             name = row["pg_name"] or "0"
             npus = world if name == "0" else len((groups or {}).get(int(name), ()))
             if npus > 1 and row["comm_size"]:
-                found.append((kind, npus, int(row["comm_size"]), int(row["duration_micros"]) * 1000))
+                found.append((COMM_TYPES[row["comm_type"]].lower(), npus, int(row["comm_size"]),
+                              int(round(share * 1000))))
     return found
+
+
+def time_shares(spans: list[tuple[float, float]]) -> list[float]:
+    """Each (start, duration)'s share of the time: a moment covered by k spans counts 1/k to each."""
+    bounds = sorted({t for start, duration in spans for t in (start, start + duration)})
+    if not bounds:
+        return [0.0] * len(spans)
+    cover = np.zeros(len(bounds), np.int64)  # spans open over [bounds[j], bounds[j + 1])
+    for start, duration in spans:
+        if duration:
+            cover[bisect.bisect_left(bounds, start)] += 1
+            cover[bisect.bisect_left(bounds, start + duration)] -= 1
+    cover = np.cumsum(cover)[:-1]
+    each = np.where(cover > 0, np.diff(bounds) / np.maximum(cover, 1), 0.0)
+    before = np.r_[0.0, np.cumsum(each)]  # share of one span open from bounds[0] to bounds[j]
+    return [float(before[bisect.bisect_left(bounds, start + duration)] - before[bisect.bisect_left(bounds, start)])
+            for start, duration in spans]
 
 
 def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> list[tuple]:
@@ -88,7 +111,7 @@ def compute_scale(prefix: str, measured_ns: float | None = None) -> float:
     if not any(spans):
         raise CalibrationError(f"{prefix}: the traces hold no start times: nothing to compare the measurement with")
     if measured_ns is None:
-        measured_ns = _unprofiled_ns(prefix, tables[0])
+        measured_ns = unprofiled_ns(prefix, tables[0])
     return measured_ns / max(s for s in spans if s)
 
 
@@ -102,7 +125,9 @@ def unprofiled_steps_of(prefix: str) -> list[int] | None:
     return steps if isinstance(steps, list) and steps and all(isinstance(v, (int, float)) for v in steps) else None
 
 
-def _unprofiled_ns(prefix: str, table) -> float:
+def unprofiled_ns(prefix: str, table) -> float:
+    """The time the job's recorded steps took with the profiler off: the median unprofiled step
+    of its conversion report times the ProfilerStep#N the trace holds."""
     import pyarrow.compute as pc
 
     report = f"{prefix}.report.json"
@@ -163,16 +188,19 @@ def network_yaml(npus: int, result: dict) -> str:
             f"latency: [ {result['latency_ns']:.9g} ]\n")
 
 
-def system_json() -> dict:
+def system_json(host_overhead: dict | None = None) -> dict:
     """The ring algorithm for every collective, one chunk, no endpoint delay, and a local memory
     so fast that reductions cost nothing: what the fit assumes. The fitted network times each
     call's whole cost on the runtime, so the CPU nodes a converted trace keeps for a blocking
-    call's own duration take no time (call-time-in-network, which ASTRA-sim ignores)."""
+    call's own duration take no time (call-time-in-network, which ASTRA-sim ignores); with a
+    fitted host_overhead (hostfit.py), host time without the profiler's cost (host-overhead)."""
     return {"scheduling-policy": "LIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
             "preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
             "all-gather-implementation": ["ring"], "reduce-scatter-implementation": ["ring"],
             "all-to-all-implementation": ["ring"], "collective-optimization": "baseline", "local-mem-bw": 1e9,
-            "call-time-in-network": 1}
+            "call-time-in-network": 1,
+            **({"host-overhead": {"scale": host_overhead["scale"], "launch_ns": host_overhead["launch_ns"]}}
+               if host_overhead else {})}
 
 
 def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
@@ -181,7 +209,7 @@ def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
     with open_output(paths["network"], "w") as f:
         f.write(network_yaml(npus, result))
     with open_output(paths["system"], "w") as f:
-        json.dump(system_json(), f, indent=1)
+        json.dump(system_json(result.get("host_overhead")), f, indent=1)
     with open_output(paths["calibration"], "w") as f:
         json.dump({**result, "npus": npus}, f, indent=1)
     return paths

@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, ClassVar, Literal, NoReturn
 
 import yaml
@@ -274,6 +275,27 @@ class CollectiveImpl:
 # System
 
 
+#: A system file for GPU traces recorded with the usual PyTorch recipe when no unprofiled steps
+#: were timed: ASTRA-sim's reference ring system with the host-overhead model `chakra calibrate`
+#: fitted on the shipped H200 runs gpt and mlp_tiny (docs/gpu.md).
+DEFAULT_HOST_OVERHEAD_SYSTEM = str(Path(__file__).parent / "defaults" / "gpu_host_overhead.json")
+
+
+class HostOverhead(_ConfigModel):
+    """How long a CPU node took without the profiler: min(recorded, scale x recorded + launch_ns x
+    the device work it launched). Recorded with the execution-trace observer and Kineto on, host
+    operators take several times as long (every operator and launch is recorded); device work,
+    timed by the device, does not (docs/gpu.md, 'The profiler's cost')."""
+
+    scale: float = Field(gt=0, le=1, allow_inf_nan=False,
+                         description="Share of a CPU node's recorded duration it keeps unprofiled.")
+    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+                             description="Host time per device kernel, copy or memset the node launched (ns).")
+
+    def host_ns(self, recorded_ns: int, launches: int) -> int:
+        return max(1, min(recorded_ns, math.floor(self.scale * recorded_ns + self.launch_ns * launches)))
+
+
 class SystemConfig(_ConfigModel):
     """The system layer: chunking, scheduling, collective algorithms, local memory, roofline.
 
@@ -325,6 +347,10 @@ class SystemConfig(_ConfigModel):
                            "fitted to (chakra calibrate writes it): CPU nodes holding a recorded call's own duration "
                            "(gloo:<op>, docs/ingestion.md) take no time, else it would count twice (chakra extension "
                            "call-time-in-network; ASTRA-sim ignores the key).")
+    host_overhead: HostOverhead | None = Field(
+        None, description="The profiler's cost taken out of recorded host time (chakra extension host-overhead, "
+                          "fitted by chakra calibrate; ASTRA-sim ignores the key). None: CPU nodes take their "
+                          "recorded durations, the profiler's cost included.")
     num_queues_per_dim: int = Field(
         1, ge=1, description="Queues per network dimension (ASTRA-sim CLI --num-queues-per-dim, default 1); "
                              "each runs ceil(active_chunks_per_dim / Q) streams at once.")
@@ -368,7 +394,9 @@ class SystemConfig(_ConfigModel):
         out["roofline-enabled"] = int(out["roofline-enabled"])
         out["replay-only"] = int(out["replay-only"])
         if self.call_time_in_network:
-            out.update({key: int(data[field]) for key, field in CHAKRA_SYSTEM_KEYS.items()})
+            out["call-time-in-network"] = 1
+        if self.host_overhead is not None:
+            out["host-overhead"] = data["host_overhead"]
         return json.dumps(out, indent=4) + "\n"
 
 
@@ -392,6 +420,7 @@ ASTRA_SIM_SYSTEM_KEYS: dict[str, str] = {
 #: System JSON keys of this project's own, beside ASTRA-sim's (which ignores keys it does not know).
 CHAKRA_SYSTEM_KEYS: dict[str, str] = {
     "call-time-in-network": "call_time_in_network",
+    "host-overhead": "host_overhead",
 }
 
 #: System JSON keys ASTRA-sim accepts that change no simulated time in the analytical model;

@@ -25,6 +25,7 @@ from chakra_core.format.job import Job
 from chakra_core.sim.aware import AwareFabric, WatchedFabric
 from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.criticalpath import critical_paths
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.feeder import GraphFeeder
@@ -32,7 +33,7 @@ from chakra_core.sim.issue import Workload
 from chakra_core.sim.live import AwareCollectives
 from chakra_core.sim.memory import LocalMemory
 from chakra_core.sim.network import UnawareNetwork
-from chakra_core.sim.nodes import EXTENSIONS, NodeDecoder
+from chakra_core.sim.nodes import CPU, EXTENSIONS, GPU_COMPUTE, NodeDecoder
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.symmetry import Sharing, SymmetryBroken, find_sharing, links_apart
 from chakra_core.sim.system import System, Unaware
@@ -79,6 +80,8 @@ class Engine:
         if sharing is not None:  # a mirror runs its representative's nodes
             self.nodes = [self.nodes[rep] for rep in sharing.rep_of]
         self.shapes = decoder.shapes
+        slots = {node.slot for _, node in self.shapes}
+        self.gpu_job = CPU in slots and GPU_COMPUTE in slots  # host and device work: say what held the path
 
     def run(self) -> SimResult:
         """Runs the job. Aware, a run that used holding tables is kept only where nothing else
@@ -113,13 +116,9 @@ class Engine:
         self.attempts = attempt + 1
         if self.sharing is not None:
             self._check_shared(workload, shortcuts)
-        for npu in workload.active:
-            results[npu].time_by_category = workload.time_by_category(npu)
-        if self.sharing is not None:
-            results = [results[rep] if rep == npu else results[rep].moved_to(npu)
-                       for npu, rep in enumerate(self.sharing.rep_of)]
+        results = self._per_npu(results, workload)
         extensions = workload.extensions | system.extensions
-        result = SimResult(self.mode, results, workload.timeline(),
+        result = SimResult(self.mode, results, workload.timeline() if self.record_timeline else None,
                            notes=[EXTENSIONS.get(label, self.memory.note) for label in sorted(extensions)]
                            + sorted(set(runner.notes)))
         result.sharing = self.sharing.summary() if self.sharing is not None else {}
@@ -130,6 +129,18 @@ class Engine:
             workload.blocked(report, explained)
             raise SimulationDeadlock(dict(report), result)
         return result
+
+    def _per_npu(self, results: list[NpuResult], workload: Workload) -> list[NpuResult]:
+        """Each NPU's time by category and, for jobs of host and device work, what held its
+        critical path; in a shared run each mirror gets its representative's (the same run)."""
+        for npu in workload.active:
+            results[npu].time_by_category = workload.time_by_category(npu)
+        if self.gpu_job:  # (a mirror ran no node: its walk is empty, its path copied below)
+            for r, path in zip(results, critical_paths(self.feeders, self.nodes, workload.issued_at, workload.ran)):
+                r.critical_path = path
+        if self.sharing is None:
+            return results
+        return [results[rep] if rep == npu else results[rep].moved_to(npu) for npu, rep in enumerate(self.sharing.rep_of)]
 
     def _check_shared(self, workload: Workload, shortcuts: bool) -> None:
         """A shared run stands for the whole job unless it stopped short, two completions of an
@@ -146,7 +157,8 @@ class Engine:
         """One run of the job: (results, workload, system layer, collective runner)."""
         events = EventQueue()  # node completions (tick, npu, node index) and calls (tick, CALL, (function, args))
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
-        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline, self.progress)
+        workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
+                            self.progress)
         if self.sharing is not None:
             workload.watch_ties()
         if self.mode == "aware":

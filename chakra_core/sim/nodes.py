@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -122,6 +123,8 @@ class NodeDecoder:
         cols = {name: _column(t, name) for name in self.COLUMNS}
         if self.system.call_time_in_network and "name" in t.column_names:  # else no column: nothing to tell apart
             cols["call_own_time"] = self._call_own_time(t)
+        if self.system.host_overhead is not None:
+            cols["launches"] = self._launches(t, feeder.ids)
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
         nodes = []
         interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
@@ -139,6 +142,16 @@ class NodeDecoder:
         (SystemConfig.call_time_in_network)."""
         return pc.fill_null(pc.starts_with(table.column("name"), CALL_OWN_TIME_PREFIX), False).to_pylist()
 
+    @staticmethod
+    def _launches(table: pa.Table, ids: np.ndarray) -> list[int]:
+        """Per row, the device work it launched: the device compute nodes whose first data
+        dependency it is (the converter lists a kernel's launcher there)."""
+        device = pc.and_(pc.equal(table.column("type"), COMP), pc.invert(pc.fill_null(table.column("is_cpu_op"), False)))
+        firsts = pc.list_element(pc.filter(table.column("data_deps"), device), 0) if table.num_rows else pa.array([])
+        launchers = pc.drop_null(firsts).to_numpy(zero_copy_only=False).astype(np.int64)
+        counts = dict(zip(*np.unique(launchers, return_counts=True))) if len(launchers) else {}
+        return [int(counts.get(node_id, 0)) for node_id in ids.tolist()]
+
     def _node(self, cols: dict, i: int, npu: int, path: str, node_id: int) -> Node:
         ntype, is_cpu = cols["type"][i], bool(cols["is_cpu_op"][i])
         duration_us = cols["duration_micros"][i] or 0
@@ -151,8 +164,9 @@ class NodeDecoder:
         if ntype == COMP and is_cpu and "call_own_time" in cols and cols["call_own_time"][i]:
             return Node(DO_INSTANT, slot)
         if ntype == COMP:
+            launches = (cols["launches"][i] if "launches" in cols else 0) if is_cpu else None
             return Node(DO_COMPUTE, slot, duration=self._compute_ns(
-                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], is_cpu, path, node_id))
+                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id))
         if ntype == COLL:
             return self._collective(cols, i, npu, slot, duration_us, path, node_id)
         if ntype in (SEND, RECV):
@@ -163,9 +177,12 @@ class NodeDecoder:
             return self._memory(cols["tensor_size"][i], slot, path, node_id)
         raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
 
-    def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, is_cpu: bool, path: str,
+    def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, launches: int | None, path: str,
                     node_id: int) -> int:
+        """launches: None for device compute; for a CPU node, the device work it launched where the
+        system takes the profiler's cost out of host time (SystemConfig.host_overhead), else 0."""
         sysc = self.system
+        is_cpu = launches is not None
         if sysc.roofline_enabled and not is_cpu and not sysc.replay_only:
             if num_ops is None or tensor_size is None:
                 raise SimulationError(f"{path}: node {node_id}: roofline needs num_ops and tensor_size")
@@ -176,6 +193,8 @@ class NodeDecoder:
             ns = math.floor(num_ops / perf * 1e9)
         else:
             ns = duration_us * 1000 or 1
+        if is_cpu and sysc.host_overhead is not None:
+            ns = sysc.host_overhead.host_ns(ns, launches)
         scale = self.compute_scale / self.npu_speed[npu]
         return ns if scale == 1.0 else max(1, math.floor(ns * scale))
 

@@ -17,6 +17,7 @@ class NpuResult:
     comm_ns: dict[str, int] = field(default_factory=dict)  # collective / p2p time by type
     comm_bytes: dict[str, int] = field(default_factory=dict)
     time_by_category: dict[str, int] = field(default_factory=dict)  # sim/breakdown.py: adds up to finish_ns
+    critical_path: dict[str, int] | None = None  # GPU jobs: what held the critical path (sim/criticalpath.py)
 
     def add_comm(self, kind: str, nbytes: int, ns: int | None = None) -> None:
         """Counts bytes (and, for collectives, the time) of one communication of this kind."""
@@ -45,7 +46,8 @@ class NpuResult:
                 "exposed_comm_ns": self.exposed_comm_ns, "astra_exposed_comm_ns": self.astra_exposed_comm_ns,
                 "cpu_ns": self.cpu_ns, "nodes": self.nodes,
                 "comm_ns": dict(self.comm_ns), "comm_bytes": dict(self.comm_bytes),
-                "time_by_category": dict(self.time_by_category)}
+                "time_by_category": dict(self.time_by_category),
+                **({"critical_path": dict(self.critical_path)} if self.critical_path is not None else {})}
 
 
 @dataclass(frozen=True)

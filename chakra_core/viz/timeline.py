@@ -5,6 +5,7 @@ Three sources, one output shape:
   track (cpu, compute, comm, memory);
 - real traces, one .et file per rank (`timeline_from_traces`): one process per rank, CPU
   operators by their `tid`, device kernels by `stream`, communication nodes on "communication";
+  a "launch" flow from each kernel's launching operator to it (drawn before other flows);
 - the reference timeline visualizer's issue/callback CSV log (`timeline_from_log`).
 
 Output: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}} with metadata
@@ -75,7 +76,8 @@ class _Builder:
 
     def document(self, flows: Iterable[tuple[int, object, object]] = (), max_flows: int = DEFAULT_MAX_FLOWS,
                  other: dict | None = None) -> dict:
-        """flows: (pid, parent key, child key) pairs; only those crossing threads are drawn."""
+        """flows: (pid, parent key, child key[, name]) tuples, drawn in order up to max_flows; only
+        those crossing threads are drawn."""
         trace: list[dict] = []
         threads = _layout(self.events, self.track_rank, self.nesting)
         for pid in sorted(self.process_names):
@@ -99,7 +101,7 @@ class _Builder:
     def _flows(self, trace: list[dict], flows: Iterable[tuple[int, object, object]], max_flows: int) -> tuple[int, int]:
         by_key = {(e.pid, e.key): e for e in self.events if e.key is not None}
         drawn = dropped = 0
-        for pid, parent_key, child_key in flows:
+        for pid, parent_key, child_key, *label in flows:
             parent, child = by_key.get((pid, parent_key)), by_key.get((pid, child_key))
             if parent is None or child is None or parent.track == child.track or child.start_ns < parent.start_ns:
                 continue
@@ -107,7 +109,8 @@ class _Builder:
                 dropped += 1
                 continue
             drawn += 1
-            common = {"name": "dependency", "cat": "dependency", "id": drawn, "pid": pid}
+            name = label[0] if label else "dependency"
+            common = {"name": name, "cat": name, "id": drawn, "pid": pid}
             trace.append({**common, "ph": "s", "ts": _us(parent.start_ns), "tid": parent.tid})
             trace.append({**common, "ph": "f", "bp": "e", "ts": _us(child.start_ns), "tid": child.tid})
         return drawn, dropped
@@ -254,7 +257,10 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
                 args["bytes"] = r["tensor_size"]
             b.add(_Event(rank, track, r.get("name") or f"node {r['id']}", (start - origin) * 1000,
                          (start - origin + duration) * 1000, args, key=r["id"]))
-        flows.extend((rank, parent, child) for child, parent in deps)
+        kernels = {r["id"] for r in rows if r.get("is_cpu_op") is False and r.get("stream") is not None}
+        launches = [(rank, parent, child, "launch") for child, parent in deps if child in kernels]
+        flows.extend(launches)  # first, so that the cap keeps them: host operator -> the kernels it launched
+        flows.extend((rank, parent, child) for child, parent in deps if child not in kernels)
     other = {"source": "traces", "files": list(urls), "skipped_zero_start": skipped, "time_origin_us": origin}
     return b.document(flows, max_flows, other)
 

@@ -1,4 +1,5 @@
-"""Fuzz targets: random and mutated real inputs for every reader of untrusted bytes.
+"""Fuzz targets: random and mutated real inputs for every reader of untrusted bytes (ETs, PyTorch
+and Kineto traces, FlexFlow task graphs, ASTRA-sim text workloads, configurations).
 
 Each target must end in success or in the project's own error type (ChakraError), never in
 another exception, a crash, unbounded memory or unbounded time. `python tests/fuzz/run.py`
@@ -21,6 +22,7 @@ from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.convert.sources import SourceOptions, convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import read_comm_groups
@@ -35,6 +37,9 @@ REAL_ET = [(DATASETS / "astra-sim-microbenchmarks/all_reduce/4npus_1MB/all_reduc
            (DATASETS / "astra-sim-microbenchmarks/reduce_scatter/8npus_1MB/reduce_scatter.3.et").read_bytes()]
 REAL_HOST = (DATASETS / "pytorch-et/allgather_2ranks.rank0.et.json").read_bytes()
 REAL_KINETO = gzip.decompress((DATASETS / "pytorch-gloo/mlp_ddp-w2/rank0.kineto.json.gz").read_bytes())
+REAL_FLEXFLOW = (DATASETS / "other-formats/flexflow/mnist_mlp.4.graph").read_bytes()
+REAL_TEXT = [(DATASETS / "other-formats/text" / name).read_bytes()
+             for name in ("DLRM_HybridParallel.txt", "MLP_HybridParallel_Data_Model.txt", "microAllReduce.txt")]
 REAL_CONFIGS = [(DATASETS / "astra-sim-reference/configs" / name).read_bytes()
                 for name in ("Ring_4chunks.json", "Switch_8npus.yml", "Ring_8npus.yml")]
 
@@ -105,6 +110,16 @@ def _convert(path: str) -> None:
         convert_job(path, out, "fuzz")
 
 
+def _convert_source(fmt: str):
+    """A FlexFlow graph or text workload converted and written, as `chakra convert --from fmt` does."""
+    options = SourceOptions(npus=8, passes=2) if fmt == "text" else SourceOptions()
+
+    def convert(path: str) -> None:
+        with tempfile.TemporaryDirectory() as out:
+            convert_source(path, out, "fuzz", fmt, options)
+    return convert
+
+
 def _attempt(data: bytes, suffix: str, read) -> None:
     """read(path) on the bytes: success or a ChakraError, nothing else."""
     with tempfile.NamedTemporaryFile(suffix=suffix) as f:
@@ -138,6 +153,8 @@ TARGETS = [
     _target("pytorch_et_mutated", mutated_json(REAL_HOST), ".et.json", read_host_trace),
     _target("pytorch_et_meaning", odd_host_trace(), ".et.json", _convert),
     _target("kineto_mutated", mutated_json(REAL_KINETO), ".json", read_kineto),
+    _target("flexflow_mutated", mutated_json(REAL_FLEXFLOW), ".graph", _convert_source("flexflow")),
+    _target("text_mutated", st.sampled_from(REAL_TEXT).flatmap(mutated_json), ".txt", _convert_source("text")),
     _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
             load_system, load_network, read_comm_groups),
 ]

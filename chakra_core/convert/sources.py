@@ -1,0 +1,120 @@
+"""Which converter reads an input, by its content: a FlexFlow task graph (graphviz), an
+ASTRA-sim 1.0 text workload, or PyTorch traces (everything else: JSON, folders, bundles).
+
+The two single-file sources are read whole (`read_source`), within the `source_bytes` limit.
+`convert_source` runs the converter and writes the job through `convert.job`: NAME.<npu>.et,
+NAME.comm_groups.json and NAME.report.json, as for PyTorch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import fsspec
+
+from chakra_core import limits
+from chakra_core.errors import ChakraError, SourceFormatError
+from chakra_core.format.job import Job
+
+FORMATS = ("pytorch", "flexflow", "text")
+HEAD_BYTES = 4096
+_DOT = re.compile(rb"^(?:\xef\xbb\xbf)?\s*(?:strict\s+)?digraph\b", re.IGNORECASE)
+# a policy word alone on line 1 (DLRM adds a number, HYBRID_TRANSFORMER key: value pairs), the layer count on line 2
+_TEXT = re.compile(rb"^(?:\xef\xbb\xbf)?[ \t]*[A-Z][A-Z_]*(?:[ \t][^\r\n]*)?\r?\n[ \t]*\d+[ \t]*(?:\r?\n|$)")
+
+
+class SourceOptionError(ChakraError):
+    """Options that do not fit the input's format (e.g. --npus for a FlexFlow graph)."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the single-file formats need beyond the file: see docs/other-sources.md."""
+
+    npus: int | None = None                 # text: NPUs to run the workload on
+    passes: int = 1                         # text: training passes
+    npu_frequency_mhz: float | None = None  # text: cycles -> microseconds (None: cycles kept, as the reference)
+    first_dim_npus: int | None = None       # text: NPUs of the first network dimension (hybrid policies)
+    time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
+
+
+@dataclass
+class Converted:
+    """A converted single-file source: the job, what the report says of its source, and
+    sends that meet no receive (there should be none)."""
+
+    job: Job
+    source: dict
+    mismatches: list[str]
+
+
+TEXT_OPTIONS = ("npus", "passes", "npu_frequency_mhz", "first_dim_npus")
+OPTION_FLAGS = {"npus": "--npus", "passes": "--passes", "npu_frequency_mhz": "--npu-frequency",
+                "first_dim_npus": "--first-dim-npus", "time_unit": "--time-unit"}
+
+
+def detect_format(src: str) -> str:
+    """'flexflow' or 'text' when the file's first bytes say so, else 'pytorch'."""
+    fs, path = fsspec.core.url_to_fs(src)
+    if not fs.isfile(path):
+        return "pytorch"
+    with fs.open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    if _DOT.match(head):
+        return "flexflow"
+    return "text" if _TEXT.match(head) else "pytorch"
+
+
+def read_source(url: str) -> str:
+    """The whole file as text (UTF-8), refused beyond the source_bytes limit."""
+    most = limits.value("source_bytes")
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        with fs.open(path, "rb") as f:
+            data = f.read(most + 1)
+    except FileNotFoundError:
+        raise SourceFormatError(url, "no such file") from None
+    if len(data) > most:
+        raise limits.LimitExceeded(url, "source_bytes", f"more than {most:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceFormatError(url, f"not UTF-8 text (byte {exc.start})", line=data.count(b"\n", 0, exc.start) + 1) \
+            from None
+
+
+def check_options(fmt: str, options: SourceOptions) -> None:
+    """Refuses options given for another format than the input's."""
+    given = [name for name in OPTION_FLAGS if getattr(options, name) != getattr(SourceOptions(), name)]
+    own = TEXT_OPTIONS if fmt == "text" else ("time_unit",) if fmt == "flexflow" else ()
+    stray = [OPTION_FLAGS[name] for name in given if name not in own]
+    if stray:
+        verb = "do" if len(stray) > 1 else "does"
+        raise SourceOptionError(f"{' and '.join(stray)} {verb} not apply to a {fmt} input")
+    if fmt == "text" and options.npus is None:
+        raise SourceOptionError("an ASTRA-sim text workload needs --npus N (the NPUs to run it on)")
+
+
+def convert_source(src: str, out_dir: str, prefix: str, fmt: str | None = None,
+                   options: SourceOptions = SourceOptions(),
+                   progress: Callable[[str, int, int], None] | None = None):
+    """Convert `src` (format detected unless given) into out_dir; returns a convert.job.JobResult."""
+    from chakra_core.convert.job import convert_job, write_converted
+
+    fmt = fmt or detect_format(src)
+    if fmt not in FORMATS:
+        raise SourceOptionError(f"unknown source format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    check_options(fmt, options)
+    if fmt == "pytorch":
+        return convert_job(src, out_dir, prefix, progress=progress)
+    if fmt == "flexflow":
+        from chakra_core.convert.flexflow import convert_graph
+
+        converted = convert_graph(src, options.time_unit)
+    else:
+        from chakra_core.convert.text import convert_workload
+
+        converted = convert_workload(src, options)
+    return write_converted(converted.job, out_dir, prefix, converted.source, converted.mismatches)

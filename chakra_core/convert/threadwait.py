@@ -1,0 +1,121 @@
+"""A host thread that waits for another thread's work (docs/ingestion.md, 'Threads and streams').
+
+On a GPU, `loss.backward()` hands the backward pass to the autograd engine's device thread and
+the calling thread waits, in no operator, until that thread is done. Kineto shows the wait only
+as a gap in the caller's operators: without this module it is the enclosing operator's own time
+(`ProfilerStep#N`'s), so the simulator would run it as host work beside the backward thread's
+operators, which hold the same time again.
+
+A stretch of a kept operator's exclusive time that follows one of its children (an operator's
+own body, before its first child, is never cut) is a wait for another thread when that thread's
+operators run in it and the waiting thread goes on within RESUMED_AFTER_THREAD_US of the last of
+them ending. The stretch loses the time those operators cover, and the first operator the
+waiting thread starts afterwards depends on the last operator the other thread started before
+it resumed, so the simulator makes the wait from the dependency.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+
+from chakra_core.convert.kineto import CpuEvent
+
+# a thread that goes on within this long after another thread's operators ended was waiting for them
+RESUMED_AFTER_THREAD_US = 1000.0
+
+
+@dataclass(frozen=True)
+class ThreadWait:
+    """Thread `tid` waited until `resumed_at` for `waited_for`, an operator of another thread."""
+
+    tid: int
+    resumed_at: float
+    waited_for: CpuEvent
+    waited_us: float
+
+
+class _ThreadActivity:
+    """One thread's kept operators: the merged spans of its top-level ones, and every start."""
+
+    def __init__(self, events: list[CpuEvent]):
+        events = sorted(events, key=lambda e: (e.ts, -e.dur))
+        self.starts = [e.ts for e in events]
+        self.events = events
+        self.spans: list[tuple[float, float]] = []
+        for e in events:
+            end = e.ts + e.dur
+            if self.spans and e.ts <= self.spans[-1][1]:
+                if end > self.spans[-1][1]:
+                    self.spans[-1] = (self.spans[-1][0], end)
+            else:
+                self.spans.append((e.ts, end))
+        self.ends = [end for _, end in self.spans]
+
+    def last_end_in(self, a: float, b: float) -> float | None:
+        """The end of the last span that ends in (a, b]."""
+        k = bisect.bisect_right(self.ends, b) - 1
+        return self.ends[k] if k >= 0 and self.ends[k] > a else None
+
+    def covered(self, a: float, b: float) -> list[tuple[float, float]]:
+        """The parts of [a, b) this thread's operators cover."""
+        out = []
+        for start, end in self.spans[bisect.bisect_right(self.ends, a):]:
+            if start >= b:
+                break
+            out.append((max(start, a), min(end, b)))
+        return out
+
+    def last_started_by(self, t: float) -> CpuEvent | None:
+        k = bisect.bisect_right(self.starts, t) - 1
+        return self.events[k] if k >= 0 else None
+
+
+def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip: set[tuple[int, float]],
+                               totals: dict[str, float]) -> list[ThreadWait]:
+    """Cut each wait for another thread out of the exclusive time of the kept operators
+    (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
+    after_children); `skip`: stretches (id(event), start) already cut as waits for communication.
+    Returns the waits, for the dependencies of the operators that resumed."""
+    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
+    for e in operators:
+        by_thread[e.tid].append(e)
+    if len(by_thread) < 2:
+        return []
+    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
+    kept = {id(e) for e in operators}
+    waits = []
+    for event, a, b in after_children:
+        if id(event) not in kept or (id(event), a) in skip:
+            continue
+        found = _wait_in(activity, event.tid, a, b)
+        if found is None:
+            continue
+        waited_for, covered = found
+        event.exclusive -= covered
+        totals["waiting for other threads"] += covered
+        waits.append(ThreadWait(event.tid, b, waited_for, covered))
+    return waits
+
+
+def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float) -> tuple[CpuEvent, float] | None:
+    """(the operator waited for, µs covered) when [a, b) on thread `tid` waits for other threads."""
+    last_end, last_thread = None, None
+    for other, threads in activity.items():
+        if other == tid:
+            continue
+        end = threads.last_end_in(a, b)
+        if end is not None and (last_end is None or end > last_end):
+            last_end, last_thread = end, threads
+    if last_end is None or b - last_end > RESUMED_AFTER_THREAD_US:
+        return None
+    spans = sorted(s for other, threads in activity.items() if other != tid for s in threads.covered(a, b))
+    covered, cursor = 0.0, a
+    for start, end in spans:
+        start = max(start, cursor)
+        if end > start:
+            covered += end - start
+            cursor = end
+    waited_for = last_thread.last_started_by(last_end)
+    return (waited_for, covered) if waited_for is not None and covered > 0 else None
