@@ -31,28 +31,36 @@ def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
     not a plain local file or does not decode cleanly (then read them one by one)."""
     if not urls or any("://" in url and not url.startswith("file://") for url in urls):
         return None
-    joined, counts, metadata = bytearray(), [], []  # the node messages of every file, one after another
+    paths = [url.removeprefix("file://") for url in urls]
+    try:
+        joined = bytearray(sum(os.path.getsize(path) for path in paths))  # every file's bytes, one allocation
+    except OSError:
+        return None
+    counts, metadata, end = [], [], 0  # joined[:end]: the node messages of the files so far
     max_nodes = limits.value("nodes")
-    for url in urls:
-        try:
-            with open(url.removeprefix("file://"), "rb") as f:
-                data = f.read()
-            payload, offset = _read_frame(io.BytesIO(data), url, 0, "global metadata")
-            if payload is None or data[:2] == GZIP_MAGIC:
+    with memoryview(joined) as view:
+        for url, path in zip(urls, paths):
+            try:
+                with open(path, "rb") as f:
+                    size = f.readinto(view[end:])
+                data = view[end:end + size]
+                payload, offset = _read_frame(io.BytesIO(data), url, 0, "global metadata")
+                if payload is None or data[:2] == GZIP_MAGIC:
+                    return None
+                _parse_metadata(payload, url)
+                nodes, _, whole = _etcodec.scan(data, offset, -1) if offset < size else (0, 0, size)
+            except (OSError, ChakraFormatError, _etcodec.FormatError, ValueError):
                 return None
-            _parse_metadata(payload, url)
-            nodes = _etcodec.scan(data, offset, -1)[0] if offset < len(data) else 0
-        except (OSError, ChakraFormatError, _etcodec.FormatError, ValueError):
-            return None
-        if nodes > max_nodes:
-            return None
-        joined += memoryview(data)[offset:]
-        counts.append(nodes)
-        metadata.append(payload)
-    return _split(joined, counts, metadata, urls)
+            if nodes > max_nodes or whole != size:  # too many nodes, or the last one cut short
+                return None
+            view[end:end + size - offset] = data[offset:]  # the metadata out, the nodes after the last file's
+            end += size - offset
+            counts.append(nodes)
+            metadata.append(payload)
+        return _split(view[:end], counts, metadata, urls)
 
 
-def _split(data: bytearray, counts: list[int], metadata: list[bytes], urls: list[str]) -> list[pa.Table] | None:
+def _split(data: memoryview, counts: list[int], metadata: list[bytes], urls: list[str]) -> list[pa.Table] | None:
     """Decodes the joined node messages and cuts the table at each file's first node."""
     try:
         batches, end = codec.decode(data, 0, 0, 0, max(1, sum(counts)), True, codec.default_decode_threads())
