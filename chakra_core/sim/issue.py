@@ -32,8 +32,8 @@ from chakra_core.sim.nodes import (
 )
 from chakra_core.sim.results import NpuResult, TimelineEvent
 
-PROGRESS_EVERY = 1 << 16
-OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules  # completed nodes between progress reports: rare enough to cost nothing
+PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
+OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules
 
 
 class Workload:
@@ -64,7 +64,7 @@ class Workload:
         self.coincidences = 0
         # with watch_ties(): the tick each completion was scheduled in, and per NPU the last (completion, scheduling)
         self._scheduled_at: dict[tuple[int, int], int] | None = None
-        self._last_completion: list[tuple[int, int]] = []
+        self._last_completion: list[tuple[int, int, bool]] = []  # (tick, scheduled in, scheduled by the NPU)
         self.ties = 0
 
     def watch_ties(self) -> None:
