@@ -254,12 +254,14 @@ def _group_of_row(table: pa.Table, number_of_name: dict[str, int]) -> np.ndarray
 
 
 def _relative_ids(table: pa.Table, offsets: np.ndarray) -> pa.Table:
-    """Ids and dependencies counted from each NPU's first id: ranks that number their nodes from
-    different starts (ASTRA-sim's microbenchmarks number each rank's node after the rank) issue
-    them in the same order. (uint64 arithmetic: the same wrap on every NPU.)"""
+    """Ids and dependencies counted from each table's smallest id: ranks that number their
+    nodes from different starts (ASTRA-sim's microbenchmarks number each rank's node after the
+    rank) issue them in the same order. (A dependency on an absent id may wrap round in uint64;
+    the unshared run refuses it.)"""
     lengths = np.diff(offsets)
     ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.uint64)
-    shift = np.repeat(ids[np.minimum(offsets[:-1], max(len(ids) - 1, 0))] if len(ids) else ids, lengths)
+    filled = lengths > 0  # (reduceat would give an empty table its neighbour's row)
+    shift = np.repeat(np.minimum.reduceat(ids, offsets[:-1][filled]), lengths[filled]) if len(ids) else ids
     table = table.set_column(table.schema.get_field_index("id"), "id", pa.array(ids - shift, pa.uint64()))
     for name in ("data_deps", "ctrl_deps"):
         if name in table.column_names:
