@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.sim.config import NetworkConfig
 from chakra_core.sim.aware import AwareFabric
+from chakra_core.sim.config import NetworkConfig
 from chakra_core.sim.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
 
 # the columns the simulator reads (feeder.py, nodes.py), besides those moved with the NPUs
