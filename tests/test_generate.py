@@ -378,3 +378,21 @@ def test_families_draw_valid_reproducible_jobs():
         generate_family("resnet", 4)
     with pytest.raises(ValueError, match="npus"):
         generate_family("moe", 0)
+
+
+def test_transformer_ranks_derived_from_their_stage_write_the_node_by_node_bytes(tmp_path):
+    # the ranks of a stage are its first rank's graph relabelled (generate/relabel.py); the
+    # files are the bytes the generator wrote when it built every rank node by node (hash
+    # recorded before the change), and writing the relabelled tables one by one gives them too
+    import hashlib
+
+    built = generate("transformer", 64, tp=2, pp=4, layers=8, batch=64)
+    digests = []
+    for folder, write in ((tmp_path / "derived", built.write), (tmp_path / "tables", built.job("transformer").write)):
+        write(str(folder), "transformer")
+        h = hashlib.sha256()
+        for name in [f"transformer.{rank}.et" for rank in range(64)] + ["transformer.comm_groups.json"]:
+            h.update((folder / name).read_bytes())
+        digests.append(h.hexdigest())
+    assert digests == ["4426f8659d1714aa844777112e879c32e9ea16d04e8048b3e8b2e2bc3145d87d"] * 2
+    assert check_send_recv(built.tables()) == []

@@ -437,3 +437,16 @@ def test_a_rank_beyond_any_job_given_to_link_is_one_line(tmp_path):
     run = _run("link", str(PYTORCH_ET / "linear.et.json.gz"), str(PYTORCH_ET / "linear.kineto.json.gz"),
                "-o", str(tmp_path / "x.et"), "--rank", str(10**30))
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "is beyond any job" in run.stderr, run.stderr
+
+
+def test_a_fifo_among_a_jobs_rank_files_is_refused_not_waited_on(tmp_path):
+    for rank in range(4):
+        target = tmp_path / f"ar.{rank}.et"
+        if rank == 2:
+            os.mkfifo(target)
+        else:
+            target.write_bytes((MICROBENCHMARKS / "all_reduce" / "4npus_1MB" / f"all_reduce.{rank}.et").read_bytes())
+    run = _run("simulate", "--workload", str(tmp_path / "ar"), "--network", str(REFERENCE_CONFIGS / "Ring_4npus.yml"),
+               "--system", str(SYSTEM))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "ar.2.et: is a FIFO; input must be a regular file" in run.stderr

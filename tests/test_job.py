@@ -146,3 +146,23 @@ def test_node_types_are_the_schemas():
     assert {nodetypes.NODE_TYPES[t] for t in nodetypes.COMM_NODE_TYPES} == {
         "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE"}
     assert all(type(t) is int for t in (*nodetypes.COMM_NODE_TYPES, *nodetypes.MEM_NODE_TYPES, nodetypes.COMP))
+
+
+def test_plain_local_rank_files_read_in_one_pass_as_file_by_file(tmp_path):
+    # format/manyfiles.py: every rank's table and metadata as read_table gives them; a gzipped
+    # rank or a damaged one reads file by file (whose error names the rank and the file)
+    from chakra_core.format.etfile import read_table
+    from chakra_core.format.manyfiles import read_local_tables
+    from chakra_core.generate.workloads import generate
+
+    generate("transformer", 16, tp=2, pp=2, layers=2, batch=16).write(str(tmp_path), "gpt")
+    urls = [str(tmp_path / f"gpt.{rank}.et") for rank in range(16)]
+    together = read_local_tables(urls)
+    for url, table in zip(urls, together):
+        alone = read_table(url)
+        assert table.equals(alone) and table.schema.metadata == alone.schema.metadata
+    assert read_local_tables(urls + [str(tmp_path / "missing.et")]) is None
+    (tmp_path / "gpt.3.et").write_bytes((tmp_path / "gpt.3.et").read_bytes()[:-5])  # cut short
+    assert read_local_tables(urls) is None
+    with pytest.raises(JobLayoutError, match="rank 3 of 16"):
+        read_ranks(str(tmp_path / "gpt"), 16)

@@ -591,6 +591,10 @@ def test_progress_reports_completed_nodes(monkeypatch):
     calls = []
     tables = [pa.table({"id": pa.array(range(5), pa.uint64()), "type": pa.array([4] * 5, pa.int32()),
                         "duration_micros": pa.array([1] * 5, pa.uint64())})] * 4
-    simulate([chakra_core.normalize_table(t) for t in tables], load_network(CONFIGS / "Ring_4npus.yml"), BASE,
-             progress=lambda *call: calls.append(call))
+    tables = [chakra_core.normalize_table(t) for t in tables]
+    simulate(tables, load_network(CONFIGS / "Ring_4npus.yml"), BASE, progress=lambda *call: calls.append(call),
+             share=False)
     assert calls == [("simulating nodes", done, 20) for done in range(2, 21, 2)]
+    calls.clear()  # shared: NPU 0 stands for all four, in nodes of the whole job
+    simulate(tables, load_network(CONFIGS / "Ring_4npus.yml"), BASE, progress=lambda *call: calls.append(call))
+    assert calls == [("simulating nodes", 8, 20), ("simulating nodes", 16, 20)]

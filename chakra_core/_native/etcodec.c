@@ -2753,9 +2753,11 @@ static uint64_t scan_message(const uint8_t *p, const uint8_t *end, int depth) {
 }
 
 /*
- * scan(data, start, depth) -> (messages, fields): walks the length-prefixed messages of
+ * scan(data, start, depth) -> (messages, fields, end): walks the length-prefixed messages of
  * data[start:] and every tag of each (depth 1: also inside inputs, outputs and attributes),
- * building nothing. The floor under any decoder of the same bytes (tests/benchmarks/bench_et_io.py).
+ * building nothing; end is where the last whole message ends (len(data) for whole messages
+ * only). The floor under any decoder of the same bytes (tests/benchmarks/bench_et_io.py), and
+ * how format/manyfiles.py counts a file's nodes.
  */
 static PyObject *py_scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
@@ -2763,6 +2765,7 @@ static PyObject *py_scan(PyObject *Py_UNUSED(self), PyObject *args) {
     int depth;
     if (!PyArg_ParseTuple(args, "y*ni", &view, &start, &depth)) return NULL;
     const uint8_t *p = (const uint8_t *)view.buf + (start < 0 ? 0 : start), *end = (const uint8_t *)view.buf + view.len;
+    const uint8_t *whole = p;  /* the end of the last whole message */
     uint64_t messages = 0, fields = 0;
     Py_BEGIN_ALLOW_THREADS
     while (p < end) {
@@ -2770,11 +2773,13 @@ static PyObject *py_scan(PyObject *Py_UNUSED(self), PyObject *args) {
         if (read_varint(&p, end, &len) != 0 || len > (uint64_t)(end - p)) break;
         if (depth >= 0) fields += scan_message(p, p + len, depth);
         p += len;
+        whole = p;
         messages++;
     }
     Py_END_ALLOW_THREADS
+    Py_ssize_t at = (Py_ssize_t)(whole - (const uint8_t *)view.buf);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(KK)", (unsigned long long)messages, (unsigned long long)fields);
+    return Py_BuildValue("(KKn)", (unsigned long long)messages, (unsigned long long)fields, at);
 }
 
 /*

@@ -41,7 +41,7 @@ def cmd_simulate(args) -> int:
                                                  args.mode, args.traced_npus, args.scaling,
                                                  compute_scale=args.compute_scale, comm_scale=args.comm_scale,
                                                  npu_speed=_npu_speeds(args.npu_speed, args.network),
-                                                 progress=progress)
+                                                 share=not args.no_share, progress=progress)
     except SimulationDeadlock as exc:
         if args.json:
             print_json({**exc.partial.to_dict(), "deadlock": {str(k): v for k, v in exc.report.items()}})
@@ -110,5 +110,9 @@ def add_parsers(sub) -> None:
                    help="multiply every communication time by X (e.g. 0.5: network twice as fast)")
     p.add_argument("--npu-speed", action="append", metavar="NPU=FACTOR",
                    help="NPU's compute speed factor (0.5: a straggler at half speed); repeatable")
-    p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU")
+    p.add_argument("--no-share", action="store_true",
+                   help="simulate every NPU, even those that run as others do (the same results, at the full "
+                   "cost; docs/simulator.md, 'Shared simulation')")
+    p.add_argument("--json", action="store_true", help="one JSON document; npus[i].finish_ns per NPU; sharing: "
+                   "what a shared run simulated")
     p.set_defaults(run=cmd_simulate)

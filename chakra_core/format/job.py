@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
@@ -82,14 +82,18 @@ def find_ranks(prefix: str) -> int:
 
 def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
     """The node tables of ranks 0..npus-1 (all found when None), index = rank; an error names
-    the rank and its file."""
+    the rank and its file. Plain local files are read in one pass (format/manyfiles.py)."""
     from chakra_core.format.etfile import read_table
+    from chakra_core.format.manyfiles import read_local_tables
 
     if npus is None:
         npus = find_ranks(prefix)
     elif _exists(rank_url(prefix, npus)) or _exists(rank_url(prefix, npus) + ".gz"):
         raise JobLayoutError(f"{prefix}: the job has a rank file {rank_url(prefix, npus)}[.gz] beyond the {npus} "
                              f"read; give the job's own NPU count (or --traced-npus to scale it)")
+    tables = read_local_tables([rank_url(prefix, rank) for rank in range(npus)])
+    if tables is not None:
+        return tables
     tables = []
     for rank in range(npus):
         try:
@@ -171,9 +175,12 @@ class Job:
         groups_file = comm_groups or (groups_url(prefix) if _exists(groups_url(prefix)) else None)
         return cls(tables, read_comm_groups(groups_file) if groups_file else {}, prefix.rstrip("/").rsplit("/", 1)[-1])
 
-    def write(self, out_dir: str, name: str | None = None) -> list[str]:
+    def write(self, out_dir: str, name: str | None = None, skip: Collection[int] = ()) -> list[str]:
         """``out_dir/<name>.<rank>.et`` per rank (schema 0.0.4) and ``<name>.comm_groups.json`` when
-        there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written."""
+        there are groups; out_dir is any fsspec URL, created if missing. Returns the URLs written
+        (with those of the ranks in `skip`, whose files the caller writes). An earlier job of this
+        name is replaced whole (its extra ranks removed) or, when writing fails, left as it was;
+        inside a caller's `together()` block, when that block ends."""
         from chakra_core.format.etfile import ETWriter
         from chakra_core.format.schema import et_def_pb2 as pb
 
@@ -189,9 +196,12 @@ class Job:
         metadata = pb.GlobalMetadata(version=SCHEMA_VERSION)
         encoded: dict[int, bytes] = {}
         written = []
-        with together():  # an earlier job of this name is replaced whole, or left as it was
+        with together():
             for rank, table in enumerate(self.tables):
                 url = rank_url(prefix, rank)
+                written.append(url)
+                if rank in skip:
+                    continue
                 if id(table) not in encoded:  # a table shared by several ranks: encoded once
                     buffer = io.BytesIO()
                     with ETWriter(url, metadata, into=buffer) as writer:
@@ -199,7 +209,6 @@ class Job:
                     encoded[id(table)] = buffer.getvalue()
                 with open_output(url, "wb") as f:
                     f.write(encoded[id(table)])
-                written.append(url)
             if text is not None:
                 with open_output(groups_url(prefix), "w") as f:
                     f.write(text)

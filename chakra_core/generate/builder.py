@@ -27,6 +27,8 @@ from chakra_core.format.etfile import with_metadata
 from chakra_core.format.job import SCHEMA_VERSION, Job
 from chakra_core.format.nodetypes import COLL, COMP, MEM_LOAD, MEM_STORE, RECV, SEND
 from chakra_core.format.schema import et_def_pb2 as pb
+from chakra_core.generate.relabel import Relabel, Template, write_relabelled
+from chakra_core.outputs import together
 
 WORLD = "0"  # pg_name of the default group: all NPUs
 
@@ -257,6 +259,7 @@ class JobBuilder:
         self._graph_options = {"flops_per_s": flops_per_s, "duration_bounds": duration_bounds}
         self._graphs: dict[int, RankGraph] = {}
         self._groups: dict[tuple[int, ...], int] = {}
+        self._relabels: dict[int, Relabel] = {}  # ranks that run another rank's graph (relabel.py)
 
     def rank(self, r: int) -> RankGraph:
         """Rank r's graph (created empty on first use)."""
@@ -286,9 +289,29 @@ class JobBuilder:
     def comm_groups(self) -> dict[int, tuple[int, ...]]:
         return {gid: members for members, gid in self._groups.items()}
 
+    def derive(self, rank: int, template: int, groups: Mapping[str, str], peers: Mapping[int, int]) -> None:
+        """Rank `rank` runs rank `template`'s graph (built with rank()) with the group names in
+        `groups` and the peer ranks in `peers` mapped; its nodes are never built one by one
+        (relabel.py). Every rank derived from one template maps the same names and peers."""
+        self.rank(rank)  # checks the rank
+        self._relabels[int(rank)] = Relabel(int(template), dict(groups), dict(peers))
+
+    def _templates(self) -> dict[int, tuple[Template, list[int]]]:
+        """template rank -> (its Template, the ranks derived from it)."""
+        ranks: dict[int, list[int]] = {}
+        for rank, label in self._relabels.items():
+            ranks.setdefault(label.template, []).append(rank)
+        return {t: (Template(self.rank(t).table(), list(self._relabels[rs[0]].groups),
+                             list(self._relabels[rs[0]].peers)), rs) for t, rs in ranks.items()}
+
     def tables(self) -> list[pa.Table]:
         """One node table per rank, 0..npus-1 (an untouched rank has no nodes)."""
-        return [self.rank(r).table() for r in range(self.npus)]
+        tables = [None if r in self._relabels else self.rank(r).table() for r in range(self.npus)]
+        for template, ranks in self._templates().values():
+            whole, n = template.relabelled([self._relabels[r] for r in ranks]), template.table.num_rows
+            for i, rank in enumerate(ranks):
+                tables[rank] = whole.slice(i * n, n)
+        return tables
 
     def job(self, name: str = "job") -> Job:
         """This job's tables and groups, to write (Job.write) or simulate."""
@@ -296,15 +319,24 @@ class JobBuilder:
 
     def write(self, out_dir: str, name: str) -> list[str]:
         """out_dir/name.<rank>.et per rank and, when there are sub-groups, out_dir/name.comm_groups.json
-        (Job.write). Returns the paths written."""
-        return self.job(name).write(out_dir)
+        (Job.write; derived ranks by relabel.write_relabelled, the same bytes). Returns the paths written."""
+        tables = [None if r in self._relabels else self.rank(r).table() for r in range(self.npus)]
+        with together():  # the derived ranks join the job's set of files (Job.write)
+            urls = Job(tables, self.comm_groups, name).write(out_dir, skip=set(self._relabels))
+            metadata = pb.GlobalMetadata(version=SCHEMA_VERSION).SerializeToString()
+            for template, ranks in self._templates().values():
+                write_relabelled(template, [self._relabels[r] for r in ranks], [urls[r] for r in ranks], metadata)
+        return urls
 
     def summary(self) -> dict:
         """Ranks, nodes per rank, collectives and send/recv by type (count and bytes over all
-        ranks) and groups, JSON-ready."""
-        nodes, comm = [], {}
-        for rank, table in enumerate(self.tables()):
-            s = summarize_table(table, f"rank {rank}")
+        ranks) and groups, JSON-ready (a derived rank counts as its template)."""
+        nodes, comm, summaries = [], {}, {}
+        for rank in range(self.npus):
+            source = self._relabels[rank].template if rank in self._relabels else rank
+            if source not in summaries:
+                summaries[source] = summarize_table(self.rank(source).table(), f"rank {source}")
+            s = summaries[source]
             nodes.append(s["nodes"])
             for kind, row in {**s["collectives"], **s["point_to_point"]}.items():
                 total = comm.setdefault(kind, {"count": 0, "bytes": 0})

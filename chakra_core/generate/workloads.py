@@ -274,11 +274,20 @@ def transformer(npus: int, *, tp: int, pp: int, layers: int, hidden: int, ffn: i
     per_stage = [layers // pp + (i < layers % pp) for i in range(pp)]
     mesh = Mesh(npus, [("tp", tp), ("pp", pp), ("dp", dp)])
     job = JobBuilder(npus, flops_per_s=flops)
+    template_names: dict[int, list[str]] = {}  # per stage: its first rank's groups and (rank, before, after)
+    template_peers: dict[int, tuple] = {}
     for rank in range(npus):
-        r, g = _Rank(job, mesh, rank, bpe), job.rank(rank)
-        stage = mesh.coord(rank, "pp")
-        mine = range(sum(per_stage[:stage]), sum(per_stage[:stage + 1]))
+        # a stage's ranks run its first rank's graph with their own groups and neighbours
+        stage, template = mesh.coord(rank, "pp"), tp * mesh.coord(rank, "pp")
         before, after = mesh.shift(rank, "pp", -1), mesh.shift(rank, "pp", 1)
+        names = [job.group(mesh.along(rank, axis)) for axis in ("tp", "dp") if mesh.degree(axis) > 1]
+        if rank != template:
+            job.derive(rank, template, dict(zip(template_names[stage], names)),
+                       {t: r for t, r in zip(template_peers[stage], (rank, before, after)) if t is not None})
+            continue
+        template_names[stage], template_peers[stage] = names, (rank, before, after)
+        r, g = _Rank(job, mesh, rank, bpe), job.rank(rank)
+        mine = range(sum(per_stage[:stage]), sum(per_stage[:stage + 1]))
         ready: dict[int, int | None] = dict.fromkeys(mine)  # layer l's parameters are up to date
         x = None
         for s in range(steps):

@@ -35,6 +35,7 @@ from chakra_core.sim.memory import LocalMemory
 from chakra_core.sim.network import UnawareNetwork
 from chakra_core.sim.nodes import CPU, EXTENSIONS, GPU_COMPUTE, NodeDecoder
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
+from chakra_core.sim.symmetry import Sharing, SymmetryBroken, find_sharing, links_apart
 from chakra_core.sim.system import System, Unaware
 from chakra_core.sim.whatif import scale_job
 
@@ -50,12 +51,14 @@ class Engine:
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
                  compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
                  record_timeline: bool = False, reuse_alone: bool = True,
-                 progress: Callable[[str, int, int], None] | None = None):
+                 progress: Callable[[str, int, int], None] | None = None, sharing: Sharing | None = None):
         """compute_scale multiplies every compute time, comm_scale every communication time (a
         what-if knob: 0.5 = twice as fast a network); npu_speed[i] divides NPU i's compute times
         (0.5 = a straggler at half speed). reuse_alone=False replays every aware collective live
         even where a shortcut is exact (for checking that it is). progress, if given, is called
-        as progress("simulating nodes", done, total) now and then."""
+        as progress("simulating nodes", done, total) now and then. With sharing (symmetry.py),
+        feeders[npu] is None for every NPU but the representatives, and run() raises
+        SymmetryBroken where the shared run cannot stand for the whole job."""
         if mode not in ("unaware", "aware"):
             raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
         if len(feeders) != network.npus:
@@ -72,7 +75,10 @@ class Engine:
         self.memory = LocalMemory(system)
         decoder = NodeDecoder(network, system, comm_groups or {}, self.collectives, self.memory, compute_scale,
                               npu_speed)
-        self.nodes = [decoder.decode(npu, f) for npu, f in enumerate(feeders)]
+        self.sharing = sharing
+        self.nodes = [decoder.decode(npu, f) if f is not None else None for npu, f in enumerate(feeders)]
+        if sharing is not None:  # a mirror runs its representative's nodes
+            self.nodes = [self.nodes[rep] for rep in sharing.rep_of]
         self.shapes = decoder.shapes
         slots = {node.slot for _, node in self.shapes}
         self.gpu_job = CPU in slots and GPU_COMPUTE in slots  # host and device work: say what held the path
@@ -87,12 +93,14 @@ class Engine:
         collective live. Every way gives the same result; `attempts` says how many runs it took
         (progress reports start again with each)."""
         shortcuts, forced = self.reuse_alone, frozenset()
-        saved = [feeder.save_state() for feeder in self.feeders] if self.mode == "aware" and shortcuts else None
+        saved = ([feeder and feeder.save_state() for feeder in self.feeders] if self.mode == "aware" and shortcuts
+                 else None)
         spent = 0.0
         for attempt in range(self.MAX_ATTEMPTS + 1):
             if attempt:
                 for feeder, state in zip(self.feeders, saved):
-                    feeder.restore_state(state)
+                    if feeder is not None:
+                        feeder.restore_state(state)
             start = time.process_time()
             results, workload, system, runner = self._run(shortcuts, forced)
             spent += time.process_time() - start
@@ -106,16 +114,14 @@ class Engine:
             else:
                 break
         self.attempts = attempt + 1
-
-        for npu, r in enumerate(results):
-            r.time_by_category = workload.time_by_category(npu)
-        if self.gpu_job:
-            for r, path in zip(results, critical_paths(self.feeders, self.nodes, workload.issued_at, workload.ran)):
-                r.critical_path = path
+        if self.sharing is not None:
+            self._check_shared(workload, shortcuts)
+        results = self._per_npu(results, workload)
         extensions = workload.extensions | system.extensions
         result = SimResult(self.mode, results, workload.timeline() if self.record_timeline else None,
                            notes=[EXTENSIONS.get(label, self.memory.note) for label in sorted(extensions)]
                            + sorted(set(runner.notes)))
+        result.sharing = self.sharing.summary() if self.sharing is not None else {}
         if workload.unfinished():
             report: dict[int, list[str]] = defaultdict(list)
             explained: dict[int, set] = defaultdict(set)  # per NPU: issued nodes the report explains
@@ -124,12 +130,37 @@ class Engine:
             raise SimulationDeadlock(dict(report), result)
         return result
 
+    def _per_npu(self, results: list[NpuResult], workload: Workload) -> list[NpuResult]:
+        """Each NPU's time by category and, for jobs of host and device work, what held its
+        critical path; in a shared run each mirror gets its representative's (the same run)."""
+        for npu in workload.active:
+            results[npu].time_by_category = workload.time_by_category(npu)
+        if self.gpu_job:  # (a mirror ran no node: its walk is empty, its path copied below)
+            for r, path in zip(results, critical_paths(self.feeders, self.nodes, workload.issued_at, workload.ran)):
+                r.critical_path = path
+        if self.sharing is None:
+            return results
+        return [results[rep] if rep == npu else results[rep].moved_to(npu) for npu, rep in enumerate(self.sharing.rep_of)]
+
+    def _check_shared(self, workload: Workload, shortcuts: bool) -> None:
+        """A shared run stands for the whole job unless it stopped short, two completions of an
+        NPU met in a tick (Workload.watch_ties), or an aware run went fully live (whose order of
+        messages meeting in a tick on a link nothing checks)."""
+        if workload.unfinished():
+            raise SymmetryBroken("the job does not finish")
+        if workload.ties:
+            raise SymmetryBroken(f"{workload.ties} pair(s) of completions met in one tick on one NPU")
+        if self.mode == "aware" and not shortcuts:
+            raise SymmetryBroken("the aware run replayed every collective live")
+
     def _run(self, shortcuts: bool, forced: frozenset) -> tuple:
         """One run of the job: (results, workload, system layer, collective runner)."""
         events = EventQueue()  # node completions (tick, npu, node index) and calls (tick, CALL, (function, args))
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
         workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
                             self.progress)
+        if self.sharing is not None:
+            workload.watch_ties()
         if self.mode == "aware":
             network = (WatchedFabric if shortcuts else AwareFabric)(self.network, events, self.comm_scale)
             runner = AwareCollectives(self.collectives, network, events, self.shapes, shortcuts, forced)
@@ -138,7 +169,7 @@ class Engine:
         else:
             network = UnawareNetwork(self.network, self.comm_scale)
             runner = Unaware(self.collectives)
-        system = workload.system = System(self.nodes, network, runner, events.at, results)
+        system = workload.system = System(self.nodes, network, runner, workload.at, results, self.sharing)
         workload.start()
         events.run(workload.complete)  # calls are steps of the live replays and the network
         return results, workload, system, runner
@@ -147,13 +178,17 @@ class Engine:
 def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: SystemConfig, *,
              comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
              traced_npus: int | None = None, scaling: str = "weak", record_timeline: bool = False,
-             **knobs) -> SimResult:
+             share: bool = True, **knobs) -> SimResult:
     """Simulates a job (a Job, or one node table per NPU, index = NPU id) on a network and
     system (sim/config.py's objects). comm_groups defaults to the Job's.
 
     With traced_npus (N, the job's table count) different from the network's NPU count (M),
     the N tables are scaled to M NPUs (sim/whatif.py); result.assumptions says how. knobs:
-    compute_scale, comm_scale, npu_speed, reuse_alone, progress (see Engine)."""
+    compute_scale, comm_scale, npu_speed, reuse_alone, progress (see Engine).
+
+    With share (the default), NPUs that run alike are simulated once (symmetry.py) where the
+    shared run stands for the whole job, else the job runs unshared; the results are the
+    same either way, and result.sharing says which ran."""
     tables, groups = (job.tables, job.comm_groups) if isinstance(job, Job) else (list(job), {})
     if comm_groups is not None:
         groups = comm_groups
@@ -164,13 +199,41 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
             raise SimulationError(f"traced_npus is {traced_npus} but the job has {len(tables)} rank(s)")
         tables, assumptions = scale_job(tables, network.npus, scaling)
         paths = [f"{paths[npu % traced_npus]} (as NPU {npu})" for npu in range(network.npus)]
-    feeders = []
-    for npu, (table, path) in enumerate(zip(tables, paths)):
+    options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
+    share = share and not record_timeline and (mode != "aware" or knobs.get("reuse_alone", True))
+    sharing = _sharing(tables, groups, network, system, mode, share, knobs.get("npu_speed"))
+    result = None
+    if sharing is not None:
         try:
-            feeders.append(GraphFeeder(table, path=path))
-        except ChakraError as exc:
-            raise SimulationError(f"workload for NPU {npu} of {len(tables)}: {exc}") from None
-    result = Engine(feeders, network, system, comm_groups=groups, mode=mode, record_timeline=record_timeline,
-                    **knobs).run()
+            result = Engine(_feeders(tables, paths, sharing.reps), network, system, sharing=sharing, **options).run()
+        except SymmetryBroken as why:  # the job runs unshared: the same results, at the full cost
+            unshared = f"shared run not used: {why}"
+    if result is None:
+        result = Engine(_feeders(tables, paths), network, system, **options).run()
+        result.sharing = {"unshared": unshared} if sharing is not None else {}
     result.assumptions = assumptions
     return result
+
+
+def _sharing(tables: list[pa.Table], groups: dict, network: NetworkConfig, system: SystemConfig, mode: str,
+             share: bool, npu_speed: list[float] | None) -> Sharing | None:
+    """The job's Sharing where a shared run may stand for it (aware: on links apart; a run that
+    replays every collective live is not shared, see Engine._check_shared)."""
+    if not share:
+        return None
+    sharing = find_sharing(tables, groups, network, npu_speed, system.call_time_in_network)
+    if sharing is not None and mode == "aware" and not links_apart(sharing, network):
+        return None
+    return sharing
+
+
+def _feeders(tables: list[pa.Table], paths: list[str], only: list[int] | None = None) -> list[GraphFeeder | None]:
+    """One feeder per NPU (None for NPUs not in `only`, when given); errors name the NPU."""
+    wanted = set(range(len(tables)) if only is None else only)
+    feeders: list[GraphFeeder | None] = []
+    for npu, (table, path) in enumerate(zip(tables, paths)):
+        try:
+            feeders.append(GraphFeeder(table, path=path) if npu in wanted else None)
+        except ChakraError as exc:
+            raise SimulationError(f"workload for NPU {npu} of {len(tables)}: {exc}") from None
+    return feeders

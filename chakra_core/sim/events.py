@@ -18,11 +18,12 @@ CALL = -1  # first value of a scheduled call (never an NPU id)
 
 
 class EventQueue:
-    __slots__ = ("_heap", "_sequence")
+    __slots__ = ("_heap", "_sequence", "now")
 
     def __init__(self) -> None:
         self._heap: list[tuple] = []
         self._sequence = 0
+        self.now = 0  # the tick of the event running (what a shared run's tie check needs)
 
     def at(self, tick: int, npu: int, index: int) -> None:
         """Schedules the completion of node `index` of `npu` for `tick`."""
@@ -42,6 +43,7 @@ class EventQueue:
         tick = None
         while heap:
             tick, _, npu, index = heappop(heap)
+            self.now = tick
             if npu == CALL:
                 function, args = index
                 function(tick, *args)

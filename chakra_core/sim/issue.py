@@ -22,6 +22,7 @@ from chakra_core.sim.nodes import (
     CPU,
     DO_COLLECTIVE,
     DO_COMPUTE,
+    DO_INSTANT,
     DO_RECV,
     DO_REPLAY,
     DO_SEND,
@@ -32,17 +33,21 @@ from chakra_core.sim.nodes import (
 from chakra_core.sim.results import NpuResult, TimelineEvent
 
 PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
+OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules
 
 
 class Workload:
     """Every NPU's feeder, decoded nodes and hardware slots, on one event queue. Node
     completions are events (tick, npu, node index); the engine passes them to complete()."""
 
-    def __init__(self, feeders: list[GraphFeeder], nodes: list[list[Node]], events: EventQueue,
+    def __init__(self, feeders: list[GraphFeeder | None], nodes: list[list[Node]], events: EventQueue,
                  results: list[NpuResult], record_timeline: bool = False,
                  progress: Callable[[str, int, int], None] | None = None):
+        """feeders[npu] None: an NPU a shared run does not simulate (symmetry.py)."""
         npus = len(feeders)
         self.feeders, self.nodes, self.events, self.results = feeders, nodes, events, results
+        self.active = [npu for npu, feeder in enumerate(feeders) if feeder is not None]
+        self.at = events.at  # schedules a completion (tick, npu, index)
         self.busy = [[False, False, False, False] for _ in range(npus)]  # per slot
         self.spent = breakdown.TimeBreakdown(npus)
         self.extensions: set[str] = set()  # "memory" once a memory node ran (its timing is an assumption)
@@ -51,10 +56,30 @@ class Workload:
         self.issued_at = [[0] * len(n) for n in nodes] if record_timeline else None
         self.ran: list[tuple[int, int, int]] | None = [] if record_timeline else None
         self.progress = progress
-        self.total_nodes, self.done_nodes, self.report_every = sum(map(len, nodes)), 0, PROGRESS_EVERY
+        self.total_nodes = sum(len(nodes[npu]) for npu in self.active)
+        self.done_nodes, self.report_every = 0, PROGRESS_EVERY
+        self.stands_for = npus // max(1, len(self.active))  # NPUs each simulated one stands for (shared: the same for all)
         # with watch_coincidences(): per NPU the last tick a node scheduled in its own tick completed
         self._scheduled_in_tick: list[int] | None = None
         self.coincidences = 0
+        # with watch_ties(): the tick each completion was scheduled in, and per NPU the last (completion, scheduling)
+        self._scheduled_at: dict[tuple[int, int], int] | None = None
+        self._last_completion: list[tuple[int, int, bool]] = []  # (tick, scheduled in, scheduled by the NPU)
+        self.ties = 0
+
+    def watch_ties(self) -> None:
+        """Counts, as `ties`, two completions on one NPU in one tick that were also scheduled in
+        one tick, one of them by the system layer: their order may follow the order in which
+        other NPUs' events ran, which a shared run (symmetry.py) does not reproduce. (Nodes the
+        NPU times itself are scheduled by its own events, in their order.) Completions are then
+        scheduled through `at`."""
+        scheduled, events = {}, self.events
+        self._scheduled_at, self._last_completion = scheduled, [(-1, -1, True)] * len(self.feeders)
+
+        def at(tick: int, npu: int, index: int) -> None:
+            scheduled[npu, index] = events.now
+            events.at(tick, npu, index)
+        self.at = at
 
     def watch_coincidences(self) -> None:
         """Counts, as `coincidences`, the completions on one NPU in one tick of two nodes whose
@@ -64,7 +89,7 @@ class Workload:
         self._scheduled_in_tick = [-1] * len(self.feeders)
 
     def start(self) -> None:
-        for npu in range(len(self.feeders)):
+        for npu in self.active:
             self.issue(npu, 0)
 
     def complete(self, now: int, npu: int, index: int) -> None:
@@ -75,6 +100,12 @@ class Workload:
             if self._scheduled_in_tick[npu] == now:
                 self.coincidences += 1
             self._scheduled_in_tick[npu] = now
+        if self._scheduled_at is not None:
+            last, own = self._last_completion[npu], node.action in OWN_SCHEDULE
+            pair = (now, self._scheduled_at.pop((npu, index)), own)
+            if last[:2] == pair[:2] and not (own and last[2]):
+                self.ties += 1
+            self._last_completion[npu] = pair
         if node.category is not None:
             self.spent.move(npu, now, node.category, -1)
         self.feeders[npu].free_children(index)
@@ -83,7 +114,7 @@ class Workload:
         r.finish_ns = now
         self.done_nodes += 1
         if self.done_nodes == self.report_every and self.progress is not None:
-            self.progress("simulating nodes", self.done_nodes, self.total_nodes)
+            self.progress("simulating nodes", self.done_nodes * self.stands_for, self.total_nodes * self.stands_for)
             self.report_every += PROGRESS_EVERY
         if self.ran is not None:
             self.ran.append((npu, index, now))
@@ -91,7 +122,7 @@ class Workload:
 
     def issue(self, npu: int, now: int) -> None:
         """Visits the free nodes in ascending id order; those whose slot is busy go back."""
-        feeder, npu_nodes, slots, finish_at = self.feeders[npu], self.nodes[npu], self.busy[npu], self.events.at
+        feeder, npu_nodes, slots, finish_at = self.feeders[npu], self.nodes[npu], self.busy[npu], self.at
         deferred = []
         while True:
             index = feeder.next_issuable()
@@ -150,11 +181,12 @@ class Workload:
 
     def unfinished(self) -> dict[int, int]:
         """npu -> nodes not finished, for NPUs that have any."""
-        return {npu: f.remaining for npu, f in enumerate(self.feeders) if f.remaining}
+        return {npu: f.remaining for npu, f in enumerate(self.feeders) if f is not None and f.remaining}
 
     def blocked(self, report: dict[int, list[str]], explained: dict[int, set]) -> None:
         """Adds, per NPU, the nodes that wait on parents (those not explained by the system layer)."""
-        for npu, feeder in enumerate(self.feeders):
+        for npu in self.active:
+            feeder = self.feeders[npu]
             blocked = feeder.remaining - len(explained[npu])
             if blocked > 0:
                 report[npu].append(f"{blocked} node(s) wait on unfinished parents")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import pyarrow as pa
 
@@ -24,6 +24,11 @@ class NpuResult:
         if ns is not None:
             self.comm_ns[kind] = self.comm_ns.get(kind, 0) + ns
         self.comm_bytes[kind] = self.comm_bytes.get(kind, 0) + nbytes
+
+    def moved_to(self, npu: int) -> NpuResult:
+        """The same result for another NPU (one that runs as this one: sim/symmetry.py)."""
+        return replace(self, npu=npu, **{f.name: dict(getattr(self, f.name)) for f in fields(self)
+                                         if isinstance(getattr(self, f.name), dict)})
 
     @property
     def exposed_comm_ns(self) -> int:
@@ -66,13 +71,14 @@ class SimResult:
     timeline: list[TimelineEvent] | None = None  # with record_timeline=True
     notes: list[str] = field(default_factory=list)  # modelling choices beyond ASTRA-sim that this run used
     assumptions: list[str] = field(default_factory=list)  # what-if scaling's (sim/whatif.py), if it ran
+    sharing: dict = field(default_factory=dict)  # what a shared run simulated (sim/symmetry.py), or why none ran
 
     @property
     def finish_ns(self) -> int:
         return max((n.finish_ns for n in self.npus), default=0)
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "finish_ns": self.finish_ns, "notes": self.notes,
+        return {"mode": self.mode, "finish_ns": self.finish_ns, "notes": self.notes, "sharing": self.sharing,
                 "npus": [n.to_dict() for n in self.npus]}
 
     def npu_table(self) -> pa.Table:

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable
 
 from chakra_core.sim.collectives import CollectiveModel
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.nodes import EXTENSIONS, Node
+from chakra_core.sim.nodes import DO_COLLECTIVE, EXTENSIONS, Node
 from chakra_core.sim.results import NpuResult
+from chakra_core.sim.symmetry import Sharing, SymmetryBroken
 
 Members = dict[int, tuple[int, int]]  # a collective's members so far: npu -> (issue tick, node index)
 
@@ -34,11 +35,16 @@ class System:
     """Collective matching and send/receive matching for one job."""
 
     def __init__(self, nodes: list[list[Node]], network, runner, complete: Callable[[int, int, int], None],
-                 results: list[NpuResult]):
+                 results: list[NpuResult], sharing: Sharing | None = None):
         """nodes[npu][index]: the decoded nodes; network: the network back-end sends travel on;
-        runner: the mode's collective runner; complete(tick, npu, index) schedules a completion."""
+        runner: the mode's collective runner; complete(tick, npu, index) schedules a completion.
+        With sharing (symmetry.py), only the representatives run: their mirrors join their
+        collectives, and each mirror must end a collective when its representative does."""
         self.nodes, self.network, self.runner, self.complete, self.results = nodes, network, runner, complete, results
         self.npus = len(nodes)
+        self.sharing = sharing
+        if sharing is not None:
+            self._schedule, self.complete, self._finished = complete, self._shared_complete, {}
         self.extensions: set[str] = set()  # collectives ASTRA-sim refuses that this run timed (EXTENSIONS)
         self.pending: dict[tuple, Members] = {}  # (group, k) -> members that issued it, until all have
         self._issued_in_group: dict[tuple[int, tuple | None], int] = defaultdict(int)
@@ -56,10 +62,19 @@ class System:
         group = node.group
         k = self._issued_in_group[(npu, group)]
         self._issued_in_group[(npu, group)] = k + 1
+        self._join(group, k, (npu,), index, node, now)
+        if self.sharing is not None:  # its mirrors issue their k-th collective of their group with it
+            for theirs, mirrors in self.sharing.mirrors.get((npu, group), ()):
+                self._join(theirs, k, mirrors, index, node, now)
+
+    def _join(self, group: tuple | None, k: int, npus, index: int, node: Node, now: int) -> None:
+        """NPUs issue their k-th collective of `group` (node `index`) now."""
         key = (group, k)
         members = self.pending.setdefault(key, {})
-        members[npu] = (now, index)
-        self.runner.issued(key, node, members, npu, now)
+        issued = self.runner.issued
+        for npu in npus:
+            members[npu] = (now, index)
+            issued(key, node, members, npu, now)
         if len(members) == (len(group) if group else self.npus):
             del self.pending[key]
             first, size = self._checked(key, members)
@@ -90,7 +105,20 @@ class System:
         """A member ends the collective it issued at `issued` (node `index`) at `finish`."""
         node = self.nodes[npu][index]
         self.complete(finish, npu, index)
-        self.results[npu].add_comm(node.label, node.size, finish - issued)
+        if self.sharing is None or self.sharing.rep_of[npu] == npu:  # a mirror's result is copied at the end
+            self.results[npu].add_comm(node.label, node.size, finish - issued)
+
+    def _shared_complete(self, tick: int, npu: int, index: int) -> None:
+        """complete() of a shared run: a representative's node as always; a mirror's
+        collective must end when its representative's does (else SymmetryBroken). (A mirror's
+        result is its representative's: the engine copies it.)"""
+        rep = self.sharing.rep_of[npu]
+        if self.nodes[npu][index].action == DO_COLLECTIVE:
+            known = self._finished.setdefault((rep, index), tick)
+            if known != tick:
+                raise SymmetryBroken(f"NPU {npu} ends collective node {index} at {tick} ns, NPU {rep} at {known} ns")
+        if rep == npu:
+            self._schedule(tick, npu, index)
 
     # ------------------------------------------------------------------ point to point
 

@@ -3,7 +3,7 @@
 Run it as a script (pytest does not collect it: the file name does not start with ``test_``):
 
     .venv/bin/python tests/benchmarks/bench_et_io.py [--nodes 1000000] [--ranks 8] [--out DIR]
-        [--workload real|pytorch|compact ...] [--copies 40]
+        [--workload real|pytorch|compact ...] [--copies 40] [--co-runner cpu|memory]
 
 Workloads: ``real`` is the real ResNet PyTorch trace of datasets/pytorch-et converted to a
 Chakra ET (what ``chakra convert`` writes: tensor text and 8 attributes a node) and repeated
@@ -23,6 +23,11 @@ decoding thread and, as floors on the same bytes, what one core does when it onl
 (memcpy), only follows the length prefixes, or walks every protobuf tag (nested into inputs,
 outputs and attributes) without building anything (``_etcodec.scan``).
 
+--co-runner runs another process for the whole measurement, busy on the other core: ``cpu``
+spins in Python (the registers and caches of its own core), ``memory`` streams 256 MiB
+copies through numpy (the shared last-level cache and memory bandwidth): what other users of
+a shared machine do to the per-core figures.
+
 The exit status is 0 whatever the figures (this is a report) unless a correctness check
 fails (exit status 1). Importing this module has no side effects.
 """
@@ -30,6 +35,7 @@ fails (exit status 1). Importing this module has no side effects.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -777,6 +783,24 @@ def print_summary(r: Results) -> bool:
     return not r.errors
 
 
+CO_RUNNERS = {"cpu": "while True: pass",
+              "memory": "import numpy as np\na = np.ones(1 << 25); b = np.empty_like(a)\nwhile True: np.copyto(b, a)"}
+
+
+@contextlib.contextmanager
+def co_runner(kind: str | None):
+    """Another process busy (CO_RUNNERS[kind]) while the block runs; nothing for None."""
+    if kind is None:
+        yield
+        return
+    process = subprocess.Popen([sys.executable, "-c", CO_RUNNERS[kind]])
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1_000_000, help="nodes in total (default 1,000,000)")
@@ -789,6 +813,8 @@ def main(argv: list[str] | None = None) -> int:
                         "compact: ASTRA-sim-style compute/collective nodes. Repeatable; default: all three")
     parser.add_argument("--copies", type=int, default=REAL_COPIES,
                         help=f"copies of the real trace in the real workload (default {REAL_COPIES} = 573,880 nodes)")
+    parser.add_argument("--co-runner", choices=sorted(CO_RUNNERS), help="another process busy meanwhile: "
+                        "cpu (a Python spin) or memory (numpy copies of 256 MiB)")
     parser.add_argument("--_measure-memory", dest="measure_memory", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure_memory:
@@ -805,7 +831,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for workload in args.workload or ["real", "pytorch", "compact"]:
             size = args.copies if workload == "real" else args.nodes
-            results = run(size, args.ranks, out_dir, args.repeats, workload)
+            with co_runner(args.co_runner):
+                results = run(size, args.ranks, out_dir, args.repeats, workload)
+            if args.co_runner:
+                print(f"(measured beside a {args.co_runner} co-runner)")
             paths = [os.path.join(out_dir, f"bench.{k}.et") for k in range(results.ranks)]
             results.memory["file_bytes"] = os.path.getsize(paths[results.largest_file])
             ok = print_summary(results) and ok
