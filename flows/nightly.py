@@ -22,78 +22,25 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
-import os
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
-
+# first: it sets Prefect's environment
+from flows.stages import (CHECKOUT_SOURCE, CHECKOUT_WAREHOUSE, DEFAULT_SOURCE, DEFAULT_WAREHOUSE, StageFailed,
+                          from_cwd, in_checkout, run_stage)
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
-from pipeline.layout import StorageError, report_dir  # noqa: E402
+from pipeline.cluster import start_ray  # noqa: E402
+from pipeline.layout import report_dir  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
-from pipeline.run import DayResult, run_day, start_ray  # noqa: E402
-from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
+from pipeline.run import DayResult, run_day  # noqa: E402
 from pipeline.sweep import load_sweep  # noqa: E402
+from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 
-PROJECT = Path(__file__).resolve().parents[1]
-# The flow's defaults are literals, folders of the checkout: `prefect deploy` evaluates the
-# signature from the source without __file__, and a computed default would show as None.
-CHECKOUT_SOURCE = "out/object-store/drops"
-CHECKOUT_WAREHOUSE = "out/warehouse"
-
-
-def in_checkout(url: str) -> str:
-    """A relative local path as a folder of the checkout; URLs and absolute paths as they are."""
-    if preflight.is_local(url) and "://" not in url and not Path(url).is_absolute():
-        return (PROJECT / url).as_uri()
-    return url
-
-
-DEFAULT_SOURCE = in_checkout(CHECKOUT_SOURCE)
-DEFAULT_WAREHOUSE = in_checkout(CHECKOUT_WAREHOUSE)
 STORAGE_RETRIES = 3
-T = TypeVar("T")
-
-
-def _no_empty_traceback(record: logging.LogRecord) -> bool:
-    """Prefect logs a task's returned Failed state with exc_info=True and no exception, which
-    prints a stray `NoneType: None`; keep the record, without it."""
-    if record.exc_info and record.exc_info[0] is None:
-        record.exc_info = None
-    return True
-
-
-logging.getLogger("prefect.task_runs").addFilter(_no_empty_traceback)
-
-
-class StageFailed(Exception):
-    """A stage of the day failed; the message is its name and the one line of its failure."""
-
-
-def _stage(name: str, step: Callable[[], T], counts: Callable[[T], str]) -> T:
-    """A stage of the day (pipeline/run.py) as a Prefect task of its own that logs its counts, so
-    that the UI shows where a night stopped."""
-    def run():
-        try:
-            value = step()
-        except (StorageError, FileNotFoundError) as e:  # retried already, or no drop that day: one line
-            return Failed(message=str(e))
-        get_run_logger().info(counts(value))
-        return value
-
-    # inputs: closures; outputs: tables, kept in memory for the flow only
-    state = task(name=name, cache_policy=NO_CACHE)(run)(return_state=True)
-    if state.is_failed():  # the task logged why (a traceback only for a fault of the code)
-        raise StageFailed(f"{name}: {state.message}")
-    return state.result()
 
 
 @task(name="write table", task_run_name="write {table}", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10],
@@ -140,7 +87,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         get_run_logger().error(str(e))
         return Failed(message=str(e))
     try:
-        day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs, _stage)
+        day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs, run_stage)
     except StageFailed as e:  # the run fails with the stage's line as its message, no second traceback
         return Failed(message=str(e))
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
@@ -221,9 +168,9 @@ def _print_summary(summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
     parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: yesterday, UTC)")
-    parser.add_argument("--source", default=DEFAULT_SOURCE, type=_from_cwd,
+    parser.add_argument("--source", default=DEFAULT_SOURCE, type=from_cwd,
                         help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
-    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=_from_cwd,
+    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=from_cwd,
                         help="traces and tables (any fsspec URL)")
     parser.add_argument("--sweep", help="sweep file (default: pipeline/sweeps/default.yaml)")
     parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
@@ -243,11 +190,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _print_summary(summary)
     return 0
-
-
-def _from_cwd(url: str) -> str:
-    """On the command line a relative path means the current directory, as everywhere else."""
-    return str(Path(url).resolve()) if preflight.is_local(url) and "://" not in url else url
 
 
 if __name__ == "__main__":

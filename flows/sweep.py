@@ -16,24 +16,20 @@ numbered parts; a re-run simulates only the (job, point) pairs not yet there.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
-from prefect import flow, get_run_logger, task  # noqa: E402
+# first: it sets Prefect's environment
+from flows.stages import DEFAULT_WAREHOUSE, STORAGE_FAILURES, StageFailed, from_cwd, run_stage
+from prefect import flow, get_run_logger  # noqa: E402
 from prefect.artifacts import create_progress_artifact, update_progress_artifact  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from chakra_core.errors import ChakraError  # noqa: E402
-from flows.nightly import DEFAULT_WAREHOUSE, StageFailed, _from_cwd  # noqa: E402
+from pipeline.cluster import start_ray  # noqa: E402
 from pipeline.grid import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
-from pipeline.layout import StorageError  # noqa: E402
-from pipeline.run import start_ray  # noqa: E402
 from pipeline.sweep import DEFAULT_SWEEP  # noqa: E402
 from pipeline.sweep_jobs import Sources  # noqa: E402
 from pipeline.sweep_run import plan, run_sweep  # noqa: E402
@@ -43,21 +39,9 @@ REPORT_SECONDS = 2.0  # how often a stage's Prefect progress artifact is updated
 
 
 def _stage(name, step, counts):
-    """A stage of the sweep as a Prefect task of its own; a sweep that cannot run (a bad job
-    source, too many simulations, storage down) fails it with one line, no traceback."""
-    def run():
-        try:
-            value = step()
-        except (ChakraError, StorageError, FileNotFoundError) as e:
-            get_run_logger().error(str(e))
-            return Failed(message=str(e))
-        get_run_logger().info(counts(value))
-        return value
-
-    state = task(name=name, cache_policy=NO_CACHE)(run)(return_state=True)
-    if state.is_failed():
-        raise StageFailed(f"{name}: {state.message}")
-    return state.result()
+    """A stage of the sweep; a sweep that cannot run (a bad job source, too many simulations,
+    storage down) fails it with one line, no traceback."""
+    return run_stage(name, step, counts, (ChakraError, *STORAGE_FAILURES), log_failure=True)
 
 
 class _Reported:
@@ -135,15 +119,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", required=True, help="sweep file: systems and/or grid (docs/sweeps.md)")
     parser.add_argument("--name", help="the sweep's name in the table path (default: the file's stem)")
-    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=_from_cwd)
+    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=from_cwd)
     parser.add_argument("--num-cpus", type=int)
     parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
                         help=f"refuse more simulations than this (default {DEFAULT_MAX_POINTS:,})")
     jobs = parser.add_argument_group("jobs (any combination)")
-    jobs.add_argument("--jobs", action="append", default=[], metavar="URL", type=_from_cwd,
+    jobs.add_argument("--jobs", action="append", default=[], metavar="URL", type=from_cwd,
                       help="a folder of job folders (<name>.<rank>.et), local or s3://; repeatable")
     jobs.add_argument("--date", help="the jobs the nightly flow converted that day, YYYY-MM-DD")
-    jobs.add_argument("--synthetic", metavar="MODEL", type=_from_cwd,
+    jobs.add_argument("--synthetic", metavar="MODEL", type=from_cwd,
                       help="sample jobs from this synthesizer model file")
     jobs.add_argument("--npus", type=_counts, default=[], metavar="N[,N...]", help="NPU counts of the synthetic jobs")
     jobs.add_argument("--count", type=int, default=0, metavar="K", help="synthetic jobs per NPU count")

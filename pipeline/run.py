@@ -1,12 +1,7 @@
 """A day of work on Ray: every job converted and summarised, every converted job simulated on
 every system of the sweep. Tasks read and write object storage themselves and return rows
-(small), so traces never pass through the driver.
-
-Ray: `start_ray()` connects to the cluster named by RAY_ADDRESS, or starts a local one with
-`num_cpus` CPUs (never attaching to a cluster that happens to run on the machine). Tasks are
-retried by Ray when their worker process dies (max_retries); bad input is not an exception of the
-task but reject rows, so it is never retried. The day runs in named stages (`run_day`'s `stage`),
-which the nightly flow shows as Prefect tasks.
+(small), so traces never pass through the driver. The day runs in named stages (`run_day`'s
+`stage`), which the nightly flow shows as Prefect tasks; the Ray plumbing is pipeline/cluster.py.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day, sha256
 from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
@@ -28,19 +24,7 @@ from pipeline.sweep import SystemSpec, reference_spec, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
 from pipeline.tables import SCHEMAS, empty, from_rows
 
-WORKER_RETRIES = 3
 FAULT_KILL_ONCE = "CHAKRA_FAULT_KILL_WORKER_ONCE"  # test hook: a marker file path (see tests)
-
-
-def start_ray(num_cpus: int | None = None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:  # "local": without it, ray.init joins a `ray start` cluster found on this machine
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 @dataclass
@@ -73,14 +57,6 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> tu
         open(marker, "w").close()
         os._exit(1)
     return process_job(job, date, warehouse, run_id), ray.get_runtime_context().get_node_id()
-
-
-Stage = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
-
-
-def direct(name: str, step: Callable[[], Any], counts: Callable[[Any], str]) -> Any:
-    """The default stage runner: the step itself (the flow runs each as a Prefect task instead)."""
-    return step()
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SystemSpec],

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.grid import Point, Sweep, SweepError
 from pipeline.layout import join, retried
-from pipeline.run import WORKER_RETRIES, Stage, direct
 from pipeline.sweep import failed_row, simulate_batch
 from pipeline.sweep_jobs import Sources, SweepJob, list_jobs, prepare_job
 from pipeline.sweep_table import PartWriter, done_keys, schema, sweep_folder

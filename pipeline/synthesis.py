@@ -70,7 +70,7 @@ def _ray_map_if_running():
         return None
     if not ray.is_initialized():
         return None
-    from pipeline.run import WORKER_RETRIES
+    from pipeline.cluster import WORKER_RETRIES
 
     def ray_map(function, items):
         task, shared = ray.remote(max_retries=WORKER_RETRIES)(_apply), ray.put(function)

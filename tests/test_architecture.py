@@ -1,6 +1,7 @@
 """The shape docs/architecture.md promises: imports point one way (flows -> pipeline ->
-chakra_core), the core never imports the fleet's runtimes, and no function or module grows
-past what one reader can hold (generated code aside)."""
+chakra_core), the core never imports the fleet's runtimes, no two modules import each other
+(directly or round a longer circle, lazily or not), no module takes another's private name, and
+no function or module grows past what one reader can hold (generated code aside)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ FORBIDDEN = {
     "pipeline": ("flows", "tools"),
     "flows": ("tools",),
 }
+
+
+# the C extensions' package: its modules are private to the library by name, and imported by it
+NATIVE = "chakra_core._native"
 
 
 def _modules() -> list[tuple[str, ast.Module, int]]:
@@ -45,6 +50,84 @@ def _imported(tree: ast.Module) -> set[str]:
     return names
 
 
+def _dotted(path: str) -> str:
+    name = path[:-len(".py")].replace("/", ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+NAMES = {_dotted(path) for path, _, _ in MODULES}
+
+
+def _resolved(module: str, path: str, node: ast.ImportFrom) -> str:
+    """The absolute name an `from X import ...` takes from (relative imports resolved)."""
+    if not node.level:
+        return node.module
+    parts = module.split(".")[:None if path.endswith("__init__.py") else -1]
+    parts = parts[:len(parts) - node.level + 1]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _edges(module: str, path: str, tree: ast.Module) -> list[tuple[str, str]]:
+    """(module imported, name taken from it or "") for every import of the project's modules."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, "") for alias in node.names if alias.name in NAMES]
+        elif isinstance(node, ast.ImportFrom):
+            source = _resolved(module, path, node)
+            for alias in node.names:
+                if f"{source}.{alias.name}" in NAMES:
+                    found.append((f"{source}.{alias.name}", ""))  # a module of a package
+                elif source in NAMES:
+                    found.append((source, alias.name))
+    return found
+
+
+GRAPH = {_dotted(path): _edges(_dotted(path), path, tree) for path, tree, _ in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
 def test_the_walk_finds_every_package():
     assert {path.split("/")[0] for path, _, _ in MODULES} == set(PACKAGES)
 
@@ -54,6 +137,33 @@ def test_imports_point_one_way(package):
     wrong = [f"{path} imports {name}" for path, tree, _ in MODULES if path.startswith(package + "/")
              for name in sorted(_imported(tree) & set(FORBIDDEN[package]))]
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circle():
+    graph = {module: {target for target, _ in edges if target != module} for module, edges in GRAPH.items()}
+    circles = _cycles(graph)
+    assert not circles, "\n".join(" <-> ".join(circle) for circle in circles)
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_circle_between_the_cores_packages():
+    """format, sim, analysis, ... in layers: no package leans on one that leans back on it."""
+    graph: dict[str, set[str]] = {}
+    for module, edges in GRAPH.items():
+        for target, _ in edges:
+            if module.startswith("chakra_core.") and _package(target) != _package(module):
+                graph.setdefault(_package(module), set()).add(_package(target))
+    circles = _cycles(graph)
+    assert not circles, "\n".join(" <-> ".join(circle) for circle in circles)
+
+
+def test_no_module_takes_another_modules_private_name():
+    taken = [f"{module} takes {source}.{name}" for module, edges in GRAPH.items() for source, name in edges
+             if name.startswith("_") and source != module and source != NATIVE]
+    assert not taken, "\n".join(taken)
 
 
 def test_no_function_is_longer_than_a_reader_can_hold():
@@ -74,3 +184,8 @@ def test_the_checks_catch_what_they_must():
     function = tree.body[0]
     assert function.end_lineno - function.lineno + 1 > MAX_FUNCTION_LINES
     assert "ray" in _imported(tree)
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert not _cycles({"a": {"b"}, "b": set()})
+    module = "chakra_core.format.etfile"
+    taken = _edges("x", "x.py", ast.parse(f"from {module} import _private, read_frame\nfrom . import y"))
+    assert (module, "_private") in taken and (module, "read_frame") in taken

@@ -62,7 +62,7 @@ def test_the_compute_scale_compares_a_measurement_with_the_recorded_span(tmp_pat
 
     from chakra_core.convert.job import convert_job
     from chakra_core.format.etfile import read_table
-    from chakra_core.replay.launch import recorded_ns
+    from chakra_core.replay.plan import recorded_ns
 
     result = convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "mlp"), "mlp")
     span = max(recorded_ns(read_table(url)) for url in result.et_files)

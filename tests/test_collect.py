@@ -64,7 +64,7 @@ def test_recorder_writes_matching_et_and_kineto_with_group_annotations(tmp_path)
     assert json.loads((tmp_path / "out" / "t.report.json").read_text())["unprofiled_step_ns"] == result.unprofiled_step_ns
     from chakra_core.format.etfile import read_table
     from chakra_core.replay.calibrate import compute_scale
-    from chakra_core.replay.launch import recorded_ns
+    from chakra_core.replay.plan import recorded_ns
 
     span = max(recorded_ns(read_table(url)) for url in result.et_files)  # one recorded step
     assert compute_scale(str(tmp_path / "out" / "t")) == pytest.approx(statistics.median(result.unprofiled_step_ns) / span)

@@ -14,7 +14,7 @@ from chakra_core.convert.job import convert_job
 from chakra_core.convert.kineto import CpuEvent, DeviceEvent, RuntimeEvent
 from chakra_core.format.etfile import read_table
 from chakra_core.replay.calibrate import time_shares, unprofiled_ns
-from chakra_core.replay.launch import recorded_ns
+from chakra_core.replay.plan import recorded_ns
 from chakra_core.sim.config import DEFAULT_HOST_OVERHEAD_SYSTEM, load_system
 from chakra_core.sim.workload import simulate_files
 

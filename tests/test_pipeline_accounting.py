@@ -255,7 +255,8 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
     """The whole day on Ray: every file in exactly one of ingest_log and rejects, and only the
     good job's ranks in the warehouse."""
     ray = pytest.importorskip("ray")
-    from pipeline.run import run_day, start_ray
+    from pipeline.cluster import start_ray
+    from pipeline.run import run_day
     from pipeline.sweep import load_sweep
 
     source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()

@@ -10,7 +10,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("prefect")
 
 from pipeline import tables  # noqa: E402
-from pipeline.run import start_ray  # noqa: E402
+from pipeline.cluster import start_ray  # noqa: E402
 from test_pipeline import DATE, make_small_drop  # noqa: E402
 
 pytestmark = pytest.mark.slow

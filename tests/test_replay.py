@@ -9,10 +9,11 @@ import time
 import pytest
 from datapaths import GLOO
 
+from chakra_core.format.job import read_comm_groups
 from chakra_core.generate.builder import JobBuilder
 from chakra_core.replay import launch
-from chakra_core.replay.launch import ReplayError, plan_rank, recorded_ns, replay_job
-from chakra_core.format.job import read_comm_groups
+from chakra_core.replay.launch import replay_job
+from chakra_core.replay.plan import ReplayError, plan_rank, recorded_ns
 
 pytest.importorskip("torch.distributed")
 

@@ -149,7 +149,7 @@ def test_the_reference_system_file_is_the_reference_system():
 def ray_local():
     ray = pytest.importorskip("ray")
     pytest.importorskip("prefect")
-    from pipeline.run import start_ray
+    from pipeline.cluster import start_ray
 
     ray.shutdown()
     start_ray(num_cpus=2)

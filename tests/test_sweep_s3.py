@@ -14,8 +14,8 @@ pytest.importorskip("prefect")
 
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
+from pipeline.cluster import start_ray
 from pipeline.grid import load_sweep_file
-from pipeline.run import start_ray
 from pipeline.sweep import simulate_job, spec_of
 
 pytestmark = pytest.mark.slow

@@ -71,7 +71,7 @@ def test_converted_jobs_are_made_once_and_simulate(tmp_path):
 @pytest.fixture(scope="module")
 def ray_local():
     ray = pytest.importorskip("ray")
-    from pipeline.run import start_ray
+    from pipeline.cluster import start_ray
 
     ray.shutdown()
     start_ray(num_cpus=2)

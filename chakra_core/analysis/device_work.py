@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.analysis import intervals
-from chakra_core.analysis.graph import flat_list, lookup, to_numpy
 from chakra_core.analysis.kernels import COMMUNICATION, families
+from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP, METADATA
 from chakra_core.format.normalize import normalize_table
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core._native import _graphpath
-from chakra_core.analysis.graph import (
+from chakra_core.format.depgraph import (
     csr,
     cycle_candidates,
     flat_list,

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis.graph import (
+from chakra_core.format.depgraph import (
     TARJAN_LIMIT,
     csr,
     cycle_candidates,

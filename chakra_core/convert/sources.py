@@ -1,7 +1,7 @@
 """Which converter reads an input, by its content: a FlexFlow task graph (graphviz), an
 ASTRA-sim 1.0 text workload, or PyTorch traces (everything else: JSON, folders, bundles).
 
-The two single-file sources are read whole (`read_source`), within the `source_bytes` limit.
+The two single-file sources are read whole (`source_file.read_source`), within the `source_bytes` limit.
 `convert_source` runs the converter and writes the job through `convert.job`: NAME.<npu>.et,
 NAME.comm_groups.json and NAME.report.json, as for PyTorch.
 """
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import fsspec
 
-from chakra_core.errors import ChakraError, SourceFormatError
-from chakra_core.format.job import Job
-from chakra_core.inputs import open_raw, read_bounded
+from chakra_core.convert.source_file import SourceOptions
+from chakra_core.errors import ChakraError
+from chakra_core.inputs import open_raw
 
 FORMATS = ("pytorch", "flexflow", "text")
 HEAD_BYTES = 4096
@@ -27,27 +26,6 @@ _TEXT = re.compile(rb"^(?:\xef\xbb\xbf)?[ \t]*[A-Z][A-Z_]*(?:[ \t][^\r\n]*)?\r?\
 
 class SourceOptionError(ChakraError):
     """Options that do not fit the input's format (e.g. --npus for a FlexFlow graph)."""
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """What the single-file formats need beyond the file: see docs/other-sources.md."""
-
-    npus: int | None = None                 # text: NPUs to run the workload on
-    passes: int = 1                         # text: training passes
-    npu_frequency_mhz: float | None = None  # text: cycles -> microseconds (None: cycles kept, as the reference)
-    first_dim_npus: int | None = None       # text: NPUs of the first network dimension (hybrid policies)
-    time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
-
-
-@dataclass
-class Converted:
-    """A converted single-file source: the job, what the report says of its source, and
-    sends that meet no receive (there should be none)."""
-
-    job: Job
-    source: dict
-    mismatches: list[str]
 
 
 TEXT_OPTIONS = ("npus", "passes", "npu_frequency_mhz", "first_dim_npus")
@@ -65,19 +43,6 @@ def detect_format(src: str) -> str:
     if _DOT.match(head):
         return "flexflow"
     return "text" if _TEXT.match(head) else "pytorch"
-
-
-def read_source(url: str) -> str:
-    """The whole file as text (UTF-8), refused beyond the source_bytes limit."""
-    try:
-        data = read_bounded(url, "source_bytes", "a source file")
-    except FileNotFoundError:
-        raise SourceFormatError(url, "no such file") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceFormatError(url, f"not UTF-8 text (byte {exc.start})", line=data.count(b"\n", 0, exc.start) + 1) \
-            from None
 
 
 def check_options(fmt: str, options: SourceOptions) -> None:

@@ -74,7 +74,7 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _read_frame(f: BinaryIO, path: str, offset: int, what: str) -> tuple[bytes | None, int]:
+def read_frame(f: BinaryIO, path: str, offset: int, what: str) -> tuple[bytes | None, int]:
     """Reads one length-prefixed message at `offset`; returns (payload or None at EOF, next offset)."""
     length = shift = 0
     pos = offset
@@ -101,7 +101,7 @@ def _read_frame(f: BinaryIO, path: str, offset: int, what: str) -> tuple[bytes |
     return payload, pos + length
 
 
-def _parse_metadata(payload: bytes, path: str) -> pb.GlobalMetadata:
+def parse_metadata(payload: bytes, path: str) -> pb.GlobalMetadata:
     """GlobalMetadata from its bytes; strict, so that a file of another format is refused here."""
     meta = pb.GlobalMetadata()
     try:
@@ -146,7 +146,7 @@ class ETReader:
                 raise ChakraFormatError(url, f"cannot read: {exc}") from None
             try:
                 payload, self._offset = self._read_metadata_frame()
-                self.metadata = _parse_metadata(payload, url)
+                self.metadata = parse_metadata(payload, url)
             except ChakraFormatError:
                 # Only a diagnosis: a valid ET may start with "{" or "[" too (a 123- or 91-byte metadata).
                 if _looks_like_json(head):
@@ -161,7 +161,7 @@ class ETReader:
 
     def _read_metadata_frame(self) -> tuple[bytes, int]:
         try:
-            payload, offset = _read_frame(self._file, self.url, 0, "global metadata")
+            payload, offset = read_frame(self._file, self.url, 0, "global metadata")
         except READ_ERRORS as exc:  # e.g. a damaged gzip stream
             raise ChakraFormatError(self.url, f"cannot read: {exc}", 0) from None
         if payload is None:
@@ -397,7 +397,7 @@ def iter_nodes(url: str) -> Iterator[pb.Node]:
         for count in itertools.count():
             frame_offset = offset
             try:
-                payload, offset = _read_frame(f, url, offset, "node")
+                payload, offset = read_frame(f, url, offset, "node")
             except READ_ERRORS as exc:
                 raise ChakraFormatError(url, f"cannot read: {exc}", frame_offset) from None
             if payload is None:

@@ -21,7 +21,7 @@ from chakra_core import limits
 from chakra_core._native import _etcodec
 from chakra_core.errors import ChakraFormatError
 from chakra_core.format import codec
-from chakra_core.format.etfile import _parse_metadata, _read_frame, with_metadata
+from chakra_core.format.etfile import parse_metadata, read_frame, with_metadata
 from chakra_core.inputs import open_raw
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -45,10 +45,10 @@ def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
                 with open_raw(path) as f:  # a regular file, or ChakraFormatError (a FIFO is not waited on)
                     size = f.readinto(view[end:])
                 data = view[end:end + size]
-                payload, offset = _read_frame(io.BytesIO(data), url, 0, "global metadata")
+                payload, offset = read_frame(io.BytesIO(data), url, 0, "global metadata")
                 if payload is None or data[:2] == GZIP_MAGIC:
                     return None
-                _parse_metadata(payload, url)
+                parse_metadata(payload, url)
                 nodes, _, whole = _etcodec.scan(data, offset, -1) if offset < size else (0, 0, size)
             except (OSError, ChakraFormatError, _etcodec.FormatError, ValueError):
                 return None

@@ -25,9 +25,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
-from chakra_core.documents import ConfigError, read_document
 from chakra_core.format.job import Job, rank_url, read_ranks
 from chakra_core.format.nodetypes import COLL
 from chakra_core.outputs import open_output
@@ -104,7 +104,7 @@ def compute_scale(prefix: str, measured_ns: float | None = None) -> float:
     match a measurement of the same steps taken with the profiler off. measured_ns: those
     steps' time; None: the median step the converter found timed beside the traces
     (`unprofiled_step_ns` of `<prefix>.report.json`) times the recorded steps."""
-    from chakra_core.replay.launch import recorded_ns
+    from chakra_core.replay.plan import recorded_ns
 
     tables = read_ranks(prefix)
     spans = [recorded_ns(table) for table in tables]

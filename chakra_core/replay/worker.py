@@ -1,5 +1,5 @@
 """The torch.distributed side of `chakra replay`: one spawned process per rank (needs the
-`torch` extra). chakra_core/replay/launch.py builds the per-rank plans and reads the results."""
+`torch` extra). chakra_core/replay/plan.py builds the per-rank plans, launch.py starts the ranks and reads the results."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import queue
 import time
 import traceback
 
-from chakra_core.replay.launch import (
+from chakra_core.replay.plan import (
     ReplayError,
     Step,
     pay_compute,

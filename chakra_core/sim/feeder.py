@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis.graph import (
+from chakra_core.format.depgraph import (
     csr,
     cycle_candidates,
     flat_list,

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.analysis.graph import to_numpy
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.depgraph import to_numpy
 from chakra_core.format.nodetypes import COLL, RECV, SEND
 
 # Operation kinds: a collective's comm_type (0..9), then the two point-to-point directions.

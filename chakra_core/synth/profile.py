@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis.graph import flat_list, lookup, to_numpy
 from chakra_core.analysis.stats import OP_CLASS_NAMES, OP_CLASSES, op_class
 from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.synth.master import (
     CommSequence,
     MasterTrace,

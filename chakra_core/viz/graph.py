@@ -1,7 +1,7 @@
 """Render a Chakra ET's dependency graph: Graphviz (.dot, .png, .svg, .pdf) or GraphML.
 
 Real traces have 10k-500k nodes, far more than a picture can show, so the nodes are selected
-first, with numpy over CSR arrays (chakra_core.analysis.graph), never node by node in networkx:
+first, with numpy over CSR arrays (chakra_core.format.depgraph), never node by node in networkx:
 
 * ``only="comm"``: communication nodes (COMM_SEND, COMM_RECV, COMM_COLL) only. An edge a -> b
   is kept when b depends on a directly or through dropped nodes only (paths are contracted by
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from chakra_core.analysis.graph import flat_list, lookup, to_numpy
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, NODE_TYPES
 from chakra_core.outputs import open_output
 from chakra_core.terminal import printable

@@ -175,7 +175,7 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
 
     import flows.nightly as nightly_module
     from pipeline import tables as tables_module
-    from pipeline.run import start_ray
+    from pipeline.cluster import start_ray
     from tools.make_drop import make_drop
 
     source = Path(tmp, "source").as_uri()
@@ -184,7 +184,7 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
     start_ray(num_cpus=num_cpus)
     ray.get([ray.remote(lambda: None).remote() for _ in range(num_cpus)])  # workers up before the clock starts
     monitor = Monitor()
-    flow_stage, write_day = nightly_module._stage, tables_module.write_day
+    flow_stage, write_day = nightly_module.run_stage, tables_module.write_day
     writes = {"calls": 0}
 
     def timed_stage(name, step, counts):
@@ -200,7 +200,7 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
         writes["calls"] += 1
         return write_day(*args, **kwargs)
 
-    nightly_module._stage, tables_module.write_day = timed_stage, timed_write
+    nightly_module.run_stage, tables_module.write_day = timed_stage, timed_write
     try:
         started = time.perf_counter()
         summary = nightly_module.nightly(DATE, source, warehouse, num_cpus=num_cpus)
@@ -208,7 +208,7 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
         if writes["calls"]:
             monitor.end()
     finally:
-        nightly_module._stage, tables_module.write_day = flow_stage, write_day
+        nightly_module.run_stage, tables_module.write_day = flow_stage, write_day
         monitor.close()
         ray.shutdown()
     if not isinstance(summary, dict):  # a Failed state: the flow's one line

@@ -28,7 +28,7 @@ from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
 from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_ns  # noqa: E402
 from chakra_core.replay.hostfit import fit_host_overhead, reference_ring  # noqa: E402
-from chakra_core.replay.launch import recorded_ns  # noqa: E402
+from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.config import HostOverhead, load_system, system_from_document  # noqa: E402
 from chakra_core.sim.engine import simulate  # noqa: E402
 

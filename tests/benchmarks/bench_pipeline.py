@@ -31,7 +31,8 @@ DATE = "2026-11-20"
 def run(num_cpus: int, source: str, warehouse: str, systems) -> tuple[float, object, dict[str, float]]:
     import ray
 
-    from pipeline.run import run_day, start_ray
+    from pipeline.cluster import start_ray
+    from pipeline.run import run_day
 
     stages: dict[str, float] = {}
 

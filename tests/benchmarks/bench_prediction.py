@@ -43,7 +43,8 @@ from chakra_core.replay.calibrate import (  # noqa: E402
     samples_from_tables,
     write_calibration,
 )
-from chakra_core.replay.launch import recorded_ns, replay_job  # noqa: E402
+from chakra_core.replay.launch import replay_job  # noqa: E402
+from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.workload import simulate_files  # noqa: E402
 from tools import collect  # noqa: E402
 

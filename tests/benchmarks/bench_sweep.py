@@ -64,7 +64,7 @@ def thinned(planned, points: int):
 def run(num_cpus: int, sweep, planned, warehouse: str):
     import ray
 
-    from pipeline.run import start_ray
+    from pipeline.cluster import start_ray
     from pipeline.sweep_run import run_sweep
 
     ray.shutdown()

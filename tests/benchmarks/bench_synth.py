@@ -52,7 +52,7 @@ def baseline_first_compute_descendant(table, comm_rows):
     """The per-node implementation that chakra_core.synth.profile replaced (the baseline)."""
     import numpy as np
 
-    from chakra_core.analysis.graph import to_numpy
+    from chakra_core.format.depgraph import to_numpy
     from chakra_core.synth.profile import COMP, _edges
 
     n = table.num_rows
