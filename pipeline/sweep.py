@@ -19,7 +19,7 @@ from chakra_core.format.job import Job
 from chakra_core.sim import reference
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.engine import simulate
-from chakra_core.sim.workload import read_job
+from chakra_core.sim.files import read_job
 from pipeline.grid import Point, cost_of, load_sweep_file
 from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
 

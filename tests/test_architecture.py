@@ -22,6 +22,8 @@ FORBIDDEN = {
 }
 
 
+# the simulator's layer folders, top to bottom (docs/architecture.md, 'The simulator's layers')
+SIM_LAYERS = ("workload", "system", "network", "memory")
 # the C extensions' package: its modules are private to the library by name, and imported by it
 NATIVE = "chakra_core._native"
 
@@ -158,6 +160,19 @@ def test_no_circle_between_the_cores_packages():
                 graph.setdefault(_package(module), set()).add(_package(target))
     circles = _cycles(graph)
     assert not circles, "\n".join(" <-> ".join(circle) for circle in circles)
+
+
+def _sim_layer(module: str) -> int | None:
+    parts = module.split(".")
+    return SIM_LAYERS.index(parts[2]) if parts[:2] == ["chakra_core", "sim"] and len(parts) > 3 \
+        and parts[2] in SIM_LAYERS else None
+
+
+def test_the_simulators_layers_import_downward():
+    upward = [f"{module} imports {target}" for module, edges in GRAPH.items() for target, _ in edges
+              if _sim_layer(module) is not None and _sim_layer(target) is not None
+              and _sim_layer(target) < _sim_layer(module)]
+    assert not upward, "\n".join(upward)
 
 
 def test_no_module_takes_another_modules_private_name():

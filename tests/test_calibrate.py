@@ -85,7 +85,7 @@ def test_a_calibrated_network_does_not_count_a_blocking_call_twice(tmp_path):
     from chakra_core.format.etfile import read_table
     from chakra_core.format.job import read_comm_groups
     from chakra_core.replay.calibrate import samples_from_tables
-    from chakra_core.sim.workload import simulate_files
+    from chakra_core.sim.files import simulate_files
 
     result = convert_job(str(GLOO / "collectives-w2"), str(tmp_path), "job")
     tables = [read_table(url) for url in result.et_files]

@@ -275,7 +275,7 @@ def test_recorded_gloo_runs_convert_with_every_program_call_once(tmp_path, run):
 
 @pytest.mark.parametrize("run", [r for r in GLOO_RUNS if r.name.endswith("-w4")][:2], ids=lambda p: p.name)
 def test_converted_gloo_runs_simulate_to_completion(tmp_path, run):
-    from chakra_core.sim.workload import simulate_files
+    from chakra_core.sim.files import simulate_files
 
     configs = REFERENCE_CONFIGS
     result = convert_job(str(run), str(tmp_path / "out"), "job")
@@ -287,7 +287,7 @@ def test_converted_gloo_runs_simulate_to_completion(tmp_path, run):
 @pytest.mark.parametrize("src", [RESNET, ALLGATHER, LINEAR], ids=lambda p: p.name.split(".")[0])
 def test_converted_shared_traces_simulate_to_completion(tmp_path, src):
     """Each is one rank of its job: replayed on 4 NPUs with the simulator's what-if replication."""
-    from chakra_core.sim.workload import simulate_files
+    from chakra_core.sim.files import simulate_files
 
     configs = REFERENCE_CONFIGS
     if src == LINEAR:

@@ -1,4 +1,4 @@
-"""chakra_core.sim.feeder: feeder_v3 issuability on hand-built graphs, errors, the reference traces, speed."""
+"""chakra_core.sim.workload.feeder: feeder_v3 issuability on hand-built graphs, errors, the reference traces, speed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import chakra_core
 from chakra_core.errors import ChakraError
 from chakra_core.format.schema import et_def_pb2 as pb
-from chakra_core.sim.feeder import FeederError, GraphFeeder, UnknownNodeError
+from chakra_core.sim.workload.feeder import FeederError, GraphFeeder, UnknownNodeError
 
 
 def table(ids, data=None, ctrl=None, **extra) -> pa.Table:

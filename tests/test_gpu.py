@@ -16,7 +16,7 @@ from chakra_core.format.etfile import read_table
 from chakra_core.replay.calibrate import time_shares, unprofiled_ns
 from chakra_core.replay.plan import recorded_ns
 from chakra_core.sim.config import DEFAULT_HOST_OVERHEAD_SYSTEM, load_system
-from chakra_core.sim.workload import simulate_files
+from chakra_core.sim.files import simulate_files
 
 GPU = DATASETS / "gpu-h200"
 ONE_GPU = ["gpt", "mlp_tiny"]

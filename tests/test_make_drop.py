@@ -108,7 +108,7 @@ def test_generated_traces_validate(drop):
 
 
 def test_one_job_per_family_simulates(drop):
-    from chakra_core.sim.workload import simulate_files
+    from chakra_core.sim.files import simulate_files
 
     day, _ = drop
     chosen = {}

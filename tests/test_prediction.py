@@ -26,7 +26,7 @@ from chakra_core.format.etfile import read_table
 from chakra_core.format.job import read_comm_groups
 from chakra_core.replay.calibrate import fit, samples_from_tables, write_calibration
 from chakra_core.replay.plan import recorded_ns
-from chakra_core.sim.workload import simulate_files
+from chakra_core.sim.files import simulate_files
 
 DDP = ["mlp_ddp-w4", "transformer_ddp-w2", "transformer_ddp-w4"]
 STALLED = "mlp_ddp-w2"

@@ -15,11 +15,11 @@ import pytest
 import chakra_core
 import datapaths
 from chakra_core.format.job import Job
-from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel, SimulationError, chunking
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
+from chakra_core.sim.files import simulate_files
+from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel, SimulationError, chunking
 from chakra_core.sim.whatif import scale_job
-from chakra_core.sim.workload import simulate_files
 
 REFERENCE, MICRO, CONFIGS = datapaths.REFERENCE, datapaths.MICROBENCHMARKS, datapaths.REFERENCE_CONFIGS
 MiB = 1 << 20
@@ -474,7 +474,7 @@ def test_stragglers_and_scaling_knobs():
 
 
 def test_double_binary_tree_shapes():
-    from chakra_core.sim.tree import tree
+    from chakra_core.sim.system.tree import tree
 
     parent, children = tree(8, root_max=True)
     assert dict(children) == {7: [3], 3: [1, 5], 1: [0, 2], 5: [4, 6]}
@@ -585,7 +585,7 @@ def test_a_collective_with_no_dimension_to_run_on_ends_when_each_member_issues_i
 
 
 def test_progress_reports_completed_nodes(monkeypatch):
-    from chakra_core.sim import issue
+    from chakra_core.sim.workload import issue
 
     monkeypatch.setattr(issue, "PROGRESS_EVERY", 2)
     calls = []

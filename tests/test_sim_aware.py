@@ -29,14 +29,14 @@ from test_sim import (
 )
 
 from chakra_core.generate.builder import JobBuilder
-from chakra_core.sim.aware import AWARE_MULTI_DIM_NOTE, AwareFabric, WatchedFabric
-from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel, SimulationError
 from chakra_core.sim.config import load_network
 from chakra_core.sim.engine import Engine, SimulationDeadlock, simulate
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.feeder import GraphFeeder
-from chakra_core.sim.holding import group_rotation, translatable
-from chakra_core.sim.replay import Replay, replay_alone
+from chakra_core.sim.network.aware import AWARE_MULTI_DIM_NOTE, AwareFabric, WatchedFabric
+from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel, SimulationError
+from chakra_core.sim.system.holding import group_rotation, translatable
+from chakra_core.sim.system.packets import Replay, replay_alone
+from chakra_core.sim.workload.feeder import GraphFeeder
 
 THREE_D = network(("Ring", 3, 50, 500), ("FullyConnected", 4, 100, 300), ("Switch", 2, 25, 700))
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")

@@ -15,7 +15,7 @@ from chakra_core.generate.families import FAMILIES, generate_family
 from chakra_core.generate.workloads import generate
 from chakra_core.sim.config import load_network
 from chakra_core.sim.engine import SimulationDeadlock, simulate
-from chakra_core.sim.workload import simulate_files
+from chakra_core.sim.files import simulate_files
 
 MODES = ("unaware", "aware")
 

@@ -13,7 +13,7 @@ from datapaths import MICROBENCHMARKS, REFERENCE_CONFIGS
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, read_ranks
 from chakra_core.sim.engine import NpuResult, SimResult, TimelineEvent
-from chakra_core.sim.workload import simulate_files
+from chakra_core.sim.files import simulate_files
 from chakra_core.viz.timeline import (
     add_timeline_parser,
     timeline_from_log,

@@ -33,7 +33,7 @@ def _npu_speeds(spec: list[str] | None, network_url: str) -> list[float] | None:
 
 def cmd_simulate(args) -> int:
     from chakra_core.sim.engine import SimulationDeadlock
-    from chakra_core.sim.workload import simulate_files
+    from chakra_core.sim.files import simulate_files
 
     try:
         with Progress(items=True) as progress:

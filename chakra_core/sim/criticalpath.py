@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
-from chakra_core.sim.nodes import CPU, GPU_COMPUTE
+from chakra_core.sim.decoded import CPU, GPU_COMPUTE
 
 CATEGORIES = ("device", "host", "communication", "waiting for the device", "idle")
 

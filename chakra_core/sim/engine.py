@@ -3,11 +3,11 @@
     result = simulate(job, network, system, mode="aware")   # a Job, or one node table per NPU
 
 The engine wires the layers (docs/simulator.md, 'Layers') to one event queue (events.py)
-and runs it: the workload layer (nodes.py decodes each node, issue.py issues them per
-NPU), the system layer (system.py matches collectives and sends with receives; the mode's
-runner times collectives: closed forms and replays congestion-unaware, live.py aware), the
-network layer (network.py unaware, aware.py congestion-aware; one interface) and the
-memory layer (memory.py). A job that cannot finish stops with a report of what every NPU
+and runs it: the workload layer (workload/nodes.py decodes each node, workload/issue.py issues them per
+NPU), the system layer (system/matching.py matches collectives and sends with receives; the mode's
+runner times collectives: closed forms and replays congestion-unaware, system/live.py aware), the
+network layer (network/unaware.py unaware, network/aware.py congestion-aware; one interface) and the
+memory layer (memory/local.py). A job that cannot finish stops with a report of what every NPU
 waits for.
 """
 
@@ -22,22 +22,23 @@ import pyarrow as pa
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import table_source
 from chakra_core.format.job import Job
-from chakra_core.sim.aware import AwareFabric, WatchedFabric
-from chakra_core.sim.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.criticalpath import critical_paths
+from chakra_core.sim.decoded import CPU, EXTENSIONS, GPU_COMPUTE
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.feeder import GraphFeeder
-from chakra_core.sim.issue import Workload
-from chakra_core.sim.live import AwareCollectives
-from chakra_core.sim.memory import LocalMemory
-from chakra_core.sim.network import UnawareNetwork
-from chakra_core.sim.nodes import CPU, EXTENSIONS, GPU_COMPUTE, NodeDecoder
+from chakra_core.sim.memory.local import LocalMemory
+from chakra_core.sim.network.aware import AwareFabric, WatchedFabric
+from chakra_core.sim.network.unaware import UnawareNetwork
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.symmetry import Sharing, SymmetryBroken, find_sharing, links_apart
-from chakra_core.sim.system import System, Unaware
+from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel
+from chakra_core.sim.system.live import AwareCollectives
+from chakra_core.sim.system.matching import System, Unaware
 from chakra_core.sim.whatif import scale_job
+from chakra_core.sim.workload.feeder import GraphFeeder
+from chakra_core.sim.workload.issue import Workload
+from chakra_core.sim.workload.nodes import NodeDecoder
 
 __all__ = ["Engine", "NpuResult", "SimResult", "SimulationDeadlock", "TimelineEvent", "simulate"]
 
@@ -86,7 +87,7 @@ class Engine:
     def run(self) -> SimResult:
         """Runs the job. Aware, a run that used holding tables is kept only where nothing else
         touched a collective timed from its table and no two events of one tick met whose order
-        the tables may change (live.py). Else the job runs again: with those collectives (and
+        the tables may change (system/live.py). Else the job runs again: with those collectives (and
         those of like groups, live.AwareCollectives.alike) live while the CPU time spent so far
         is below what the tables saved in the last run (the replays alone of the collectives
         it took from them), else, for such a meeting, or after MAX_ATTEMPTS, with every

@@ -31,11 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.sim.aware import AwareFabric
 from chakra_core.sim.config import NetworkConfig
-from chakra_core.sim.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
+from chakra_core.sim.network.aware import AwareFabric
+from chakra_core.sim.workload.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
 
-# the columns the simulator reads (feeder.py, nodes.py), besides those moved with the NPUs
+# the columns the simulator reads (workload/feeder.py, workload/nodes.py), besides those moved with the NPUs
 COMPARED = ("id", "data_deps", "ctrl_deps") + tuple(c for c in NodeDecoder.COLUMNS
                                                  if c not in ("pg_name", "comm_src", "comm_dst"))
 MOVED = ("pg_name", "comm_src", "comm_dst")

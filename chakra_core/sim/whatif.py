@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from chakra_core.format.columns import NODE_TYPE_VALUES
 from chakra_core.format.normalize import normalize_table
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.nodes import DEFAULT_GROUP_NAMES
+from chakra_core.sim.workload.nodes import DEFAULT_GROUP_NAMES
 
 SEND, RECV = NODE_TYPE_VALUES["COMM_SEND_NODE"], NODE_TYPE_VALUES["COMM_RECV_NODE"]
 COMP = NODE_TYPE_VALUES["COMP_NODE"]

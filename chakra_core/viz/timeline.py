@@ -487,7 +487,7 @@ def cmd_timeline(args) -> int:
             print("chakra timeline: --workload needs --network and --system", file=sys.stderr)
             return 2
         from chakra_core.sim.engine import SimulationDeadlock
-        from chakra_core.sim.workload import simulate_files
+        from chakra_core.sim.files import simulate_files
 
         try:
             result, _ = simulate_files(args.workload, args.network, args.system, args.comm_group, mode=args.mode,

@@ -45,7 +45,7 @@ from chakra_core.replay.calibrate import (  # noqa: E402
 )
 from chakra_core.replay.launch import replay_job  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
-from chakra_core.sim.workload import simulate_files  # noqa: E402
+from chakra_core.sim.files import simulate_files  # noqa: E402
 from tools import collect  # noqa: E402
 
 SCENARIOS = ("mlp_ddp", "transformer_ddp")

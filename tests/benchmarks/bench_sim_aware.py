@@ -80,7 +80,7 @@ def transformer_runs(npus: int, repeat: int, live: bool) -> bool:
     from chakra_core.generate.workloads import generate
     from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_system
     from chakra_core.sim.engine import Engine, simulate
-    from chakra_core.sim.feeder import GraphFeeder
+    from chakra_core.sim.workload.feeder import GraphFeeder
 
     job = generate("transformer", npus, tp=8, pp=4, layers=32).job()
     nodes = sum(t.num_rows for t in job.tables)

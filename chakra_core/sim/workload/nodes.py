@@ -7,13 +7,13 @@ communication node (the collective it is timed as, its group, its peer).
 
 Collectives ASTRA-sim refuses (REDUCE, GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) are
 timed as the ring-family collective that moves the same data (EXTENSIONS); the run's notes
-say which of these choices it used.
+say which of these choices it used. The decoded node itself is sim/decoded.py, what the
+workload layer hands the system layer.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -21,13 +21,14 @@ import pyarrow.compute as pc
 
 from chakra_core.format.columns import NODE_TYPE_VALUES
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX
-from chakra_core.sim import breakdown
-from chakra_core.sim.collectives import CollectiveModel
 from chakra_core.sim.config import NetworkConfig, SystemConfig
+from chakra_core.sim.decoded import (CPU, DO_COLLECTIVE, DO_COMPUTE, DO_INSTANT, DO_RECV, DO_REPLAY, DO_SEND, EXTENSIONS,
+                                      GPU_COMM, GPU_COMPUTE, NO_SLOT, Node)
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.feeder import GraphFeeder
-from chakra_core.sim.memory import LocalMemory
-from chakra_core.sim.plan import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from chakra_core.sim.memory.local import LocalMemory
+from chakra_core.sim.system.collectives import CollectiveModel
+from chakra_core.sim.system.plan import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from chakra_core.sim.workload.feeder import GraphFeeder
 
 COMP = NODE_TYPE_VALUES["COMP_NODE"]
 COLL = NODE_TYPE_VALUES["COMM_COLL_NODE"]
@@ -44,57 +45,8 @@ COLLECTIVE_OPS = {
     3: (ALL_GATHER, "gather"), 4: (REDUCE_SCATTER, "scatter"), 6: (ALL_TO_ALL, "all_to_all"),
     7: (REDUCE_SCATTER, "reduce_scatter"), 8: (REDUCE_SCATTER, "reduce_scatter_block"), 9: (ALL_REDUCE, "barrier"),
 }
-EXTENSIONS = {
-    "reduce": "REDUCE timed as an all-reduce (a pipelined ring reduce to the root takes the same steps)",
-    "gather": "GATHER timed as an all-gather of the same per-NPU size",
-    "scatter": "SCATTER timed as a reduce-scatter (an upper bound: it adds the local reduction cost)",
-    "reduce_scatter_block": "REDUCE_SCATTER_BLOCK timed as a reduce-scatter",
-    "barrier": "BARRIER timed as an all-reduce of the smallest size (one byte per NPU per chunk)",
-    "uneven_all_to_all": "an all-to-all whose NPUs send different amounts (uneven splits) is timed at the largest"
-                         " NPU's size",
-}
 BROADCAST = 5
 DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
-
-# hardware slots
-CPU, GPU_COMPUTE, GPU_COMM, NO_SLOT = 0, 1, 2, 3
-TRACK_OF_SLOT = {CPU: "cpu", GPU_COMPUTE: "compute", GPU_COMM: "comm", NO_SLOT: "comm"}
-
-# what a node does when issued
-DO_COMPUTE, DO_COLLECTIVE, DO_REPLAY, DO_SEND, DO_RECV, DO_INSTANT = range(6)
-
-
-@dataclass(frozen=True)
-class Node:
-    """What the simulator needs of one node, decoded once from the table (and shared by equal nodes)."""
-
-    action: int
-    slot: int
-    duration: int = 0  # compute / replay ns
-    op: str = ""  # the collective it is timed as, or "send"/"recv"
-    label: str = ""  # its name in results (differs from op for the EXTENSIONS)
-    size: int = 0
-    group: tuple[int, ...] | None = None  # collective members (None: all NPUs)
-    involved: tuple[bool, ...] | None = None
-    idle: bool = False  # a collective with no dimension to run on: each member is done when it issues it
-    peer: int = -1
-    tag: int = 0
-    category: int | None = field(init=False, default=None)  # its share of the NPU's time (sim/breakdown.py)
-
-    def __post_init__(self) -> None:  # once per distinct node shape: nodes are interned
-        object.__setattr__(self, "category", _category_of(self))
-
-
-def _category_of(node: Node) -> int | None:
-    """None for nodes that take no time."""
-    if node.action == DO_INSTANT:
-        return None
-    if node.op == "memory":
-        return breakdown.MEMORY
-    if node.action in (DO_COLLECTIVE, DO_SEND, DO_RECV) or node.op == "broadcast":
-        return breakdown.COMMUNICATION
-    return breakdown.HOST if node.slot == CPU else breakdown.COMPUTE
-
 
 def _column(table: pa.Table, name: str, fill=None) -> list:
     if name not in table.column_names:
@@ -234,7 +186,7 @@ class NodeDecoder:
         return members
 
     def _memory(self, tensor_size, slot: int, path: str, node_id: int) -> Node:
-        """A memory load/store, timed by the memory layer (sim/memory.py)."""
+        """A memory load/store, timed by the memory layer (sim/memory/local.py)."""
         if tensor_size is None:
             raise SimulationError(f"{path}: node {node_id}: a memory node needs tensor_size")
         return Node(DO_REPLAY, slot, duration=self.memory.access_ns(tensor_size), op="memory", label="memory",

@@ -1,6 +1,6 @@
 """The congestion-aware network back-end: ASTRA-sim's (docs/simulator.md, 'Congestion-aware
 links'), and its natural extension to several network dimensions. Its interface is the
-network layer's (network.py).
+network layer's (interface.Network).
 
 Every directed link is a FIFO server and messages are store-and-forward: a message that
 starts on a link at t occupies it until t + floor(m / bw) and reaches the next device at
@@ -14,7 +14,7 @@ dimension only has that dimension's links, as in the one-dimensional model, and 
 between NPUs that differ in several dimensions is routed dimension by dimension, lowest
 first (so a collective's phase on dimension i uses dimension i's links only).
 
-In a job every collective and send shares one AwareFabric (sim/live.py), so concurrent
+In a job every collective and send shares one AwareFabric (sim/system/live.py), so concurrent
 traffic contends for the links it shares.
 """
 
@@ -24,6 +24,7 @@ import math
 
 from chakra_core.sim.config import NetworkConfig, NetworkDim, Topology
 from chakra_core.sim.events import EventQueue
+from chakra_core.sim.network.interface import Network
 
 AWARE_MULTI_DIM_NOTE = ("congestion-aware on a network of several dimensions (ASTRA-sim's aware backend takes one): "
                         "each dimension's links as in the one-dimensional model, messages between NPUs that differ in "
@@ -58,7 +59,7 @@ def moved_link(network: NetworkConfig, link: tuple, by: tuple[int, ...]) -> tupl
     return (dim, at, *((end + by[dim]) % n if isinstance(end, int) else end for end in ends))
 
 
-class AwareFabric:
+class AwareFabric(Network):
     """The links of one network as FIFO store-and-forward servers, on one event queue.
 
     send(now, src, dst, bytes, deliver, args) calls deliver(arrival, *args) at the arrival
@@ -138,7 +139,7 @@ class AwareFabric:
 
 class EntryRecordingFabric(AwareFabric):
     """An AwareFabric that also records the tick the first message entered each link
-    (`entered`), for holding tables (holding.py)."""
+    (`entered`), for holding tables (system/holding.py)."""
 
     def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0,
                  free: dict[tuple, int] | None = None):
@@ -152,7 +153,7 @@ class EntryRecordingFabric(AwareFabric):
 
 class LinkWatch:
     """What a job's fabric knows of one link shared by messages from several places (a link or
-    the NPU it leaves), for the holding tables' checks (live.py): the tick the last message
+    the NPU it leaves), for the holding tables' checks (system/live.py): the tick the last message
     from each place entered it, and the collectives timed from their tables that may use it."""
 
     __slots__ = ("entries", "bounds", "reservations")
@@ -166,7 +167,7 @@ class LinkWatch:
 
 class WatchedFabric(AwareFabric):
     """A job's fabric (AwareFabric) that also records what the holding tables must check
-    (live.py): `incoming[link]`, the latest tick a message was scheduled to enter the link; on
+    (system/live.py): `incoming[link]`, the latest tick a message was scheduled to enter the link; on
     every watched link (a LinkWatch), each message's entry, counting as `conflicts` the tabled
     collectives whose reservation it enters from another place and as `coincidences` the
     messages that enter from two places in one tick (their order is decided by the order of

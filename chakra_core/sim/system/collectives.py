@@ -12,10 +12,10 @@ through per-dimension queues that run at most C chunks at once, ordered by prior
 Where ranks differ or there is no closed form (doubleBinaryTree, halvingDoubling on a
 non-power-of-two N, directK below N-1, a sub-group ring whose neighbours are unevenly far
 apart) or members issue the collective at different ticks, it is replayed message by
-message (replay.py) on the congestion-unaware network; each member gets its own finish.
+message (system/packets.py) on the congestion-unaware network; each member gets its own finish.
 Where that replay is the same whatever the issue ticks, each finish is read from its
-holding table (holding.py) instead. AwareCollectiveModel replays every collective on the
-congestion-aware links (aware.py).
+holding table (system/holding.py) instead. AwareCollectiveModel replays every collective on the
+congestion-aware links (network/aware.py).
 
 A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
 members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
@@ -35,13 +35,13 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from chakra_core.sim.aware import AwareFabric, EntryRecordingFabric
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.holding import HoldingTable, measure
-from chakra_core.sim.network import UnawareNetwork, hops, message_delay
-from chakra_core.sim.plan import (  # noqa: F401  (re-exported: the simulator's public names)
+from chakra_core.sim.network.aware import AwareFabric, EntryRecordingFabric
+from chakra_core.sim.network.unaware import UnawareNetwork, hops, message_delay
+from chakra_core.sim.system.holding import HoldingTable, measure
+from chakra_core.sim.system.plan import (  # noqa: F401  (re-exported: the simulator's public names)
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -56,7 +56,7 @@ from chakra_core.sim.plan import (  # noqa: F401  (re-exported: the simulator's 
     message_bytes,
     slots_per_queue,
 )
-from chakra_core.sim.replay import Replay, halving_doubling_steps, replay_alone
+from chakra_core.sim.system.packets import Replay, halving_doubling_steps, replay_alone
 
 HD_ALL_TO_ALL_NOTE = ("all-to-all with halvingDoubling (ASTRA-sim refuses it) timed as Bruck's algorithm: "
                       "ceil(log2 N) steps of D/2 to the rank 2^k away")
@@ -152,7 +152,7 @@ class CollectiveModel:
 
     A plan whose phases all have closed forms is a flow shop (run_flow_shop); any other, or
     members that issue the collective at different ticks, is replayed message by message
-    (replay.py) on the congestion-unaware network, or read from its holding table (holding.py)."""
+    (system/packets.py) on the congestion-unaware network, or read from its holding table (system/holding.py)."""
 
     # ASTRA-sim runs a sub-group's collective on rings it builds for the group, whose
     # endpoint delay is fixed at 10 ns, whatever the system file says (docs/simulator.md,
@@ -329,7 +329,7 @@ class CollectiveModel:
 
     def _holding(self, op: str, size: int, involved: tuple[bool, ...] | None,
                  group: tuple[int, ...] | None) -> HoldingTable | None:
-        """The collective's holding table (holding.py) where one applies (_offsets_only_shift).
+        """The collective's holding table (system/holding.py) where one applies (_offsets_only_shift).
         A sub-group is the group moved along the torus from one whose first member is NPU 0:
         that group's table, its links moved (one measurement per shape of group)."""
         if not self._offsets_only_shift(self.plan(op, size, involved, group)):
@@ -397,7 +397,7 @@ class AwareCollectiveModel(CollectiveModel):
 
     def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
         # contention couples chunks and NPUs: always message by message (a job's runner,
-        # live.py, knows where a holding table is exact)
+        # system/live.py, knows where a holding table is exact)
         return self.replay_alone(self.plan(op, size, involved, group), offsets)[0]
 
     def _duration(self, op: str, size: int, involved=None, group=None) -> int:

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chakra_core.sim.aware import moved_link
 from chakra_core.sim.config import NetworkConfig, Topology
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.plan import SPAN_DIM, CollectivePlan
-from chakra_core.sim.replay import Replay
+from chakra_core.sim.network.aware import moved_link
+from chakra_core.sim.system.packets import Replay
+from chakra_core.sim.system.plan import SPAN_DIM, CollectivePlan
 
 UNRELATED = np.iinfo(np.int64).min // 4  # the entry of an output that does not wait for a member
 

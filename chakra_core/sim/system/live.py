@@ -1,14 +1,14 @@
 """Collectives of a job on the congestion-aware network: the system layer's aware runner.
 
 Every collective is replayed message by message while the job runs, on the job's one
-AwareFabric (aware.py) sharing the engine's event queue, so traffic that shares links
+AwareFabric (network/aware.py) sharing the engine's event queue, so traffic that shares links
 contends; each member gets its own finish time. A member starts a collective when it
 issues it, except an all-to-all, which starts when its last member issues it (its plan
 needs every member's size).
 
 Two shortcuts, where they are exact:
 
-- Holding tables. A collective with a holding table (holding.py: one phase, one chunk at a
+- Holding tables. A collective with a holding table (system/holding.py: one phase, one chunk at a
   time, one packet in flight) on one queue per dimension, whose every link is entered from
   one place only by its own messages (the NPU it leaves, or one other link: neighbours of a
   Ring, any pair of a FullyConnected dimension, a ring through a Switch), runs as its table
@@ -35,15 +35,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
-from chakra_core.sim.aware import AwareFabric, LinkWatch, WatchedFabric
-from chakra_core.sim.collectives import AwareCollectiveModel
+from chakra_core.sim.decoded import DO_COLLECTIVE, DO_SEND, Node
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.holding import HoldingTable, group_rotation, translatable
-from chakra_core.sim.nodes import DO_COLLECTIVE, DO_SEND, Node
-from chakra_core.sim.plan import ALL_TO_ALL, SPAN_DIM, CollectivePlan, message_bytes, phase_directions
-from chakra_core.sim.replay import Instance, Replay, RingAlgorithm, StepsAlgorithm
-from chakra_core.sim.system import Members, System
+from chakra_core.sim.network.aware import AwareFabric, LinkWatch, WatchedFabric
+from chakra_core.sim.system.collectives import AwareCollectiveModel
+from chakra_core.sim.system.holding import HoldingTable, group_rotation, translatable
+from chakra_core.sim.system.matching import Members, System
+from chakra_core.sim.system.packets import Instance, Replay, RingAlgorithm, StepsAlgorithm
+from chakra_core.sim.system.plan import ALL_TO_ALL, SPAN_DIM, CollectivePlan, message_bytes, phase_directions
 
 # per link a collective may use: (link, where its messages enter it from: None for the NPU it
 # leaves, else the link before it, the member position of the NPU that sends on it, the ns one

@@ -5,7 +5,7 @@ every node completion, an NPU visits its free nodes in ascending id order and is
 one whose hardware slot is free: one CPU op (is_cpu_op), one GPU compute node, and one GPU
 communication operation (collective, send, memory, metadata) at a time; receives take no
 slot. A compute, memory or replayed node takes its decoded duration; metadata ends at once;
-communication goes to the system layer (system.py), which schedules its completion.
+communication goes to the system layer (system/matching.py), which schedules its completion.
 
 It also keeps the per-NPU accounting: results, where the time goes (breakdown.py), the
 timeline when asked for, and progress reports.
@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chakra_core.sim import breakdown
-from chakra_core.sim.events import EventQueue
-from chakra_core.sim.feeder import GraphFeeder
-from chakra_core.sim.nodes import (
+from chakra_core.sim.decoded import (
     CPU,
     DO_COLLECTIVE,
     DO_COMPUTE,
@@ -30,7 +28,9 @@ from chakra_core.sim.nodes import (
     TRACK_OF_SLOT,
     Node,
 )
+from chakra_core.sim.events import EventQueue
 from chakra_core.sim.results import NpuResult, TimelineEvent
+from chakra_core.sim.workload.feeder import GraphFeeder
 
 PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
 OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules
@@ -85,7 +85,7 @@ class Workload:
         """Counts, as `coincidences`, the completions on one NPU in one tick of two nodes whose
         completions were scheduled during that tick (all but compute and replayed durations):
         their order, and so which of their children an NPU issues first, follows the order of
-        events of that tick, which the aware mode's holding tables do not reproduce (live.py)."""
+        events of that tick, which the aware mode's holding tables do not reproduce (system/live.py)."""
         self._scheduled_in_tick = [-1] * len(self.feeders)
 
     def start(self) -> None:

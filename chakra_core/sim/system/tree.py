@@ -10,7 +10,7 @@ parent's data arrives; an inner rank reduces each child's data on arrival (e + p
 waiting for another reduction), sends up after the second reduction, and when its parent's
 data arrives takes e + p, sends to both children at once and ends; the top reduces its
 child's data (e + p), sends it back down and ends. Each rank runs its chunks through its own
-queues (replay.py), so ranks start later chunks at different ticks and finish at different
+queues (system/packets.py), so ranks start later chunks at different ticks and finish at different
 times; data that reaches a rank before it has started that chunk waits for the start.
 
 ASTRA-sim builds these trees for powers of two only (it crashes otherwise); the in-order

@@ -1,16 +1,4 @@
-"""The network layer: how messages travel between NPUs (docs/simulator.md, 'Layers').
-
-Every network back-end has one interface, ASTRA-sim's sim_send:
-
-    network.send(now, src, dst, size, deliver, args)   # deliver(arrival, *args), see below
-    network.free          # link -> the tick it is free from (an unaware network has no links)
-    network.notes         # modelling choices beyond ASTRA-sim it used
-    network.reports_at_send
-
-A back-end calls deliver(arrival, *args) once the arrival tick is certain:
-congestion-unaware (this module) at the send itself, as nothing can delay a message
-(reports_at_send = True); congestion-aware (aware.py) when the message arrives. Who must act
-at the arrival tick itself (a collective's packet machines, replay.py) schedules it then.
+"""The congestion-unaware network back-end (its interface: interface.Network).
 
 Congestion-unaware (docs/simulator.md, 'Message time'): a message of m bytes from one NPU
 to another arrives after floor(h * latency + m / bandwidth) ns, timed in the lowest
@@ -24,6 +12,7 @@ import math
 from functools import lru_cache
 
 from chakra_core.sim.config import NetworkConfig, NetworkDim, Topology
+from chakra_core.sim.network.interface import Network
 
 
 def hops(dim: NetworkDim, src: int, dst: int) -> int:
@@ -43,7 +32,7 @@ def message_delay(dim: NetworkDim, hop_count: int, size: int) -> int:
     return math.floor(hop_count * dim.latency_ns + size / dim.bytes_per_ns)
 
 
-class UnawareNetwork:
+class UnawareNetwork(Network):
     """Delays between NPUs of a (possibly multi-dimensional) network, congestion-unaware.
     With `scale` (a what-if knob) every delay is scaled, then truncated."""
 

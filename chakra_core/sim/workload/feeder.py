@@ -1,6 +1,6 @@
 """A graph feeder over one rank's node table, with feeder_v3's dependency semantics.
 
-    from chakra_core.sim.feeder import GraphFeeder
+    from chakra_core.sim.workload.feeder import GraphFeeder
     feeder = GraphFeeder.from_file("trace.0.et")
     while feeder.has_nodes_to_issue():
         i = feeder.next_issuable()          # lowest id first, as ASTRA-sim's issue loop visits them

@@ -11,8 +11,8 @@ as ASTRA-sim runs it:
 - each running (member, chunk, phase) is a packet machine of the phase's algorithm, talking
   to the ranks of that phase (the NPUs that differ from the member in the phase's dimension
   only, every NPU for the one* implementations, or a sub-group's members);
-- a message is handed to a network back-end (network.py): congestion-unaware (a fixed
-  delay) or congestion-aware (FIFO links, aware.py); a message that arrives before its
+- a message is handed to a network back-end (network/unaware.py): congestion-unaware (a fixed
+  delay) or congestion-aware (FIFO links, network/aware.py); a message that arrives before its
   receive is posted is held and received when it is posted.
 
 The packet machines (docs/simulator.md, 'Collective algorithms'): ring and direct are
@@ -27,10 +27,10 @@ import math
 from collections import deque
 from functools import lru_cache
 
-from chakra_core.sim import tree
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue, insert_by_priority
-from chakra_core.sim.plan import (
+from chakra_core.sim.system import tree
+from chakra_core.sim.system.plan import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -316,7 +316,7 @@ def algorithm(phase: Phase, e: int, p):
 
 
 class Replay:
-    """Collective instances on one event queue and one network back-end (network.py).
+    """Collective instances on one event queue and one network back-end (network/unaware.py).
 
     `ranks(phase, npu, group)` -> (the NPU's rank in the phase, the phase's NPUs by rank);
     `p(bytes)` is the local reduction time. With `scale` (comm_scale), endpoint delays and

@@ -1,6 +1,6 @@
 """The system layer of a job: ASTRA-sim's Sys (docs/simulator.md, 'Layers').
 
-The workload layer (issue.py) hands it every communication node an NPU issues:
+The workload layer (workload/issue.py) hands it every communication node an NPU issues:
 
     system.collective(npu, index, node, now)
     system.send(npu, index, node, now)
@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 
-from chakra_core.sim.collectives import CollectiveModel
+from chakra_core.sim.decoded import DO_COLLECTIVE, EXTENSIONS, Node
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.nodes import DO_COLLECTIVE, EXTENSIONS, Node
+from chakra_core.sim.network.interface import Network
 from chakra_core.sim.results import NpuResult
 from chakra_core.sim.symmetry import Sharing, SymmetryBroken
+from chakra_core.sim.system.collectives import CollectiveModel
 
 Members = dict[int, tuple[int, int]]  # a collective's members so far: npu -> (issue tick, node index)
 
@@ -34,7 +35,7 @@ Members = dict[int, tuple[int, int]]  # a collective's members so far: npu -> (i
 class System:
     """Collective matching and send/receive matching for one job."""
 
-    def __init__(self, nodes: list[list[Node]], network, runner, complete: Callable[[int, int, int], None],
+    def __init__(self, nodes: list[list[Node]], network: Network, runner, complete: Callable[[int, int, int], None],
                  results: list[NpuResult], sharing: Sharing | None = None):
         """nodes[npu][index]: the decoded nodes; network: the network back-end sends travel on;
         runner: the mode's collective runner; complete(tick, npu, index) schedules a completion.

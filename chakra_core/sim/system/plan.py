@@ -3,7 +3,7 @@
 A collective of S bytes is cut into chunks ("streams"; docs/simulator.md, 'Chunks'); every
 chunk runs the same list of phases ('Phases'), each on one logical dimension with that
 dimension's algorithm; chunks go through per-dimension queues by priority ('Queues and
-priorities'). The closed-form model (collectives.py) and the replay (replay.py) both read
+priorities'). The closed-form model (system/collectives.py) and the replay (system/packets.py) both read
 these plans and queue rules.
 """
 

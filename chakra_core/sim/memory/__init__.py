@@ -1,0 +1,1 @@
+"""The memory layer: how long a load or store takes (local)."""
