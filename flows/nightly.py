@@ -37,7 +37,7 @@ from pipeline.cluster import start_ray  # noqa: E402
 from pipeline.layout import report_dir  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day  # noqa: E402
-from pipeline.sweep import load_sweep  # noqa: E402
+from pipeline.simulation import load_sweep  # noqa: E402
 from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 
 STORAGE_RETRIES = 3

@@ -29,8 +29,8 @@ from prefect.states import Failed  # noqa: E402
 
 from chakra_core.errors import ChakraError  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
-from pipeline.grid import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
-from pipeline.sweep import DEFAULT_SWEEP  # noqa: E402
+from pipeline.simulation import DEFAULT_SWEEP  # noqa: E402
+from pipeline.sweep_file import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
 from pipeline.sweep_jobs import Sources  # noqa: E402
 from pipeline.sweep_run import plan, run_sweep  # noqa: E402
 from pipeline.sweep_table import sweep_folder  # noqa: E402

@@ -55,8 +55,23 @@ def day_url(source: str, date: str) -> str:
     return join(source, date)
 
 
+def traces_day(warehouse: str, date: str) -> str:
+    """traces/date=<d>: the day's converted jobs, a folder each (the synthesizer trains on them all)."""
+    return join(warehouse, "traces", f"date={date}")
+
+
 def traces_dir(warehouse: str, date: str, job_id: str) -> str:
-    return join(warehouse, "traces", f"date={date}", f"job={job_id}")
+    return join(traces_day(warehouse, date), f"job={job_id}")
+
+
+def synthetic_dir(warehouse: str, date: str) -> str:
+    """synthetic/date=<d>: the day's synthesizer model and, under npus=<n>/, its synthetic jobs."""
+    return join(warehouse, "synthetic", f"date={date}")
+
+
+def sweep_jobs_dir(warehouse: str, name: str) -> str:
+    """sweeps/<name>/jobs: the jobs an ad hoc sweep made (generated, converted, sampled), reused by its reruns."""
+    return join(warehouse, "sweeps", name, "jobs")
 
 
 def staging_day(warehouse: str, date: str) -> str:
@@ -108,8 +123,13 @@ def publish(staging: str, final: str) -> None:
 
 
 def table_dir(warehouse: str, table: str, date: str) -> str:
-    """tables/<table>/date=<d> (an ad hoc sweep's parts: pipeline/sweep_table.py)."""
+    """tables/<table>/date=<d> (an ad hoc sweep's parts: sweep_table_dir)."""
     return join(warehouse, "tables", table, f"date={date}")
+
+
+def sweep_table_dir(warehouse: str, name: str, date: str | None = None) -> str:
+    """tables/sweep_results/sweep=<name>[/date=<d>]: an ad hoc sweep's parts (pipeline/sweep_table.py)."""
+    return join(warehouse, "tables", "sweep_results", f"sweep={name}", *([f"date={date}"] if date else []))
 
 
 def report_dir(warehouse: str, date: str) -> str:

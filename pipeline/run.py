@@ -20,7 +20,7 @@ from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.layout import remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
-from pipeline.sweep import SystemSpec, reference_spec, simulate_row
+from pipeline.simulation import SystemSpec, reference_spec, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
 from pipeline.tables import SCHEMAS, empty, from_rows
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
-from pipeline.grid import Point, Sweep, SweepError
-from pipeline.layout import join, retried
-from pipeline.sweep import failed_row, simulate_batch
+from pipeline.layout import join, retried, sweep_jobs_dir
+from pipeline.simulation import failed_row, simulate_batch
+from pipeline.sweep_file import Point, Sweep, SweepError
 from pipeline.sweep_jobs import Sources, SweepJob, list_jobs, prepare_job
 from pipeline.sweep_table import PartWriter, done_keys, schema, sweep_folder
 
@@ -77,7 +77,7 @@ def run_sweep(sweep: Sweep, planned: Plan, warehouse: str, name: str, date: str 
               progress: Progress | None = None, stage: Stage = direct) -> SweepResult:
     """The planned simulations not yet in the sweep's table (date: the nightly day its jobs came from)."""
     folder = sweep_folder(warehouse, name, date)
-    store = join(warehouse, "sweeps", name, "jobs")
+    store = sweep_jobs_dir(warehouse, name)
     jobs = stage("prepare jobs (Ray)", lambda: prepare(planned.jobs, store, progress),
                  lambda done: f"{len(done)} jobs hashed ({sum(j.recipe is not None for j in done)} made)")
     result = SweepResult(folder, planned.simulations, problems=planned.problems)

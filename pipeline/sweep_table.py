@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chakra_core.outputs import open_output
-from pipeline.grid import Point, SweepError
-from pipeline.layout import filesystem, join
+from pipeline.layout import filesystem, join, sweep_table_dir
+from pipeline.sweep_file import Point, SweepError
 from pipeline.tables import SCHEMAS
 
 EXTRA = pa.schema([
@@ -37,7 +37,7 @@ _PART = re.compile(r"part-(\d+)(?:-[0-9a-f]+)?\.parquet$")  # part-<n>-<run>; pa
 def sweep_folder(warehouse: str, name: str, date: str | None = None) -> str:
     if not _NAME.match(name):
         raise SweepError(f"--name {name!r}: a sweep's name is letters, digits, '.', '_' and '-'")
-    return join(warehouse, "tables", "sweep_results", f"sweep={name}", *([f"date={date}"] if date else []))
+    return sweep_table_dir(warehouse, name, date)
 
 
 def schema(columns: list[str], points: list[Point]) -> pa.Schema:

@@ -31,21 +31,17 @@ from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import report_rows
 from chakra_core.synth.model import save_model
 from chakra_core.synth.synthesize import fit, load_training, synthesize
-from pipeline.layout import join
+from pipeline.layout import join, synthetic_dir, traces_day
 
 JOBS_PER_NPU_COUNT = 4
 MAX_JOBS_PER_NPU_COUNT = 32  # bounds the nightly's time: each synthetic job is sampled and simulated
-
-
-def synthetic_dir(warehouse: str, date: str) -> str:
-    return join(warehouse, "synthetic", f"date={date}")
 
 
 def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:
     """Fit the model on the day's converted jobs; returns where it is and what it saw. On Ray
     (the nightly runs it as a task), the jobs are read, profiled and simulated as tasks of their
     own, a job each, and the fit waits for them without holding a CPU."""
-    training = load_training([join(warehouse, "traces", f"date={date}")], map_jobs=_ray_map_if_running())
+    training = load_training([traces_day(warehouse, date)], map_jobs=_ray_map_if_running())
     out = synthetic_dir(warehouse, date)
     summary = {"model": None, "npus": [], "training_jobs": len(training.jobs), "error": None,
                "skipped": [{"job": s["job"], "reason": s["reason"]} for s in training.skipped]}

@@ -110,7 +110,7 @@ def test_a_calibrated_network_does_not_count_a_blocking_call_twice(tmp_path):
 def test_a_sweep_file_takes_the_calibrated_configs_as_written(tmp_path):
     """The nightly flow's `calibrated` row: a sweep entry naming the written files (relative to
     the sweep file) loads them as they are, the call-time key included."""
-    from pipeline.sweep import load_sweep
+    from pipeline.simulation import load_sweep
 
     write_calibration(str(tmp_path / "cal"), 4, {"latency_ns": 2000.0, "bandwidth_gbps": 25.0, "samples": [],
                                                   "median_abs_error": 0.0})

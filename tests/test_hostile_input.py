@@ -328,7 +328,7 @@ def test_yaml_alias_bombs_are_refused_at_once(tmp_path, where):
     bomb.write_text(ALIAS_BOMB)
     started = time.monotonic()
     if where == "sweep":
-        from pipeline.grid import SweepError, load_sweep_file
+        from pipeline.sweep_file import SweepError, load_sweep_file
 
         with pytest.raises(SweepError, match="YAML aliases expand to more than 1,000,000 values"):
             load_sweep_file(str(bomb))

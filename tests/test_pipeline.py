@@ -22,7 +22,7 @@ pytest.importorskip("prefect")
 from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
 from pipeline.run import FAULT_KILL_ONCE, run_day  # noqa: E402
-from pipeline.sweep import load_sweep  # noqa: E402
+from pipeline.simulation import load_sweep  # noqa: E402
 
 GLOO = Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo"
 DATE = "2026-11-20"

@@ -257,7 +257,7 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
     ray = pytest.importorskip("ray")
     from pipeline.cluster import start_ray
     from pipeline.run import run_day
-    from pipeline.sweep import load_sweep
+    from pipeline.simulation import load_sweep
 
     source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()
     chakra_job(source, "good", {f"good.{r}.et": r for r in range(4)})

@@ -16,7 +16,7 @@ from datapaths import MICROBENCHMARKS  # noqa: E402
 from chakra_core.analysis.stats import collective_rows  # noqa: E402
 from chakra_core.format.etfile import read_table, write_table  # noqa: E402
 from chakra_core.viz import plots  # noqa: E402
-from pipeline.sweep import load_sweep, simulate_row  # noqa: E402
+from pipeline.simulation import load_sweep, simulate_row  # noqa: E402
 from tools.make_drop import generate_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Grid sweeps (pipeline/grid.py, pipeline/sweep_run.py, flows/sweep.py): a sweep file's grid
+"""Grid sweeps (pipeline/sweep_file.py, pipeline/sweep_run.py, flows/sweep.py): a sweep file's grid
 expanded and checked, then simulated on local Ray over small generated jobs, resumably."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from chakra_core.generate.workloads import generate
 from chakra_core.sim import reference
 from chakra_core.sim.config import load_system
-from pipeline.grid import SweepError, load_sweep_file
+from pipeline.sweep_file import SweepError, load_sweep_file
 from pipeline.sweep_jobs import Sources
 from pipeline.sweep_run import batches, plan
-from pipeline.where import WhereError
+from pipeline.sweep_where import WhereError
 
 REPO = Path(__file__).resolve().parents[1]
 RING_SYSTEM = REPO / "pipeline" / "sweeps" / "ring_system.json"

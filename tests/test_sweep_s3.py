@@ -15,8 +15,8 @@ pytest.importorskip("prefect")
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
 from pipeline.cluster import start_ray
-from pipeline.grid import load_sweep_file
-from pipeline.sweep import simulate_job, spec_of
+from pipeline.simulation import simulate_job, spec_of
+from pipeline.sweep_file import load_sweep_file
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 
 from chakra_core.generate.workloads import generate
 from pipeline import tables
-from pipeline.grid import SweepError, load_sweep_file
+from pipeline.sweep_file import SweepError, load_sweep_file
 from pipeline.sweep_jobs import Converted, Generated, Sources, converted_job, generated_job, prepare_job, read_sweep_job
 from pipeline.sweep_run import plan, run_sweep
 

@@ -53,7 +53,7 @@ def run(num_cpus: int, source: str, warehouse: str, systems) -> tuple[float, obj
 
 
 def main() -> None:
-    from pipeline.sweep import load_sweep
+    from pipeline.simulation import load_sweep
     from tools.make_drop import generated_jobs_for, make_drop
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -87,7 +87,7 @@ def seconds(folder: str) -> tuple[float, dict[int, float]]:
 
 
 def main() -> None:
-    from pipeline.grid import load_sweep_file
+    from pipeline.sweep_file import load_sweep_file
     from pipeline.sweep_jobs import Sources
     from pipeline.sweep_run import plan
 

@@ -36,7 +36,7 @@ from chakra_core.sim.config import (
     read_document,
     system_from_document,
 )
-from pipeline.where import Condition, parse_where
+from pipeline.sweep_where import Condition, parse_where
 
 DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count

@@ -1,8 +1,8 @@
-"""What-if sweeps: the systems every job is simulated on, and one simulation as a table row.
+"""One simulation of a job on a system as a table row, and the systems a job is simulated on.
 
 The nightly flow simulates each job on a sweep file's systems (`load_sweep`, `simulate_row`);
 an ad hoc sweep (flows/sweep.py) runs batches of one job's points (`simulate_batch`). Both
-read sweep files with pipeline/grid.py, whose points carry the simulator's configuration
+read sweep files with pipeline/sweep_file.py, whose points carry the simulator's configuration
 objects, and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
 and simulates every point on the same node tables.
 """
@@ -20,7 +20,7 @@ from chakra_core.sim import reference
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
-from pipeline.grid import Point, cost_of, load_sweep_file
+from pipeline.sweep_file import Point, cost_of, load_sweep_file
 from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
 
 DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml")
@@ -40,7 +40,7 @@ class SystemSpec:
 
 
 def load_sweep(path: str | None = None) -> list[SystemSpec]:
-    """The systems of a sweep file (pipeline/grid.py: named systems and grids)."""
+    """The systems of a sweep file (pipeline/sweep_file.py: named systems and grids)."""
     return [spec_of(p) for p in load_sweep_file(path or DEFAULT_SWEEP).points]
 
 
