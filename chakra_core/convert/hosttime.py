@@ -73,16 +73,7 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
     result = CallTime()
     if not collapsed:
         return result
-    threads = {cpu[i].tid for i in collapsed if i in cpu}
-    by_thread: dict = defaultdict(list)
-    for e in events:
-        if e.tid in threads:
-            by_thread[e.tid].append(e)
-    position = {}
-    for thread_events in by_thread.values():
-        thread_events.sort(key=lambda e: (e.ts, -e.dur))
-        for k, e in enumerate(thread_events):
-            position[id(e)] = k
+    by_thread, position = _thread_order(events, {cpu[i].tid for i in collapsed if i in cpu})
     anchor_index = {id(cpu[a]): a for a in work if a in cpu}
 
     def nearest_kept(i: int, tid) -> int | None:
@@ -98,22 +89,8 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
         e = cpu.get(i)
         if e is None:
             continue
-        thread_events, end = by_thread[e.tid], e.ts + e.dur
-        inner, enclosed = [], []
-        for k in range(position[id(e)] + 1, len(thread_events)):
-            x = thread_events[k]
-            if x.ts >= end:
-                break
-            inner.append((x.ts, min(x.ts + x.dur, end)))
-            if id(x) in anchor_index:
-                enclosed.append(anchor_index[id(x)])
-        own, cursor = [], e.ts
-        for a, b in sorted(inner):
-            if a > cursor:
-                own.append((cursor, a))
-            cursor = max(cursor, b)
-        if end > cursor:
-            own.append((cursor, end))
+        end = e.ts + e.dur
+        own, enclosed = _own_spans(e, by_thread[e.tid], position[id(e)], anchor_index)
         anchor = anchor_of[i] if kind != "annotation" else -1
         if anchor >= 0:
             caller = cpu.get(anchor)
@@ -149,6 +126,44 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
             if target is not None:
                 result.target_of[a] = target
     return result
+
+
+def _thread_order(events: list[CpuEvent], threads: set) -> tuple[dict, dict[int, int]]:
+    """The events of the given threads, per thread in start order (the longer first at a tie),
+    and each event's place (by id) in its thread's list."""
+    by_thread: dict = defaultdict(list)
+    for e in events:
+        if e.tid in threads:
+            by_thread[e.tid].append(e)
+    position = {}
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e.ts, -e.dur))
+        for k, e in enumerate(thread_events):
+            position[id(e)] = k
+    return by_thread, position
+
+
+def _own_spans(e: CpuEvent, thread_events: list[CpuEvent], k0: int,
+               anchor_index: dict[int, int]) -> tuple[list[tuple[float, float]], list[int]]:
+    """The spans of event e (at k0 in its thread's events) that no inner event covers, and the
+    communication calls (anchor indices) among its inner events."""
+    end = e.ts + e.dur
+    inner, enclosed = [], []
+    for k in range(k0 + 1, len(thread_events)):
+        x = thread_events[k]
+        if x.ts >= end:
+            break
+        inner.append((x.ts, min(x.ts + x.dur, end)))
+        if id(x) in anchor_index:
+            enclosed.append(anchor_index[id(x)])
+    own, cursor = [], e.ts
+    for a, b in sorted(inner):
+        if a > cursor:
+            own.append((cursor, a))
+        cursor = max(cursor, b)
+    if end > cursor:
+        own.append((cursor, end))
+    return own, enclosed
 
 
 def remove_waiting_between_ops(result: CallTime, after_children: list, work: dict[int, tuple[float, float]],

@@ -60,28 +60,11 @@ class NodeRows:
         ctrl_deps = with_kernels(
             pa.ListArray.from_arrays(pa.array(ctrl_offsets, pa.int32()), pa.array(ctrl_values, pa.uint64())),
             kernel_ctrl)
-        # data_deps: tensor flow and waits, minus what ctrl_deps already says
-        readers, writers = self.data
-        keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
-        unique = deps.sorted_unique(readers[keep] * (n_host + 1) + writers[keep])
-        readers, writers = unique // (n_host + 1), unique % (n_host + 1)
-        parent_ids = host_ids[writers]
-        if self.device_deps:  # a host node after a synchronisation waits for device work
-            readers = np.r_[readers, [row for row, _ in self.device_deps]].astype(np.int64)
-            parent_ids = np.r_[parent_ids, [kernel for _, kernel in self.device_deps]].astype(parent_ids.dtype)
-        order = np.lexsort((parent_ids, readers))
-        readers, parent_ids = readers[order], parent_ids[order]
-        data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
+        data_offsets, parent_ids = self._data_deps(host_ids)
         data_deps = with_kernels(
             pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(parent_ids, pa.uint64())),
             [[k[2]] for k in kernels])
-        # gathered chunk by chunk (no concatenated copy of all the text first)
-        io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and n_host else None
-        inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
-        outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
-        for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
-            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
-            inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
+        inputs, outputs = self._io(host)
         on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
         return pa.table({
             "id": with_kernels(pa.array(host_ids, pa.uint64()), [k[0] for k in kernels]),
@@ -107,6 +90,37 @@ class NodeRows:
             "stream": with_kernels(pa.nulls(n_host, pa.int64()), [k[1].stream for k in kernels]),
             "op_schema": with_kernels(pa.array(host.op_schemas, pa.string()).take(pa.array(index))),
         })
+
+
+    def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, parent ids) of the host rows' data_deps: tensor flow and waits, minus what
+        ctrl_deps already says."""
+        n_host = len(self.host_index)
+        readers, writers = self.data
+        keep = writers != self.ctrl[readers] if len(readers) else np.zeros(0, bool)
+        unique = deps.sorted_unique(readers[keep] * (n_host + 1) + writers[keep])
+        readers, writers = unique // (n_host + 1), unique % (n_host + 1)
+        parent_ids = host_ids[writers]
+        if self.device_deps:  # a host node after a synchronisation waits for device work
+            readers = np.r_[readers, [row for row, _ in self.device_deps]].astype(np.int64)
+            parent_ids = np.r_[parent_ids, [kernel for _, kernel in self.device_deps]].astype(parent_ids.dtype)
+        order = np.lexsort((parent_ids, readers))
+        readers, parent_ids = readers[order], parent_ids[order]
+        data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
+        return data_offsets, parent_ids
+
+    def _io(self, host: HostTrace) -> tuple[pa.Array, pa.Array]:
+        """The host rows' inputs and outputs, gathered chunk by chunk (no concatenated copy of all
+        the text first), with the rows whose inputs were rewritten spliced in."""
+        index = self.host_index
+        io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and len(index) \
+            else None
+        inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
+        outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
+        for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
+            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
+            inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
+        return inputs, outputs
 
 
 _IO = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.string())])

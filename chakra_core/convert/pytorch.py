@@ -435,18 +435,7 @@ class RankConversion:
         groups inferred across ranks; `job_groups` is the union of every rank's groups."""
         groups = job_groups or self.groups
         sim_names = simulator_names(groups)
-        for record in self.records:
-            if record.pg_name is None and resolved and record.index in resolved:
-                record.pg_name, record.pg_source = resolved[record.index]
-            if record.pg_name is None:
-                record.pg_name, record.pg_source = WORLD, "assumed world"
-        sources = Counter(r.pg_source for r in self.records)
-        if sources:
-            self.report.notes.append("process group of each communication op: " +
-                                     ", ".join(f"{n} from {s}" for s, n in sorted(sources.items())))
-        if sources.get("assumed world"):
-            self.report.notes.append(f"{sources['assumed world']} communication op(s) did not say their process"
-                                     " group and none could be inferred: assumed the world group")
+        self._name_groups(resolved)
         host, counts = self.host, self.report.counts
         role = np.asarray(self.role, np.int8)
         kept = (role == OP) | (role == META) | (role == ANCHOR) | (role == ANNOTATION)
@@ -498,22 +487,43 @@ class RankConversion:
             readers = np.r_[readers, [w[0] for w in waits]]
             writers = np.r_[writers, [w[1] for w in waits]]
         rows.data = (readers, writers)
+        self._count_nodes(types, len(own_nodes), comm_roles)
+        self._add_kernels(rows, counts)
+        rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
+        _keep_innermost_num_ops(rows, self.parent, host)
+        return rows.table(host), self._metadata(sim_names)
+
+    def _name_groups(self, resolved: dict[int, tuple[str, str]] | None) -> None:
+        """Every communication op's process group: its own, else one inferred across ranks
+        (`resolved`), else the world group; the report's notes say which came from where."""
+        for record in self.records:
+            if record.pg_name is None and resolved and record.index in resolved:
+                record.pg_name, record.pg_source = resolved[record.index]
+            if record.pg_name is None:
+                record.pg_name, record.pg_source = WORLD, "assumed world"
+        sources = Counter(r.pg_source for r in self.records)
+        if sources:
+            self.report.notes.append("process group of each communication op: " +
+                                     ", ".join(f"{n} from {s}" for s, n in sorted(sources.items())))
+        if sources.get("assumed world"):
+            self.report.notes.append(f"{sources['assumed world']} communication op(s) did not say their process"
+                                     " group and none could be inferred: assumed the world group")
+
+    def _count_nodes(self, types: np.ndarray, own_nodes: int, comm_roles: Counter) -> None:
+        """The report's counts of what the host nodes became."""
+        counts = self.report.counts
         counts["operators"] = int(np.count_nonzero(types == COMP))
         dropped = Counter(self.role)
         for role_kind, label in ((ROOT, "thread/process roots dropped"),
                                  (ANNOTATION, "process-group annotations kept as CPU nodes")):
             if dropped[role_kind]:
                 counts[label] = dropped[role_kind]
-        if dropped[WRAPPED] + dropped[GLOO] - len(own_nodes):
-            counts["nodes inside communication ops collapsed"] = dropped[WRAPPED] + dropped[GLOO] - len(own_nodes)
+        if dropped[WRAPPED] + dropped[GLOO] - own_nodes:
+            counts["nodes inside communication ops collapsed"] = dropped[WRAPPED] + dropped[GLOO] - own_nodes
         if own_nodes:
-            counts["gloo nodes kept as CPU nodes (a call's own duration)"] = len(own_nodes)
+            counts["gloo nodes kept as CPU nodes (a call's own duration)"] = own_nodes
         for label, n in sorted(comm_roles.items()):
             counts[f"communication: {label}"] = n
-        self._add_kernels(rows, counts)
-        rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
-        _keep_innermost_num_ops(rows, self.parent, host)
-        return rows.table(host), self._metadata(sim_names)
 
     def _add_comm(self, rows: NodeRows, row: int, i: int, op: comms.CommOp, record: CommRecord,
                   sim_names: dict[str, str], groups: ProcessGroups) -> int:
