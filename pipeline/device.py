@@ -5,20 +5,17 @@ chakra_core.analysis (JobAnalysis's device_* tables). Jobs without device kernel
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from chakra_core.analysis.device_time import CAUSES
 from chakra_core.analysis.facade import VARIANTS, JobAnalysis
 from chakra_core.analysis.predicted import prediction_system
-from chakra_core.format.job import Job
 
 VERDICT_FIGURES = ("span_ns", "busy_ns", "compute_ns", "busy_share", *(f"idle_{c}_ns" for c in CAUSES),
                    "exposed_comm_ns", "overlap", "launches", "launch_delay_p50_ns", "bound")
 
 
-def device_rows(job_id: str, tables: list[pa.Table], comm_groups: dict) -> tuple[list[dict], list[dict]]:
-    """(device_time rows, device_verdicts rows) of one job, without run_id."""
-    analysis = JobAnalysis(Job(tables, comm_groups, job_id))
+def device_rows(analysis: JobAnalysis) -> tuple[list[dict], list[dict]]:
+    """(device_time rows, device_verdicts rows) of one job (its Job's name is the job id), without run_id."""
+    job_id = analysis.job.name
     if not analysis.device_ranks:
         return [], []
     system = prediction_system(analysis.system)[1]

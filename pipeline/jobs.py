@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from chakra_core.analysis.stats import collective_rows, trace_row
+from chakra_core.analysis.facade import JobAnalysis
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table, write_table
-from chakra_core.format.job import groups_url, rank_url, read_comm_groups, write_comm_groups
+from chakra_core.format.job import Job, groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
 from pipeline.device import device_rows
 from pipeline.drop import sha256
@@ -155,17 +155,16 @@ def _summarise(job: JobInput, urls: list[str], paths: list[str], groups: str | N
                ) -> tuple[list[dict], pa.Table | None, tuple[list[dict], list[dict]]]:
     """traces rows (each with its published path), collectives and device time (device_rows)
     of the rank files at urls (with their communicator groups file)."""
-    rows, collectives, tables = [], [], []
-    for rank, (url, path) in enumerate(zip(urls, paths)):
-        table = read_table(url)
-        tables.append(table)
-        rows.append({"job_id": job.job_id, "rank": rank, "path": path, "source_format": job.trace_format,
-                     **trace_row(table)})
-        found = collective_rows(table)
-        collectives.append(found.add_column(0, "rank", pa.array([rank] * found.num_rows, pa.int32()))
-                           .add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())))
-    return (rows, pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else None,
-            device_rows(job.job_id, tables, read_comm_groups(groups) if groups else {}))
+    analysis = JobAnalysis(Job([read_table(url) for url in urls], read_comm_groups(groups) if groups else {},
+                               job.job_id))
+    rows = [{"job_id": job.job_id, "path": path, "source_format": job.trace_format, **row}
+            for path, row in zip(paths, analysis.trace_rows())]
+    collectives = None
+    if urls:
+        found = analysis.collectives()
+        collectives = found.add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())) \
+            .cast(SCHEMAS["collectives"])
+    return rows, collectives, device_rows(analysis)
 
 
 def _blame(exc: Exception, usable: list[InputFile]) -> tuple[InputFile | None, str]:

@@ -52,8 +52,12 @@ class JobAnalysis:
     def _collectives(self) -> list[pa.Table]:
         return [stats.collective_rows(table) for table in self.job.tables]
 
+    def trace_rows(self) -> list[dict]:
+        """traces() as rows (the figures keep their Python types: nested ones stay dicts)."""
+        return [{"rank": rank, **row} for rank, row in enumerate(self._trace_rows)]
+
     def traces(self) -> pa.Table:
-        return pa.Table.from_pylist([{"rank": rank, **row} for rank, row in enumerate(self._trace_rows)])
+        return pa.Table.from_pylist(self.trace_rows())
 
     def collectives(self) -> pa.Table:
         return pa.concat_tables([_with_rank(table, rank) for rank, table in enumerate(self._collectives)])
