@@ -67,7 +67,7 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
         return []
     launch_ts = {r.correlation: r.ts for r in runtime}
     launched = _LaunchedWork([(launch_ts[d.correlation], d) for d in eligible if d.correlation in launch_ts])
-    caller = _callers(operators, syncs)
+    caller = dict(zip(map(id, syncs), _callers(operators, syncs)))
     waits = []
     for call in syncs:
         op, waited_for = caller.get(id(call)), launched.last_ending_before(call.ts)
@@ -84,8 +84,8 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
     return waits
 
 
-def _callers(operators: list[CpuEvent], calls: list[RuntimeEvent]) -> dict[int, CpuEvent]:
-    """id(call) -> the innermost kept operator open when it was made (kineto.innermost_open), over
+def _callers(operators: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
+    """Per call, the innermost kept operator open when it was made (kineto.innermost_open), over
     the operators of the calls' threads only: synchronisations are few, operators many."""
     threads = {call.tid for call in calls}
     return innermost_open([e for e in operators if e.tid in threads], calls)
