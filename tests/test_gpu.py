@@ -9,13 +9,15 @@ import pytest
 from datapaths import DATASETS, REFERENCE_CONFIGS
 
 from chakra_core.cli import main
-from chakra_core.convert.devicesync import remove_waiting_for_device
+from chakra_core.convert.devicesync import communication_waits, remove_waiting_for_device
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.kineto import CpuEvent, DeviceEvent, RuntimeEvent
 from chakra_core.format.etfile import read_table
+from chakra_core.format.job import Job
 from chakra_core.replay.calibrate import time_shares, unprofiled_ns
 from chakra_core.replay.plan import recorded_ns
-from chakra_core.sim.config import DEFAULT_HOST_OVERHEAD_SYSTEM, load_system
+from chakra_core.sim.config import DEFAULT_HOST_OVERHEAD_SYSTEM, load_network, load_system
+from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import simulate_files
 
 GPU = DATASETS / "gpu-h200"
@@ -66,8 +68,12 @@ def test_the_backward_threads_wait_is_not_the_main_threads_own_time(converted):
 def test_the_two_rank_gloo_run_simulates_near_its_span_on_its_own_calibrated_network(converted, tmp_path):
     _, prefix = converted["mlp_gloo2"]
     assert main(["calibrate", prefix, "--npus", "2", "-o", str(tmp_path / "cal")]) == 0
-    simulated, _ = simulate_files(prefix, str(tmp_path / "cal" / "network.yml"), str(tmp_path / "cal" / "system.json"))
-    assert abs(simulated.finish_ns / _recorded(prefix, 2) - 1) < BOUND
+    network, calibrated = load_network(str(tmp_path / "cal" / "network.yml")), load_system(str(tmp_path / "cal" / "system.json"))
+    job = Job.read(prefix)
+    as_recorded = simulate(job, network, calibrated.model_copy(update={"host_overhead": None})).finish_ns
+    assert abs(as_recorded / _recorded(prefix, 2) - 1) < BOUND
+    predicted = simulate(job, network, calibrated).finish_ns  # its host model was fitted on this run's own steps
+    assert abs(predicted / unprofiled_ns(prefix, job.tables[0]) - 1) < 0.01
 
 
 def test_calibrated_on_the_one_gpu_runs_each_predicts_its_unprofiled_time(converted, tmp_path, capsys):
@@ -124,3 +130,15 @@ def test_the_host_overhead_key_round_trips_and_is_checked(tmp_path):
     written.write_text(json.dumps(bad))
     with pytest.raises(Exception, match="host-overhead"):
         load_system(str(written))
+
+
+def test_a_collective_on_the_device_waits_for_the_work_launched_before_it():
+    """NCCL's stream waits for an event recorded on the caller's stream when the collective is
+    called: work launched before it, not after."""
+    before = DeviceEvent("gemm", "kernel", 105.0, 145.0, 7, None, correlation=1)  # ends at 250
+    after = DeviceEvent("add", "kernel", 260.0, 5.0, 7, None, correlation=2)
+    launches = [RuntimeEvent(1, 101.0, 1, None, "cudaLaunchKernel", 3.0),
+                RuntimeEvent(1, 210.0, 2, None, "cudaLaunchKernel", 3.0)]
+    allreduce = CpuEvent("c10d::allreduce_", 1, 200.0, 30.0, None, 9)
+    assert communication_waits({9: allreduce}, launches, [before, after]) == {9: before}
+    assert communication_waits({9: allreduce}, launches, []) == {}

@@ -65,9 +65,8 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
     syncs = [r for r in runtime if r.name in SYNC_CALLS]
     if not syncs or not eligible:
         return []
-    launch_ts = {r.correlation: r.ts for r in runtime}
-    launched = _LaunchedWork([(launch_ts[d.correlation], d) for d in eligible if d.correlation in launch_ts])
-    caller = _callers(operators, syncs)
+    launched = _launched(runtime, eligible)
+    caller = dict(zip(map(id, syncs), _callers(operators, syncs)))
     waits = []
     for call in syncs:
         op, waited_for = caller.get(id(call)), launched.last_ending_before(call.ts)
@@ -84,8 +83,26 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
     return waits
 
 
-def _callers(operators: list[CpuEvent], calls: list[RuntimeEvent]) -> dict[int, CpuEvent]:
-    """id(call) -> the innermost kept operator open when it was made (kineto.innermost_open), over
+def communication_waits(anchors: dict[int, CpuEvent], runtime: list[RuntimeEvent],
+                        eligible: list[DeviceEvent]) -> dict[int, DeviceEvent]:
+    """anchor -> the last-ending device work launched before its communication op started, for
+    the ops whose work runs on the device (`anchors`: NCCL's kernels, gloo's copies of device
+    tensors). The communication stream waits for an event recorded on the caller's stream when
+    the op is called, so the collective starts only once the work launched before it has ended
+    (every stream counts here too: Kineto does not name the event's stream)."""
+    if not anchors or not eligible:
+        return {}
+    launched = _launched(runtime, eligible)
+    return {a: work for a, op in anchors.items() if (work := launched.last_ending_before(op.ts)) is not None}
+
+
+def _launched(runtime: list[RuntimeEvent], eligible: list[DeviceEvent]) -> _LaunchedWork:
+    launch_ts = {r.correlation: r.ts for r in runtime}
+    return _LaunchedWork([(launch_ts[d.correlation], d) for d in eligible if d.correlation in launch_ts])
+
+
+def _callers(operators: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
+    """Per call, the innermost kept operator open when it was made (kineto.innermost_open), over
     the operators of the calls' threads only: synchronisations are few, operators many."""
     threads = {call.tid for call in calls}
     return innermost_open([e for e in operators if e.tid in threads], calls)

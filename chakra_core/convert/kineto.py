@@ -283,28 +283,28 @@ def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
     """correlation -> the CPU operator whose code made the launch: the innermost operator open
     on the launching thread at the launch (newer traces also share an External id, older ones
     reuse the correlation number as External id, so containment is the one rule for both)."""
-    caller = innermost_open(kineto.cpu, kineto.runtime)
-    return {r.correlation: caller[id(r)] for r in kineto.runtime if id(r) in caller}
+    return {r.correlation: e for r, e in zip(kineto.runtime, innermost_open(kineto.cpu, kineto.runtime))
+            if e is not None}
 
 
-def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> dict[int, CpuEvent]:
-    """id(call) -> the innermost of `events` open on the call's thread when it was made."""
+def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
+    """For each call, the innermost of `events` open on its thread when it was made (None: none)."""
     by_thread: dict[int, list] = defaultdict(list)
     for e in events:
         by_thread[e.tid].append((e.ts, 0, -e.dur, e))
-    for r in calls:
-        by_thread[r.tid].append((r.ts, 1, 0.0, r))
-    found: dict[int, CpuEvent] = {}
+    for k, r in enumerate(calls):
+        by_thread[r.tid].append((r.ts, 1, k, r))
+    found: list[CpuEvent | None] = [None] * len(calls)
     for items in by_thread.values():
         items.sort(key=lambda x: (x[0], x[1], x[2]))
         stack: list[CpuEvent] = []
-        for ts, is_call, _, item in items:
+        for ts, is_call, k, item in items:
             while stack and stack[-1].ts + stack[-1].dur < ts:
                 stack.pop()
             if not is_call:
                 stack.append(item)
             elif stack:
-                found[id(item)] = stack[-1]
+                found[k] = stack[-1]
     return found
 
 

@@ -128,6 +128,7 @@ class RankConversion:
         self.thread_waits: list[threadwait.ThreadWait] = []  # a thread waiting for another's operators
         self.device_waits: list[devicesync.DeviceWait] = []  # a thread waiting for device work
         self.kernel_id_of: dict[int, int] = {}  # id(DeviceEvent) -> the id of its node
+        self.comm_waits: dict[int, DeviceEvent] = {}  # anchor -> device work its device-side work waits for
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
@@ -139,8 +140,12 @@ class RankConversion:
             cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
             self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
-            self.device_waits = devicesync.remove_waiting_for_device(
-                self.kineto.runtime, operators, [d for _, d in self._device_work()], self.call_time.totals)
+            eligible = [d for _, d in self._device_work()]
+            self.device_waits = devicesync.remove_waiting_for_device(self.kineto.runtime, operators, eligible,
+                                                                     self.call_time.totals)
+            self.comm_waits = devicesync.communication_waits(
+                {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}, self.kineto.runtime,
+                eligible)
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
         else:
@@ -489,7 +494,10 @@ class RankConversion:
         rows.data = (readers, writers)
         self._count_nodes(types, len(own_nodes), comm_roles)
         self._add_kernels(rows, counts)
+        device_waits += [(row_of_host[a], work) for a, work in self.comm_waits.items() if row_of_host[a] >= 0]
         rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
+        if self.comm_waits:
+            counts["communication ops after the device work launched before them"] = len(self.comm_waits)
         _keep_innermost_num_ops(rows, self.parent, host)
         return rows.table(host), self._metadata(sim_names)
 

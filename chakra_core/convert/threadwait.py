@@ -20,6 +20,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from chakra_core.convert.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
@@ -40,18 +42,17 @@ class _ThreadActivity:
     """One thread's kept operators: the merged spans of its top-level ones, and every start."""
 
     def __init__(self, events: list[CpuEvent]):
-        events = sorted(events, key=lambda e: (e.ts, -e.dur))
-        self.starts = [e.ts for e in events]
-        self.events = events
-        self.spans: list[tuple[float, float]] = []
-        for e in events:
-            end = e.ts + e.dur
-            if self.spans and e.ts <= self.spans[-1][1]:
-                if end > self.spans[-1][1]:
-                    self.spans[-1] = (self.spans[-1][0], end)
-            else:
-                self.spans.append((e.ts, end))
-        self.ends = [end for _, end in self.spans]
+        starts = np.fromiter((e.ts for e in events), np.float64, len(events))
+        ends = starts + np.fromiter((e.dur for e in events), np.float64, len(events))
+        order = np.lexsort((starts - ends, starts))  # by start, the longer (enclosing) first
+        starts, ends = starts[order], ends[order]
+        self.events = [events[k] for k in order.tolist()]
+        self.starts = starts.tolist()
+        reach = np.maximum.accumulate(ends)  # an operator starting past every earlier end opens a span
+        opens = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]]) if len(starts) else np.zeros(0, np.int64)
+        self.ends_array = np.maximum.reduceat(ends, opens) if len(opens) else np.zeros(0)
+        self.spans = list(zip(starts[opens].tolist(), self.ends_array.tolist()))
+        self.ends = self.ends_array.tolist()
 
     def last_end_in(self, a: float, b: float) -> float | None:
         """The end of the last span that ends in (a, b]."""
@@ -86,7 +87,7 @@ def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], 
     activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
     kept = {id(e) for e in operators}
     waits = []
-    for event, a, b in after_children:
+    for event, a, b in _resumed_soon_after_others(after_children, activity):
         if id(event) not in kept or (id(event), a) in skip:
             continue
         found = _wait_in(activity, event.tid, a, b)
@@ -97,6 +98,26 @@ def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], 
         totals["waiting for other threads"] += covered
         waits.append(ThreadWait(event.tid, b, waited_for, covered))
     return waits
+
+
+def _resumed_soon_after_others(stretches: list, activity: dict[int, _ThreadActivity]) -> list:
+    """The stretches in which another thread's span ends within RESUMED_AFTER_THREAD_US of the
+    stretch's end: the only ones that can be waits (found for all at once, the rest skipped)."""
+    if not stretches:
+        return []
+    events, a, b = zip(*stretches)
+    a, b = np.array(a), np.array(b)
+    number = {tid: k for k, tid in enumerate(activity)}
+    threads_of = np.fromiter((number.get(e.tid, -1) for e in events), np.int64, len(events))
+    last = np.full(len(stretches), -np.inf)
+    for tid, threads in activity.items():
+        ends = threads.ends_array
+        if not len(ends):
+            continue
+        k = np.searchsorted(ends, b, side="right") - 1
+        end = np.where(k >= 0, ends[np.maximum(k, 0)], -np.inf)
+        last = np.where((threads_of != number[tid]) & (end > a) & (end > last), end, last)
+    return [stretches[k] for k in np.flatnonzero(b - last <= RESUMED_AFTER_THREAD_US).tolist()]
 
 
 def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float) -> tuple[CpuEvent, float] | None:
