@@ -28,6 +28,7 @@ FORBIDDEN = {
     "chakra_core": ("pipeline", "flows", "tools", "ray", "prefect"),
     "pipeline": ("flows", "tools"),
     "flows": ("tools",),
+    "tools": ("pipeline", "flows", "ray", "prefect"),  # scripts that make data, with the library alone
 }
 
 
