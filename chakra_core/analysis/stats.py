@@ -33,7 +33,7 @@ from chakra_core.format.depgraph import (
     lookup,
     to_numpy,
 )
-from chakra_core.format.columns import COMM_TYPES
+from chakra_core.format.columns import COMM_TYPES, device_compute
 from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
 from chakra_core.format.normalize import normalize_table
 
@@ -157,7 +157,7 @@ def trace_row(table: pa.Table) -> dict:
     is_comp = pc.equal(types, COMP)
     is_coll = pc.equal(types, COLL)
     is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
-    on_npu = pc.and_(is_comp, pc.invert(pc.fill_null(table.column("is_cpu_op"), False)))
+    on_npu = device_compute(table)
     comp = table.filter(is_comp)
     names = comp.column("name").combine_chunks().dictionary_encode()
     classes = pa.array([op_class(n) for n in names.dictionary.to_pylist()], pa.string()).take(names.indices)

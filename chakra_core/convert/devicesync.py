@@ -39,7 +39,6 @@ class DeviceWait:
     tid: int
     resumed_at: float
     waited_for: DeviceEvent
-    waited_us: float
 
 
 class _LaunchedWork:
@@ -79,7 +78,7 @@ def remove_waiting_for_device(runtime: list[RuntimeEvent], operators: list[CpuEv
         waited = min(waited, op.exclusive)
         op.exclusive -= waited
         totals["waiting for the device"] += waited
-        waits.append(DeviceWait(call.tid, end, waited_for, waited))
+        waits.append(DeviceWait(call.tid, end, waited_for))
     return waits
 
 

@@ -190,14 +190,14 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
         first, last = bisect.bisect_right(ends, a), bisect.bisect_right(ends, b)
         if first == last or b - ends[last - 1] > RESUMED_AFTER_WORK_US:
             continue
-        waited = _covered(a, b, spans[first:last])
+        waited = covered_length(a, b, spans[first:last])
         event.exclusive -= waited
         result.totals["waiting for communication between operators"] += waited
         cut.add((id(event), a))
     return cut
 
 
-def _covered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+def covered_length(a: float, b: float, spans: list[tuple[float, float]]) -> float:
     """Length of [a, b) that the union of spans covers."""
     length, cursor = 0.0, a
     for start, end in sorted(spans):
@@ -273,7 +273,6 @@ def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
     totals, time_us = result.totals, {}
     host = sum(v for k, v in totals.items() if k.startswith("host time of "))
     between, blocked = totals.get("host time between steps", 0.0), totals.get("blocked", 0.0)
-    waiting = totals.get("waiting for communication between operators", 0.0)
     if between:
         time_us["host time between steps"] = round(between)
     left = [(what, totals.get(what, 0.0)) for what in ("waiting for communication between operators",

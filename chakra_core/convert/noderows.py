@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from chakra_core.convert import deps
 from chakra_core.convert.pytorch_et import ID_ATTRS, HostTrace
+from chakra_core.format.columns import IO_INFO_TYPE
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
 
@@ -115,12 +116,10 @@ class NodeRows:
         index = self.host_index
         io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and len(index) \
             else None
-        inputs = io.field("inputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
-        outputs = io.field("outputs").cast(_IO) if io is not None else pa.nulls(0, _IO)
+        inputs = io.field("inputs").cast(IO_INFO_TYPE) if io is not None else pa.nulls(0, IO_INFO_TYPE)
+        outputs = io.field("outputs").cast(IO_INFO_TYPE) if io is not None else pa.nulls(0, IO_INFO_TYPE)
         for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
-            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], _IO)
+            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], IO_INFO_TYPE)
             inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
         return inputs, outputs
 
-
-_IO = pa.struct([("values", pa.string()), ("shapes", pa.string()), ("types", pa.string())])

@@ -129,6 +129,7 @@ class RankConversion:
         self.device_waits: list[devicesync.DeviceWait] = []  # a thread waiting for device work
         self.kernel_id_of: dict[int, int] = {}  # id(DeviceEvent) -> the id of its node
         self.comm_waits: dict[int, DeviceEvent] = {}  # anchor -> device work its device-side work waits for
+        self.device_work: list[tuple[int, DeviceEvent]] = []  # (launcher index, event) of the device nodes
         if kineto is not None:
             self.linked = link(host.names, host.attr_columns["rf_id"], host.attr_columns["tid"], host.ids, kineto)
             self.report.notes.extend(self.linked.report.lines())
@@ -140,12 +141,12 @@ class RankConversion:
             cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
             self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
-            eligible = [d for _, d in self._device_work()]
+            self.device_work = self._device_work()
+            eligible = [d for _, d in self.device_work]
             self.device_waits = devicesync.remove_waiting_for_device(self.kineto.runtime, operators, eligible,
                                                                      self.call_time.totals)
-            self.comm_waits = devicesync.communication_waits(
-                {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}, self.kineto.runtime,
-                eligible)
+            in_comm = {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}
+            self.comm_waits = devicesync.communication_waits(in_comm, self.kineto.runtime, eligible)
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
         else:
@@ -563,10 +564,9 @@ class RankConversion:
     def _add_kernels(self, rows: NodeRows, counts: Counter) -> None:
         if not self.linked:
             return
-        folded = sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0)
-        if folded:
+        if folded := sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0):
             counts["device events folded into communication nodes"] = folded
-        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self._device_work()), key=lambda x: (x[0], x[1]))
+        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self.device_work), key=lambda x: (x[0], x[1]))
         next_id = (max(self.host.ids) + 1) if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chakra_core.convert.hosttime import covered_length
 from chakra_core.convert.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
@@ -35,7 +36,6 @@ class ThreadWait:
     tid: int
     resumed_at: float
     waited_for: CpuEvent
-    waited_us: float
 
 
 class _ThreadActivity:
@@ -59,13 +59,13 @@ class _ThreadActivity:
         k = bisect.bisect_right(self.ends, b) - 1
         return self.ends[k] if k >= 0 and self.ends[k] > a else None
 
-    def covered(self, a: float, b: float) -> list[tuple[float, float]]:
-        """The parts of [a, b) this thread's operators cover."""
+    def spans_in(self, a: float, b: float) -> list[tuple[float, float]]:
+        """This thread's spans that meet [a, b)."""
         out = []
         for start, end in self.spans[bisect.bisect_right(self.ends, a):]:
             if start >= b:
                 break
-            out.append((max(start, a), min(end, b)))
+            out.append((start, end))
         return out
 
     def last_started_by(self, t: float) -> CpuEvent | None:
@@ -96,7 +96,7 @@ def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], 
         waited_for, covered = found
         event.exclusive -= covered
         totals["waiting for other threads"] += covered
-        waits.append(ThreadWait(event.tid, b, waited_for, covered))
+        waits.append(ThreadWait(event.tid, b, waited_for))
     return waits
 
 
@@ -131,12 +131,7 @@ def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float)
             last_end, last_thread = end, threads
     if last_end is None or b - last_end > RESUMED_AFTER_THREAD_US:
         return None
-    spans = sorted(s for other, threads in activity.items() if other != tid for s in threads.covered(a, b))
-    covered, cursor = 0.0, a
-    for start, end in spans:
-        start = max(start, cursor)
-        if end > start:
-            covered += end - start
-            cursor = end
+    covered = covered_length(a, b, [s for other, threads in activity.items() if other != tid
+                                    for s in threads.spans_in(a, b)])
     waited_for = last_thread.last_started_by(last_end)
     return (waited_for, covered) if waited_for is not None and covered > 0 else None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chakra_core.format.nodetypes import NODE_TYPE_VALUES, NODE_TYPES  # noqa: F401  (re-exported)
 from chakra_core.format.schema import et_def_pb2 as pb
@@ -136,3 +137,10 @@ TRAILING_FIELDS: tuple[pa.Field, ...] = (
 )
 
 NODE_SCHEMA = pa.schema(NODE_FIELDS + ATTRIBUTE_FIELDS + TRAILING_FIELDS)
+
+
+def device_compute(table: pa.Table) -> pa.ChunkedArray:
+    """Per row, whether it is compute on the NPU (a COMP_NODE whose is_cpu_op is not true): the
+    kernels, copies and memsets of a converted GPU trace."""
+    return pc.and_(pc.equal(table.column("type"), pb.COMP_NODE),
+                   pc.invert(pc.fill_null(table.column("is_cpu_op"), False)))

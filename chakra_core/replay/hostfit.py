@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from chakra_core.format.job import Job
-from chakra_core.format.nodetypes import COMP
+from chakra_core.format.columns import device_compute
 from chakra_core.replay.calibrate import CalibrationError, unprofiled_ns, unprofiled_steps_of
 from chakra_core.sim.config import HostOverhead, NetworkConfig, SystemConfig
 from chakra_core.sim.engine import simulate
@@ -34,8 +34,7 @@ def has_device_work(job: Job) -> bool:
     """Whether any rank holds device compute (a converted GPU trace: COMP nodes off the CPU)."""
     import pyarrow.compute as pc
 
-    return any(pc.any(pc.and_(pc.equal(t.column("type"), COMP), pc.invert(pc.fill_null(t.column("is_cpu_op"), False))))
-               .as_py() for t in job.tables if t.num_rows)
+    return any(pc.any(device_compute(t)).as_py() for t in job.tables if t.num_rows)
 
 
 def host_model_jobs(jobs: list[tuple[str, Job]]) -> list[tuple[str, Job]]:

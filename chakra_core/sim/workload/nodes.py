@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.format.columns import NODE_TYPE_VALUES
+from chakra_core.format.columns import NODE_TYPE_VALUES, device_compute
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX
 from chakra_core.sim.config import NetworkConfig, SystemConfig
-from chakra_core.sim.decoded import (CPU, DO_COLLECTIVE, DO_COMPUTE, DO_INSTANT, DO_RECV, DO_REPLAY, DO_SEND, EXTENSIONS,
+from chakra_core.sim.decoded import (CPU, DO_COLLECTIVE, DO_COMPUTE, DO_INSTANT, DO_RECV, DO_REPLAY, DO_SEND,
                                       GPU_COMM, GPU_COMPUTE, NO_SLOT, Node)
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.memory.local import LocalMemory
@@ -98,8 +98,7 @@ class NodeDecoder:
     def _launches(table: pa.Table, ids: np.ndarray) -> list[int]:
         """Per row, the device work it launched: the device compute nodes whose first data
         dependency it is (the converter lists a kernel's launcher there)."""
-        device = pc.and_(pc.equal(table.column("type"), COMP), pc.invert(pc.fill_null(table.column("is_cpu_op"), False)))
-        firsts = pc.list_element(pc.filter(table.column("data_deps"), device), 0) if table.num_rows else pa.array([])
+        firsts = pc.list_element(pc.filter(table.column("data_deps"), device_compute(table)), 0) if table.num_rows else pa.array([])
         launchers = pc.drop_null(firsts).to_numpy(zero_copy_only=False).astype(np.int64)
         counts = dict(zip(*np.unique(launchers, return_counts=True))) if len(launchers) else {}
         return [int(counts.get(node_id, 0)) for node_id in ids.tolist()]
