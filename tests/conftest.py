@@ -55,8 +55,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def s3_server():
     """A moto S3 server on 127.0.0.1 (a random free port) for the whole session; yields its endpoint URL."""
-    server_mod = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
+    from moto import server as server_mod
+    import s3fs  # noqa: F401  (needed: a missing dependency fails, not skips)
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 
 def _free_port() -> int:

@@ -245,7 +245,7 @@ def test_ray_cluster_required_keys(ray_cluster):
 
 
 def test_ray_cluster_matches_rays_schema(ray_cluster):
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     ray = package_dir("ray")
     if ray is None or not (ray / "autoscaler" / "ray-schema.json").is_file():
         pytest.skip("Ray's cluster schema (ray/autoscaler/ray-schema.json) is not installed")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("prefect")
+import ray
+import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("matplotlib")
+import matplotlib  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from datapaths import MICROBENCHMARKS  # noqa: E402
 

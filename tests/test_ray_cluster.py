@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from conftest import _free_port, s3_env
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("prefect")
+import ray
+import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from chakra_core.replay import launch
 from chakra_core.replay.launch import replay_job
 from chakra_core.replay.plan import ReplayError, plan_rank, recorded_ns
 
-pytest.importorskip("torch.distributed")
+import torch.distributed  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 
 def _converted(tmp_path_factory, run: str, prefix: str) -> str:

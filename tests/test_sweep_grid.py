@@ -147,8 +147,8 @@ def test_the_reference_system_file_is_the_reference_system():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("prefect")
+    import ray
+    import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
     from pipeline.cluster import start_ray
 
     ray.shutdown()

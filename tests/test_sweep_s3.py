@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("prefect")
+import ray
+import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate

@@ -70,7 +70,7 @@ def test_converted_jobs_are_made_once_and_simulate(tmp_path):
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray = pytest.importorskip("ray")
+    import ray
     from pipeline.cluster import start_ray
 
     ray.shutdown()
