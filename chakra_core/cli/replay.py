@@ -43,10 +43,10 @@ def cmd_replay(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from chakra_core.format.job import Job
-    from chakra_core.replay.calibrate import fit_per_kind, measure, samples_from_tables, write_calibration
+    from chakra_core.replay.calibrate import fit_per_kind, measure, samples_from_jobs, write_calibration
 
     jobs = [(prefix, Job.read(prefix, comm_groups=args.comm_group)) for prefix in args.workloads]
-    samples = [s for _, job in jobs for s in samples_from_tables(job.tables, job.comm_groups, job.npus)]
+    samples = samples_from_jobs([job for _, job in jobs])
     if args.measure:
         samples += measure(args.npus, kinds=tuple(args.kinds.split(",")))
     result = _fit_network(samples, jobs)

@@ -88,14 +88,9 @@ def time_shares(spans: list[tuple[float, float]]) -> list[float]:
             for start, duration in spans]
 
 
-def samples_from_jobs(prefixes: list[str], comm_group: str | None = None) -> list[tuple]:
-    """(kind, N, S, ns) of the timed collectives of every job `<prefix>.<rank>.et` (groups from
-    comm_group, else `<prefix>.comm_groups.json` where it exists): Job.read."""
-    found = []
-    for prefix in prefixes:
-        job = Job.read(prefix, comm_groups=comm_group)
-        found += samples_from_tables(job.tables, job.comm_groups, job.npus)
-    return found
+def samples_from_jobs(jobs: list[Job]) -> list[tuple]:
+    """(kind, N, S, ns) of the timed collectives of every job (read with its communicator groups)."""
+    return [sample for job in jobs for sample in samples_from_tables(job.tables, job.comm_groups, job.npus)]
 
 
 def compute_scale(prefix: str, measured_ns: float | None = None) -> float:
