@@ -2,8 +2,8 @@
 
 The nightly flow simulates each job on a sweep file's systems (`load_sweep`, `simulate_row`);
 an ad hoc sweep (flows/sweep.py) runs batches of one job's points (`simulate_batch`). Both
-read sweep files with pipeline/sweep_file.py, whose points carry the simulator's configuration
-objects, and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
+read sweep files with pipeline/sweep_file.py into SimulatedSystems (the simulator's configuration
+objects, pipeline/simulated_system.py) and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
 and simulates every point on the same node tables.
 """
 
@@ -12,49 +12,30 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.sim import reference
-from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
-from pipeline.sweep_file import Point, cost_of, load_sweep_file
+from pipeline.simulated_system import SimulatedSystem
+from pipeline.sweep_file import load_sweep_file
 from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
 
 DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml")
 INT64_MAX = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class SystemSpec:
-    """A system of the sweep as the simulator's configuration objects (picklable: a Ray worker on
-    any node simulates it without the driver's checkout or files)."""
-
-    name: str
-    network: NetworkConfig | None  # None: the native ring, a Ring of the job's own rank count
-    system: SystemConfig
-    mode: str = "unaware"
-    scaling: str = "weak"
-
-
-def load_sweep(path: str | None = None) -> list[SystemSpec]:
+def load_sweep(path: str | None = None) -> list[SimulatedSystem]:
     """The systems of a sweep file (pipeline/sweep_file.py: named systems and grids)."""
-    return [spec_of(p) for p in load_sweep_file(path or DEFAULT_SWEEP).points]
+    return load_sweep_file(path or DEFAULT_SWEEP).points
 
 
-def spec_of(p: Point) -> SystemSpec:
-    if p.system_config is None or (p.network is not None and p.network_config is None):
-        raise ValueError(f"{p.name}: a point without its configuration objects (load_sweep_file makes them)")
-    return SystemSpec(p.name, p.network_config, p.system_config, p.mode, p.scaling)
-
-
-def reference_spec(systems: list[SystemSpec]) -> SystemSpec:
+def reference_system(systems: list[SimulatedSystem]) -> SimulatedSystem:
     """The sweep's native-ring entry (the reference system of synthesis and selection), or the
     reference system itself when the sweep has none."""
     return next((s for s in systems if s.network is None),
-                SystemSpec("reference", None, reference.reference_system()))
+                SimulatedSystem("reference", None, reference.reference_system()))
 
 
 # where the time of the NPU that finishes last went (sim/breakdown.py): the columns add up to finish_ns
@@ -62,26 +43,26 @@ PARTS = {"compute": "compute_ns", "host": "host_ns", "memory": "memory_ns", "com
          "idle": "idle_ns"}
 
 
-def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, spec: SystemSpec) -> dict:
+def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, on: SimulatedSystem) -> dict:
     """One sim_results row: the job read from `<prefix>.<rank>.et` and its groups file (none when
     that does not exist), scaled to the network's NPU count, on one system."""
     groups = comm_groups if comm_groups and exists(comm_groups) else None
-    return simulate_job(job_id, lambda: read_job(prefix, ranks, groups), ranks, spec)
+    return simulate_job(job_id, lambda: read_job(prefix, ranks, groups), ranks, on)
 
 
-def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, spec: SystemSpec) -> dict:
+def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: SimulatedSystem) -> dict:
     """One sim_results row: a job of `ranks` traced ranks in memory (or what reads it) on one
     system. The simulator leaves the job's tables as they are (scaling makes new ones), so one
     Job serves every system of a batch."""
-    network = spec.network or reference.reference_network(ranks)
+    network = on.network_for(ranks)
     npus = network.npus
-    row = {"job_id": job_id, "system": spec.name, "topology": "x".join(d.topology.value for d in network.dims),
+    row = {"job_id": job_id, "system": on.name, "topology": on.topology,
            "npus": npus, "traced_npus": ranks, "status": "ok", "error": None, "finish_ns": None,
            "max_compute_ns": None, "max_cpu_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None,
            **dict.fromkeys(PARTS.values()), "astra_exposed_comm_ns": None}
     try:
-        result = simulate(job if isinstance(job, Job) else job(), network, spec.system, mode=spec.mode,
-                          scaling=spec.scaling, traced_npus=ranks if ranks != npus else None)
+        result = simulate(job if isinstance(job, Job) else job(), network, on.system, mode=on.mode,
+                          scaling=on.scaling, traced_npus=ranks if ranks != npus else None)
     except (ChakraError, ValueError) as exc:  # what the model cannot run is a result, not a crash
         row.update(status="not simulated", error=str(exc))
         return row
@@ -99,7 +80,7 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, spec: Sy
     return row
 
 
-def simulate_batch(job: SweepJob, points: list[Point], cost: dict[str, float]) -> list[dict]:
+def simulate_batch(job: SweepJob, points: list[SimulatedSystem], cost: dict[str, float]) -> list[dict]:
     """A sweep_results row per point: the job read once into this worker's memory (read_sweep_job),
     then simulated on each point; a job that cannot be read fails every point of the batch."""
     try:
@@ -109,10 +90,10 @@ def simulate_batch(job: SweepJob, points: list[Point], cost: dict[str, float]) -
     return [_sweep_row(job, loaded, p, cost) for p in points]
 
 
-def _sweep_row(job: SweepJob, loaded: Job, p: Point, cost: dict[str, float]) -> dict:
+def _sweep_row(job: SweepJob, loaded: Job, p: SimulatedSystem, cost: dict[str, float]) -> dict:
     start = time.perf_counter()
-    row = simulate_job(job.job_id, loaded, job.npus, spec_of(p))
-    row.update(_sweep_columns(job, p), cost=cost_of(cost, p.network, row["npus"]),
+    row = simulate_job(job.job_id, loaded, job.npus, p)
+    row.update(_sweep_columns(job, p), cost=p.cost(cost, row["npus"]),
                seconds=time.perf_counter() - start)
     too_large = next((k for k, v in row.items() if isinstance(v, int) and not -INT64_MAX <= v <= INT64_MAX), None)
     if too_large:  # e.g. a bandwidth near 0: a time no int64 column holds
@@ -121,14 +102,13 @@ def _sweep_row(job: SweepJob, loaded: Job, p: Point, cost: dict[str, float]) -> 
     return row
 
 
-def failed_row(job: SweepJob, p: Point, error: str, cost: dict[str, float]) -> dict:
+def failed_row(job: SweepJob, p: SimulatedSystem, error: str, cost: dict[str, float]) -> dict:
     """The row of a point that could not run at all."""
     npus = p.npus or job.npus
     return {"job_id": job.job_id, "system": p.name, "npus": npus, "traced_npus": job.npus, "status": "failed",
-            "error": error, "topology": "x".join(p.network["topology"]) if p.network else "Ring",
-            "cost": cost_of(cost, p.network, npus), **_sweep_columns(job, p)}
+            "error": error, "topology": p.topology, "cost": p.cost(cost, npus), **_sweep_columns(job, p)}
 
 
-def _sweep_columns(job: SweepJob, p: Point) -> dict:
+def _sweep_columns(job: SweepJob, p: SimulatedSystem) -> dict:
     return {"origin": job.origin, "job_sha256": job.sha256, "point_key": p.key, "mode": p.mode,
-            "scaling": p.scaling, **(p.params or {})}
+            "scaling": p.scaling, **p.params}

@@ -23,28 +23,26 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
-from chakra_core.sim.config import (
-    ASTRA_SIM_NETWORK_KEYS,
-    ASTRA_SIM_SYSTEM_KEYS,
-    NetworkConfig,
-    SystemConfig,
-    network_from_document,
-    read_document,
-    system_from_document,
+from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, network_from_document, read_document, system_from_document
+from pipeline.simulated_system import (
+    NETWORK_KEYS,
+    OPTIONS,
+    PER_DIMENSION_SYSTEM_KEYS,
+    SimulatedSystem,
+    column_name,
+    condition_values,
+    network_values,
+    parameter_columns,
 )
 from pipeline.sweep_where import Condition, parse_where
 
 DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
 REFERENCE = "reference"  # a named system's (or the grid's) system: chakra_core/sim/reference.py's
-NETWORK_KEYS = tuple(ASTRA_SIM_NETWORK_KEYS)  # topology, npus_count, bandwidth, latency
-PER_DIMENSION_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
-                             "reduce-scatter-implementation", "all-to-all-implementation")
-OPTIONS = {"mode": ("unaware", "aware"), "scaling": ("weak", "strong")}
 GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS)
 COST_KEYS = ("npus", "bandwidth")
 FILE_KEYS = ("systems", "grid", "system", "network", "where", "cost")
@@ -59,62 +57,43 @@ class SweepError(ChakraError):
 
 
 @dataclass(frozen=True)
-class Point:
-    """One system of the sweep. `network` maps ASTRA-sim's network keys to one entry per
-    dimension (None: a Ring of the job's own rank count); `params` are its parameter columns.
-    `network_config` and `system_config` are the simulator's objects of the two, made by its
-    loaders when the sweep file is read (picklable: what a Ray worker simulates)."""
+class _Draft:
+    """A system as the sweep file spells it (network and system documents under ASTRA-sim's keys),
+    before the simulator's loaders make its objects: grids are expanded and pruned in this form, so
+    that a combination `where` removes is never built (nor refused for a value over a limit)."""
 
     name: str
-    network: dict | None
+    network: dict | None  # None: a native ring
     system: dict
     mode: str = "unaware"
     scaling: str = "weak"
-    params: dict | None = None
-    key: str = ""  # sha256 of the configuration: with the job's hash, what a re-run skips
-    network_config: NetworkConfig | None = field(default=None, compare=False, repr=False)  # None: a native ring
-    system_config: SystemConfig | None = field(default=None, compare=False, repr=False)
+    swept: tuple[str, ...] = ()
 
     @property
-    def npus(self) -> int | None:
-        return math.prod(self.network["npus_count"]) if self.network else None
+    def key(self) -> str:
+        text = json.dumps([self.network, self.system, self.mode, self.scaling], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def where_values(self) -> dict:
-        """What `where` conditions see: the parameter columns, total_npus, dims, mode and scaling."""
-        dims = len(self.network["topology"]) if self.network else 1
-        return {**(self.params or {}), "total_npus": self.npus, "dims": dims, "mode": self.mode,
-                "scaling": self.scaling}
-
-
-def point(name: str, network: dict | None, system: dict, mode: str = "unaware", scaling: str = "weak",
-          params: dict | None = None) -> Point:
-    """A Point with its key."""
-    text = json.dumps([network, system, mode, scaling], sort_keys=True)
-    return Point(name, network, system, mode, scaling, params or {}, hashlib.sha256(text.encode()).hexdigest())
+        params = parameter_columns({**(self.network or {}), **self.system}, self.swept)
+        npus = math.prod(self.network["npus_count"]) if self.network else None
+        return condition_values(params, npus, len(self.network["topology"]) if self.network else 1, self.mode,
+                                self.scaling)
 
 
 @dataclass(frozen=True)
 class Sweep:
-    points: list[Point]
+    points: list[SimulatedSystem]
     where: list[Condition]  # the conditions on traced_npus, checked per job (the others pruned the grid)
     columns: list[str]  # the parameter columns, in grid order
     cost: dict[str, float]
 
-    def points_for(self, traced_npus: int) -> list[Point]:
+    def points_for(self, traced_npus: int) -> list[SimulatedSystem]:
         """The points a job of `traced_npus` ranks is simulated on."""
         if not self.where:
             return self.points
         return [p for p in self.points
                 if all(c.holds({**p.where_values(), "traced_npus": traced_npus}) for c in self.where)]
-
-
-def cost_of(rates: dict[str, float], network: dict | None, npus: int) -> float | None:
-    """npus x (cost.npus + cost.bandwidth x the sum of the dimensions' GB/s): a price per NPU and
-    per GB/s of each of its links (a native ring: the reference bandwidth); None without rates."""
-    if not rates:
-        return None
-    bandwidth = sum(network["bandwidth"]) if network else reference.BANDWIDTH_GBPS
-    return npus * (rates.get("npus", 0.0) + rates.get("bandwidth", 0.0) * bandwidth)
 
 
 def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
@@ -135,15 +114,15 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
     if "grid" in document:
         points += _grid_points(path, base, document, [c for c in conditions if not c.uses("traced_npus")],
                                max_points)
-    unique: dict[str, Point] = {}
+    unique: dict[str, _Draft] = {}
     for p in points:  # one of each configuration (grids may overlap), the first kept
         unique.setdefault(p.key, p)
-    points = list(unique.values())
-    if not points:
+    drafts = list(unique.values())
+    if not drafts:
         raise SweepError(f"{path}: where: no point of the grid meets every condition; nothing would be simulated")
-    if len(points) > max_points:
-        raise SweepError(f"{path}: {len(points):,} points exceed the limit of {max_points:,} (--max-points raises it)")
-    points = _configured(path, points)
+    if len(drafts) > max_points:
+        raise SweepError(f"{path}: {len(drafts):,} points exceed the limit of {max_points:,} (--max-points raises it)")
+    points = _configured(path, drafts)
     columns = _in_order(list(dict.fromkeys(c for p in points for c in p.params)))
     return Sweep(points, [c for c in conditions if c.uses("traced_npus")], columns,
                  _cost(path, document.get("cost")))
@@ -169,12 +148,8 @@ def _in_order(columns: list[str]) -> list[str]:
     return sorted(columns, key=lambda c: (keys.index(split(c)[0]), split(c)[1]))
 
 
-def column_name(key: str) -> str:
-    return key.replace("-", "_")
-
-
 def _read(path: str, base: str, name: str, what: str) -> dict:
-    """A network or system file named in the sweep file (relative to it), or the reference system."""
+    """A network or system document named in the sweep file (relative to it), or the reference system's."""
     if what == "system" and name == REFERENCE:
         return dict(reference.SYSTEM)
     url = name if "://" in name or os.path.isabs(name) else f"{base}/{name}"
@@ -182,13 +157,18 @@ def _read(path: str, base: str, name: str, what: str) -> dict:
         document = read_document(url)[1]
     except ChakraError as exc:
         raise SweepError(f"{path}: {what} {name}: {exc}") from None
-    if what == "network" and isinstance(document.get("dims"), list):  # the project's form: ASTRA-sim's keys
-        return {key: [d.get(field) if isinstance(d, dict) else None for d in document["dims"]]
-                for key, field in ASTRA_SIM_NETWORK_KEYS.items()}
     return document
 
 
-def _named_points(path: str, base: str, systems) -> list[Point]:
+def _base_network(path: str, base: str, name: str) -> dict:
+    """A grid's base network under ASTRA-sim's keys (a file in the project's form read through its object)."""
+    document = _read(path, base, name, "network")
+    if "dims" not in document:
+        return document  # ASTRA-sim's keys; it may give only some of them
+    return network_values(_made(path, name, "network", document, network_from_document))
+
+
+def _named_points(path: str, base: str, systems) -> list[_Draft]:
     if systems is None:
         return []
     if not isinstance(systems, list) or not all(isinstance(s, dict) for s in systems):
@@ -200,7 +180,7 @@ def _named_points(path: str, base: str, systems) -> list[Point]:
             raise SweepError(f"{path}: systems[{i}]: {missing[0]}: missing (each system has name, network, system)")
         network = None if entry["network"] == NATIVE_RING else _read(path, base, entry["network"], "network")
         options = {k: _option(path, f"systems[{i}].{k}", entry[k]) for k in OPTIONS if k in entry}
-        points.append(point(str(entry["name"]), network, _read(path, base, entry["system"], "system"), **options))
+        points.append(_Draft(str(entry["name"]), network, _read(path, base, entry["system"], "system"), **options))
     names = [p.name for p in points]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -215,13 +195,13 @@ def _option(path: str, key: str, value) -> str:
     return value
 
 
-def _grid_points(path: str, base: str, document: dict, conditions: list[Condition], max_points: int) -> list[Point]:
+def _grid_points(path: str, base: str, document: dict, conditions: list[Condition], max_points: int) -> list[_Draft]:
     grids = document["grid"] if isinstance(document["grid"], list) else [document["grid"]]
     system = _read(path, base, document.get("system", REFERENCE), "system")
-    network = _read(path, base, document["network"], "network") if "network" in document else {}
+    network = _base_network(path, base, document["network"]) if "network" in document else {}
     for i, grid in enumerate(grids):
         _check_grid(path, f"grid[{i}]" if len(grids) > 1 else "grid", grid)
-    swept = list(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
+    swept = tuple(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
     points = []
     for i, grid in enumerate(grids):
         where = f"grid[{i}]" if len(grids) > 1 else "grid"
@@ -255,8 +235,8 @@ def _check_grid(path: str, where: str, grid) -> None:
 
 
 def _grid_point(path: str, where: str, values: dict, base_network: dict, base_system: dict,
-                swept: list[str]) -> Point:
-    """The point of one combination. A list is a value per dimension; a single value (or a
+                swept: tuple[str, ...]) -> _Draft:
+    """The system of one combination. A list is a value per dimension; a single value (or a
     base file's one-entry list) is every dimension's."""
     network_values = {k: values[k] if k in values else _every_dimension(base_network.get(k, NETWORK_DEFAULTS.get(k)))
                       for k in NETWORK_KEYS}
@@ -268,15 +248,9 @@ def _grid_point(path: str, where: str, values: dict, base_network: dict, base_sy
     for key in PER_DIMENSION_SYSTEM_KEYS:
         if key in system:
             system[key] = _spread(system[key] if key in values else _every_dimension(system[key]), dims)
-    params = {}
-    for key in swept:
-        if key in NETWORK_KEYS or key in PER_DIMENSION_SYSTEM_KEYS:
-            params.update({f"{column_name(key)}_{d}": v for d, v in enumerate((network | system).get(key) or [])})
-        else:
-            params[column_name(key)] = system.get(key)
     name = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in values.items())
     options = {k: values[k] for k in OPTIONS if k in values}
-    return point(name, network, system, params=params, **options)
+    return _Draft(name, network, system, swept=swept, **options)
 
 
 def _every_dimension(value):
@@ -302,21 +276,21 @@ def _spread(value, dims: int) -> list:
     return list(value) if isinstance(value, list) else [value] * dims
 
 
-def _configured(path: str, points: list[Point]) -> list[Point]:
-    """The points with their network and system objects, each distinct configuration made once by
+def _configured(path: str, drafts: list[_Draft]) -> list[SimulatedSystem]:
+    """The systems with their network and system objects, each distinct configuration made once by
     the simulator's own validation (so that a bad value is found before any simulation, named by
     its key)."""
-    made: dict[str, NetworkConfig | SystemConfig] = {}
+    made: dict[str, object] = {}
 
-    def config(p: Point, what: str, document: dict, make):
+    def config(p: _Draft, what: str, document: dict, make):
         text = json.dumps([what, document], sort_keys=True)
         if text not in made:
             made[text] = _made(path, p.name, what, document, make)
         return made[text]
 
-    return [replace(p, network_config=None if p.network is None else config(p, "network", p.network,
-                                                                             network_from_document),
-                    system_config=config(p, "system", p.system, system_from_document)) for p in points]
+    return [SimulatedSystem(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
+                            config(p, "system", p.system, system_from_document), p.mode, p.scaling, p.swept, p.key)
+            for p in drafts]
 
 
 def _made(path: str, name: str, what: str, document: dict, make):

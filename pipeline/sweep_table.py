@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 
 from chakra_core.outputs import open_output
 from pipeline.layout import filesystem, join, sweep_table_dir
-from pipeline.sweep_file import Point, SweepError
+from pipeline.simulated_system import SimulatedSystem
+from pipeline.sweep_file import SweepError
 from pipeline.tables import SCHEMAS
 
 EXTRA = pa.schema([
@@ -40,12 +41,12 @@ def sweep_folder(warehouse: str, name: str, date: str | None = None) -> str:
     return sweep_table_dir(warehouse, name, date)
 
 
-def schema(columns: list[str], points: list[Point]) -> pa.Schema:
+def schema(columns: list[str], points: list[SimulatedSystem]) -> pa.Schema:
     """The table's schema for a sweep with these parameter columns (their types from the points' values)."""
     params = []
     for column in columns:
         key = column.rpartition("_")[0]
-        values = [p.params.get(column) for p in points if p.params]
+        values = [p.params[column] for p in points if column in p.params]
         params.append((column, FIXED_TYPES.get(key) or _inferred(values)))
     return pa.schema([*SCHEMAS["sweep_results"], *EXTRA, *params])
 

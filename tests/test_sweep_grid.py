@@ -3,7 +3,6 @@ expanded and checked, then simulated on local Ray over small generated jobs, res
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from chakra_core.generate.workloads import generate
 from chakra_core.sim import reference
 from chakra_core.sim.config import load_system
+from pipeline.simulated_system import network_values
 from pipeline.sweep_file import SweepError, load_sweep_file
 from pipeline.sweep_jobs import Sources
 from pipeline.sweep_run import batches, plan
@@ -59,8 +59,9 @@ def test_a_grid_is_every_combination_named_from_its_values(tmp_path):
     assert len(sweep.points) == 12 and sweep.columns == ["topology_0", "npus_count_0", "bandwidth_0"]
     first = sweep.points[0]
     assert first.name == "topology=Ring npus_count=4 bandwidth=50"
-    assert first.network == {"topology": ["Ring"], "npus_count": [4], "bandwidth": [50], "latency": [500.0]}
-    assert first.system == json.loads(RING_SYSTEM.read_text())
+    assert network_values(first.network) == {"topology": ["Ring"], "npus_count": [4], "bandwidth": [50.0],
+                                             "latency": [500.0]}
+    assert first.system == load_system(str(RING_SYSTEM))
     assert len({p.key for p in sweep.points}) == 12
 
 
@@ -73,13 +74,13 @@ grid:
 where: ["total_npus <= 64", "bandwidth_1 <= bandwidth_0", "total_npus >= traced_npus"]
 cost: {bandwidth: 0.01, npus: 1}
 """))
-    ring_switch = [p for p in sweep.points if p.network["topology"] == ["Ring", "Switch"]]
+    ring_switch = [p for p in sweep.points if p.topology == "RingxSwitch"]
     # a single value is every dimension's; 16 x 16 NPUs is pruned; [100, 100] passes bandwidth_1 <= bandwidth_0
-    assert {(tuple(p.network["npus_count"]), tuple(p.network["bandwidth"])) for p in ring_switch} == {
-        ((4, 4), (100, 100)), ((4, 4), (200, 50))}
-    assert all(p.system["all-reduce-implementation"] in (["ring", "ring"], ["direct", "direct"]) for p in ring_switch)
+    assert {tuple((d.npus, d.bandwidth_gbps) for d in p.network.dims) for p in ring_switch} == {
+        ((4, 100), (4, 100)), ((4, 200), (4, 50))}
+    assert all([i.name for i in p.system.all_reduce] in (["ring", "ring"], ["direct", "direct"]) for p in ring_switch)
     assert "bandwidth_1" in sweep.columns and "all_reduce_implementation_1" in sweep.columns
-    ring = next(p for p in sweep.points if p.network["topology"] == ["Ring"])  # the reference system's, filled in
+    ring = next(p for p in sweep.points if p.topology == "Ring")  # the reference system's, filled in
     assert ring.params["all_reduce_implementation_0"] == "ring" and ring.params.get("bandwidth_1") is None
     assert [c.text for c in sweep.where] == ["total_npus >= traced_npus"]  # checked per job
     assert len(sweep.points_for(16)) < len(sweep.points_for(4))
@@ -112,7 +113,7 @@ def test_where_is_parsed_not_evaluated(tmp_path):
         load_sweep_file(_sweep_file(tmp_path, "grid: {npus_count: [8]}\nwhere: ['__import__(\"os\")']"))
     sweep = load_sweep_file(_sweep_file(tmp_path, "grid: {npus_count: [8], topology: [Ring, Switch]}\n"
                                                    "where: ['topology_0 != Switch']"))
-    assert [p.network["topology"] for p in sweep.points] == [["Ring"]]
+    assert [p.topology for p in sweep.points] == ["Ring"]
 
 
 def test_the_point_limit_refuses(tmp_path, jobs):

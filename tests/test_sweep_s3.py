@@ -15,7 +15,7 @@ import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
 from pipeline.cluster import start_ray
-from pipeline.simulation import simulate_job, spec_of
+from pipeline.simulation import simulate_job
 from pipeline.sweep_file import load_sweep_file
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def test_a_sweep_of_s3_jobs_into_an_s3_warehouse(tmp_path, ray_on_s3, capsys):
     point = next(p for p in load_sweep_file(str(sweep_file)).points if p.name == "topology=Ring npus_count=4 bandwidth=50")
     written = [r for r in table.to_pylist() if r["job_id"] == "tf4" and r["point_key"] == point.key]
     local_job = Job.read(str(local / "tf4" / "tf4"))
-    assert len(written) == 1 and written[0]["finish_ns"] == simulate_job("tf4", local_job, 4, spec_of(point))["finish_ns"]
+    assert len(written) == 1 and written[0]["finish_ns"] == simulate_job("tf4", local_job, 4, point)["finish_ns"]
 
     assert _main(*argv) == 0  # the re-run finds every (job, point) done and writes nothing
     assert "0 simulations (0 ok), 12 already done" in capsys.readouterr().out
