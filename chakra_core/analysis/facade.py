@@ -30,14 +30,19 @@ VARIANTS = ("recorded", "predicted")
 
 class JobAnalysis:
     """`system`: the system file of the device analysis's predicted variant (predicted.py);
-    `predict` False leaves that variant out (e.g. for a job of which some ranks are missing)."""
+    `predict` False leaves that variant out (e.g. for a job of which some ranks are missing).
+    `ranks`: the rank of each of the job's tables when it holds only some of them (default 0..N-1);
+    every table is labelled with it."""
 
     def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM,
-                 predict: bool = True):
+                 predict: bool = True, ranks: list[int] | None = None):
         self.job = job
         self.prefix = prefix or job.name  # how findings name a rank's file
         self.system = system
+        self.predict = predict
         self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
+        self.ranks = list(range(job.npus)) if ranks is None else ranks
+        self._tables = dict(zip(self.ranks, job.tables))
 
     @classmethod
     def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
@@ -54,36 +59,39 @@ class JobAnalysis:
 
     def trace_rows(self) -> list[dict]:
         """traces() as rows (the figures keep their Python types: nested ones stay dicts)."""
-        return [{"rank": rank, **row} for rank, row in enumerate(self._trace_rows)]
+        return [{"rank": rank, **row} for rank, row in zip(self.ranks, self._trace_rows)]
 
     def traces(self) -> pa.Table:
         return pa.Table.from_pylist(self.trace_rows())
 
     def collectives(self) -> pa.Table:
-        return pa.concat_tables([_with_rank(table, rank) for rank, table in enumerate(self._collectives)])
+        return pa.concat_tables([_with_rank(table, rank) for rank, table in zip(self.ranks, self._collectives)])
 
     def findings(self) -> pa.Table:
-        rows = [{"rank": rank, **finding.to_dict()} for rank, table in enumerate(self.job.tables)
+        rows = [{"rank": rank, **finding.to_dict()} for rank, table in self._tables.items()
                 for finding in validate.validate_table(table, rank_url(self.prefix, rank))]
         return pa.Table.from_pylist(rows, schema=FINDINGS_SCHEMA)
 
+    def summary_figures(self) -> dict:
+        """summary() as a dict (nested figures stay dicts and lists)."""
+        return stats.job_stats(dict(zip(self.ranks, self._trace_rows)), dict(zip(self.ranks, self._collectives)))
+
     def summary(self) -> pa.Table:
         """The job's cross-rank figures as one row; nested figures are JSON text."""
-        figures = stats.job_stats(dict(enumerate(self._trace_rows)), dict(enumerate(self._collectives)))
         row = {"job": self.job.name, "ranks": self.job.npus,
-               **{key: json.dumps(value) if isinstance(value, (dict, list)) else value for key, value in figures.items()}}
+               **{key: json.dumps(value) if isinstance(value, (dict, list)) else value
+                  for key, value in self.summary_figures().items()}}
         return pa.Table.from_pylist([row])
-
 
     @cached_property
     def device_ranks(self) -> list[int]:
         """The ranks whose traces hold device kernels (the device analysis covers those)."""
-        return [rank for rank, table in enumerate(self.job.tables) if device_work.has_device_work(table)]
+        return [rank for rank, table in self._tables.items() if device_work.has_device_work(table)]
 
     @cached_property
     def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
         """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
-        tables = self.job.tables
+        tables = self._tables
         work = {"recorded": {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
                              for r in self.device_ranks}, "predicted": {}}
         if self.device_ranks and self.prediction_error is None:

@@ -21,32 +21,31 @@ COMMANDS = {
 
 
 def cmd_stats(args) -> int:
-    import pyarrow as pa
-
     from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
-    from chakra_core.analysis.stats import collective_rows, job_stats, stragglers, trace_row
+    from chakra_core.analysis.stats import stragglers
     from chakra_core.format.etfile import read_table
-    from chakra_core.format.job import split_rank_url
-
-    def statistics(url: str) -> tuple[dict, pa.Table, pa.Table]:
-        table = read_table(url)
-        return {"path": url, **trace_row(table)}, collective_rows(table), table
 
     args.system = args.system or PREDICTION_SYSTEM
     prediction_system(args.system)  # a bad system file is bad input before any trace is read
-    measured, failed = per_file(args.inputs, "stats", "statistics of traces", statistics)
-    rows, by_job = [row for _, (row, _, _) in measured], {}
-    for url, (row, collectives, _) in measured:
-        _note_set_aside(row)
-        if rank_file := split_rank_url(url):
-            by_job.setdefault(rank_file[0], {})[rank_file[1]] = (row, collectives)
-    gpu, busy = _gpu_objects({url: table for url, (_, _, table) in measured}, args.system)
+    tables, failed = per_file(args.inputs, "stats", "statistics of traces", read_table)
+    by_url, jobs, notes = {}, [], []
+    for prefix, analysis, urls in _analyses(dict(tables), args.system):
+        gpu = analysis.gpu()
+        if analysis.device_ranks and analysis.prediction_error:
+            why = analysis.prediction_error if analysis.predict else "give every rank of the job"
+            notes.append(f"chakra stats: {prefix}: no predicted device time: {why}")
+        for row in analysis.trace_rows():
+            rank = row.pop("rank")
+            by_url[urls[rank]] = {"path": urls[rank], **row, "gpu": gpu.get(rank)}
+        if len(urls) > 1:
+            busy = {rank: figures["busy_ns"] for rank, figures in gpu.items()}
+            jobs.append({"job": prefix, **analysis.summary_figures(), "device_stragglers": stragglers(busy)})
+    rows = [by_url[url] for url, _ in tables]
     for row in rows:
-        row["gpu"] = gpu.get(row["path"])
+        _note_set_aside(row)
+    for note in notes:
+        print(note, file=sys.stderr)
     status = EXIT_BAD_INPUT if failed else EXIT_OK
-    jobs = [{"job": prefix, **job_stats({r: v[0] for r, v in ranks.items()}, {r: v[1] for r, v in ranks.items()}),
-             "device_stragglers": stragglers(busy.get(prefix, {}))}
-            for prefix, ranks in sorted(by_job.items()) if len(ranks) > 1]
     if args.json:
         print_json({"traces": rows, "jobs": jobs})
     elif args.csv:
@@ -57,11 +56,10 @@ def cmd_stats(args) -> int:
     return status
 
 
-def _gpu_objects(tables: dict, system: str | None) -> tuple[dict[str, dict], dict[str, dict[int, int]]]:
-    """url -> the device analysis (JobAnalysis.gpu) of each trace with device work, and per job
-    its ranks' device busy time. The ranks of one job are analysed together; the predicted
-    variant needs every rank of the job (a note on stderr says when it is left out)."""
-    from chakra_core.analysis.device_work import has_device_work
+def _analyses(tables: dict, system: str | None):
+    """(prefix, JobAnalysis, rank -> url) per job of the traces given, in prefix order: the rank
+    files of one job (<prefix>.<rank>.et) are analysed together, a file outside that layout alone.
+    The predicted device time needs every rank of the job."""
     from chakra_core.analysis.facade import JobAnalysis
     from chakra_core.format.job import Job, groups_url, read_comm_groups, split_rank_url
 
@@ -69,21 +67,12 @@ def _gpu_objects(tables: dict, system: str | None) -> tuple[dict[str, dict], dic
     for url in tables:
         prefix, rank = split_rank_url(url) or (url, 0)
         jobs.setdefault(prefix, {})[rank] = url
-    by_url, busy = {}, {}
     for prefix, urls in sorted(jobs.items()):
-        if not any(has_device_work(tables[u]) for u in urls.values()):
-            continue
+        ranks = sorted(urls)
         whole = _whole_job(prefix, urls)
         groups = groups_url(prefix)
-        job = Job([tables[urls[r]] for r in sorted(urls)], read_comm_groups(groups) if whole and _exists(groups) else {})
-        analysis = JobAnalysis(job, prefix, system, predict=whole)
-        figures = analysis.gpu()
-        by_url.update({urls[sorted(urls)[index]]: gpu for index, gpu in figures.items()})
-        busy[prefix] = {sorted(urls)[index]: gpu["busy_ns"] for index, gpu in figures.items()}
-        if analysis.prediction_error:
-            why = "give every rank of the job" if not whole else analysis.prediction_error
-            print(f"chakra stats: {prefix}: no predicted device time: {why}", file=sys.stderr)
-    return by_url, busy
+        job = Job([tables[urls[r]] for r in ranks], read_comm_groups(groups) if whole and _exists(groups) else {})
+        yield prefix, JobAnalysis(job, prefix, system, predict=whole, ranks=ranks), urls
 
 
 def _whole_job(prefix: str, urls: dict[int, str]) -> bool:
