@@ -3,7 +3,6 @@ errors that name the file and the thing, analyses that degrade gracefully, atomi
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil

@@ -11,9 +11,8 @@ from datapaths import GLOO
 
 from chakra_core.format.job import read_comm_groups
 from chakra_core.generate.builder import JobBuilder
-from chakra_core.replay import launch
 from chakra_core.replay.launch import replay_job
-from chakra_core.replay.plan import ReplayError, plan_rank, recorded_ns
+from chakra_core.replay.plan import ReplayError, plan_rank, recorded_ns, with_all_to_all_sizes
 
 import torch.distributed  # noqa: F401  (needed: a missing dependency fails, not skips)
 
@@ -100,7 +99,7 @@ def test_an_uneven_all_to_all_replays_with_each_members_bytes(tmp_path):
     from chakra_core.format.etfile import read_table
 
     plans = [plan_rank(read_table(f"{prefix}.{rank}.et"), "t") for rank in range(2)]
-    assert [s.sizes for s in launch._with_all_to_all_sizes(plans, {})[1]] == [(1 << 10, 3 << 12)]
+    assert [s.sizes for s in with_all_to_all_sizes(plans, {})[1]] == [(1 << 10, 3 << 12)]
     result = replay_job(prefix, iterations=1, warmup=0, compute="none", timeout_s=30)
     assert sorted((n["rank"], n["kind"], n["bytes"]) for n in result["nodes"]) == [
         (0, "all_to_all", 1 << 10), (1, "all_to_all", 3 << 12)]

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import socket
 import statistics
-from dataclasses import replace
 
 from chakra_core.format.job import Job, rank_url
-from chakra_core.replay.plan import ReplayError, Step, plan_rank, recorded_ns
+from chakra_core.replay.plan import ReplayError, Step, plan_rank, recorded_ns, with_all_to_all_sizes
 from chakra_core.replay.worker import run_ranks
 
 
@@ -43,7 +42,6 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     `chakra simulate` reads a job; `{}`: none).
     compute_scale multiplies every compute duration (the profiler's cost, `chakra calibrate
     --measured-ms`), as `chakra simulate --compute-scale` does."""
-    from chakra_core.replay.worker import run_ranks
     if compute not in ("sleep", "spin", "none"):
         raise ReplayError(f"--compute {compute!r}: expected sleep, spin or none")
     if not compute_scale > 0:
@@ -54,34 +52,10 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     chosen = job.comm_groups if comm_groups is None else comm_groups
     groups = {str(g): tuple(members) for g, members in sorted(chosen.items())}
     _check_groups(plans, groups, prefix)
-    plans = _with_all_to_all_sizes(plans, groups)
+    plans = with_all_to_all_sizes(plans, groups)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
                          timeout_s=timeout_s, port=_free_port())
     return {**_summary(prefix, plans, tables, outcomes), "compute_scale": compute_scale}
-
-
-def _with_all_to_all_sizes(plans: list[list[Step]], groups: dict[str, tuple[int, ...]]) -> list[list[Step]]:
-    """Each all_to_all with the bytes every member of its group sends: the k-th collective of a
-    group is the same call on each member (`chakra validate` checks the order)."""
-    world = tuple(range(len(plans)))
-    in_order: dict[tuple[int, str], list[int]] = {}  # (rank, group) -> plan positions of its collectives
-    for rank, plan in enumerate(plans):
-        for position, step in enumerate(plan):
-            if step.kind not in ("compute", "send", "recv"):
-                in_order.setdefault((rank, step.group), []).append(position)
-    out = [list(plan) for plan in plans]
-    for (rank, group), positions in in_order.items():
-        for k, position in enumerate(positions):
-            step = plans[rank][position]
-            if step.kind != "all_to_all":
-                continue
-            sizes = []
-            for member in groups.get(group, world):
-                theirs = in_order.get((member, group), [])
-                other = plans[member][theirs[k]] if k < len(theirs) else None
-                sizes.append(other.size if other is not None and other.kind == "all_to_all" else step.size)
-            out[rank][position] = replace(step, sizes=tuple(sizes))
-    return out
 
 
 def _check_groups(plans: list[list[Step]], groups: dict[str, tuple[int, ...]], prefix: str) -> None:

@@ -135,3 +135,27 @@ def pay_compute(due_ns: int, spin: bool) -> None:
 def worker_env() -> dict[str, str]:
     """Threads per rank: one, so that ranks sharing a machine do not fight over its cores."""
     return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def with_all_to_all_sizes(plans: list[list[Step]], groups: dict[str, tuple[int, ...]]) -> list[list[Step]]:
+    """Each all_to_all with the bytes every member of its group sends: the k-th collective of a
+    group is the same call on each member (`chakra validate` checks the order)."""
+    world = tuple(range(len(plans)))
+    in_order: dict[tuple[int, str], list[int]] = {}  # (rank, group) -> plan positions of its collectives
+    for rank, plan in enumerate(plans):
+        for position, step in enumerate(plan):
+            if step.kind not in ("compute", "send", "recv"):
+                in_order.setdefault((rank, step.group), []).append(position)
+    out = [list(plan) for plan in plans]
+    for (rank, group), positions in in_order.items():
+        for k, position in enumerate(positions):
+            step = plans[rank][position]
+            if step.kind != "all_to_all":
+                continue
+            sizes = []
+            for member in groups.get(group, world):
+                theirs = in_order.get((member, group), [])
+                other = plans[member][theirs[k]] if k < len(theirs) else None
+                sizes.append(other.size if other is not None and other.kind == "all_to_all" else step.size)
+            out[rank][position] = replace(step, sizes=tuple(sizes))
+    return out

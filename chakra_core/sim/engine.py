@@ -31,7 +31,8 @@ from chakra_core.sim.memory.local import LocalMemory
 from chakra_core.sim.network.aware import AwareFabric, WatchedFabric
 from chakra_core.sim.network.unaware import UnawareNetwork
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
-from chakra_core.sim.symmetry import Sharing, SymmetryBroken, find_sharing, links_apart
+from chakra_core.sim.sharing import Sharing, SymmetryBroken
+from chakra_core.sim.symmetry import find_sharing, links_apart
 from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.system.live import AwareCollectives
 from chakra_core.sim.system.matching import System, Unaware

@@ -25,45 +25,19 @@ job runs unshared (engine.simulate).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.sim.config import NetworkConfig
 from chakra_core.sim.network.aware import AwareFabric
+from chakra_core.sim.sharing import Sharing
 from chakra_core.sim.workload.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
 
 # the columns the simulator reads (workload/feeder.py, workload/nodes.py), besides those moved with the NPUs
 COMPARED = ("id", "data_deps", "ctrl_deps") + tuple(c for c in NodeDecoder.COLUMNS
                                                  if c not in ("pg_name", "comm_src", "comm_dst"))
 MOVED = ("pg_name", "comm_src", "comm_dst")
-
-
-class SymmetryBroken(Exception):
-    """A shared run whose mirrors did not run as their representatives: the job runs unshared."""
-
-
-@dataclass
-class Sharing:
-    """What a shared run simulates: `reps` (ascending), `rep_of[npu]`, and, per (representative,
-    its group), the mirrors that join the representative's collectives in groups holding a
-    representative, by their group: [(the mirrors' group, [mirror, ...]), ...] (group None:
-    every NPU)."""
-
-    npus: int
-    dims: tuple[int, ...]  # the network dimensions shared along
-    reps: list[int]
-    rep_of: list[int]
-    mirrors: dict[tuple, list[tuple[tuple | None, list[int]]]] = field(default_factory=dict)
-    groups: list[tuple[int, ...] | None] = field(default_factory=list)  # the job's, [0] None (every NPU)
-    sends: set[tuple[int, int]] = field(default_factory=set)  # (NPU, peer) of every send and receive
-    world: bool = False  # whether some collective runs over every NPU
-
-    def summary(self) -> dict:
-        """What `--json` says was shared."""
-        return {"simulated_npus": len(self.reps), "npus": self.npus, "dimensions": list(self.dims)}
 
 
 def find_sharing(tables: list[pa.Table], groups: dict[int, tuple[int, ...]], network: NetworkConfig,

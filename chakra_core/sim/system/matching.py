@@ -26,7 +26,7 @@ from chakra_core.sim.decoded import DO_COLLECTIVE, EXTENSIONS, Node
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.network.interface import Network
 from chakra_core.sim.results import NpuResult
-from chakra_core.sim.symmetry import Sharing, SymmetryBroken
+from chakra_core.sim.sharing import Sharing, SymmetryBroken
 from chakra_core.sim.system.collectives import CollectiveModel
 
 Members = dict[int, tuple[int, int]]  # a collective's members so far: npu -> (issue tick, node index)
