@@ -7,12 +7,16 @@ folder is refused in one line instead of hanging or reading forever; a symbolic 
 followed to what it names, which must be a regular file too. Gzip input (by its magic bytes)
 is inflated by `BoundedGzipFile`, which refuses a stream expanding beyond the `expansion`
 limit. Other stores (s3://, memory://) hold only regular objects and are opened by fsspec.
+Inside a `content_hashes()` block every raw file is also hashed as it is read, so that a caller
+who needs a file's contents and its sha256 reads it once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gzip
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -62,14 +66,131 @@ def _open_local(path: str, url: str) -> BinaryIO:
 
 @contextlib.contextmanager
 def open_raw(url: str) -> Iterator[BinaryIO]:
-    """The bytes of url as stored (no gunzipping): a regular local file or a remote object."""
+    """The bytes of url as stored (no gunzipping): a regular local file or a remote object.
+    Inside a `content_hashes()` block the bytes read are also hashed on their way."""
     fs, path = fsspec.core.url_to_fs(url)
-    if is_local(fs):
-        with _open_local(path, url) as f:
-            yield f
-        return
-    with fs.open(path, "rb") as f:
-        yield f
+    with (_open_local(path, url) if is_local(fs) else fs.open(path, "rb")) as f:
+        hashes = _HASHES.get()
+        yield f if hashes is None else _HashedReads(f, hashes.progress(_key(fs, path)))
+
+
+HASH_CHUNK = 1 << 20
+_HASHES: contextvars.ContextVar[InputHashes | None] = contextvars.ContextVar("input_hashes", default=None)
+
+
+def _key(fs, path: str) -> str:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return f"{protocol}://{path}"
+
+
+class _Digest:
+    """The sha256 of a file's first `length` bytes, extended by reads that reach past them."""
+
+    def __init__(self):
+        self.digest, self.length = hashlib.sha256(), 0
+        self.whole = False  # a read ended at the end of the file with every byte before it hashed
+
+    def saw(self, start: int, data, asked: int) -> None:
+        """`data` read at `start` for a request of `asked` bytes (-1: all): fewer is the file's end."""
+        if start <= self.length < start + len(data):
+            self.digest.update(memoryview(data)[self.length - start:])
+            self.length = start + len(data)
+        if (asked < 0 or len(data) < asked) and start + len(data) == self.length:
+            self.whole = True
+
+
+class InputHashes:
+    """The sha256 of the inputs read inside a `content_hashes()` block, taken from the bytes as
+    the readers read them, so that a caller who needs both the contents and the hash of a file
+    (the nightly job: the hash says whether it changed) reads it once."""
+
+    def __init__(self):
+        self._digests: dict[str, _Digest] = {}
+        self._done: dict[str, str] = {}
+
+    def progress(self, key: str) -> _Digest:
+        return self._digests.setdefault(key, _Digest())
+
+    def of(self, url: str) -> str:
+        """url's sha256: what the readers left unread (all of it, for a file nobody opened) is read now."""
+        fs, path = fsspec.core.url_to_fs(url)
+        key = _key(fs, path)
+        if key in self._done:
+            return self._done[key]
+        digest = self.progress(key)
+        token = _HASHES.set(None)
+        try:
+            if not digest.whole:
+                with open_raw(url) as f:
+                    f.seek(digest.length)
+                    while not digest.whole:
+                        digest.saw(digest.length, f.read(HASH_CHUNK), HASH_CHUNK)
+        finally:
+            _HASHES.reset(token)
+        self._done[key] = digest.digest.hexdigest()
+        return self._done[key]
+
+
+@contextlib.contextmanager
+def content_hashes() -> Iterator[InputHashes]:
+    """Hash every input opened in the block as it is read (InputHashes.of gives the hash)."""
+    token = _HASHES.set(InputHashes())
+    try:
+        yield _HASHES.get()
+    finally:
+        _HASHES.reset(token)
+
+
+class _HashedReads:
+    """A raw input file that feeds what is read from it to its _Digest. It has no fileno, so
+    that readers stream it rather than map it (a mapped read would pass the digest by)."""
+
+    def __init__(self, f: BinaryIO, digest: _Digest):
+        self._f, self._digest, self._position = f, digest, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self._advance(data, -1 if size is None else size)
+        return data
+
+    read1 = read
+
+    def readinto(self, buffer) -> int:
+        n = self._f.readinto(buffer)
+        self._advance(memoryview(buffer)[:n], len(memoryview(buffer)))
+        return n
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._f.readline(size)
+        self._advance(line, 0 if line.endswith(b"\n") else size)  # no newline: the end, or `size` reached
+        return line
+
+    def _advance(self, data, asked: int) -> None:
+        self._digest.saw(self._position, data, asked)
+        self._position += len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._position = self._f.seek(offset, whence)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._f.seekable()
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __iter__(self):
+        return iter(self.readline, b"")
 
 
 @contextlib.contextmanager

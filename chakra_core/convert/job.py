@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import fsspec
+import pyarrow as pa
 
 from chakra_core.convert import comms
 from chakra_core.convert.groups import WORLD, ProcessGroups, comm_group_document
@@ -51,6 +52,7 @@ class JobResult:
     unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
     input_notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
+    tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next
     source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
 
     def summary(self) -> dict:
@@ -99,7 +101,7 @@ def write_converted(job: Job, out_dir: str, prefix: str, source: dict, mismatche
     job_prefix = f"{out_dir}/{prefix}"
     result = JobResult(prefix, out_dir, list(range(job.npus)), [rank_url(job_prefix, r) for r in range(job.npus)],
                        groups_url(job_prefix), f"{job_prefix}.report.json", _rank_reports(job), list(mismatches), [],
-                       nodes=sum(t.num_rows for t in job.tables), source=source)
+                       nodes=sum(t.num_rows for t in job.tables), source=source, tables=job.tables)
 
     def write() -> None:
         job.write(out_dir, prefix)
@@ -147,6 +149,7 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
         write_table(table, url, metadata)
+        result.tables.append(table)
         result.reports.append(c.report.to_dict())
         result.nodes += table.num_rows
         result.host_nodes += c.report.host_nodes
