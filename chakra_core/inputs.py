@@ -7,7 +7,7 @@ folder is refused in one line instead of hanging or reading forever; a symbolic 
 followed to what it names, which must be a regular file too. Gzip input (by its magic bytes)
 is inflated by `BoundedGzipFile`, which refuses a stream expanding beyond the `expansion`
 limit. Other stores (s3://, memory://) hold only regular objects and are opened by fsspec.
-Inside a `content_hashes()` block every raw file is also hashed as it is read, so that a caller
+Inside a `content_hashes(urls)` block those files are also hashed as they are read, so that a caller
 who needs a file's contents and its sha256 reads it once.
 """
 
@@ -19,7 +19,7 @@ import gzip
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import fsspec
@@ -67,11 +67,11 @@ def _open_local(path: str, url: str) -> BinaryIO:
 @contextlib.contextmanager
 def open_raw(url: str) -> Iterator[BinaryIO]:
     """The bytes of url as stored (no gunzipping): a regular local file or a remote object.
-    Inside a `content_hashes()` block the bytes read are also hashed on their way."""
+    Inside a `content_hashes(urls)` block naming it, the bytes read are also hashed on their way."""
     fs, path = fsspec.core.url_to_fs(url)
     with (_open_local(path, url) if is_local(fs) else fs.open(path, "rb")) as f:
-        hashes = _HASHES.get()
-        yield f if hashes is None else _HashedReads(f, hashes.progress(_key(fs, path)))
+        hashes, key = _HASHES.get(), _key(fs, path)
+        yield _HashedReads(f, hashes.progress(key)) if hashes is not None and key in hashes.keys else f
 
 
 HASH_CHUNK = 1 << 20
@@ -100,11 +100,12 @@ class _Digest:
 
 
 class InputHashes:
-    """The sha256 of the inputs read inside a `content_hashes()` block, taken from the bytes as
-    the readers read them, so that a caller who needs both the contents and the hash of a file
-    (the nightly job: the hash says whether it changed) reads it once."""
+    """The sha256 of the files named to a `content_hashes(urls)` block, taken from the bytes as the
+    readers read them inside it, so that a caller who needs both the contents and the hash of a
+    file (the nightly job: the hash says whether it changed) reads it once."""
 
-    def __init__(self):
+    def __init__(self, urls: Iterable[str]):
+        self.keys = {_key(*fsspec.core.url_to_fs(url)) for url in urls}
         self._digests: dict[str, _Digest] = {}
         self._done: dict[str, str] = {}
 
@@ -112,7 +113,8 @@ class InputHashes:
         return self._digests.setdefault(key, _Digest())
 
     def of(self, url: str) -> str:
-        """url's sha256: what the readers left unread (all of it, for a file nobody opened) is read now."""
+        """The sha256 of one of the files: what the readers left unread (all of it, for a file
+        nobody opened) is read now."""
         fs, path = fsspec.core.url_to_fs(url)
         key = _key(fs, path)
         if key in self._done:
@@ -132,9 +134,10 @@ class InputHashes:
 
 
 @contextlib.contextmanager
-def content_hashes() -> Iterator[InputHashes]:
-    """Hash every input opened in the block as it is read (InputHashes.of gives the hash)."""
-    token = _HASHES.set(InputHashes())
+def content_hashes(urls: Iterable[str]) -> Iterator[InputHashes]:
+    """Hash these files as they are read in the block (InputHashes.of gives the hash); other
+    files are opened as usual (a local Chakra ET mapped rather than streamed)."""
+    token = _HASHES.set(InputHashes(urls))
     try:
         yield _HASHES.get()
     finally:

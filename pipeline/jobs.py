@@ -78,7 +78,7 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
     if job.problem is not None:  # nothing of it is opened
         outcome.rejects = [_reject(job, f, {}, "ingest", job.problem, run_id) for f in job.files]
         return outcome
-    with content_hashes() as read:  # each file read once: hashed as the conversion reads it
+    with content_hashes(f.url for f in job.files if f.problem is None) as read:  # hashed as they are read
         unusable = unusable_files(job)
         usable = [f for f in job.files if f.name not in unusable]
         out_dir = traces_dir(warehouse, date, job.job_id)
