@@ -3,7 +3,8 @@ new, obfuscated jobs for any NPU count (``chakra synthesize``).
 
 - ``master``, ``profile``, ``supersequence``: what a job is reduced to before fitting (its
   lossless master trace and per-node profile; pipeline stages merged into one program);
-- ``mixture``, ``model``: the fitted model (Gaussian mixtures, a Markov token chain);
+- ``mixture``, ``model``: the fitted model (Gaussian mixtures, a Markov token chain) and its
+  file; ``fit``: fitting it;
 - ``sample``: new jobs for any N; ``fidelity``: how faithful they are; ``synthesize``: the
   command's driver.
 
