@@ -120,7 +120,8 @@ def synthetic_jobs(model_url: str, npus: tuple[int, ...], count: int) -> list[Sw
     """`count` jobs per NPU count, clusters in their training proportions at that count (as
     chakra_core.synth.sample.sample_jobs draws them)."""
     from chakra_core.synth.model import ModelFileError, load_model
-    from chakra_core.synth.sample import allocate, cluster_weights
+    from chakra_core.synth.program import cluster_weights
+    from chakra_core.synth.sample import allocate
 
     if not npus or count < 1 or min(npus) < 2:
         raise SweepError("--synthetic needs --npus N[,N...] (each at least 2) and --count K (at least 1)")

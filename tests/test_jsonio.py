@@ -27,7 +27,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chakra_core.errors import ChakraFormatError
-from chakra_core.format import jsonio
 from chakra_core.format.etfile import encode_varint
 from chakra_core.format.jsonio import (
     et_to_json,
@@ -35,6 +34,7 @@ from chakra_core.format.jsonio import (
     node_from_dict,
     node_to_dict,
 )
+from chakra_core.format.protowire import iter_fields
 from chakra_core.format.schema import et_def_pb2 as pb
 
 FLT_MAX_BITS = b"\xff\xff\x7f\x7f"
@@ -414,10 +414,10 @@ def test_et_errors_pass_through(tmp_path):
 def test_wire_helpers_reject_garbage():
     for data in (b"\x08", b"\x0a\x05ab", b"\x00\x00", b"\x0b\x08\x01", b"\x0b\x14", b"\x0f", b"\xff" * 11):
         with pytest.raises(ValueError):
-            list(jsonio._iter_fields(data))
+            list(iter_fields(data))
     group = b"\x0b" * 101 + b"\x0c" * 101
     with pytest.raises(ValueError, match="too deep"):
-        list(jsonio._iter_fields(group))
+        list(iter_fields(group))
 
 
 # --------------------------------------------------------------------------------------------

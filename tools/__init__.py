@@ -1,3 +1,4 @@
 """Scripts that make the repository's data, run from the repository root: ``python -m
 tools.make_drop`` (a day's drop for the nightly flow) and ``python -m tools.collect``
-(recording PyTorch runs into datasets/pytorch-gloo). datasets/ holds data only."""
+(recording PyTorch runs into datasets/pytorch-gloo; ``programlog``: what a recorded run issued).
+datasets/ holds data only."""

@@ -33,8 +33,9 @@ from chakra_core.analysis.validate import validate_table
 from chakra_core.errors import ChakraError
 from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import JobMeasure, fidelity_report, measure_job
+from chakra_core.synth.fit import fit_model
 from chakra_core.synth.master import CrossRankError
-from chakra_core.synth.model import SynthModel, fit_model, load_model, save_model
+from chakra_core.synth.model import SynthModel, load_model, save_model
 from chakra_core.synth.profile import JobProfile, profile_job
 from chakra_core.synth.sample import (
     VOCABULARY,

@@ -46,7 +46,7 @@ from chakra_core.replay.calibrate import (  # noqa: E402
 from chakra_core.replay.launch import replay_job  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.files import simulate_files  # noqa: E402
-from tools import collect  # noqa: E402
+from tools import collect, programlog  # noqa: E402
 
 SCENARIOS = ("mlp_ddp", "transformer_ddp")
 WORLDS = (2, 4)
@@ -72,16 +72,16 @@ def ring(folder: Path, npus: int, bandwidth: float = 50.0, latency: float = 500.
 def simulated_step_ns(prefix: str, network: str, system: str, traced: int | None = None,
                       compute_scale: float = 1.0) -> float:
     result, _ = simulate_files(prefix, network, system, traced_npus=traced, compute_scale=compute_scale)
-    return result.finish_ns / collect.ACTIVE
+    return result.finish_ns / programlog.ACTIVE
 
 
 def recorded_step_ns(prefix: str, world: int) -> float:
-    return max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(world)) / collect.ACTIVE
+    return max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(world)) / programlog.ACTIVE
 
 
 def replayed_step_ns(prefix: str, compute_scale: float = 1.0) -> float:
     return replay_job(prefix, iterations=5, warmup=1, timeout_s=120, compute_scale=compute_scale)["median_ns"] / \
-        collect.ACTIVE
+        programlog.ACTIVE
 
 
 def contention(ranks: int) -> float:
