@@ -2,13 +2,15 @@
 
     .venv/bin/python tests/benchmarks/bench_gpu_prediction.py
 
-Converts each one-GPU run of datasets/gpu-h200/, then prints per run: the recorded span and the
-simulation as recorded (reference system, no model), and the error against the measured
-unprofiled time of three predictions: the baseline a user had before (--compute-scale from the
-same measurement: right total, every kernel shrunk too), the host-overhead model fitted on all
-runs, and the model fitted on the other runs alone (leave one out: the held-out error). Also
-the whole-process time of `chakra convert` of the gpt run. On a machine with a GPU it records
-two more runs first (tools/collect.py --device cuda) and predicts them too; folders given as
+Converts each one-GPU run of datasets/gpu-h200/ (gpt and mlp_tiny, which the shipped model was
+fitted on) and datasets/gpu-h200-heldout/ (three runs of tools/collect.py --device cuda it never
+saw), then prints per run: the recorded span and the simulation as recorded (reference system,
+no model), and the error against the measured unprofiled time of four predictions: the baseline
+a user had before (--compute-scale from the same measurement: right total, every kernel shrunk
+too), the shipped model (chakra_core/sim/defaults/gpu_host_overhead.json), the host-overhead
+model fitted on all runs, and the model fitted on the other runs alone (leave one out). Also the
+whole-process time of `chakra convert` of the gpt run. On a machine with a GPU it records two
+more runs first (tools/collect.py --device cuda) and predicts them too; folders given as
 arguments replace all of these.
 """
 
@@ -29,10 +31,16 @@ from chakra_core.format.job import Job  # noqa: E402
 from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_ns  # noqa: E402
 from chakra_core.replay.hostfit import fit_host_overhead, reference_ring  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
-from chakra_core.sim.config import HostOverhead, load_system, system_from_document  # noqa: E402
+from chakra_core.sim.config import (  # noqa: E402
+    DEFAULT_HOST_OVERHEAD_SYSTEM,
+    HostOverhead,
+    load_system,
+    system_from_document,
+)
 from chakra_core.sim.engine import simulate  # noqa: E402
 
-RUNS = [REPO / "datasets" / "gpu-h200" / name for name in ("gpt", "mlp_tiny")]
+RUNS = [REPO / "datasets" / "gpu-h200" / name for name in ("gpt", "mlp_tiny")] + sorted(
+    (REPO / "datasets" / "gpu-h200-heldout").iterdir())
 REFERENCE_SYSTEM = REPO / "datasets" / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
 
 
@@ -45,10 +53,11 @@ def main(runs: list[Path]) -> None:
         jobs.append((prefix, Job.read(prefix)))
     system = system_from_document("<calibrated>", system_json())
     reference = load_system(str(REFERENCE_SYSTEM))
+    shipped = load_system(DEFAULT_HOST_OVERHEAD_SYSTEM)
     everything = fit_host_overhead(jobs, reference_ring, system)
     print(f"fitted on all: scale {everything['scale']:.4f}, launch {everything['launch_ns'] / 1e3:.2f} us")
-    print(f"{'run':12} {'recorded':>10} {'as recorded':>12} {'compute-scale':>14} {'model, all':>11} "
-          f"{'model, others':>14}")
+    print(f"{'run':30} {'recorded':>10} {'as recorded':>12} {'compute-scale':>14} {'shipped model':>14} "
+          f"{'model, all':>11} {'model, others':>14}")
     for k, (prefix, job) in enumerate(jobs):
         measured = unprofiled_ns(prefix, job.tables[0])
         network = reference_ring(job.npus)
@@ -56,6 +65,7 @@ def main(runs: list[Path]) -> None:
         scaled = simulate(job, network, reference, compute_scale=compute_scale(prefix)).finish_ns
         model = HostOverhead(scale=everything["scale"], launch_ns=everything["launch_ns"])
         with_all = simulate(job, network, reference.model_copy(update={"host_overhead": model})).finish_ns
+        with_shipped = simulate(job, network, shipped).finish_ns
         others = [j for i, j in enumerate(jobs) if i != k]
         held_out = "-"
         if others:
@@ -63,8 +73,9 @@ def main(runs: list[Path]) -> None:
             alone = HostOverhead(scale=fit["scale"], launch_ns=fit["launch_ns"])
             held_out = f"{simulate(job, network, reference.model_copy(update={'host_overhead': alone})).finish_ns / measured - 1:+.1%}"
         span = max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(job.npus))
-        print(f"{Path(prefix).parent.name:12} {span / 1e6:9.2f}ms {as_recorded / span - 1:+11.1%} "
-              f"{scaled / measured - 1:+13.1%} {with_all / measured - 1:+10.1%} {held_out:>14}")
+        print(f"{Path(prefix).parent.name:30} {span / 1e6:9.2f}ms {as_recorded / span - 1:+11.1%} "
+              f"{scaled / measured - 1:+13.1%} {with_shipped / measured - 1:+13.1%} {with_all / measured - 1:+10.1%} "
+              f"{held_out:>14}")
     start = time.perf_counter()
     subprocess.run([str(REPO / ".venv" / "bin" / "chakra"), "convert", str(runs[0]), "-o", str(work / "timed")],
                    check=True, capture_output=True)
