@@ -70,17 +70,12 @@ def open_raw(url: str) -> Iterator[BinaryIO]:
     Inside a `content_hashes(urls)` block naming it, the bytes read are also hashed on their way."""
     fs, path = fsspec.core.url_to_fs(url)
     with (_open_local(path, url) if is_local(fs) else fs.open(path, "rb")) as f:
-        hashes, key = _HASHES.get(), _key(fs, path)
+        hashes, key = _HASHES.get(), fs.unstrip_protocol(path)
         yield _HashedReads(f, hashes.progress(key)) if hashes is not None and key in hashes.keys else f
 
 
-HASH_CHUNK = 1 << 20
+HASH_CHUNK = 4 << 20
 _HASHES: contextvars.ContextVar[InputHashes | None] = contextvars.ContextVar("input_hashes", default=None)
-
-
-def _key(fs, path: str) -> str:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return f"{protocol}://{path}"
 
 
 class _Digest:
@@ -105,9 +100,8 @@ class InputHashes:
     file (the nightly job: the hash says whether it changed) reads it once."""
 
     def __init__(self, urls: Iterable[str]):
-        self.keys = {_key(*fsspec.core.url_to_fs(url)) for url in urls}
+        self.keys = {_key(url) for url in urls}
         self._digests: dict[str, _Digest] = {}
-        self._done: dict[str, str] = {}
 
     def progress(self, key: str) -> _Digest:
         return self._digests.setdefault(key, _Digest())
@@ -115,22 +109,28 @@ class InputHashes:
     def of(self, url: str) -> str:
         """The sha256 of one of the files: what the readers left unread (all of it, for a file
         nobody opened) is read now."""
-        fs, path = fsspec.core.url_to_fs(url)
-        key = _key(fs, path)
-        if key in self._done:
-            return self._done[key]
-        digest = self.progress(key)
-        token = _HASHES.set(None)
-        try:
-            if not digest.whole:
+        digest = self.progress(_key(url))
+        if not digest.whole:
+            token = _HASHES.set(None)  # this read feeds the digest itself
+            try:
                 with open_raw(url) as f:
                     f.seek(digest.length)
                     while not digest.whole:
                         digest.saw(digest.length, f.read(HASH_CHUNK), HASH_CHUNK)
-        finally:
-            _HASHES.reset(token)
-        self._done[key] = digest.digest.hexdigest()
-        return self._done[key]
+            finally:
+                _HASHES.reset(token)
+        return digest.digest.hexdigest()
+
+
+def sha256(url: str) -> str:
+    """The content hash of a regular file (anything else is refused, as by open_raw)."""
+    return InputHashes([url]).of(url)
+
+
+def _key(url: str) -> str:
+    """One spelling of a file's URL (a path and its file:// URL are one file)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.unstrip_protocol(path)
 
 
 @contextlib.contextmanager

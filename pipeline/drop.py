@@ -1,5 +1,4 @@
-"""A day's drop, walked as untrusted: its job folders and files, each file's content hash, and
-what in it must not be opened.
+"""A day's drop, walked as untrusted: its job folders and files, and what in it must not be opened.
 
 The walk never leaves the day's folder and never opens what is not a regular file: on a local
 disk every entry is looked at without following it (lstat), and a symbolic link (dangling, to
@@ -13,16 +12,14 @@ in case is the same job dropped twice, and is rejected rather than processed and
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 
-from chakra_core.inputs import file_kind, is_local, open_raw
+from chakra_core.inputs import file_kind, is_local
 from chakra_core.terminal import printable
 from pipeline.ingest import InputFile, JobInput, kind_in_job
 from pipeline.layout import day_url, filesystem
 
-HASH_CHUNK = 4 << 20
 REGULAR_FILES_ONLY = "a drop holds regular files only; not read"
 
 
@@ -115,10 +112,3 @@ def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
     return jobs, loose
 
 
-def sha256(url: str) -> str:
-    """The content hash of a regular file (chakra_core.inputs refuses anything else)."""
-    digest = hashlib.sha256()
-    with open_raw(url) as f:
-        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

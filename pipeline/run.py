@@ -14,8 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from chakra_core.inputs import sha256
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
-from pipeline.drop import list_day, sha256
+from pipeline.drop import list_day
 from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.layout import remove, retried, staging_day

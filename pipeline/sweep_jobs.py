@@ -25,8 +25,8 @@ import fsspec
 from chakra_core.analysis.fleet import find_jobs
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, groups_url, read_comm_groups
+from chakra_core.inputs import sha256
 from chakra_core.outputs import open_output
-from pipeline.drop import sha256
 from pipeline.layout import filesystem, join
 from pipeline.sweep_file import SweepError
 from pipeline.tables import read_day

@@ -84,7 +84,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--copies-of-real", type=int, default=1)
     args = parser.parse_args()
-    from pipeline.drop import list_day, sha256
+    from chakra_core.inputs import sha256
+    from pipeline.drop import list_day
     from pipeline.jobs import process_job
     from tools.make_drop import make_drop
 
