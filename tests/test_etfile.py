@@ -144,10 +144,7 @@ def test_threaded_decoding_same_as_sequential(tmp_path):
     outputs = []
     for threads in (1, 4):
         with ETReader(str(tmp_path / "a.et")) as reader:
-            try:
-                batches = list(reader.iter_batches(threads=threads))
-            except TypeError:
-                pytest.skip("iter_batches has no threads parameter")
+            batches = list(reader.iter_batches(threads=threads))
         assert sum(b.num_rows for b in batches) == len(nodes)
         with ETWriter(str(tmp_path / f"t{threads}.et"), META) as writer:
             for b in batches:
