@@ -149,20 +149,20 @@ class ProgramLog:
 
     # -- point to point (peer = GLOBAL rank) -------------------------------------------------
     def send(self, t, dst, group=None, tag=0):
-        self.log("send", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=dst, tag=tag)
-        return dist.send(t, dst, group=group, tag=tag)
+        return self._point_to_point("send", dist.send, t, dst, group, tag)
 
     def recv(self, t, src, group=None, tag=0):
-        self.log("recv", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=src, tag=tag)
-        return dist.recv(t, src, group=group, tag=tag)
+        return self._point_to_point("recv", dist.recv, t, src, group, tag)
 
     def isend(self, t, dst, group=None, tag=0):
-        self.log("isend", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=dst, tag=tag)
-        return dist.isend(t, dst, group=group, tag=tag)
+        return self._point_to_point("isend", dist.isend, t, dst, group, tag)
 
     def irecv(self, t, src, group=None, tag=0):
-        self.log("irecv", group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=src, tag=tag)
-        return dist.irecv(t, src, group=group, tag=tag)
+        return self._point_to_point("irecv", dist.irecv, t, src, group, tag)
+
+    def _point_to_point(self, kind: str, call, t, peer: int, group, tag: int):
+        self.log(kind, group, nbytes=_nbytes(t), dtype=_dtype_name(t), numel=t.numel(), peer=peer, tag=tag)
+        return call(t, peer, group=group, tag=tag)
 
     def batch_isend_irecv(self, ops: list[tuple[str, torch.Tensor, int]], group=None, tag=0):
         """ops: [("isend"|"irecv", tensor, global peer)]; one entry per op, in list order."""
