@@ -26,7 +26,7 @@ import sys
 
 # first: it sets Prefect's environment
 from flows.stages import (CHECKOUT_SOURCE, CHECKOUT_WAREHOUSE, DEFAULT_SOURCE, DEFAULT_WAREHOUSE, StageFailed,
-                          from_cwd, in_checkout, run_stage)
+                          from_cwd, in_checkout, quiet_console, run_stage)
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
@@ -91,6 +91,8 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     except StageFailed as e:  # the run fails with the stage's line as its message, no second traceback
         return Failed(message=str(e))
     paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
+    changes = _changes(day)
+    _changes_artifact(date, changes)
     report = write_report(warehouse, date)
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
@@ -102,6 +104,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
                          None),
         "synthetic": _synthetic_summary(day),
+        "changes": changes,
         "ray_nodes": sorted(day.ray_nodes),
         "tables": paths,
         "report": report,
@@ -109,6 +112,24 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
                           summary["rejects"])
     return summary
+
+
+def _changes(day: DayResult) -> list[dict]:
+    """The night's flagged changes (the regressions table), worst first."""
+    columns = ("job_id", "metric", "before", "after", "change", "kind", "cause", "baseline_date")
+    rows = [{k: r[k] for k in columns} for r in day.tables["regressions"].to_pylist()]
+    for row in rows:
+        row["baseline_date"] = str(row["baseline_date"])
+    return sorted(rows, key=lambda r: (r["kind"] != "regression", -abs(r["change"] or 0), r["job_id"], r["metric"]))
+
+
+def _changes_artifact(date: str, changes: list[dict]) -> None:
+    """The flagged changes as a table artifact of the run (what the Prefect UI shows first)."""
+    from prefect.artifacts import create_table_artifact
+
+    create_table_artifact([{**c, "change": None if c["change"] is None else f"{c['change']:+.1%}"} for c in changes],
+                          key=f"fleet-changes-{date}",
+                          description=f"{len(changes)} flagged change(s) against each job's history on {date}")
 
 
 def _synthetic_summary(day: DayResult) -> dict:
@@ -159,15 +180,46 @@ def _print_summary(summary: dict) -> None:
                 console.print(f"  {group}: {verdict}")
     elif synthetic["error"]:
         console.print(f"synthesizer: no model ({synthetic['error']})")
-    console.print("tables:")
-    for name, path in summary["tables"].items():
-        console.print(f"  {name:16} {path}")
-    console.print(f"report: {summary['report']}")
+    console.print("tables: " + ", ".join(summary["tables"]) + " (under "
+                  + summary["tables"]["traces"].rsplit("/tables/", 1)[0] + "/tables/<table>/date=<day>/)")
+    _print_changes(console, summary["changes"])
+
+
+def _print_changes(console, changes: list[dict]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not changes:
+        console.print("changes against each job's history: none flagged")
+        return
+    table = Table("job", "metric", "before", "after", "change", "kind", "cause", box=None, pad_edge=False,
+                  title=f"{len(changes)} flagged change(s) against each job's history", title_justify="left")
+    for c in changes:
+        table.add_row(*(escape(str(c[k])) for k in ("job_id", "metric")), _figure(c["metric"], c["before"]),
+                      _figure(c["metric"], c["after"]), "" if c["change"] is None else f"{c['change']:+.1%}",
+                      c["kind"], escape(c["cause"]))
+    console.print(table)
+
+
+def _figure(metric: str, value: float | None) -> str:
+    """A metric's value as people read it: ms for times, MiB for bytes, % for shares."""
+    from chakra_core.analysis.history import unit
+
+    if value is None:
+        return ""
+    kind = unit(metric)
+    if kind == "ns":
+        return f"{value / 1e6:,.3f} ms"
+    if kind == "bytes":
+        return f"{value / 2**20:,.2f} MiB"
+    return f"{value:.1%}" if kind == "share" else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
-    parser.add_argument("--date", help="the day to process, YYYY-MM-DD (default: yesterday, UTC)")
+    parser.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+                        help="the day to process (default: yesterday, UTC); repeat it to process several days in "
+                             "turn, oldest first, in one Ray and Prefect session")
     parser.add_argument("--source", default=DEFAULT_SOURCE, type=from_cwd,
                         help="drops: SOURCE/<date>/<job>/... (any fsspec URL)")
     parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, type=from_cwd,
@@ -178,17 +230,23 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"representative jobs to choose (default {DEFAULT_REPRESENTATIVES})")
     parser.add_argument("--synthetic-jobs", type=int, default=JOBS_PER_NPU_COUNT, metavar="K",
                         help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
     from chakra_core.terminal import Progress
 
-    try:
-        with Progress(items=True) as progress:
-            summary = nightly(args.date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                              args.representatives, args.synthetic_jobs)
-    except FailedRun as e:  # a preflight refusal or a failed stage: its one line
-        print(f"nightly: {e}", file=sys.stderr)
-        return 2
-    _print_summary(summary)
+    quiet_console(args.verbose)
+    reports = []
+    for date in sorted(args.date or [None], key=lambda d: d or ""):
+        try:
+            with Progress(items=True) as progress:
+                summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
+                                  args.representatives, args.synthetic_jobs)
+        except FailedRun as e:  # a preflight refusal or a failed stage: its one line
+            print(f"nightly: {e}", file=sys.stderr)
+            return 2
+        _print_summary(summary)
+        reports.append(summary["report"])
+    print("report: " + "\nreport: ".join(reports))
     return 0
 
 

@@ -55,6 +55,20 @@ def _no_empty_traceback(record: logging.LogRecord) -> bool:
 logging.getLogger("prefect.task_runs").addFilter(_no_empty_traceback)
 
 
+def quiet_console(verbose: bool) -> None:
+    """On the command line, Prefect's and Ray's INFO lines only with -v: the console handlers
+    show warnings and errors, while a Prefect server still receives every log line."""
+    if verbose:
+        return
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in logging.root.manager.loggerDict)]
+    for handler in {h for lg in loggers if isinstance(lg, logging.Logger) for h in lg.handlers}:
+        if isinstance(handler, PrefectConsoleHandler):
+            handler.setLevel(logging.WARNING)
+    logging.getLogger("ray").setLevel(logging.ERROR)
+
+
 class StageFailed(Exception):
     """A stage failed; the message is its name and the one line of its failure."""
 

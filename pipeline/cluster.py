@@ -10,6 +10,7 @@ of a task but reject rows, so it is never retried.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -21,14 +22,18 @@ Stage = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
 
 
 def start_ray(num_cpus: int | None = None) -> None:
+    """Ray's own messages at the level the `ray` logger is set to, INFO at least (ray.init would
+    reset it), so a quiet command line sets that logger's level first."""
+    level = max(logging.INFO, logging.getLogger("ray").level)  # before `import ray` sets it
     import ray
 
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, logging_level=level)
     else:  # "local": without it, ray.init joins a `ray start` cluster found on this machine
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level=level)
 
 
 def direct(name: str, step: Callable[[], Any], counts: Callable[[Any], str]) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from chakra_core.analysis.facade import JobAnalysis
+from chakra_core.analysis.job_record import JobRecord, record_job
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.sources import convert_source
@@ -25,7 +26,6 @@ from chakra_core.format.etfile import read_table
 from chakra_core.inputs import InputHashes, content_hashes, open_input
 from chakra_core.format.job import Job, groups_url, rank_url, read_comm_groups, write_comm_groups
 from chakra_core.outputs import open_output
-from pipeline.device import device_rows
 from pipeline.ingest import (
     SINGLE_FILE,
     InputFile,
@@ -60,6 +60,8 @@ class JobOutcome:
     comm_groups: str | None = None
     device_time: list[dict] = field(default_factory=list)
     device_verdicts: list[dict] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -68,7 +70,7 @@ class _Published:
     comm_groups: str | None
     traces: list[dict]
     collectives: pa.Table | None
-    device: tuple[list[dict], list[dict]]  # device_time and device_verdicts rows, without run_id
+    record: JobRecord  # device, kernel rows and fingerprint, without run_id
     reused: bool
     set_aside: dict[str, str] = field(default_factory=dict)  # side files the conversion did not use: name -> why
 
@@ -99,7 +101,10 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
                                     f"{culprit.name} of this job was rejected", run_id) for f in usable]
         return outcome
     outcome.traces, outcome.collectives, outcome.comm_groups = done.traces, done.collectives, done.comm_groups
-    outcome.device_time, outcome.device_verdicts = ([{**row, "run_id": run_id} for row in rows] for rows in done.device)
+    outcome.device_time, outcome.device_verdicts, outcome.kernels = (
+        [{**row, "run_id": run_id} for row in rows]
+        for rows in (done.record.device_time, done.record.device_verdicts, done.record.kernels))
+    outcome.fingerprint = done.record.fingerprint
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
     set_aside = {f.name: done.set_aside[_stored_name(f)] for f in usable if _stored_name(f) in done.set_aside}
     outcome.rejects += [_reject(job, f, hashes, "convert", set_aside[f.name], run_id)
@@ -161,18 +166,18 @@ def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
 
 
 def _summarise(job: JobInput, tables: list[pa.Table], paths: list[str], groups: str | None
-               ) -> tuple[list[dict], pa.Table | None, tuple[list[dict], list[dict]]]:
-    """traces rows (each with its published path), collectives and device time (device_rows)
-    of the rank tables (with their communicator groups file)."""
-    analysis = JobAnalysis(Job(tables, read_comm_groups(groups) if groups else {}, job.job_id))
+               ) -> tuple[list[dict], pa.Table | None, JobRecord]:
+    """traces rows (each with its published path), collectives and the job's record
+    (job_record.py) of the rank tables (with their communicator groups file)."""
+    record = record_job(JobAnalysis(Job(tables, read_comm_groups(groups) if groups else {}, job.job_id)))
     rows = [{"job_id": job.job_id, "path": path, "source_format": job.trace_format, **row}
-            for path, row in zip(paths, analysis.trace_rows())]
+            for path, row in zip(paths, record.traces)]
     collectives = None
-    if tables:
-        found = analysis.collectives()
+    if record.collectives is not None:
+        found = record.collectives
         collectives = found.add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())) \
             .cast(SCHEMAS["collectives"])
-    return rows, collectives, device_rows(analysis)
+    return rows, collectives, record
 
 
 def _blame(exc: Exception, usable: list[InputFile]) -> tuple[InputFile | None, str]:

@@ -17,6 +17,7 @@ import pyarrow as pa
 from chakra_core.inputs import sha256
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day
+from pipeline.history import memory_tables, read_history
 from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.layout import remove, retried, staging_day
@@ -89,6 +90,10 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SimulatedSyste
                      lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok "
                                   f"({sims.after_conversion} finished in this stage)")
     result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
+    result.tables.update(stage(
+        "compare with history", lambda: _remember(result, outcomes, reference.name, warehouse),
+        lambda memory: f"{memory['regressions'].num_rows} flagged change(s) in "
+                       f"{len(set(memory['regressions'].column('job_id').to_pylist()))} job(s)"))
     result.tables["representatives"] = stage(
         "select representatives", lambda: representatives_table(
             result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives,
@@ -218,6 +223,15 @@ def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]],
         "device_time": from_rows("device_time", [r for _, o in outcomes for r in o.device_time]),
         "device_verdicts": from_rows("device_verdicts", [r for _, o in outcomes for r in o.device_verdicts]),
     }
+
+
+def _remember(result: DayResult, outcomes: list[tuple[JobInput, JobOutcome]], reference: str,
+              warehouse: str) -> dict[str, pa.Table]:
+    """The night's job_history, kernels and regressions (pipeline/history.py)."""
+    history = retried("reading the history of", warehouse, lambda: read_history(warehouse, result.date))
+    fingerprints = {o.job_id: o.fingerprint for _, o in outcomes if o.prefix and o.fingerprint}
+    return memory_tables(result.tables, fingerprints, [r for _, o in outcomes for r in o.kernels], reference,
+                         history, result.run_id)
 
 
 def _start_fit(date: str, warehouse: str, per_count: int) -> Any:

@@ -84,7 +84,22 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("idle_host_launch_ns", pa.int64()), ("idle_synchronisation_ns", pa.int64()),
         ("idle_communication_ns", pa.int64()), ("idle_other_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
         ("overlap", pa.float64()), ("launches", pa.int64()), ("launch_delay_p50_ns", pa.int64()),
-        ("bound", pa.string()), ("run_id", pa.string()),
+        ("bound", pa.string()), ("steps", pa.int32()), ("run_id", pa.string()),
+    ]),
+    # the fleet's memory (pipeline/history.py; the figures: chakra_core/analysis/history.py, changes.py)
+    "job_history": pa.schema([
+        ("job_id", pa.string()), ("fingerprint", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+        ("unit", pa.string()), ("run_id", pa.string()),
+    ]),
+    "kernels": pa.schema([
+        ("job_id", pa.string()), ("name", pa.string()), ("family", pa.string()), ("count", pa.int64()),
+        ("total_ns", pa.int64()), ("median_ns", pa.int64()), ("ranks", pa.int32()), ("run_id", pa.string()),
+    ]),
+    "regressions": pa.schema([
+        ("job_id", pa.string()), ("metric", pa.string()), ("before", pa.float64()), ("after", pa.float64()),
+        ("change", pa.float64()), ("threshold", pa.float64()), ("noise", pa.float64()), ("kind", pa.string()),
+        ("cause", pa.string()), ("explained", pa.float64()), ("baseline_date", pa.date32()),
+        ("history_days", pa.int32()), ("run_id", pa.string()),
     ]),
 }
 # an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with

@@ -39,6 +39,11 @@ graph ``alexnet.4.graph``) and ``text-dlrm-n8`` (the ASTRA-sim 1.0 text workload
 ``DLRM_HybridParallel.txt``, with ``npus`` 8 and ``passes`` 2 in its job.json, which the pipeline
 passes to the converter).
 
+Days differ (tools/drift.py, unless drift=False): every job's times drift within 2% from day to
+day, deterministically from the date, and every Wednesday carries an injected regression: the
+GPU job ``gpu-gpt``'s GEMM kernels 40% slower and ``gen-dp-000-n8``'s all-reduces moving twice
+the bytes.
+
 Existing files of the same names are overwritten; nothing else under ROOT is removed.
 """
 
@@ -61,6 +66,8 @@ import pyarrow as pa
 from chakra_core.format.job import Job, split_rank_url
 from chakra_core.generate import families
 from chakra_core.generate.families import STEPS, generate_family
+from tools.drift import (BYTES_JOB, GEMM_JOB, GEMM_SLOWDOWN, drifted_kineto, drifted_tables, factor,
+                         is_regression_day)
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
@@ -167,7 +174,8 @@ def truncate_mid_message(data: bytes) -> bytes:
 class _Drop:
     """Writes files under ROOT/<date>/ and keeps the counts for the summary."""
 
-    def __init__(self, root: str, date: str):
+    def __init__(self, root: str, date: str, drift: bool):
+        self.date, self.drift = date, drift
         self.fs, base = fsspec.core.url_to_fs(root)
         self.base = f"{base.rstrip('/')}/{date}" if base.rstrip("/") else date
         self.jobs: list[dict] = []
@@ -231,7 +239,11 @@ def _write_real(drop: _Drop, run: Path, job_id: str, copy: int, source: str = "p
     d = drop.job_dir(job_id)
     files = _real_files(run, GPU_FILE if source == GPU_SOURCE else REAL_FILE)
     for p in files:
-        drop.put(d, p.name, p.read_bytes())
+        data = p.read_bytes()
+        if drop.drift and p.name.endswith(".kineto.json.gz"):  # the day's drift, and a regression day's slower GEMMs
+            slower = GEMM_SLOWDOWN if job_id == GEMM_JOB and is_regression_day(drop.date) else 1.0
+            data = drifted_kineto(data, factor(drop.date, job_id), slower)
+        drop.put(d, p.name, data)
     info = _real_info(run, job_id, copy, source)
     drop.put(d, "job.json", _json_bytes(info))
     drop.finish_job(info, sum(1 for p in files if _is_rank_trace(p.name)))
@@ -247,7 +259,11 @@ def _generated_info(job: GeneratedJob, seed: int, index: int) -> dict:
 def _write_generated(drop: _Drop, job: GeneratedJob, info: dict, extra: dict[str, bytes] | None = None,
                      truncate_rank: int | None = None) -> None:
     d = drop.job_dir(job.job_id)
-    paths = drop.put_job(d, Job(job.tables, name=job.job_id))
+    tables = job.tables
+    if drop.drift and info.get("index", -1) >= 0:  # the day's drift, a regression day's doubled all-reduces
+        doubled = job.job_id == BYTES_JOB and is_regression_day(drop.date)
+        tables = drifted_tables(tables, factor(drop.date, job.job_id), 2 if doubled else 1)
+    paths = drop.put_job(d, Job(tables, name=job.job_id))
     if truncate_rank is not None:
         path = paths[truncate_rank]
         whole = drop.fs.cat_file(path)
@@ -328,14 +344,14 @@ def generated_jobs_for(min_rank_traces: int, copies_of_real: int = 1, real_dir: 
 
 def make_drop(root: str, date: str, *, generated_jobs: int = 6, copies_of_real: int = 1, corrupt: bool = True,
               other_formats: bool = False, seed: int = 0, real_dir: str | Path | None = None,
-              gpu_runs: bool = True) -> dict:
+              gpu_runs: bool = True, drift: bool = True) -> dict:
     """Writes one day's drop under ROOT/<date>/ and returns a summary (see the module docstring)."""
     date = datetime.date.fromisoformat(date).isoformat()
     if generated_jobs < 0 or copies_of_real < 0:
         raise ValueError("generated_jobs and copies_of_real must be >= 0")
     real = Path(real_dir) if real_dir is not None else REAL_DIR
     started = time.perf_counter()
-    drop = _Drop(root, date)
+    drop = _Drop(root, date, drift)
     runs = _real_runs(real) if copies_of_real or corrupt else []
     if (copies_of_real or corrupt) and not runs:
         raise FileNotFoundError(f"no recorded runs (folders with job.json) under {real}")
@@ -383,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="add a FlexFlow task graph job and an ASTRA-sim text workload job (datasets/other-formats)")
     p.add_argument("--no-gpu-runs", action="store_true", help="leave out the GPU runs of datasets/gpu-h200")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-drift", action="store_true",
+                   help="every day's drop the same: no drift of times, no injected regression (tools/drift.py)")
     p.add_argument("--min-rank-traces", type=int, default=0,
                    help="raise --generated-jobs until the accepted jobs hold at least N rank trace files")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -391,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = make_drop(args.root, args.date, generated_jobs=generated, copies_of_real=args.copies_of_real,
                             corrupt=not args.no_corrupt, other_formats=args.other_formats, seed=args.seed,
-                            gpu_runs=not args.no_gpu_runs)
+                            gpu_runs=not args.no_gpu_runs, drift=not args.no_drift)
     except (ValueError, OSError) as exc:
         print(f"make_drop: {exc}", file=sys.stderr)
         return 2

@@ -125,8 +125,8 @@ def family_table(work: DeviceWork) -> pa.Table:
     return pa.Table.from_pylist([r for r in rows if r["count"]], schema=FAMILY_SCHEMA)
 
 
-def top_kernels(work: DeviceWork, limit: int = TOP_KERNELS) -> pa.Table:
-    """The `limit` names with the most device time: count, total and median duration."""
+def top_kernels(work: DeviceWork, limit: int | None = TOP_KERNELS) -> pa.Table:
+    """The `limit` names (None: every name) with the most device time: count, total and median duration."""
     if not len(work.names):
         return TOP_SCHEMA.empty_table()
     durations = work.end - work.start

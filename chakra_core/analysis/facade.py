@@ -113,7 +113,7 @@ class JobAnalysis:
         return _by_rank({r: device_time.family_table(w) for r, w in self._device_work[variant].items()},
                         device_time.FAMILY_SCHEMA)
 
-    def device_top_kernels(self, variant: str = "recorded", limit: int = device_time.TOP_KERNELS) -> pa.Table:
+    def device_top_kernels(self, variant: str = "recorded", limit: int | None = device_time.TOP_KERNELS) -> pa.Table:
         return _by_rank({r: device_time.top_kernels(w, limit) for r, w in self._device_work[variant].items()},
                         device_time.TOP_SCHEMA)
 

@@ -1,0 +1,156 @@
+"""What changed between two sets of a job's figures (history.py), and which part explains it.
+
+One engine for the nightly detection (pipeline/history.py, the `regressions` table) and for
+`chakra diff`. A metric's change is flagged when it moves beyond
+
+    threshold = max(FLOORS[unit], NOISE_K x noise)
+
+where `noise` is the job's own day-to-day variation of that metric: the median relative change
+between consecutive days of its history (at least MIN_HISTORY changes of the same program),
+and the floor holds where there is less history. A part of a headline (a kernel family, an
+idle cause, the host) is flagged only when it also moves by SIGNIFICANCE of its headline's
+value, so that a tiny family doubling is no news. A flagged headline's cause is the part whose
+change, in the headline's direction, is largest; `explained` is that part's share of the
+headline's change. Rises of time, bytes and counts are regressions, falls improvements (the
+busy share the other way round). The simulated finish's parts and the busy share only explain
+other changes: they are never flagged alone (EXPLAINING_ONLY).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from chakra_core.analysis.history import HEADLINES, SIM_PARTS, unit
+
+FLOORS = {"ns": 0.05, "bytes": 0.01, "count": 0.01, "share": 0.05}
+NOISE_K = 4.0
+MIN_HISTORY = 2  # day-to-day changes needed before the job's own noise counts
+SIGNIFICANCE = 0.02
+# figures that explain others but are no news of their own: the simulated finish's parts, and the
+# busy share (it rises when kernels get slower)
+EXPLAINING_ONLY = frozenset({"busy_share", *SIM_PARTS.values()})
+# headline -> the prefixes of its parts, in the headline's units
+PARTS: dict[str, tuple[str, ...]] = {
+    "step_ns": ("family_ns:", "idle_ns:"),
+    "predicted_step_ns": ("family_ns:", "idle_ns:"),
+    "sim_finish_ns": tuple(SIM_PARTS.values()),
+}
+# where a simulated part leads when it is the cause: the finer figures that explain it
+FINER = {"sim_compute_ns": ("family_ns:", "class_ns:"), "sim_exposed_comm_ns": ("comm_bytes:",),
+         "sim_host_ns": ("host_ns",)}
+CAUSE_NAMES = {"family_ns": "family", "idle_ns": "idle", "class_ns": "class", "comm_bytes": "comm_bytes",
+               "comm_count": "comm_count", "host_ns": "host", "sim_host_ns": "host",
+               "sim_exposed_comm_ns": "communication", "sim_compute_ns": "compute", "sim_idle_ns": "idle",
+               "ranks": "ranks", "nodes": "program"}
+
+
+@dataclass(frozen=True)
+class Change:
+    metric: str
+    before: float | None
+    after: float | None
+    change: float | None  # relative: (after - before) / before; None where before is 0 or missing
+    threshold: float
+    noise: float | None  # the job's own day-to-day variation of the metric; None: too little history
+    flagged: bool
+    kind: str  # regression, improvement, added, vanished or same
+    cause: str  # what moved: the metric's own part, or for a headline the part that explains most of it
+    explained: float | None  # the cause's share of the change (headlines)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def noise(history: Sequence[Mapping[str, float]], metric: str) -> float | None:
+    """The median relative day-to-day change of `metric` over `history` (oldest first), None
+    with fewer than MIN_HISTORY changes."""
+    values = [h[metric] for h in history if metric in h]
+    steps = [abs(b - a) / abs(a) for a, b in zip(values, values[1:]) if a]
+    return statistics.median(steps) if len(steps) >= MIN_HISTORY else None
+
+
+def cause_of(metric: str) -> str:
+    base, part = metric.split(":", 1) if ":" in metric else (metric, None)
+    name = CAUSE_NAMES.get(base, base)
+    return f"{name}:{part}" if part else name
+
+
+def compare(before: Mapping[str, float], after: Mapping[str, float],
+            history: Sequence[Mapping[str, float]] = (), program_changed: bool = False) -> list[Change]:
+    """Every metric of either side, flagged or not, largest relative change first. `history`:
+    the earlier days' figures of the same program, oldest first, `before` last."""
+    changes = {m: _change(m, before.get(m), after.get(m), noise(history, m)) for m in {*before, *after}}
+    changes = {m: _significant(c, before, after) for m, c in changes.items()}
+    for headline in HEADLINES:
+        if headline in changes:
+            changes[headline] = _attributed(changes[headline], changes, program_changed)
+    return sorted(changes.values(), key=lambda c: (-abs(c.change or 0), c.metric))
+
+
+def flagged(changes: Sequence[Change]) -> list[Change]:
+    return [c for c in changes if c.flagged]
+
+
+def _change(metric: str, before: float | None, after: float | None, spread: float | None) -> Change:
+    threshold = max(FLOORS[unit(metric)], NOISE_K * spread if spread is not None else 0.0)
+    if before is None or after is None:
+        kind = "added" if before is None else "vanished"
+        return Change(metric, before, after, None, threshold, spread, metric in ("ranks",), kind, cause_of(metric), None)
+    relative = (after - before) / abs(before) if before else (None if after == before else float("inf"))
+    moved = relative is not None and abs(relative) > threshold
+    worse = (after > before) != (metric == "busy_share")
+    kind = "same" if not moved else ("regression" if worse else "improvement")
+    return Change(metric, before, after, relative if relative != float("inf") else None, threshold, spread,
+                  moved and metric not in EXPLAINING_ONLY, kind, cause_of(metric), None)
+
+
+def _headline_of(metric: str) -> str | None:
+    return next((h for h, prefixes in PARTS.items() if any(metric.startswith(p) for p in prefixes)), None)
+
+
+def _significant(c: Change, before: Mapping[str, float], after: Mapping[str, float]) -> Change:
+    """A part is flagged only when it moves by SIGNIFICANCE of its headline (step or finish)."""
+    headline = _headline_of(c.metric) or ("sim_finish_ns" if c.metric in ("host_ns",) or
+                                           c.metric.startswith("class_ns:") else None)
+    if not c.flagged or headline is None or c.before is None or c.after is None:
+        return c
+    scale = max(before.get(headline, 0.0), after.get(headline, 0.0))
+    if scale and abs(c.after - c.before) < SIGNIFICANCE * scale:
+        return Change(**{**c.to_dict(), "flagged": False, "kind": "same"})
+    return c
+
+
+def _attributed(headline: Change, changes: Mapping[str, Change], program_changed: bool) -> Change:
+    """The headline with the part that explains most of its change as its cause."""
+    if headline.before is None or headline.after is None or headline.before == headline.after:
+        return headline
+    delta = headline.after - headline.before
+    top = _largest_part(PARTS[headline.metric], changes, delta)
+    if top is None:
+        return headline
+    cause, explained = top.cause, _delta(top) / delta
+    finer = _largest_part(FINER.get(top.metric, ()), changes, delta)
+    if finer is not None and (finer.metric.startswith("comm_bytes:") and finer.flagged
+                              or not finer.metric.startswith("comm_bytes:")):
+        cause = finer.cause
+    if program_changed:
+        cause = "program"
+    return Change(**{**headline.to_dict(), "cause": cause, "explained": explained})
+
+
+def _delta(c: Change) -> float:
+    return (c.after or 0.0) - (c.before or 0.0)
+
+
+def _largest_part(prefixes: Sequence[str], changes: Mapping[str, Change], delta: float) -> Change | None:
+    """The part with the largest change in the direction of `delta` (bytes by relative change)."""
+    parts = [c for m, c in changes.items() if any(m.startswith(p) for p in prefixes)]
+    if not parts:
+        return None
+    if all(unit(c.metric) == "bytes" for c in parts):
+        return max(parts, key=lambda c: abs(c.change or 0), default=None)
+    best = max(parts, key=lambda c: _delta(c) * (1 if delta > 0 else -1))
+    return best if _delta(best) * delta > 0 else None
+
