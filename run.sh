@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The main job: set up; put a day's drop (recorded PyTorch jobs, generated jobs, a FlexFlow graph
-# and an ASTRA-sim text workload, a few corrupt files) into the local object-store folder
-# out/object-store/drops/<day>/; run the nightly flow on it (local Ray, Prefect's ephemeral API,
-# the default sweep) into out/warehouse/; end with its summary, the table paths, one DuckDB query
-# over the tables (chakra query), sweep plots in out/plots/ and a simulated timeline in out/timelines/.
+# The main job: set up; put two consecutive days' drops (recorded PyTorch jobs, generated jobs, a
+# FlexFlow graph and an ASTRA-sim text workload, a few corrupt files; the second day carries
+# tools/drift.py's injected regression) into the local object-store folder
+# out/object-store/drops/<day>/; run the nightly flow on both (local Ray, Prefect's ephemeral API,
+# the default sweep) into out/warehouse/; the second night flags what changed. It ends with one
+# DuckDB query over the tables (chakra query), sweep plots in out/plots/, a simulated timeline in
+# out/timelines/ and, last, where the report pages are.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
-day=$(date -u -d yesterday +%F 2>/dev/null || date -u -v-1d +%F)
+read -r previous day < <(.venv/bin/python -m tools.drift --demo-days)
 source_url="file://$PWD/out/object-store/drops"
 warehouse_url="file://$PWD/out/warehouse"
-.venv/bin/python -m tools.make_drop --root "$source_url" --date "$day" --other-formats
-.venv/bin/python -m flows.nightly --date "$day" --source "$source_url" --warehouse "$warehouse_url"
+for d in "$previous" "$day"; do
+    .venv/bin/python -m tools.make_drop --root "$source_url" --date "$d" --other-formats
+done
+.venv/bin/python -m flows.nightly --date "$previous" --date "$day" --source "$source_url" \
+    --warehouse "$warehouse_url" | tee out/nightly.log | grep -v '^report: '
 echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
 .venv/bin/chakra query --warehouse "$warehouse_url" "
     SELECT topology, npus, count(*) AS jobs, round(avg(max_exposed_comm_ns) / 1e6, 3) AS avg_exposed_comm_ms,
@@ -29,3 +34,6 @@ job=gen-dp-000-n8
 .venv/bin/chakra timeline --workload "out/warehouse/traces/date=$day/job=$job/$job" \
     --network pipeline/sweeps/Ring_8npus.yml --system pipeline/sweeps/ring_system.json -o "out/timelines/$job.json"
 echo "plots: out/plots/*.png; timeline: out/timelines/$job.json (ui.perfetto.dev)"
+echo "flagged changes on $day: chakra query --warehouse out/warehouse \"SELECT * FROM regressions WHERE date = '$day'\""
+grep '^report: ' out/nightly.log
+echo "report pages: out/warehouse/reports/index.html (every day; $day's opens with what changed)"

@@ -189,30 +189,19 @@ def _print_changes(console, changes: list[dict]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from chakra_core.analysis.history import shown
+
     if not changes:
         console.print("changes against each job's history: none flagged")
         return
     table = Table("job", "metric", "before", "after", "change", "kind", "cause", box=None, pad_edge=False,
                   title=f"{len(changes)} flagged change(s) against each job's history", title_justify="left")
     for c in changes:
-        table.add_row(*(escape(str(c[k])) for k in ("job_id", "metric")), _figure(c["metric"], c["before"]),
-                      _figure(c["metric"], c["after"]), "" if c["change"] is None else f"{c['change']:+.1%}",
+        table.add_row(*(escape(str(c[k])) for k in ("job_id", "metric")), shown(c["metric"], c["before"]),
+                      shown(c["metric"], c["after"]), "" if c["change"] is None else f"{c['change']:+.1%}",
                       c["kind"], escape(c["cause"]))
     console.print(table)
 
-
-def _figure(metric: str, value: float | None) -> str:
-    """A metric's value as people read it: ms for times, MiB for bytes, % for shares."""
-    from chakra_core.analysis.history import unit
-
-    if value is None:
-        return ""
-    kind = unit(metric)
-    if kind == "ns":
-        return f"{value / 1e6:,.3f} ms"
-    if kind == "bytes":
-        return f"{value / 2**20:,.2f} MiB"
-    return f"{value:.1%}" if kind == "share" else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:

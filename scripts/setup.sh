@@ -27,7 +27,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/chakra ]; th
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock 2> >(grep -v "^WARNING: Location" >&2)
     # The lock has every dependency (setuptools for the C build included): no resolving here.
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e . 2> >(grep -v "^WARNING: Location" >&2)
+    # PYTHONWARNINGS: no setuptools warning box about editable installs on every fresh set-up
+    PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+        --no-deps -e . 2> >(grep -v "^WARNING: Location" >&2)
     echo "$want" > "$stamp"
 fi
 

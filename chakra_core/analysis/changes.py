@@ -79,14 +79,14 @@ def cause_of(metric: str) -> str:
 
 def compare(before: Mapping[str, float], after: Mapping[str, float],
             history: Sequence[Mapping[str, float]] = (), program_changed: bool = False) -> list[Change]:
-    """Every metric of either side, flagged or not, largest relative change first. `history`:
+    """Every metric of either side: the flagged ones first, each part largest relative change first. `history`:
     the earlier days' figures of the same program, oldest first, `before` last."""
     changes = {m: _change(m, before.get(m), after.get(m), noise(history, m)) for m in {*before, *after}}
     changes = {m: _significant(c, before, after) for m, c in changes.items()}
     for headline in HEADLINES:
         if headline in changes:
             changes[headline] = _attributed(changes[headline], changes, program_changed)
-    return sorted(changes.values(), key=lambda c: (-abs(c.change or 0), c.metric))
+    return sorted(changes.values(), key=lambda c: (not c.flagged, -abs(c.change or 0), c.metric))
 
 
 def flagged(changes: Sequence[Change]) -> list[Change]:

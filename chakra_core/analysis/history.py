@@ -131,3 +131,15 @@ def fingerprint(tables: Iterable[pa.Table]) -> str:
         digest.update(json.dumps(rows, separators=(",", ":")).encode())
         digest.update(b"\x00rank\x00")
     return digest.hexdigest()[:16]
+
+
+def shown(metric: str, value: float | None) -> str:
+    """A metric's value as people read it: ms for times, MiB for bytes, % for shares."""
+    if value is None:
+        return ""
+    kind = unit(metric)
+    if kind == "ns":
+        return f"{value / 1e6:,.3f} ms"
+    if kind == "bytes":
+        return f"{value / 2**20:,.2f} MiB"
+    return f"{value:.1%}" if kind == "share" else f"{value:,.0f}"

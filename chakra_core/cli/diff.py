@@ -1,0 +1,91 @@
+"""`chakra diff`: what changed between two versions of a job, by the nightly detection's engine
+(chakra_core/analysis/jobdiff.py)."""
+
+from __future__ import annotations
+
+import sys
+
+from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK, print_json
+from chakra_core.terminal import console, plain_table
+
+COMMANDS = {"diff": "what changed between two versions of a job: two converted jobs, or one job on two days"}
+SHOWN_KERNELS = 15
+
+
+def cmd_diff(args) -> int:
+    from chakra_core.analysis import jobdiff
+
+    if args.warehouse:
+        if not (args.job and args.date and args.against) or args.prefixes:
+            print("chakra diff: with --warehouse give --job, --date and --against and no prefixes", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from chakra_core.analysis.warehouse import open_warehouse
+
+        con, _, _ = open_warehouse(args.warehouse)
+        before, after = (jobdiff.side_of_day(con, args.job, d) for d in (args.against, args.date))
+    else:
+        if len(args.prefixes) != 2:
+            print("chakra diff: give two job prefixes (BEFORE AFTER), or --warehouse with --job, --date and "
+                  "--against", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        before, after = (jobdiff.side_of_traces(p) for p in args.prefixes)
+    result = jobdiff.diff(before, after)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        _print(result, args.all)
+    return EXIT_OK
+
+
+def _print(result, everything: bool) -> None:
+    from rich.markup import escape
+
+    from chakra_core.analysis.history import shown
+
+    out = console()
+    out.print(escape(f"{result.before.label} -> {result.after.label}"))
+    if result.before.fingerprint != result.after.fingerprint:
+        out.print("the program changed (other operators, collectives or ranks): figures compare unlike programs")
+    table = plain_table("metric", "before", "after", "change", "flagged", "cause")
+    for c in result.changes:
+        if everything or c.kind != "same":
+            table.add_row(escape(c.metric), shown(c.metric, c.before), shown(c.metric, c.after), _percent(c.change),
+                          f"{c.kind}" if c.flagged else "", escape(c.cause) if c.flagged else "")
+    out.print(table)
+    kernels = [k for k in result.kernels if everything or k["status"] != "same"][:None if everything else SHOWN_KERNELS]
+    if kernels:
+        table = plain_table("kernel", "family", "count", "time before", "time after", "change", "status")
+        for k in kernels:
+            table.add_row(escape(k["name"]), k["family"], f"{k['count_before']:,} -> {k['count_after']:,}",
+                          shown("total_ns", k["ns_before"]), shown("total_ns", k["ns_after"]), _percent(k["change"]),
+                          k["status"])
+        out.print(table)
+    if result.messages:
+        table = plain_table("collective", "bytes", "count before", "count after")
+        for m in result.messages:
+            table.add_row(escape(str(m["kind"])), f"{m['bytes']:,}", f"{m['count_before']:,}", f"{m['count_after']:,}")
+        out.print(table)
+
+
+def _percent(change: float | None) -> str:
+    return "" if change is None else f"{change:+.1%}"
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "diff", help=COMMANDS["diff"],
+        description="Compare two versions of one job with the engine of the nightly detection: step time as "
+        "recorded and predicted, the simulated finish on the reference system and its parts, device time by kernel "
+        "family, idle by cause, host time, communication bytes and counts by kind, kernels by name (count, time; "
+        "added and vanished) and messages by kind and size. A change is flagged beyond the metric's floor, or "
+        "beyond the job's own day-to-day noise when a warehouse holds its history; a flagged headline names the "
+        "part that explains most of it. Either two converted jobs (PREFIX.<rank>.et files), or one job on two "
+        "days of the nightly warehouse (its job_history, kernels and collectives tables: no trace is read).")
+    p.add_argument("prefixes", nargs="*", metavar="PREFIX", help="two converted jobs: BEFORE AFTER")
+    p.add_argument("--warehouse", metavar="URL", help="the nightly warehouse (with --job, --date, --against)")
+    p.add_argument("--job", metavar="JOB_ID", help="the job to compare across days")
+    p.add_argument("--date", metavar="YYYY-MM-DD", help="the later day")
+    p.add_argument("--against", metavar="YYYY-MM-DD", help="the earlier day")
+    p.add_argument("--all", action="store_true", help="every metric and kernel, unchanged ones included")
+    p.add_argument("--json", action="store_true", help="one JSON document: changes, kernels, messages")
+    p.set_defaults(run=cmd_diff)
