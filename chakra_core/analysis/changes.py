@@ -7,9 +7,10 @@ One engine for the nightly detection (pipeline/history.py, the `regressions` tab
 
 where `noise` is the job's own day-to-day variation of that metric: the median relative change
 between consecutive days of its history (at least MIN_HISTORY changes of the same program),
-and the floor holds where there is less history. A part of a headline (a kernel family, an
-idle cause, the host) is flagged only when it also moves by SIGNIFICANCE of its headline's
-value, so that a tiny family doubling is no news. A flagged headline's cause is the part whose
+and the floor holds where there is less history. A part (a kernel family, an idle cause, the
+host) is flagged only when it also moves by SIGNIFICANCE of what it is part of (the device's
+work for a family, the step for an idle cause, the simulated finish for host time), so that a
+tiny family doubling is no news. A flagged headline's cause is the part whose
 change, in the headline's direction, is largest; `explained` is that part's share of the
 headline's change. Rises of time, bytes and counts are regressions, falls improvements (the
 busy share the other way round). The simulated finish's parts and the busy share only explain
@@ -111,15 +112,26 @@ def _headline_of(metric: str) -> str | None:
 
 
 def _significant(c: Change, before: Mapping[str, float], after: Mapping[str, float]) -> Change:
-    """A part is flagged only when it moves by SIGNIFICANCE of its headline (step or finish)."""
-    headline = _headline_of(c.metric) or ("sim_finish_ns" if c.metric in ("host_ns",) or
-                                           c.metric.startswith("class_ns:") else None)
-    if not c.flagged or headline is None or c.before is None or c.after is None:
+    """A part is flagged only when it moves by SIGNIFICANCE of what it is part of (_scale)."""
+    if not c.flagged or c.before is None or c.after is None:
         return c
-    scale = max(before.get(headline, 0.0), after.get(headline, 0.0))
+    scale = max(_scale(c.metric, before), _scale(c.metric, after))
     if scale and abs(c.after - c.before) < SIGNIFICANCE * scale:
         return Change(**{**c.to_dict(), "flagged": False, "kind": "same"})
     return c
+
+
+def _scale(metric: str, figures: Mapping[str, float]) -> float:
+    """What a part is measured against: a family against the device's work (all families), so a
+    host-bound job's kernels still count; an idle cause against the step; host and operator-class
+    time against the simulated finish; 0 for a figure that is no part."""
+    if metric.startswith("family_ns:"):
+        return sum(v for m, v in figures.items() if m.startswith("family_ns:"))
+    if metric.startswith("idle_ns:"):
+        return figures.get("step_ns", 0.0)
+    if metric == "host_ns" or metric.startswith("class_ns:"):
+        return figures.get("sim_finish_ns", 0.0)
+    return 0.0
 
 
 def _attributed(headline: Change, changes: Mapping[str, Change], program_changed: bool) -> Change:
