@@ -99,15 +99,19 @@ def test_a_straggler_or_a_rank_that_differs_breaks_the_symmetry_and_the_job_runs
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_shared_run_that_cannot_stand_for_the_job_is_replaced_by_the_unshared_run(mode):
+def test_completions_meeting_in_a_tick_no_longer_break_sharing(mode):
     # every NPU: a metadata node and an all-reduce with no dimension to run on, both done at
-    # tick 0 and scheduled then, one by the NPU, one by the system layer: which comes first
-    # follows the order the NPUs' events ran in, which the shared run does not reproduce
+    # tick 0 and scheduled then: they run in the order of their node indices (workload/order.py),
+    # whatever order the NPUs' events ran in, so the shared run stands for the job
     net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
     idle = {"id": 1, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "involved_dim": [False, False]}
     tables = job(*[[{"id": 0, "type": "METADATA_NODE"}, idle, comp(2, 1, 0, 1)] for _ in range(4)])
     shared, _ = both(tables, net, TWO_D_SYSTEM, mode=mode)
-    assert "completions met in one tick" in shared.sharing["unshared"]
+    if mode == "unaware":
+        assert shared.sharing["simulated_npus"] == 1
+    else:  # the tables' run meets a tick's events and goes live: it runs unshared, and says what that cost
+        assert shared.sharing["unshared"].startswith("shared run not used")
+        assert (shared.sharing["simulated_npus"], shared.sharing["shared_would_simulate"]) == (4, 1)
 
 
 def test_json_says_what_was_shared(tmp_path):

@@ -73,6 +73,13 @@ def cmd_simulate(args) -> int:
     if paths:
         out.print(_critical_path_table(paths))
     out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
+    shared = result.sharing
+    if "unshared" in shared:  # what a slow run cost: every NPU simulated instead of a few
+        out.print(f"{shared['unshared']}: simulated all {shared['npus']:,} NPUs instead of "
+                  f"{shared['shared_would_simulate']:,}")
+    elif shared:
+        out.print(f"shared simulation: {shared['simulated_npus']:,} of {shared['npus']:,} NPUs simulated "
+                  f"(alike along dimension(s) {', '.join(map(str, shared['dimensions']))})")
     return EXIT_OK
 
 

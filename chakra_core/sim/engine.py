@@ -84,10 +84,11 @@ class Engine:
         """Runs the job. Aware, a run that used holding tables is kept only where nothing else
         touched a collective timed from its table and no two events of one tick met whose order
         the tables may change (system/live.py). Else the job runs again: with those collectives (and
-        those of like groups, live.AwareCollectives.alike) live while the CPU time spent so far
-        is below what the tables saved in the last run (the replays alone of the collectives
-        it took from them), else, for such a meeting, or after MAX_ATTEMPTS, with every
-        collective live. Every way gives the same result; `attempts` says how many runs it took
+        those of like groups, live.AwareCollectives.alike; for two completions of one NPU meeting
+        in a tick, the collectives timed from tables among them) live while the CPU time spent so
+        far is below what the tables saved in the last run (the replays alone of the collectives
+        it took from them), else, for messages meeting on a link or a tie (workload/order.py),
+        or after MAX_ATTEMPTS, with every collective live. Every way gives the same result; `attempts` says how many runs it took
         (progress reports start again with each)."""
         shortcuts, forced = self.reuse_alone, frozenset()
         contends = self.backend.contends  # shortcuts the runner checks: a run may be run again
@@ -106,8 +107,11 @@ class Engine:
             if runner.conflicts:
                 forced = frozenset(forced | runner.alike(runner.conflicts))
                 shortcuts = attempt + 1 < self.MAX_ATTEMPTS and spent < runner.tabled_cost
-            elif runner.used_shortcuts and (runner.coincidences or workload.coincidences):
+            elif runner.used_shortcuts and (runner.coincidences or workload.ties):
                 shortcuts = False
+            elif runner.used_shortcuts and runner.tabled(workload.coincidences):
+                forced = frozenset(forced | runner.alike(runner.tabled(workload.coincidences)))
+                shortcuts = attempt + 1 < self.MAX_ATTEMPTS and spent < runner.tabled_cost
             else:
                 break
         self.attempts = attempt + 1
@@ -140,13 +144,12 @@ class Engine:
         return [results[rep] if rep == npu else results[rep].moved_to(npu) for npu, rep in enumerate(self.sharing.rep_of)]
 
     def _check_shared(self, workload: Workload, shortcuts: bool) -> None:
-        """A shared run stands for the whole job unless it stopped short, two completions of an
-        NPU met in a tick (Workload.watch_ties), or an aware run went fully live (whose order of
-        messages meeting in a tick on a link nothing checks)."""
+        """A shared run stands for the whole job unless it stopped short or a run whose messages
+        contend went fully live (whose order of messages meeting in a tick on a link nothing
+        checks). (Completions meeting in a tick on one NPU run in an order every copy shares:
+        Workload.at.)"""
         if workload.unfinished():
             raise SymmetryBroken("the job does not finish")
-        if workload.ties:
-            raise SymmetryBroken(f"{workload.ties} pair(s) of completions met in one tick on one NPU")
         if self.backend.contends and not shortcuts:
             raise SymmetryBroken(f"the {self.mode} run replayed every collective live")
 
@@ -156,8 +159,6 @@ class Engine:
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
         workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
                             self.progress)
-        if self.sharing is not None:
-            workload.watch_ties()
         network = self.backend.job_network(self.network, events, self.comm_scale, shortcuts)
         runner = self.backend.runner(self.collectives, network, events, self.shapes, shortcuts and self.backend.contends,
                                      forced)
@@ -204,7 +205,8 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
             unshared = f"shared run not used: {why}"
     if result is None:
         result = Engine(_feeders(tables, paths), network, system, **options).run()
-        result.sharing = {"unshared": unshared} if sharing is not None else {}
+        result.sharing = {"unshared": unshared, "simulated_npus": network.npus, "npus": network.npus,
+                          "shared_would_simulate": len(sharing.reps)} if sharing is not None else {}
     result.assumptions = assumptions
     return result
 

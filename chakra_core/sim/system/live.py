@@ -23,8 +23,9 @@ Two shortcuts, where they are exact:
   something did, or where a message was still on its way to such a link when the table was
   read, is not the live run: the engine runs the job again with those collectives live
   (`conflicts`). Nor is one where two events of one tick that the tables may order otherwise
-  than live met (two messages entering a shared link, two communication completions on one
-  NPU: `coincidences`): it is run again without shortcuts.
+  than live met: two messages entering a shared link (`coincidences`: it is run again without
+  shortcuts), or two communication completions on one NPU (Workload.coincidences: it is run
+  again with the collectives among them that were timed from tables live, `tabled`).
 - Where only all-NPU collectives exist, a collective all members start in one tick on idle
   links and all finish together reuses its replay alone (no other traffic can reach the
   links before it ends).
@@ -77,6 +78,7 @@ class AwareCollectives:
         self.forced = forced
         self.used_shortcuts = False  # whether this run timed a collective other than live
         self.tabled_cost = 0.0  # CPU seconds the collectives timed from tables took to replay alone, in all
+        self._tabled_nodes: dict[tuple[int, int], tuple] = {}  # (npu, node index) -> its collective, timed from a table
         self._groups = {node.group for _, node in shapes if node.action == DO_COLLECTIVE}
         self._shapes = shapes
         self.watching = shortcuts  # holding tables need the fabric's checks
@@ -116,6 +118,12 @@ class AwareCollectives:
     @property
     def coincidences(self) -> int:
         return self.fabric.coincidences if self.watching else 0
+
+    def tabled(self, met: Iterable[tuple[int, int, int]]) -> set:
+        """The collectives (group, k) timed from their tables among the completions that met
+        (npu, node index, node index) in a tick (Workload.watch_coincidences)."""
+        found = self._tabled_nodes
+        return {found[npu, index] for npu, *indices in met for index in indices if (npu, index) in found}
 
     def alike(self, keys: Iterable[tuple]) -> set:
         """keys (group, k), with the k-th collective of every group whose members lie as those
@@ -291,9 +299,10 @@ class AwareCollectives:
                     watch.reservations = reservations = [r for r in reservations if r[2] > now]
                 reservations.append((place, issues[sender], end, key))
         self.used_shortcuts = True
-        call, done = self.events.call, self.system.member_done
+        call, done, tabled = self.events.call, self.system.member_done, self._tabled_nodes
         for npu, finish in zip(order, finishes):  # its completion is scheduled in its own tick, as live
             call(finish, done, npu, *members[npu])
+            tabled[npu, members[npu][1]] = key
 
     # ------------------------------------------------------------------ live replays
 
@@ -304,7 +313,7 @@ class AwareCollectives:
             if key in self.deciding:
                 self.deciding[key] += joining
                 return
-            if self.reuse_alone and not self.instances:  # idle links: decide at the end of this tick
+            if self.reuse_alone and not self.instances and key not in self.forced:  # idle links: decide at tick's end
                 self.deciding[key] = list(joining)
                 self.events.call(now, self._decide, key, node, size, members)
                 return
@@ -322,6 +331,7 @@ class AwareCollectives:
                 self.live_members[key] = members
                 for npu in range(npus):
                     self.events.call(now + alone[npu], self._member_done, key, npu)
+                    self._tabled_nodes[npu, members[npu][1]] = key
                 return
         instance = self._start(key, node, size, members)
         for npu in joined:
