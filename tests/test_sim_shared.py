@@ -9,11 +9,12 @@ import random
 import pytest
 from test_sim import BASE, CONFIGS, MICRO, REFERENCE, TWO_D, TWO_D_SYSTEM, network, reference_rows
 from test_sim import comp, job
+from random_systems import random_network, random_system
 from test_sim_aware import pipeline_job
 
 from chakra_core.generate.families import FAMILIES, generate_family
 from chakra_core.generate.workloads import generate
-from chakra_core.sim.config import load_network
+from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.files import simulate_files
 
@@ -112,6 +113,35 @@ def test_completions_meeting_in_a_tick_no_longer_break_sharing(mode):
     else:  # the tables' run meets a tick's events and goes live: it runs unshared, and says what that cost
         assert shared.sharing["unshared"].startswith("shared run not used")
         assert (shared.sharing["simulated_npus"], shared.sharing["shared_would_simulate"]) == (4, 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("npus,tp,pp", [(16, 2, 2), (32, 2, 2), (64, 4, 2)])
+def test_random_system_files_share_and_equal_the_unshared_run(npus, tp, pp, mode):
+    # scheduling policy, collective optimisation, chunks, splits, implementations per dimension,
+    # bandwidths and latencies drawn at random: no run falls back, and each equals the unshared one
+    # (and the reference folder's system file)
+    built = generate("transformer", npus, tp=tp, pp=pp, layers=2, batch=npus).job("transformer")
+    for seed in range(5):
+        rng = random.Random(seed)
+        net = random_network(rng, [("Ring", tp), ("Switch", pp), ("Switch", npus // tp // pp)])
+        system = random_system(rng, 3) if seed else load_system(CONFIGS / "Ring_4chunks.json")
+        shared, _ = both(built.tables, net, system, built.comm_groups, mode)
+        assert shared.sharing["simulated_npus"] == pp, shared.sharing
+
+
+def test_a_sweep_row_records_what_was_shared():
+    from chakra_core.format.job import Job
+    from pipeline.simulated_system import SimulatedSystem
+    from pipeline.simulation import simulate_job
+
+    net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
+    idle = {"id": 1, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "involved_dim": [False, False]}
+    tables = job(*[[{"id": 0, "type": "METADATA_NODE"}, idle, comp(2, 1, 0, 1)] for _ in range(4)])
+    rows = {mode: simulate_job("j", Job(tables), 4, SimulatedSystem("s", net, TWO_D_SYSTEM, mode=mode))
+            for mode in MODES}
+    assert (rows["unaware"]["simulated_npus"], rows["unaware"]["unshared"]) == (1, None)
+    assert rows["aware"]["simulated_npus"] == 4 and rows["aware"]["unshared"].startswith("shared run not used")
 
 
 def test_json_says_what_was_shared(tmp_path):
