@@ -108,11 +108,7 @@ def test_completions_meeting_in_a_tick_no_longer_break_sharing(mode):
     idle = {"id": 1, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "involved_dim": [False, False]}
     tables = job(*[[{"id": 0, "type": "METADATA_NODE"}, idle, comp(2, 1, 0, 1)] for _ in range(4)])
     shared, _ = both(tables, net, TWO_D_SYSTEM, mode=mode)
-    if mode == "unaware":
-        assert shared.sharing["simulated_npus"] == 1
-    else:  # the tables' run meets a tick's events and goes live: it runs unshared, and says what that cost
-        assert shared.sharing["unshared"].startswith("shared run not used")
-        assert (shared.sharing["simulated_npus"], shared.sharing["shared_would_simulate"]) == (4, 1)
+    assert shared.sharing["simulated_npus"] == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -130,18 +126,26 @@ def test_random_system_files_share_and_equal_the_unshared_run(npus, tp, pp, mode
         assert shared.sharing["simulated_npus"] == pp, shared.sharing
 
 
-def test_a_sweep_row_records_what_was_shared():
+def test_a_sweep_row_records_what_was_shared(monkeypatch):
     from chakra_core.format.job import Job
+    from chakra_core.sim.engine import Engine
+    from chakra_core.sim.sharing import SymmetryBroken
     from pipeline.simulated_system import SimulatedSystem
     from pipeline.simulation import simulate_job
 
     net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
-    idle = {"id": 1, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "involved_dim": [False, False]}
-    tables = job(*[[{"id": 0, "type": "METADATA_NODE"}, idle, comp(2, 1, 0, 1)] for _ in range(4)])
-    rows = {mode: simulate_job("j", Job(tables), 4, SimulatedSystem("s", net, TWO_D_SYSTEM, mode=mode))
-            for mode in MODES}
-    assert (rows["unaware"]["simulated_npus"], rows["unaware"]["unshared"]) == (1, None)
-    assert rows["aware"]["simulated_npus"] == 4 and rows["aware"]["unshared"].startswith("shared run not used")
+    tables = job(*[[comp(0, 1), comp(1, 2, 0)] for _ in range(4)])
+
+    def row():
+        return simulate_job("j", Job(tables), 4, SimulatedSystem("s", net, TWO_D_SYSTEM))
+    assert (row()["simulated_npus"], row()["unshared"]) == (1, None)
+
+    def broken(self, workload, shortcuts):
+        raise SymmetryBroken("a mirror ended late")
+    monkeypatch.setattr(Engine, "_check_shared", broken)  # a shared run that cannot stand for the job
+    fell_back = row()
+    assert (fell_back["simulated_npus"], fell_back["unshared"]) == (4, "shared run not used: a mirror ended late")
+    assert fell_back["finish_ns"] == simulate(tables, net, TWO_D_SYSTEM, share=False).finish_ns == 3000
 
 
 def test_json_says_what_was_shared(tmp_path):
@@ -158,6 +162,8 @@ def test_json_says_what_was_shared(tmp_path):
     unshared = json.loads(subprocess.run(run + ["--no-share"], capture_output=True, text=True, check=True).stdout)
     assert shared["sharing"] == {"simulated_npus": 2, "npus": 16, "dimensions": [0, 2]}
     assert unshared["sharing"] == {} and shared["npus"] == unshared["npus"]
+    summary = subprocess.run(run[:-1], capture_output=True, text=True, check=True).stdout
+    assert "shared simulation: 2 of 16 NPUs simulated (alike along dimension(s) 0, 2)" in summary
 
 
 

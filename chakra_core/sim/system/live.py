@@ -139,11 +139,15 @@ class AwareCollectives:
         if node.op == ALL_TO_ALL:
             if node.idle:  # no dimension to run on: done at once
                 self.system.complete(now, npu, members[npu][1])
+        elif node.idle:  # done at once, as live (its replay ends as it starts), in this NPU's own issue
+            self.system.member_done(now, npu, now, members[npu][1])
         elif (self.forced and key in self.forced) or self._node_table(node) is None:
             self._join(key, node, node.size, members, (npu,), now)  # ASTRA-sim: it starts on this NPU at once
         # else timed once all have issued
 
     def all_issued(self, key: tuple, first: Node, size: int, members: Members, now: int) -> None:
+        if first.idle and first.op != ALL_TO_ALL:  # every member was done when it issued it
+            return
         if self.forced and key in self.forced:
             found = None
         else:
