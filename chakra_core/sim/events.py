@@ -33,8 +33,9 @@ class EventQueue:
         every event scheduled in its tick, in the same place among them whatever else runs)."""
         return self._running < self._tick_start
 
-    def at(self, tick: int, npu: int, index: int) -> None:
-        """Schedules the completion of node `index` of `npu` for `tick`."""
+    def at(self, tick: int, npu: int, index) -> None:
+        """Schedules the completion of node `index` of `npu` for `tick` (what the index is, is
+        the workload layer's: workload/order.py)."""
         heappush(self._heap, (tick, self._sequence, npu, index))
         self._sequence += 1
 

@@ -79,10 +79,10 @@ class Workload:
         for npu in self.active:
             self.issue(npu, 0)
 
-    def complete(self, now: int, npu: int, index: int) -> None:
-        """A node of `npu` ends now (the next of the group of node `index`, see at): its slot and
-        children are free, and the NPU issues again."""
-        index = self.order.next_of(npu, index)
+    def complete(self, now: int, npu: int, scheduled: tuple[int, int]) -> None:
+        """A node of `npu` ends now (the next of the group of the event's node, workload/order.py):
+        its slot and children are free, and the NPU issues again."""
+        index = self.order.next_of(now, npu, scheduled)
         node = self.nodes[npu][index]
         self.busy[npu][node.slot] = False
         if self._scheduled_in_tick is not None and (node.action not in (DO_COMPUTE, DO_REPLAY) or not node.duration):

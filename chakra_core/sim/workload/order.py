@@ -31,7 +31,6 @@ class CompletionOrder:
         self.events = events
         self.issuing = -1
         self.ties = 0
-        self._group_of: dict[tuple[int, int], tuple[int, int, int]] = {}  # (npu, index) -> (npu, tick, scheduled in)
         self._groups: dict[tuple[int, int, int], int | list[int]] = {}  # -> its node indices not yet run
         self._in_tick: list[tuple] = [(None, 0, False)] * npus  # per NPU: (group of its tick, size, uncertain)
 
@@ -40,7 +39,6 @@ class CompletionOrder:
         events = self.events
         now = events.now
         key = (npu, tick, now)
-        self._group_of[npu, index] = key
         group = self._groups.get(key)
         if group is None:
             self._groups[key] = index
@@ -55,11 +53,11 @@ class CompletionOrder:
             if size > 1 and uncertain:
                 self.ties += 1
             self._in_tick[npu] = (key, size, uncertain)
-        events.at(tick, npu, index)
+        events.at(tick, npu, (index, now))  # the event carries the tick it was scheduled in: its group's key
 
-    def next_of(self, npu: int, index: int) -> int:
-        """The node whose completion the event scheduled for node `index` of `npu` runs."""
-        key = self._group_of.pop((npu, index))
+    def next_of(self, now: int, npu: int, scheduled: tuple[int, int]) -> int:
+        """The node whose completion the event scheduled as (node index, tick scheduled in) runs."""
+        key = (npu, now, scheduled[1])
         group = self._groups[key]
         if type(group) is int:
             del self._groups[key]
