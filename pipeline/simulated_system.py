@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from chakra_core.sim import reference
+from chakra_core.sim.backends import DEFAULT_MODE, MODES
 from chakra_core.sim.config import ASTRA_SIM_NETWORK_KEYS, ASTRA_SIM_SYSTEM_KEYS, NetworkConfig, SystemConfig
 
 NETWORK_KEYS = tuple(ASTRA_SIM_NETWORK_KEYS)  # topology, npus_count, bandwidth, latency
 PER_DIMENSION_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
                              "reduce-scatter-implementation", "all-to-all-implementation")
-OPTIONS = {"mode": ("unaware", "aware"), "scaling": ("weak", "strong")}
+OPTIONS = {"mode": MODES, "scaling": ("weak", "strong")}
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class SimulatedSystem:
     name: str
     network: NetworkConfig | None  # None: a Ring of the job's own rank count (native-ring)
     system: SystemConfig
-    mode: str = "unaware"
+    mode: str = DEFAULT_MODE
     scaling: str = "weak"
     swept: tuple[str, ...] = ()  # the grid keys (ASTRA-sim's names) its sweep varies: its parameter columns
     key: str = ""  # sha256 of the configuration as the sweep file gave it: with the job's hash, what a re-run skips

@@ -59,6 +59,7 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Simu
     row = {"job_id": job_id, "system": on.name, "topology": on.topology,
            "npus": npus, "traced_npus": ranks, "status": "ok", "error": None, "finish_ns": None,
            "max_compute_ns": None, "max_cpu_ns": None, "max_exposed_comm_ns": None, "comm_ns": None, "what_if": None,
+           "simulated_npus": None, "unshared": None,
            **dict.fromkeys(PARTS.values()), "astra_exposed_comm_ns": None}
     try:
         result = simulate(job if isinstance(job, Job) else job(), network, on.system, mode=on.mode,
@@ -74,7 +75,8 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Simu
                max_exposed_comm_ns=max(n.exposed_comm_ns for n in result.npus),
                comm_ns=max(sum(n.comm_ns.values()) for n in result.npus),
                astra_exposed_comm_ns=max(n.astra_exposed_comm_ns for n in result.npus),
-               what_if="; ".join(result.assumptions) or None)
+               what_if="; ".join(result.assumptions) or None,
+               simulated_npus=result.sharing.get("simulated_npus", npus), unshared=result.sharing.get("unshared"))
     last = max(result.npus, key=lambda n: n.finish_ns)  # the NPU the job waits for: its parts add up to finish_ns
     row.update({column: last.time_by_category[part] for part, column in PARTS.items()})
     return row

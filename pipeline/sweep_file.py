@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
+from chakra_core.sim.backends import DEFAULT_MODE
 from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, network_from_document, read_document, system_from_document
 from pipeline.simulated_system import (
     NETWORK_KEYS,
@@ -65,7 +66,7 @@ class _Draft:
     name: str
     network: dict | None  # None: a native ring
     system: dict
-    mode: str = "unaware"
+    mode: str = DEFAULT_MODE
     scaling: str = "weak"
     swept: tuple[str, ...] = ()
 

@@ -50,7 +50,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("traced_npus", pa.int32()), ("status", pa.string()), ("error", pa.string()), ("finish_ns", pa.int64()),
         ("max_compute_ns", pa.int64()), ("max_cpu_ns", pa.int64()), ("max_exposed_comm_ns", pa.int64()),
         ("comm_ns", pa.int64()),
-        ("what_if", pa.string()),
+        ("what_if", pa.string()), ("simulated_npus", pa.int32()), ("unshared", pa.string()),
         ("compute_ns", pa.int64()), ("host_ns", pa.int64()), ("memory_ns", pa.int64()), ("exposed_comm_ns", pa.int64()),
         ("idle_ns", pa.int64()), ("astra_exposed_comm_ns", pa.int64()),
     ]),

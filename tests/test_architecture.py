@@ -214,6 +214,31 @@ def test_no_module_is_longer_than_a_reader_can_hold():
     assert not long, "\n".join(long)
 
 
+def _back_end_leaks(path: str, tree: ast.Module, modes: tuple[str, ...], fabrics: set[str]) -> list[str]:
+    """In a simulator module: a mode's name as a string, or isinstance on a network back-end's class."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in modes:
+            found.append(f"{path}:{node.lineno} names the mode {node.value!r}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            named = [ast.unparse(kind).split(".")[-1] for kind in kinds]
+            found += [f"{path}:{node.lineno} asks whether a network is a {name}" for name in named if name in fabrics]
+    return found
+
+
+def test_the_simulator_meets_its_network_back_ends_through_their_table():
+    """Mode names live in sim/backends.py's table only; no module asks which class a network is
+    (docs/architecture.md, 'The simulator's layers'): a new back-end is one entry there."""
+    from chakra_core.sim.backends import MODES
+
+    fabrics = {node.name for path, tree, _ in MODULES if path.startswith("chakra_core/sim/network/")
+               for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    leaks = [leak for path, tree, _ in MODULES if path.startswith("chakra_core/sim/") and path !=
+             "chakra_core/sim/backends.py" for leak in _back_end_leaks(path, tree, MODES, fabrics)]
+    assert not leaks, "\n".join(leaks)
+
+
 def test_the_checks_catch_what_they_must():
     tree = ast.parse("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES + "    import ray\n")
     function = tree.body[0]
@@ -224,3 +249,5 @@ def test_the_checks_catch_what_they_must():
     module = "chakra_core.format.etfile"
     taken = _edges("x", "x.py", ast.parse(f"from {module} import _private, read_frame\nfrom . import y"))
     assert (module, "_private") in taken and (module, "read_frame") in taken
+    leaky = ast.parse("if mode == 'aware' and isinstance(net, aware.WatchedFabric): pass")
+    assert len(_back_end_leaks("x.py", leaky, ("aware",), {"WatchedFabric"})) == 2

@@ -15,11 +15,14 @@ import pytest
 import chakra_core
 import datapaths
 from chakra_core.format.job import Job
+from chakra_core.sim.backends import BACKENDS
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.files import simulate_files
-from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel, SimulationError, chunking
+from chakra_core.sim.system.collectives import CollectiveModel, SimulationError, chunking
 from chakra_core.sim.whatif import scale_job
+
+aware_model = BACKENDS["aware"].collectives  # the congestion-aware back-end's collective model
 
 REFERENCE, MICRO, CONFIGS = datapaths.REFERENCE, datapaths.MICROBENCHMARKS, datapaths.REFERENCE_CONFIGS
 MiB = 1 << 20
@@ -384,10 +387,10 @@ AWARE_EXAMPLES = [  # where links are shared, the aware model differs (ASTRA-sim
 
 @pytest.mark.parametrize("name,net,sysc,op,expected", AWARE_EXAMPLES, ids=[e[0] for e in AWARE_EXAMPLES])
 def test_congestion_aware_examples(name, net, sysc, op, expected):
-    assert AwareCollectiveModel(net, sysc).member_durations(op, MiB) == (expected,) * net.npus
+    assert aware_model(net, sysc).member_durations(op, MiB) == (expected,) * net.npus
 
 
-@pytest.mark.parametrize("model", [CollectiveModel, AwareCollectiveModel])
+@pytest.mark.parametrize("model", [CollectiveModel, aware_model])
 def test_direct_all_reduce_below_a_window_of_n_minus_1_is_a_clear_error_in_both_modes(model):
     # ASTRA-sim's gate for direct all-reduce's last round is known for a window of N-1 only
     with pytest.raises(SimulationError, match="window 3 < N-1 = 7 is not modelled yet"):

@@ -29,14 +29,17 @@ from test_sim import (
 )
 
 from chakra_core.generate.builder import JobBuilder
+from chakra_core.sim.backends import BACKENDS
 from chakra_core.sim.config import load_network
 from chakra_core.sim.engine import Engine, SimulationDeadlock, simulate
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.network.aware import AWARE_MULTI_DIM_NOTE, AwareFabric, WatchedFabric
-from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel, SimulationError
+from chakra_core.sim.system.collectives import CollectiveModel, SimulationError
 from chakra_core.sim.system.holding import group_rotation, translatable
 from chakra_core.sim.system.packets import Replay, replay_alone
 from chakra_core.sim.workload.feeder import GraphFeeder
+
+aware_model = BACKENDS["aware"].collectives  # the congestion-aware back-end's collective model
 
 THREE_D = network(("Ring", 3, 50, 500), ("FullyConnected", 4, 100, 300), ("Switch", 2, 25, 700))
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -122,7 +125,7 @@ ASTRA_SIM_AWARE = [  # ASTRA-sim's congestion-aware binary [V]
 
 @pytest.mark.parametrize("name,net,sysc,op,expected", ASTRA_SIM_AWARE, ids=[c[0] for c in ASTRA_SIM_AWARE])
 def test_aware_algorithms_match_astra_sim(name, net, sysc, op, expected):
-    assert max(AwareCollectiveModel(net, sysc).member_durations(op, MiB)) == expected
+    assert max(aware_model(net, sysc).member_durations(op, MiB)) == expected
 
 
 @pytest.mark.parametrize("impl,op", [(i, o) for i in ("ring", "direct", "halvingDoubling") for o in OPS])
@@ -131,7 +134,7 @@ def test_aware_equals_unaware_where_no_link_carries_two_messages(impl, op):
     # per-hop and per-message serialization agree (facts 5)
     sysc = system(**{op: impls(impl)})
     unaware = CollectiveModel(FC8, sysc).duration(op, MiB)
-    assert AwareCollectiveModel(FC8, sysc).member_durations(op, MiB) == (unaware,) * 8
+    assert aware_model(FC8, sysc).member_durations(op, MiB) == (unaware,) * 8
 
 
 def test_aware_serial_algorithms_pay_every_hop_on_a_switch():
@@ -140,10 +143,10 @@ def test_aware_serial_algorithms_pay_every_hop_on_a_switch():
     steps = [(131072, 120), (65536, 60), (32768, 0), (32768, 0), (65536, 0), (131072, 0)]
     per_chunk = 10 + sum(2 * hop(m) + 10 + p for m, p in steps)
     assert per_chunk == 23334
-    hd = AwareCollectiveModel(SWITCH8, system(all_reduce=impls("halvingDoubling")))
+    hd = aware_model(SWITCH8, system(all_reduce=impls("halvingDoubling")))
     assert hd.member_durations("all_reduce", MiB) == (4 * per_chunk,) * 8
     # Bruck's all-to-all (the extension): 3 steps of D/2 = 131072
-    bruck = AwareCollectiveModel(SWITCH8, system(all_to_all=impls("halvingDoubling")))
+    bruck = aware_model(SWITCH8, system(all_to_all=impls("halvingDoubling")))
     assert bruck.member_durations("all_to_all", MiB) == (4 * (10 + 3 * (2 * hop(131072) + 10)),) * 8
     assert any("Bruck" in n for n in bruck.notes)
 
@@ -153,7 +156,7 @@ def test_aware_direct_all_gather_queues_on_the_uplink():
     # the other (occupying floor(m / bw) = 4882 each); the last reaches its NPU 2 hops later
     occupy = int((MiB // 4) / (50 * 2**30 / 1e9))
     per_chunk = 2 * 10 + 6 * occupy + 2 * hop(MiB // 4)
-    assert AwareCollectiveModel(SWITCH8, system(all_gather=impls("direct"))).member_durations("all_gather", MiB) == \
+    assert aware_model(SWITCH8, system(all_gather=impls("direct"))).member_durations("all_gather", MiB) == \
         (4 * per_chunk,) * 8
 
 
@@ -161,10 +164,10 @@ def test_aware_double_binary_tree_chunks_share_links():
     # FC 8: a rank that has just sent a chunk down to a child starts its next chunk, where it
     # may be that child's leaf, and its message up waits on the same link: slower than unaware
     dbt = system(all_reduce=impls("doubleBinaryTree"))
-    aware, unaware = (m(FC8, dbt).member_durations("all_reduce", MiB) for m in (AwareCollectiveModel, CollectiveModel))
+    aware, unaware = (m(FC8, dbt).member_durations("all_reduce", MiB) for m in (aware_model, CollectiveModel))
     assert max(unaware) == 123052 and max(aware) > max(unaware)
     # one chunk alone: no link carries two messages at once, so the facts' 7e + 6d + 5p
-    single = AwareCollectiveModel(FC8, system(all_reduce=impls("doubleBinaryTree"), dataset_splits=1))
+    single = aware_model(FC8, system(all_reduce=impls("doubleBinaryTree"), dataset_splits=1))
     assert max(single.member_durations("all_reduce", MiB // 4)) == 34807
 
 
@@ -176,14 +179,14 @@ def test_aware_on_two_dimensions_is_the_one_dimensional_model_per_dimension():
     # RS dim 0 = 2815 and AG dim 0 = 2455 (1 hop, as unaware); the dim-1 phase crosses 2 hops
     # each paying serialization: hop = floor(1000 + 16384 / 53.69) = 1305, d = 2610, so
     # AR dim 1 = 10 + 6 (2610 + 10) + 3 * 30 = 15820 (unaware 13990) and RS dim 1 = 10 + 3 (2610 + 10 + 30) = 7960
-    model = AwareCollectiveModel(TWO_D, TWO_D_SYSTEM)
+    model = aware_model(TWO_D, TWO_D_SYSTEM)
     assert model.member_durations("all_reduce", MiB) == (2815 + 4 * 15820 + 2455,) * 16
     assert model.member_durations("reduce_scatter", MiB) == (2815 + 4 * 7960,) * 16
     assert model.notes == [AWARE_MULTI_DIM_NOTE]
     # rings and fully-connected dimensions: 1 hop per message, one phase per dimension at a time
     ring_fc = network(("Ring", 4, 200, 500), ("FullyConnected", 4, 50, 1000))
     for op in OPS:
-        assert AwareCollectiveModel(ring_fc, TWO_D_SYSTEM).member_durations(op, MiB) == \
+        assert aware_model(ring_fc, TWO_D_SYSTEM).member_durations(op, MiB) == \
             (CollectiveModel(ring_fc, TWO_D_SYSTEM).duration(op, MiB),) * 16
 
 
@@ -202,7 +205,7 @@ def test_aware_one_ring_over_two_dimensions_pays_the_extra_hops():
     # store and forward); one ring of 8 with two slower links costs more than unaware
     net = network(("Ring", 4, 50, 500), ("Ring", 2, 50, 500))
     sysc = system(all_reduce=impls("oneRing"))
-    aware = AwareCollectiveModel(net, sysc).member_durations("all_reduce", MiB)
+    aware = aware_model(net, sysc).member_durations("all_reduce", MiB)
     assert min(aware) > CollectiveModel(net, sysc).duration("all_reduce", MiB) == 64440
 
 
@@ -298,14 +301,14 @@ def test_aware_all_to_all_of_uneven_sizes_starts_when_its_last_member_issues():
                     {"id": 2, "type": "COMM_COLL_NODE", "comm_type": 6, "comm_size": MiB + 8 * npu, "data_deps": [1]}]
                    for npu in range(8)])
     result = simulate(tables, RING8, BASE, mode="aware")
-    alone = AwareCollectiveModel(RING8, BASE).member_durations("all_to_all", MiB + 56)
+    alone = aware_model(RING8, BASE).member_durations("all_to_all", MiB + 56)
     assert [n.finish_ns for n in result.npus] == [5000 + t for t in alone]
     assert any("uneven" in note for note in result.notes)
 
 
 def test_aware_limits_are_clear_errors():
     with pytest.raises(SimulationError, match="not modelled yet"):
-        AwareCollectiveModel(RING8, system(all_reduce=impls("direct3"))).member_durations("all_reduce", MiB)
+        aware_model(RING8, system(all_reduce=impls("direct3"))).member_durations("all_reduce", MiB)
 
 
 REUSE_JOBS = [  # jobs with only all-NPU collectives: where a collective's replay alone may be reused
@@ -402,7 +405,7 @@ HOLDING_TABLES = [  # collectives with a holding table whose every link is enter
 
 
 @pytest.mark.parametrize("name,net,sysc,op,involved", HOLDING_TABLES, ids=[c[0] for c in HOLDING_TABLES])
-@pytest.mark.parametrize("model_class", [CollectiveModel, AwareCollectiveModel])
+@pytest.mark.parametrize("model_class", [CollectiveModel, aware_model])
 def test_holding_tables_give_each_finish_and_link_of_members_issuing_apart(name, net, sysc, op, involved,
                                                                            model_class):
     model = model_class(net, sysc)
@@ -452,13 +455,13 @@ SUB_GROUP_TABLES = [  # a sub-group's table, from another group's (moved along t
 @pytest.mark.parametrize("name,net,sysc,group", SUB_GROUP_TABLES, ids=[c[0] for c in SUB_GROUP_TABLES])
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
 def test_sub_group_holding_tables_give_what_their_replays_give(name, net, sysc, group, op):
-    model = AwareCollectiveModel(net, sysc)
+    model = aware_model(net, sysc)
     table, plan = model.holding(op, MiB, None, group), model.plan(op, MiB, None, group)
     assert (group_rotation(net, plan) is None) == ("per member" in name)
     for seed in range(3):
         offsets = tuple((seed * 7919 + k * 104729) % (40_000 if seed < 2 else 5) for k in range(len(group)))
         events = EventQueue()
-        fabric = model.backend(events, record=True)
+        fabric = model.replay_network(events, record=True)
         finishes = replay_alone(Replay(model.system, model.ranks, events, fabric, model.timer.p), plan, group, offsets)
         # each member's finish, each link's free tick and the tick its first message entered it
         ends, frees, enters = table.evaluate(offsets)

@@ -9,11 +9,12 @@ import random
 import pytest
 from test_sim import BASE, CONFIGS, MICRO, REFERENCE, TWO_D, TWO_D_SYSTEM, network, reference_rows
 from test_sim import comp, job
+from random_systems import random_network, random_system
 from test_sim_aware import pipeline_job
 
 from chakra_core.generate.families import FAMILIES, generate_family
 from chakra_core.generate.workloads import generate
-from chakra_core.sim.config import load_network
+from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import SimulationDeadlock, simulate
 from chakra_core.sim.files import simulate_files
 
@@ -99,15 +100,52 @@ def test_a_straggler_or_a_rank_that_differs_breaks_the_symmetry_and_the_job_runs
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_shared_run_that_cannot_stand_for_the_job_is_replaced_by_the_unshared_run(mode):
+def test_completions_meeting_in_a_tick_no_longer_break_sharing(mode):
     # every NPU: a metadata node and an all-reduce with no dimension to run on, both done at
-    # tick 0 and scheduled then, one by the NPU, one by the system layer: which comes first
-    # follows the order the NPUs' events ran in, which the shared run does not reproduce
+    # tick 0 and scheduled then: they run in the order of their node indices (workload/order.py),
+    # whatever order the NPUs' events ran in, so the shared run stands for the job
     net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
     idle = {"id": 1, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 1 << 20, "involved_dim": [False, False]}
     tables = job(*[[{"id": 0, "type": "METADATA_NODE"}, idle, comp(2, 1, 0, 1)] for _ in range(4)])
     shared, _ = both(tables, net, TWO_D_SYSTEM, mode=mode)
-    assert "completions met in one tick" in shared.sharing["unshared"]
+    assert shared.sharing["simulated_npus"] == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("npus,tp,pp", [(16, 2, 2), (32, 2, 2), (64, 4, 2)])
+def test_random_system_files_share_and_equal_the_unshared_run(npus, tp, pp, mode):
+    # scheduling policy, collective optimisation, chunks, splits, implementations per dimension,
+    # bandwidths and latencies drawn at random: no run falls back, and each equals the unshared one
+    # (and the reference folder's system file)
+    built = generate("transformer", npus, tp=tp, pp=pp, layers=2, batch=npus).job("transformer")
+    for seed in range(5):
+        rng = random.Random(seed)
+        net = random_network(rng, [("Ring", tp), ("Switch", pp), ("Switch", npus // tp // pp)])
+        system = random_system(rng, 3) if seed else load_system(CONFIGS / "Ring_4chunks.json")
+        shared, _ = both(built.tables, net, system, built.comm_groups, mode)
+        assert shared.sharing["simulated_npus"] == pp, shared.sharing
+
+
+def test_a_sweep_row_records_what_was_shared(monkeypatch):
+    from chakra_core.format.job import Job
+    from chakra_core.sim.engine import Engine
+    from chakra_core.sim.sharing import SymmetryBroken
+    from pipeline.simulated_system import SimulatedSystem
+    from pipeline.simulation import simulate_job
+
+    net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
+    tables = job(*[[comp(0, 1), comp(1, 2, 0)] for _ in range(4)])
+
+    def row():
+        return simulate_job("j", Job(tables), 4, SimulatedSystem("s", net, TWO_D_SYSTEM))
+    assert (row()["simulated_npus"], row()["unshared"]) == (1, None)
+
+    def broken(self, workload, shortcuts):
+        raise SymmetryBroken("a mirror ended late")
+    monkeypatch.setattr(Engine, "_check_shared", broken)  # a shared run that cannot stand for the job
+    fell_back = row()
+    assert (fell_back["simulated_npus"], fell_back["unshared"]) == (4, "shared run not used: a mirror ended late")
+    assert fell_back["finish_ns"] == simulate(tables, net, TWO_D_SYSTEM, share=False).finish_ns == 3000
 
 
 def test_json_says_what_was_shared(tmp_path):
@@ -124,6 +162,8 @@ def test_json_says_what_was_shared(tmp_path):
     unshared = json.loads(subprocess.run(run + ["--no-share"], capture_output=True, text=True, check=True).stdout)
     assert shared["sharing"] == {"simulated_npus": 2, "npus": 16, "dimensions": [0, 2]}
     assert unshared["sharing"] == {} and shared["npus"] == unshared["npus"]
+    summary = subprocess.run(run[:-1], capture_output=True, text=True, check=True).stdout
+    assert "shared simulation: 2 of 16 NPUs simulated (alike along dimension(s) 0, 2)" in summary
 
 
 

@@ -73,6 +73,13 @@ def cmd_simulate(args) -> int:
     if paths:
         out.print(_critical_path_table(paths))
     out.print(f"job finishes at {result.finish_ns:,} ns ({result.mode} network)")
+    shared = result.sharing
+    if "unshared" in shared:  # what a slow run cost: every NPU simulated instead of a few
+        out.print(f"{shared['unshared']}: simulated all {shared['npus']:,} NPUs instead of "
+                  f"{shared['shared_would_simulate']:,}")
+    elif shared:
+        out.print(f"shared simulation: {shared['simulated_npus']:,} of {shared['npus']:,} NPUs simulated "
+                  f"(alike along dimension(s) {', '.join(map(str, shared['dimensions']))})")
     return EXIT_OK
 
 
@@ -87,6 +94,8 @@ def _critical_path_table(npus: list):
 
 
 def add_parsers(sub) -> None:
+    from chakra_core.sim.backends import DEFAULT_MODE, MODES, modes_help
+
     p = sub.add_parser("simulate", help=COMMANDS["simulate"],
                        description="Simulate <PREFIX>.<npu>.et for every NPU of the network (as ASTRA-sim does) "
                        "with ASTRA-sim's analytical model: network YAML (Ring, FullyConnected, Switch per "
@@ -97,8 +106,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--network", required=True, metavar="NET.yml", help="ASTRA-sim analytical network YAML")
     p.add_argument("--system", required=True, metavar="SYS.json", help="ASTRA-sim system JSON")
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")
-    p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
-                   help="congestion-unaware (default) or congestion-aware network")
+    p.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help=f"the network model: {modes_help()}")
     p.add_argument("--traced-npus", type=positive_int, metavar="N",
                    help="what-if: the workload has files for N NPUs; run it on the network's NPU count "
                    "(assumptions are printed)")

@@ -5,10 +5,9 @@
 The engine wires the layers (docs/simulator.md, 'Layers') to one event queue (events.py)
 and runs it: the workload layer (workload/nodes.py decodes each node, workload/issue.py issues them per
 NPU), the system layer (system/matching.py matches collectives and sends with receives; the mode's
-runner times collectives: closed forms and replays congestion-unaware, system/live.py aware), the
-network layer (network/unaware.py unaware, network/aware.py congestion-aware; one interface) and the
-memory layer (memory/local.py). A job that cannot finish stops with a report of what every NPU
-waits for.
+runner times collectives), the network layer (one interface, network/interface.py) and the memory
+layer (memory/local.py). What a mode uses of the system and network layers is its back-end's
+(backends.py). A job that cannot finish stops with a report of what every NPU waits for.
 """
 
 from __future__ import annotations
@@ -22,20 +21,17 @@ import pyarrow as pa
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import table_source
 from chakra_core.format.job import Job
+from chakra_core.sim.backends import DEFAULT_MODE, backend
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.criticalpath import critical_paths
 from chakra_core.sim.decoded import CPU, EXTENSIONS, GPU_COMPUTE
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.memory.local import LocalMemory
-from chakra_core.sim.network.aware import AwareFabric, WatchedFabric
-from chakra_core.sim.network.unaware import UnawareNetwork
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.sharing import Sharing, SymmetryBroken
 from chakra_core.sim.symmetry import find_sharing, links_apart
-from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel
-from chakra_core.sim.system.live import AwareCollectives
-from chakra_core.sim.system.matching import System, Unaware
+from chakra_core.sim.system.matching import System
 from chakra_core.sim.whatif import scale_job
 from chakra_core.sim.workload.feeder import GraphFeeder
 from chakra_core.sim.workload.issue import Workload
@@ -50,7 +46,7 @@ class Engine:
     MAX_ATTEMPTS = 6  # aware runs with holding tables before the job runs with every collective live
 
     def __init__(self, feeders: list[GraphFeeder], network: NetworkConfig, system: SystemConfig,
-                 comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
+                 comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = DEFAULT_MODE,
                  compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
                  record_timeline: bool = False, reuse_alone: bool = True,
                  progress: Callable[[str, int, int], None] | None = None, sharing: Sharing | None = None):
@@ -61,8 +57,7 @@ class Engine:
         as progress("simulating nodes", done, total) now and then. With sharing (symmetry.py),
         feeders[npu] is None for every NPU but the representatives, and run() raises
         SymmetryBroken where the shared run cannot stand for the whole job."""
-        if mode not in ("unaware", "aware"):
-            raise SimulationError(f"mode {mode!r}: expected 'unaware' or 'aware'")
+        self.backend = backend(mode)
         if len(feeders) != network.npus:
             raise SimulationError(f"the network has {network.npus} NPUs but {len(feeders)} workload file(s) were given")
         if compute_scale <= 0 or comm_scale <= 0:
@@ -73,7 +68,7 @@ class Engine:
         self.feeders, self.network, self.system, self.mode = feeders, network, system, mode
         self.comm_scale, self.record_timeline, self.reuse_alone, self.progress = (
             comm_scale, record_timeline, reuse_alone, progress)
-        self.collectives = (AwareCollectiveModel if mode == "aware" else CollectiveModel)(network, system, comm_scale)
+        self.collectives = self.backend.collectives(network, system, comm_scale)
         self.memory = LocalMemory(system)
         decoder = NodeDecoder(network, system, comm_groups or {}, self.collectives, self.memory, compute_scale,
                               npu_speed)
@@ -89,14 +84,15 @@ class Engine:
         """Runs the job. Aware, a run that used holding tables is kept only where nothing else
         touched a collective timed from its table and no two events of one tick met whose order
         the tables may change (system/live.py). Else the job runs again: with those collectives (and
-        those of like groups, live.AwareCollectives.alike) live while the CPU time spent so far
-        is below what the tables saved in the last run (the replays alone of the collectives
-        it took from them), else, for such a meeting, or after MAX_ATTEMPTS, with every
-        collective live. Every way gives the same result; `attempts` says how many runs it took
+        those of like groups, live.AwareCollectives.alike; for two completions of one NPU meeting
+        in a tick, the collectives timed from tables among them) live while the CPU time spent so
+        far is below what the tables saved in the last run (the replays alone of the collectives
+        it took from them), else, for messages meeting on a link or a tie (workload/order.py),
+        or after MAX_ATTEMPTS, with every collective live. Every way gives the same result; `attempts` says how many runs it took
         (progress reports start again with each)."""
         shortcuts, forced = self.reuse_alone, frozenset()
-        saved = ([feeder and feeder.save_state() for feeder in self.feeders] if self.mode == "aware" and shortcuts
-                 else None)
+        contends = self.backend.contends  # shortcuts the runner checks: a run may be run again
+        saved = [feeder and feeder.save_state() for feeder in self.feeders] if contends and shortcuts else None
         spent = 0.0
         for attempt in range(self.MAX_ATTEMPTS + 1):
             if attempt:
@@ -106,13 +102,16 @@ class Engine:
             start = time.process_time()
             results, workload, system, runner = self._run(shortcuts, forced)
             spent += time.process_time() - start
-            if not shortcuts or self.mode != "aware":
+            if not shortcuts or not contends:
                 break
             if runner.conflicts:
                 forced = frozenset(forced | runner.alike(runner.conflicts))
                 shortcuts = attempt + 1 < self.MAX_ATTEMPTS and spent < runner.tabled_cost
-            elif runner.used_shortcuts and (runner.coincidences or workload.coincidences):
+            elif runner.used_shortcuts and (runner.coincidences or workload.ties):
                 shortcuts = False
+            elif runner.used_shortcuts and runner.tabled(workload.coincidences):
+                forced = frozenset(forced | runner.alike(runner.tabled(workload.coincidences)))
+                shortcuts = attempt + 1 < self.MAX_ATTEMPTS and spent < runner.tabled_cost
             else:
                 break
         self.attempts = attempt + 1
@@ -145,15 +144,14 @@ class Engine:
         return [results[rep] if rep == npu else results[rep].moved_to(npu) for npu, rep in enumerate(self.sharing.rep_of)]
 
     def _check_shared(self, workload: Workload, shortcuts: bool) -> None:
-        """A shared run stands for the whole job unless it stopped short, two completions of an
-        NPU met in a tick (Workload.watch_ties), or an aware run went fully live (whose order of
-        messages meeting in a tick on a link nothing checks)."""
+        """A shared run stands for the whole job unless it stopped short or a run whose messages
+        contend went fully live (whose order of messages meeting in a tick on a link nothing
+        checks). (Completions meeting in a tick on one NPU run in an order every copy shares:
+        Workload.at.)"""
         if workload.unfinished():
             raise SymmetryBroken("the job does not finish")
-        if workload.ties:
-            raise SymmetryBroken(f"{workload.ties} pair(s) of completions met in one tick on one NPU")
-        if self.mode == "aware" and not shortcuts:
-            raise SymmetryBroken("the aware run replayed every collective live")
+        if self.backend.contends and not shortcuts:
+            raise SymmetryBroken(f"the {self.mode} run replayed every collective live")
 
     def _run(self, shortcuts: bool, forced: frozenset) -> tuple:
         """One run of the job: (results, workload, system layer, collective runner)."""
@@ -161,16 +159,11 @@ class Engine:
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
         workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
                             self.progress)
-        if self.sharing is not None:
-            workload.watch_ties()
-        if self.mode == "aware":
-            network = (WatchedFabric if shortcuts else AwareFabric)(self.network, events, self.comm_scale)
-            runner = AwareCollectives(self.collectives, network, events, self.shapes, shortcuts, forced)
-            if shortcuts:
-                workload.watch_coincidences()
-        else:
-            network = UnawareNetwork(self.network, self.comm_scale)
-            runner = Unaware(self.collectives)
+        network = self.backend.job_network(self.network, events, self.comm_scale, shortcuts)
+        runner = self.backend.runner(self.collectives, network, events, self.shapes, shortcuts and self.backend.contends,
+                                     forced)
+        if shortcuts and self.backend.contends:
+            workload.watch_coincidences()
         system = workload.system = System(self.nodes, network, runner, workload.at, results, self.sharing)
         workload.start()
         events.run(workload.complete)  # calls are steps of the live replays and the network
@@ -178,7 +171,7 @@ class Engine:
 
 
 def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: SystemConfig, *,
-             comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = "unaware",
+             comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = DEFAULT_MODE,
              traced_npus: int | None = None, scaling: str = "weak", record_timeline: bool = False,
              share: bool = True, **knobs) -> SimResult:
     """Simulates a job (a Job, or one node table per NPU, index = NPU id) on a network and
@@ -202,7 +195,7 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
         tables, assumptions = scale_job(tables, network.npus, scaling)
         paths = [f"{paths[npu % traced_npus]} (as NPU {npu})" for npu in range(network.npus)]
     options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
-    share = share and not record_timeline and (mode != "aware" or knobs.get("reuse_alone", True))
+    share = share and not record_timeline and (not backend(mode).contends or knobs.get("reuse_alone", True))
     sharing = _sharing(tables, groups, network, system, mode, share, knobs.get("npu_speed"))
     result = None
     if sharing is not None:
@@ -212,19 +205,22 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
             unshared = f"shared run not used: {why}"
     if result is None:
         result = Engine(_feeders(tables, paths), network, system, **options).run()
-        result.sharing = {"unshared": unshared} if sharing is not None else {}
+        result.sharing = {"unshared": unshared, "simulated_npus": network.npus, "npus": network.npus,
+                          "shared_would_simulate": len(sharing.reps)} if sharing is not None else {}
     result.assumptions = assumptions
     return result
 
 
 def _sharing(tables: list[pa.Table], groups: dict, network: NetworkConfig, system: SystemConfig, mode: str,
              share: bool, npu_speed: list[float] | None) -> Sharing | None:
-    """The job's Sharing where a shared run may stand for it (aware: on links apart; a run that
-    replays every collective live is not shared, see Engine._check_shared)."""
+    """The job's Sharing where a shared run may stand for it (where messages contend for links:
+    on links apart; a run that replays every collective live is not shared, see
+    Engine._check_shared)."""
     if not share:
         return None
     sharing = find_sharing(tables, groups, network, npu_speed, system.call_time_in_network)
-    if sharing is not None and mode == "aware" and not links_apart(sharing, network):
+    chosen = backend(mode)
+    if sharing is not None and chosen.contends and not links_apart(sharing, chosen.network(network, None)):
         return None
     return sharing
 

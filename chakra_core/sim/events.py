@@ -18,15 +18,24 @@ CALL = -1  # first value of a scheduled call (never an NPU id)
 
 
 class EventQueue:
-    __slots__ = ("_heap", "_sequence", "now")
+    __slots__ = ("_heap", "_sequence", "now", "_tick_start", "_running")
 
     def __init__(self) -> None:
         self._heap: list[tuple] = []
         self._sequence = 0
-        self.now = 0  # the tick of the event running (what a shared run's tie check needs)
+        self.now = 0  # the tick of the event running (what the workload's completion order needs)
+        self._tick_start = 0  # the sequence number of the first event scheduled after this tick began
+        self._running = -1  # the sequence number of the event running
 
-    def at(self, tick: int, npu: int, index: int) -> None:
-        """Schedules the completion of node `index` of `npu` for `tick`."""
+    @property
+    def scheduled_before_tick(self) -> bool:
+        """Whether the event running was scheduled before its tick began (then it runs before
+        every event scheduled in its tick, in the same place among them whatever else runs)."""
+        return self._running < self._tick_start
+
+    def at(self, tick: int, npu: int, index) -> None:
+        """Schedules the completion of node `index` of `npu` for `tick` (what the index is, is
+        the workload layer's: workload/order.py)."""
         heappush(self._heap, (tick, self._sequence, npu, index))
         self._sequence += 1
 
@@ -41,8 +50,11 @@ class EventQueue:
         of the last event (None if there was none)."""
         heap = self._heap
         tick = None
+        self._tick_start = self._sequence  # what is queued now was scheduled before the first tick ran
         while heap:
-            tick, _, npu, index = heappop(heap)
+            tick, self._running, npu, index = heappop(heap)
+            if tick != self.now:
+                self._tick_start = self._sequence
             self.now = tick
             if npu == CALL:
                 function, args = index

@@ -8,6 +8,7 @@ import re
 import pyarrow as pa
 
 from chakra_core.format.job import Job, JobLayoutError
+from chakra_core.sim.backends import DEFAULT_MODE
 from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.errors import SimulationError
@@ -29,7 +30,7 @@ def load_tables(prefix: str, npus: int) -> list[pa.Table]:
 
 
 def simulate_files(prefix: str, network_url: str, system_url: str, comm_group_url: str | None = None,
-                   mode: str = "unaware", traced_npus: int | None = None, scaling: str = "weak",
+                   mode: str = DEFAULT_MODE, traced_npus: int | None = None, scaling: str = "weak",
                    record_timeline: bool = False, **knobs) -> tuple[SimResult, list[str]]:
     """`chakra simulate`: the workload files against an ASTRA-sim network YAML and system JSON.
 

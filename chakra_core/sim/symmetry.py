@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.sim.config import NetworkConfig
-from chakra_core.sim.network.aware import AwareFabric
+from chakra_core.sim.network.interface import Links
 from chakra_core.sim.sharing import Sharing
 from chakra_core.sim.workload.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
 
@@ -66,13 +66,13 @@ def find_sharing(tables: list[pa.Table], groups: dict[int, tuple[int, ...]], net
                    set(zip(own.tolist(), peer.tolist())), bool((job.group_of_row[job.types == COLL] == 0).any()))
 
 
-def links_apart(sharing: Sharing, network: NetworkConfig) -> bool:
-    """Congestion-aware: whether the links the shared run uses (the collectives of groups that
-    hold a representative, the sends of representatives) carry nothing in the whole job that
-    the shared run leaves out (the collectives of other groups, the other NPUs' sends); then
-    what the shared run leaves out cannot delay what it runs. A ring's messages go to either
-    neighbour; a collective over every NPU may use any link."""
-    fabric = AwareFabric(network, events=None)
+def links_apart(sharing: Sharing, fabric: Links) -> bool:
+    """On a network whose messages share links (fabric names them): whether the links the
+    shared run uses (the collectives of groups that hold a representative, the sends of
+    representatives) carry nothing in the whole job that the shared run leaves out (the
+    collectives of other groups, the other NPUs' sends); then what the shared run leaves out
+    cannot delay what it runs. A ring's messages go to either neighbour; a collective over
+    every NPU may use any link."""
     is_rep = [rep == npu for npu, rep in enumerate(sharing.rep_of)]
     used: tuple[set, set] = (set(), set())  # (left out, run)
     for group in sharing.groups[1:]:

@@ -457,6 +457,8 @@ def write_timeline(doc: dict, url: str) -> None:
 
 
 def add_timeline_parser(subparsers):
+    from chakra_core.sim.backends import DEFAULT_MODE, MODES, modes_help
+
     p = subparsers.add_parser(
         "timeline", help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
         description="One process per NPU (rank), one thread per track; overlapping events of a track go to "
@@ -470,8 +472,8 @@ def add_timeline_parser(subparsers):
     p.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (with --workload)")
     p.add_argument("--system", metavar="SYS.json", help="ASTRA-sim system JSON (with --workload)")
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (with --workload)")
-    p.add_argument("--mode", choices=["unaware", "aware"], default="unaware",
-                   help="congestion-unaware (default) or congestion-aware network (with --workload)")
+    p.add_argument("--mode", choices=MODES, default=DEFAULT_MODE,
+                   help=f"the network model (with --workload): {modes_help()}")
     p.add_argument("--npu-frequency", type=float, metavar="MHZ", help="NPU clock in MHz (with --log)")
     p.add_argument("--max-flows", type=int, default=DEFAULT_MAX_FLOWS, metavar="N",
                    help=f"draw at most N dependency arrows across tracks (default {DEFAULT_MAX_FLOWS})")

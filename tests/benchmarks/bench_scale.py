@@ -1,7 +1,7 @@
 """Benchmark: a transformer of 1,024 to 16,384 NPUs generated and simulated, both network models.
 
     .venv/bin/python tests/benchmarks/bench_scale.py [--sizes 1024,4096,16384] [--baseline-upto 4096]
-        [--before DIR [--before-upto 4096]]
+        [--before DIR [--before-upto 4096]] [--system FILE] [--bandwidths 200,50,50]
 
 Each size is `chakra generate transformer --npus N --tp 8 --pp 8 --layers 32 --batch 1024`
 (145-153 nodes per rank) on Ring 8 x Switch 8 x Switch N/64 (200, 50, 50 GB/s, 500 ns) with
@@ -12,7 +12,10 @@ before shared simulation), whose results must be the same per NPU. --before DIR 
 same phases with the code of another source tree as well (the same-run baseline of the code
 before this round: `git archive main | tar -x -C DIR` and the built chakra_core/_native/*.so
 copied in; it runs with PYTHONPATH=DIR), up to --before-upto NPUs, and checks its results too.
-Prints wall and CPU seconds and peak RSS of each process. Targets at 16,384 NPUs: generated <= 30 s, simulated
+--system and --bandwidths run the same on another system file and links (issue 39's held-out
+one: `--system DIR/lifo.json --bandwidths 400,200,50` with a system file of LIFO, localBWAware,
+one active chunk per dimension and four dataset splits). Prints wall and CPU seconds and peak
+RSS of each process. Targets at 16,384 NPUs: generated <= 30 s, simulated
 unaware <= 15 s and aware <= 60 s, each under 4 GB, every NPU finishing.
 """
 
@@ -46,14 +49,16 @@ def run(args: list[str], out: Path | None = None, tree: str | None = None) -> tu
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024 ** 2
 
 
-def network(npus: int, folder: Path) -> Path:
+def network(npus: int, folder: Path, bandwidths: str = "200,50,50") -> Path:
     path = folder / "net.yml"
     path.write_text(f"topology: [ Ring, Switch, Switch ]\nnpus_count: [ 8, 8, {npus // 64} ]\n"
-                    "bandwidth: [ 200.0, 50.0, 50.0 ]\nlatency: [ 500.0, 500.0, 500.0 ]\n")
+                    f"bandwidth: [ {', '.join(f'{float(b)}' for b in bandwidths.split(','))} ]\n"
+                    "latency: [ 500.0, 500.0, 500.0 ]\n")
     return path
 
 
-def one_size(npus: int, baseline: bool, before: str | None, folder: Path) -> str:
+def one_size(npus: int, baseline: bool, before: str | None, folder: Path, system: Path = SYSTEM,
+             bandwidths: str = "200,50,50") -> str:
     """The table's line for one size: each phase as this code runs it, then as the baselines do."""
     fmt = (lambda t: f"{t[0]:.1f} s ({t[1]:.1f} CPU s), {t[2]:.2f} GB")
     generate = ["generate", "transformer", "--npus", str(npus), "--tp", "8", "--pp", "8", "--layers", "32",
@@ -61,10 +66,10 @@ def one_size(npus: int, baseline: bool, before: str | None, folder: Path) -> str
     cells = [fmt(run(generate + ["-o", str(folder)]))]
     if before:
         cells[0] += f"; before {fmt(run(generate + ['-o', str(folder / 'before')], tree=before))}"
-    net = network(npus, folder)
+    net = network(npus, folder, bandwidths)
     for mode in ("unaware", "aware"):
         base = ["simulate", "--mode", mode, "--workload", str(folder / "transformer"), "--network", str(net),
-                "--system", str(SYSTEM), "--json"]
+                "--system", str(system), "--json"]
         shared = run(base, folder / f"{mode}.json")
         result = json.loads((folder / f"{mode}.json").read_text())
         finished = all(n["nodes"] >= 145 for n in result["npus"])
@@ -85,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-upto", type=int, default=4096, help="run --no-share up to this many NPUs")
     parser.add_argument("--before", metavar="DIR", help="a source tree of the code before (PYTHONPATH=DIR)")
     parser.add_argument("--before-upto", type=int, default=4096, help="run --before up to this many NPUs")
+    parser.add_argument("--system", type=Path, default=SYSTEM, help="the system file (default Ring_4chunks.json)")
+    parser.add_argument("--bandwidths", default="200,50,50", help="GB/s of the three dimensions' links")
     args = parser.parse_args(argv)
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     print("| NPUs | generate | simulate, congestion-unaware | simulate, congestion-aware |")
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     for npus in map(int, args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"bench_scale_{npus}_") as folder:
             before = args.before if args.before and npus <= args.before_upto else None
-            print(one_size(npus, npus <= args.baseline_upto, before, Path(folder)), flush=True)
+            print(one_size(npus, npus <= args.baseline_upto, before, Path(folder), args.system, args.bandwidths),
+                  flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -24,7 +24,7 @@ import math
 
 from chakra_core.sim.config import NetworkConfig, NetworkDim, Topology
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.network.interface import Network
+from chakra_core.sim.network.interface import Links, WatchedLinks
 
 AWARE_MULTI_DIM_NOTE = ("congestion-aware on a network of several dimensions (ASTRA-sim's aware backend takes one): "
                         "each dimension's links as in the one-dimensional model, messages between NPUs that differ in "
@@ -59,7 +59,7 @@ def moved_link(network: NetworkConfig, link: tuple, by: tuple[int, ...]) -> tupl
     return (dim, at, *((end + by[dim]) % n if isinstance(end, int) else end for end in ends))
 
 
-class AwareFabric(Network):
+class AwareFabric(Links):
     """The links of one network as FIFO store-and-forward servers, on one event queue.
 
     send(now, src, dst, bytes, deliver, args) calls deliver(arrival, *args) at the arrival
@@ -73,6 +73,7 @@ class AwareFabric(Network):
                  free: dict[tuple, int] | None = None):
         self.network, self.events, self.scale = network, events, scale
         self.free: dict[tuple, int] = dict(free or {})  # link -> the tick it is free from
+        self.entered: dict[tuple, int] = {}  # recorded by EntryRecordingFabric only
         self._routes: dict[tuple[int, int], tuple] = {}
         self._hop_times: dict[tuple[int, int], tuple[int, int]] = {}
         self._strides = [1]
@@ -99,6 +100,15 @@ class AwareFabric(Network):
                     at[i] = to[i]
             found = self._routes[key] = tuple(links)
         return found
+
+    def moved_link(self, link: tuple, by: tuple[int, ...]) -> tuple:
+        return moved_link(self.network, link, by)
+
+    def moved_within(self, link: tuple, dim: int, move) -> tuple:
+        link_dim, line, *ends = link
+        if link_dim != dim:
+            raise AssertionError(f"link {link} off dimension {dim}")
+        return (link_dim, line, *(move(e) if isinstance(e, int) else e for e in ends))
 
     def hop_times(self, dim_index: int, size: int) -> tuple[int, int]:
         """(ns the message occupies a link, ns until it reaches the next device)."""
@@ -144,7 +154,6 @@ class EntryRecordingFabric(AwareFabric):
     def __init__(self, network: NetworkConfig, events: EventQueue, scale: float = 1.0,
                  free: dict[tuple, int] | None = None):
         super().__init__(network, events, scale, free)
-        self.entered: dict[tuple, int] = {}
 
     def _hop(self, now: int, route: tuple, hop: int, size: int, deliver, args: tuple) -> None:
         self.entered.setdefault(route[hop][0], now)
@@ -165,7 +174,7 @@ class LinkWatch:
         # enter from place from start on, and the link is busy with them until end
 
 
-class WatchedFabric(AwareFabric):
+class WatchedFabric(AwareFabric, WatchedLinks):
     """A job's fabric (AwareFabric) that also records what the holding tables must check
     (system/live.py): `incoming[link]`, the latest tick a message was scheduled to enter the link; on
     every watched link (a LinkWatch), each message's entry, counting as `conflicts` the tabled
@@ -219,6 +228,9 @@ class WatchedFabric(AwareFabric):
             if self.incoming.get(after, -1) < arrival:
                 self.incoming[after] = arrival
             self.events.call(arrival, self._hop, route, hop + 1, size, deliver, args)
+
+    def watch(self, link: tuple) -> None:
+        self.watched[link] = LinkWatch()
 
     def same_order(self, place, other) -> bool:
         """Whether messages entering a link from `other` keep their order behind those from

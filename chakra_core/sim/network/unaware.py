@@ -43,6 +43,7 @@ class UnawareNetwork(Network):
         self.network = network
         self.scale = scale
         self.free: dict = {}  # no links: nothing is ever busy
+        self.entered: dict = {}
         self._coords = lru_cache(maxsize=None)(network.coords)
 
     def route(self, src: int, dst: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ apart) or members issue the collective at different ticks, it is replayed messag
 message (system/packets.py) on the congestion-unaware network; each member gets its own finish.
 Where that replay is the same whatever the issue ticks, each finish is read from its
 holding table (system/holding.py) instead. AwareCollectiveModel replays every collective on the
-congestion-aware links (network/aware.py).
+network its back-end gives it (sim/backends.py: the congestion-aware links of network/aware.py).
 
 A communicator sub-group (fewer than all NPUs) runs each collective on one ring over its
 members, with a fixed 10 ns endpoint delay, as ASTRA-sim does.
@@ -33,12 +33,13 @@ other dimensions, and algorithms other than ring on sub-groups.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 from chakra_core.sim.config import CollectiveImpl, NetworkConfig, NetworkDim, SystemConfig
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.network.aware import AwareFabric, EntryRecordingFabric
+from chakra_core.sim.network.interface import Network
 from chakra_core.sim.network.unaware import UnawareNetwork, hops, message_delay
 from chakra_core.sim.system.holding import HoldingTable, measure
 from chakra_core.sim.system.plan import (  # noqa: F401  (re-exported: the simulator's public names)
@@ -159,10 +160,16 @@ class CollectiveModel:
     # 'Endpoint delay and local reduction')
     GROUP_ENDPOINT_DELAY = 10
 
-    def __init__(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0):
+    def __init__(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0,
+                 replay_network: Callable[..., Network] | None = None):
         """comm_scale multiplies communication times (a what-if knob): a closed form once, a
-        replay every message, endpoint and reduction time, each truncated."""
+        replay every message, endpoint and reduction time, each truncated. replay_network(events,
+        free=None, record=False): the network replays run on, from its back-end (sim/backends.py;
+        default the congestion-unaware one, a fixed delay each), whose links are busy until `free`
+        and which, with record, records the tick a message first entered each link (`entered`)."""
         self.network = network
+        self.replay_network = replay_network or (lambda events, free=None, record=False:
+                                                 UnawareNetwork(network, comm_scale))
         self.system = system
         self.comm_scale = comm_scale
         self.timer = PhaseTimer(system)
@@ -338,7 +345,7 @@ class CollectiveModel:
             by = self.network.coords(group[0])
             back = tuple(-c for c in by)
             table = self.holding(op, size, involved, tuple(self.moved_npu(npu, back) for npu in group))
-            return None if table is None else table.moved(self.network, by)
+            return None if table is None else table.moved(by)
         return measure(self, op, size, involved, group)
 
     def moved_npu(self, npu: int, by: tuple[int, ...]) -> int:
@@ -355,19 +362,13 @@ class CollectiveModel:
             return ns if self.comm_scale == 1.0 else math.floor(ns * self.comm_scale)
         return max(self.member_durations(op, size, involved, group))
 
-    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None,
-                record: bool = False) -> UnawareNetwork:
-        """The network this model's replays run on: congestion-unaware, a fixed delay each (no
-        links). record: it records the tick a message first entered each link (`entered`)."""
-        return UnawareNetwork(self.network, self.comm_scale)
-
     def replay_alone(self, plan: CollectivePlan, offsets: tuple[int, ...] | None = None,
                      link_free: dict[tuple, int] | None = None) -> tuple[tuple[int, ...], dict[tuple, int]]:
         """Each member's finish when member i issues the collective at offsets[i] (default 0)
         and nothing else uses the network, whose links are busy until link_free (aware); and
         the tick each link it used is free from afterwards."""
         events = EventQueue()
-        network = self.backend(events, link_free)
+        network = self.replay_network(events, link_free)
         members = plan.group or tuple(range(self.network.npus))
         replay = Replay(self.system, self.ranks, events, network, self.timer.p, self.comm_scale)
         finish = replay_alone(replay, plan, members, offsets)
@@ -389,11 +390,15 @@ def run_flow_shop(plan: CollectivePlan, system: SystemConfig) -> int:
 
 
 class AwareCollectiveModel(CollectiveModel):
-    """Collectives on the congestion-aware network, each timed alone (no other traffic)."""
+    """Collectives on a network whose messages contend for links (its replay_network: required),
+    each timed alone (no other traffic)."""
 
-    def backend(self, events: EventQueue, link_free: dict[tuple, int] | None = None,
-                record: bool = False) -> AwareFabric:
-        return (EntryRecordingFabric if record else AwareFabric)(self.network, events, self.comm_scale, link_free)
+    def __init__(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0,
+                 replay_network: Callable[..., Network] | None = None):
+        if replay_network is None:
+            raise TypeError("AwareCollectiveModel replays on its back-end's network: build it with "
+                            "sim.backends.backend(mode).collectives(...)")
+        super().__init__(network, system, comm_scale, replay_network)
 
     def _member_finish(self, op: str, size: int, involved, group, offsets) -> tuple[int, ...]:
         # contention couples chunks and NPUs: always message by message (a job's runner,

@@ -30,7 +30,7 @@ import numpy as np
 
 from chakra_core.sim.config import NetworkConfig, Topology
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.network.aware import moved_link
+from chakra_core.sim.network.interface import Links, Network
 from chakra_core.sim.system.packets import Replay
 from chakra_core.sim.system.plan import SPAN_DIM, CollectivePlan
 
@@ -41,11 +41,12 @@ class HoldingTable:
     """One collective's holding table: finish[i, j] = L_ij, link_free[l, j] = F_lj and
     link_enter[l, j], the tick its first message enters link l, by member order (group order,
     or NPU order), UNRELATED where there is no entry. replay_cost: CPU seconds one replay of
-    the collective took (about what running it live costs)."""
+    the collective took (about what running it live costs). fabric: the network it was measured
+    on, which names the links (an interface.Links where there are any)."""
 
     def __init__(self, finish: np.ndarray, links: list[tuple], link_free: np.ndarray,
-                 link_enter: np.ndarray | None = None, replay_cost: float = 0.0):
-        self.finish, self.links, self.link_free = finish, links, link_free
+                 link_enter: np.ndarray | None = None, replay_cost: float = 0.0, fabric: Network | None = None):
+        self.finish, self.links, self.link_free, self.fabric = finish, links, link_free, fabric
         self.link_enter = link_free if link_enter is None else link_enter
         self.replay_cost = replay_cost
         self._all: np.ndarray | None = None
@@ -69,11 +70,11 @@ class HoldingTable:
             return {}
         return dict(zip(self.links, (self.link_free + np.asarray(issues, np.int64)).max(axis=1).tolist()))
 
-    def moved(self, network: NetworkConfig, by: tuple[int, ...]) -> HoldingTable:
+    def moved(self, by: tuple[int, ...]) -> HoldingTable:
         """The table of the same collective with every NPU moved by `by` coordinates along the
         torus (a sub-group moved there): the same entries, on the moved links."""
-        return HoldingTable(self.finish, [moved_link(network, link, by) for link in self.links], self.link_free,
-                            self.link_enter, self.replay_cost)
+        return HoldingTable(self.finish, [self.fabric.moved_link(link, by) for link in self.links], self.link_free,
+                            self.link_enter, self.replay_cost, self.fabric)
 
 
 def measure(model, op: str, size: int, involved: tuple[bool, ...] | None,
@@ -92,8 +93,10 @@ def measure(model, op: str, size: int, involved: tuple[bool, ...] | None,
     link_free = link_enter = np.zeros((0, n), np.int64)
     rotation = group_rotation(model.network, plan)
     cost = time.process_time()
+    fabric = None
     for j in [0] if translatable(plan) or rotation else range(n):
-        finishes, free, entered, late = _replay_late(model, plan, members, j)
+        finishes, fabric, late = _replay_late(model, plan, members, j)
+        free, entered = fabric.free, fabric.entered
         if not j:
             cost = time.process_time() - cost
         if not links and free:
@@ -105,17 +108,17 @@ def measure(model, op: str, size: int, involved: tuple[bool, ...] | None,
             link_free[:, j] = _entries([free[link] - late for link in links])
             link_enter[:, j] = _entries([entered[link] - late for link in links])
     if translatable(plan):
-        _translate_columns(model.network, finish, links, link_free, link_enter)
+        _translate_columns(model.network, fabric, finish, links, link_free, link_enter)
     elif rotation:
-        _rotate_columns(rotation, finish, links, link_free, link_enter)
-    return HoldingTable(finish, links, link_free, link_enter, cost)
+        _rotate_columns(rotation, fabric, finish, links, link_free, link_enter)
+    return HoldingTable(finish, links, link_free, link_enter, cost, fabric)
 
 
 def _replay_late(model, plan: CollectivePlan, members: tuple[int, ...], j: int):
-    """(each member's finish, each link's free tick, each link's first entry, B) with member j
-    issuing the collective at B, after everything the others can do without it."""
+    """(each member's finish, the network it ran on (its links' free ticks and first entries),
+    B) with member j issuing the collective at B, after everything the others can do without it."""
     events = EventQueue()
-    network = model.backend(events, record=True)
+    network = model.replay_network(events, record=True)
     finish: dict[int, int] = {}
     instance = Replay(model.system, model.ranks, events, network, model.timer.p,
                       model.comm_scale).instance(plan, finish.__setitem__)
@@ -128,7 +131,7 @@ def _replay_late(model, plan: CollectivePlan, members: tuple[int, ...], j: int):
     if len(finish) != len(members):
         raise instance.stuck_error()
     model.timer.notes.update(network.notes)
-    return [finish[npu] for npu in members], network.free, getattr(network, "entered", {}), late
+    return [finish[npu] for npu in members], network, late
 
 
 def _join(now: int, instance, npu: int) -> None:
@@ -150,7 +153,7 @@ def translatable(plan: CollectivePlan) -> bool:
     return phase.span == SPAN_DIM and phase.impl.algorithm in ("ring", "direct")
 
 
-def _translate_columns(network: NetworkConfig, finish: np.ndarray, links: list[tuple],
+def _translate_columns(network: NetworkConfig, fabric: Links, finish: np.ndarray, links: list[tuple],
                        *per_link: np.ndarray) -> None:
     """Fills every member's column from member 0's: the output o of member j's column is
     output (o moved back by j's coordinates) of member 0's (per_link: link_free, link_enter)."""
@@ -161,7 +164,7 @@ def _translate_columns(network: NetworkConfig, finish: np.ndarray, links: list[t
     for j in range(1, network.npus):
         back = tuple(int(-c) for c in coords[j])
         finish[:, j] = finish[((coords - coords[j]) % sizes * strides).sum(axis=1), 0]
-        rows = [row[moved_link(network, link, back)] for link in links]
+        rows = [row[fabric.moved_link(link, back)] for link in links]
         for table in per_link:
             table[:, j] = table[rows, 0]
 
@@ -190,7 +193,7 @@ def group_rotation(network: NetworkConfig, plan: CollectivePlan):
     return dim, lambda j: (lambda c: local[(position[c] - j) % n])
 
 
-def _rotate_columns(rotation, finish: np.ndarray, links: list[tuple], *per_link: np.ndarray) -> None:
+def _rotate_columns(rotation, fabric: Links, finish: np.ndarray, links: list[tuple], *per_link: np.ndarray) -> None:
     """Fills every member's column from member 0's (group_rotation): member j late is member 0
     late with every member moved j places on, so output o of column j is output (o moved j
     places back) of column 0 (per_link: link_free, link_enter)."""
@@ -201,10 +204,6 @@ def _rotate_columns(rotation, finish: np.ndarray, links: list[tuple], *per_link:
     for j in range(1, n):
         finish[:, j] = finish[(order - j) % n, 0]
         move = back(j)
-        rows = []
-        for link_dim, line, *ends in links:
-            if link_dim != dim:
-                raise AssertionError(f"link {(link_dim, line, *ends)} off the group's dimension {dim}")
-            rows.append(row[(link_dim, line, *(move(e) if isinstance(e, int) else e for e in ends))])
+        rows = [row[fabric.moved_within(link, dim, move)] for link in links]
         for table in per_link:
             table[:, j] = table[rows, 0]

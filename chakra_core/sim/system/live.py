@@ -23,8 +23,9 @@ Two shortcuts, where they are exact:
   something did, or where a message was still on its way to such a link when the table was
   read, is not the live run: the engine runs the job again with those collectives live
   (`conflicts`). Nor is one where two events of one tick that the tables may order otherwise
-  than live met (two messages entering a shared link, two communication completions on one
-  NPU: `coincidences`): it is run again without shortcuts.
+  than live met: two messages entering a shared link (`coincidences`: it is run again without
+  shortcuts), or two communication completions on one NPU (Workload.coincidences: it is run
+  again with the collectives among them that were timed from tables live, `tabled`).
 - Where only all-NPU collectives exist, a collective all members start in one tick on idle
   links and all finish together reuses its replay alone (no other traffic can reach the
   links before it ends).
@@ -38,8 +39,8 @@ from collections.abc import Iterable, Iterator
 from chakra_core.sim.decoded import DO_COLLECTIVE, DO_SEND, Node
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.network.aware import AwareFabric, LinkWatch, WatchedFabric
-from chakra_core.sim.system.collectives import AwareCollectiveModel
+from chakra_core.sim.network.interface import Links, WatchedLinks
+from chakra_core.sim.system.collectives import CollectiveModel
 from chakra_core.sim.system.holding import HoldingTable, group_rotation, translatable
 from chakra_core.sim.system.matching import Members, System
 from chakra_core.sim.system.packets import Instance, Replay, RingAlgorithm, StepsAlgorithm
@@ -47,18 +48,19 @@ from chakra_core.sim.system.plan import ALL_TO_ALL, SPAN_DIM, CollectivePlan, me
 
 # per link a collective may use: (link, where its messages enter it from: None for the NPU it
 # leaves, else the link before it, the member position of the NPU that sends on it, the ns one
-# of its messages occupies it at least, its aware.LinkWatch if the fabric watches it, else None)
-Links = list[tuple[tuple, object, int, int, LinkWatch | None]]
+# of its messages occupies it at least, its watch (fabric.watched) if the fabric watches it, else None)
+TableLinks = list[tuple[tuple, object, int, int, object | None]]
 
 
 class AwareCollectives:
     """The live replay of a job's collectives on shared links, with the shortcuts above where
     they are exact (shortcuts=False replays every one live, to check that they are)."""
 
-    def __init__(self, model: AwareCollectiveModel, fabric: AwareFabric, events: EventQueue,
+    def __init__(self, model: CollectiveModel, fabric: Links | WatchedLinks, events: EventQueue,
                  shapes: Iterable[tuple[int, Node]], shortcuts: bool = True, forced: frozenset = frozenset()):
-        """shapes: every distinct (NPU, node) of the job; forced: collectives (group, k) replayed
-        live whatever their shape. With shortcuts, fabric is an aware.WatchedFabric."""
+        """model: the back-end's collective model (sim/backends.py); shapes: every distinct (NPU,
+        node) of the job; forced: collectives (group, k) replayed live whatever their shape. With
+        shortcuts, fabric is an interface.WatchedLinks (the back-end's job network says so)."""
         shapes = list(shapes)
         self.model, self.fabric, self.events = model, fabric, events
         self.replay = Replay(model.system, model.ranks, events, fabric, model.timer.p, model.comm_scale)
@@ -76,16 +78,18 @@ class AwareCollectives:
         self.forced = forced
         self.used_shortcuts = False  # whether this run timed a collective other than live
         self.tabled_cost = 0.0  # CPU seconds the collectives timed from tables took to replay alone, in all
+        self._tabled_nodes: dict[tuple[int, int], tuple] = {}  # (npu, node index) -> its collective, timed from a table
         self._groups = {node.group for _, node in shapes if node.action == DO_COLLECTIVE}
         self._shapes = shapes
-        watching = shortcuts and isinstance(fabric, WatchedFabric)  # holding tables need the fabric's checks
-        self.places = self._entry_places(shapes) if watching else None  # link -> where messages enter it from
+        self.watching = shortcuts  # holding tables need the fabric's checks
+        self.places = self._entry_places(shapes) if shortcuts else None  # link -> where messages enter it from
         if self.places is not None:
             self.fabric.overtaking = self.fabric.may_overtake(self._message_sizes(shapes))
-            self.fabric.watched.update((link, LinkWatch()) for link, places in self.places.items()
-                                       if len(places) > 1 or not all(fabric.same_order(p, p) for p in places))
-        self._tables: dict[tuple, tuple[HoldingTable, Links] | None] = {}  # by (op, size, involved, group)
-        self._node_tables: dict[int, tuple[HoldingTable, Links] | None] = {}  # the same by id(node)
+            for link, places in self.places.items():
+                if len(places) > 1 or not all(fabric.same_order(p, p) for p in places):
+                    fabric.watch(link)
+        self._tables: dict[tuple, tuple[HoldingTable, TableLinks] | None] = {}  # by (op, size, involved, group)
+        self._node_tables: dict[int, tuple[HoldingTable, TableLinks] | None] = {}  # the same by id(node)
 
     @property
     def notes(self) -> list[str]:
@@ -109,11 +113,17 @@ class AwareCollectives:
     def conflicts(self) -> set:
         """The collectives (group, k) timed from their tables that something else may have delayed
         or been delayed by: the run is not the live one, they must run live."""
-        return getattr(self.fabric, "conflicts", set())
+        return self.fabric.conflicts if self.watching else set()
 
     @property
     def coincidences(self) -> int:
-        return getattr(self.fabric, "coincidences", 0)
+        return self.fabric.coincidences if self.watching else 0
+
+    def tabled(self, met: Iterable[tuple[int, int, int]]) -> set:
+        """The collectives (group, k) timed from their tables among the completions that met
+        (npu, node index, node index) in a tick (Workload.watch_coincidences)."""
+        found = self._tabled_nodes
+        return {found[npu, index] for npu, *indices in met for index in indices if (npu, index) in found}
 
     def alike(self, keys: Iterable[tuple]) -> set:
         """keys (group, k), with the k-th collective of every group whose members lie as those
@@ -129,11 +139,15 @@ class AwareCollectives:
         if node.op == ALL_TO_ALL:
             if node.idle:  # no dimension to run on: done at once
                 self.system.complete(now, npu, members[npu][1])
+        elif node.idle:  # done at once, as live (its replay ends as it starts), in this NPU's own issue
+            self.system.member_done(now, npu, now, members[npu][1])
         elif (self.forced and key in self.forced) or self._node_table(node) is None:
             self._join(key, node, node.size, members, (npu,), now)  # ASTRA-sim: it starts on this NPU at once
         # else timed once all have issued
 
     def all_issued(self, key: tuple, first: Node, size: int, members: Members, now: int) -> None:
+        if first.idle and first.op != ALL_TO_ALL:  # every member was done when it issued it
+            return
         if self.forced and key in self.forced:
             found = None
         else:
@@ -198,8 +212,8 @@ class AwareCollectives:
                 rank, ranks = self.model.ranks(phase, npu, plan.group)
                 yield from ((npu, ranks[peer]) for peer in algorithm.peers(rank, directions))
 
-    def _links(self, plan: CollectivePlan, table: HoldingTable) -> Links | None:
-        """The links of the collective's table (Links, in its order), where each is entered from
+    def _links(self, plan: CollectivePlan, table: HoldingTable) -> TableLinks | None:
+        """The links of the collective's table (TableLinks, in its order), where each is entered from
         one place by its own messages and the table's are those its messages may use; else None."""
         position = {npu: k for k, npu in enumerate(plan.group or range(self.model.network.npus))}
         found: dict[tuple, tuple] = {}
@@ -218,14 +232,14 @@ class AwareCollectives:
         return [(link, found[link][0], found[link][1], self.fabric.hop_times(found[link][2], size)[0],
                  watched.get(link)) for link in table.links]
 
-    def _node_table(self, node: Node) -> tuple[HoldingTable, Links] | None:
+    def _node_table(self, node: Node) -> tuple[HoldingTable, TableLinks] | None:
         """_table of a collective node's own shape (nodes are shared by the rows of one shape)."""
         found = self._node_tables.get(id(node), False)
         if found is False:
             found = self._node_tables[id(node)] = self._table(node.op, node.size, node.involved, node.group)
         return found
 
-    def _table(self, op: str, size: int, involved, group) -> tuple[HoldingTable, Links] | None:
+    def _table(self, op: str, size: int, involved, group) -> tuple[HoldingTable, TableLinks] | None:
         """The collective's holding table and its links, where they time it exactly when nothing
         else enters its links while it runs (a table, one chunk at a time per NPU, one place
         each link is entered from by its own messages) and the job runs it more times than
@@ -244,12 +258,12 @@ class AwareCollectives:
             self._tables[key] = found
         return self._tables[key]
 
-    def _from_table(self, key: tuple, op: str, size: int, involved, table: HoldingTable, links: Links,
+    def _from_table(self, key: tuple, op: str, size: int, involved, table: HoldingTable, links: TableLinks,
                     members: Members, order, issues: list[int], now: int) -> None:
         """Times a collective from its holding table: every member has issued it (now). Checks
         that nothing has entered its shared links from another place since its first message
         would enter them, nor is on its way to any of its links, and reserves the shared links
-        until it leaves them (aware.WatchedFabric checks the messages that come later). A link
+        until it leaves them (the watched fabric checks the messages that come later). A link
         still busy when its first message would enter it: the collective is replayed alone from
         the links' state instead."""
         fabric = self.fabric
@@ -289,9 +303,10 @@ class AwareCollectives:
                     watch.reservations = reservations = [r for r in reservations if r[2] > now]
                 reservations.append((place, issues[sender], end, key))
         self.used_shortcuts = True
-        call, done = self.events.call, self.system.member_done
+        call, done, tabled = self.events.call, self.system.member_done, self._tabled_nodes
         for npu, finish in zip(order, finishes):  # its completion is scheduled in its own tick, as live
             call(finish, done, npu, *members[npu])
+            tabled[npu, members[npu][1]] = key
 
     # ------------------------------------------------------------------ live replays
 
@@ -302,7 +317,7 @@ class AwareCollectives:
             if key in self.deciding:
                 self.deciding[key] += joining
                 return
-            if self.reuse_alone and not self.instances:  # idle links: decide at the end of this tick
+            if self.reuse_alone and not self.instances and key not in self.forced:  # idle links: decide at tick's end
                 self.deciding[key] = list(joining)
                 self.events.call(now, self._decide, key, node, size, members)
                 return
@@ -320,6 +335,7 @@ class AwareCollectives:
                 self.live_members[key] = members
                 for npu in range(npus):
                     self.events.call(now + alone[npu], self._member_done, key, npu)
+                    self._tabled_nodes[npu, members[npu][1]] = key
                 return
         instance = self._start(key, node, size, members)
         for npu in joined:
@@ -363,7 +379,7 @@ class AwareCollectives:
             if self._table(node.op, node.size, node.involved, key[0]) is None:
                 continue
             events = EventQueue()
-            replay = Replay(self.model.system, self.model.ranks, events, self.model.backend(events, self.fabric.free),
+            replay = Replay(self.model.system, self.model.ranks, events, self.model.replay_network(events, self.fabric.free),
                             self.model.timer.p, self.model.comm_scale)
             instance = replay.instance(self.model.plan(node.op, node.size, node.involved, key[0]), lambda *done: None)
             for member, (tick, _) in joined.items():

@@ -20,7 +20,6 @@ from chakra_core.sim.decoded import (
     CPU,
     DO_COLLECTIVE,
     DO_COMPUTE,
-    DO_INSTANT,
     DO_RECV,
     DO_REPLAY,
     DO_SEND,
@@ -31,9 +30,10 @@ from chakra_core.sim.decoded import (
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.results import NpuResult, TimelineEvent
 from chakra_core.sim.workload.feeder import GraphFeeder
+from chakra_core.sim.workload.order import CompletionOrder
 
 PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
-OWN_SCHEDULE = (DO_COMPUTE, DO_REPLAY, DO_INSTANT)  # nodes whose completion the NPU's own issue loop schedules
+MAX_COINCIDENCES = 4096  # coincidences kept (a run with more is run again with every collective live anyway)
 
 
 class Workload:
@@ -47,7 +47,6 @@ class Workload:
         npus = len(feeders)
         self.feeders, self.nodes, self.events, self.results = feeders, nodes, events, results
         self.active = [npu for npu, feeder in enumerate(feeders) if feeder is not None]
-        self.at = events.at  # schedules a completion (tick, npu, index)
         self.busy = [[False, False, False, False] for _ in range(npus)]  # per slot
         self.spent = breakdown.TimeBreakdown(npus)
         self.extensions: set[str] = set()  # "memory" once a memory node ran (its timing is an assumption)
@@ -59,53 +58,38 @@ class Workload:
         self.total_nodes = sum(len(nodes[npu]) for npu in self.active)
         self.done_nodes, self.report_every = 0, PROGRESS_EVERY
         self.stands_for = npus // max(1, len(self.active))  # NPUs each simulated one stands for (shared: the same for all)
-        # with watch_coincidences(): per NPU the last tick a node scheduled in its own tick completed
-        self._scheduled_in_tick: list[int] | None = None
-        self.coincidences = 0
-        # with watch_ties(): the tick each completion was scheduled in, and per NPU the last (completion, scheduling)
-        self._scheduled_at: dict[tuple[int, int], int] | None = None
-        self._last_completion: list[tuple[int, int, bool]] = []  # (tick, scheduled in, scheduled by the NPU)
-        self.ties = 0
-
-    def watch_ties(self) -> None:
-        """Counts, as `ties`, two completions on one NPU in one tick that were also scheduled in
-        one tick, one of them by the system layer: their order may follow the order in which
-        other NPUs' events ran, which a shared run (symmetry.py) does not reproduce. (Nodes the
-        NPU times itself are scheduled by its own events, in their order.) Completions are then
-        scheduled through `at`."""
-        scheduled, events = {}, self.events
-        self._scheduled_at, self._last_completion = scheduled, [(-1, -1, True)] * len(self.feeders)
-
-        def at(tick: int, npu: int, index: int) -> None:
-            scheduled[npu, index] = events.now
-            events.at(tick, npu, index)
-        self.at = at
+        # with watch_coincidences(): per NPU (the last tick a node scheduled in its own tick completed, the node)
+        self._scheduled_in_tick: list[tuple[int, int]] | None = None
+        self.coincidences: list[tuple[int, int, int]] = []  # (npu, node index, node index) that met
+        self.order = CompletionOrder(events, npus)  # ties between completions of one tick (workload/order.py)
+        self.at = self.order.at  # schedules a completion (tick, npu, index)
 
     def watch_coincidences(self) -> None:
-        """Counts, as `coincidences`, the completions on one NPU in one tick of two nodes whose
+        """Records, as `coincidences`, the completions on one NPU in one tick of two nodes whose
         completions were scheduled during that tick (all but compute and replayed durations):
-        their order, and so which of their children an NPU issues first, follows the order of
-        events of that tick, which the aware mode's holding tables do not reproduce (system/live.py)."""
-        self._scheduled_in_tick = [-1] * len(self.feeders)
+        whether they formed one group (workload/order.py) may follow the order of events of that
+        tick, which the aware mode's holding tables do not reproduce (system/live.py)."""
+        self._scheduled_in_tick = [(-1, -1)] * len(self.feeders)
+
+    @property
+    def ties(self) -> int:
+        return self.order.ties
 
     def start(self) -> None:
         for npu in self.active:
             self.issue(npu, 0)
 
-    def complete(self, now: int, npu: int, index: int) -> None:
-        """Node `index` of `npu` ends now: its slot and children are free, and the NPU issues again."""
+    def complete(self, now: int, npu: int, scheduled: tuple[int, int]) -> None:
+        """A node of `npu` ends now (the next of the group of the event's node, workload/order.py):
+        its slot and children are free, and the NPU issues again."""
+        index = self.order.next_of(now, npu, scheduled)
         node = self.nodes[npu][index]
         self.busy[npu][node.slot] = False
         if self._scheduled_in_tick is not None and (node.action not in (DO_COMPUTE, DO_REPLAY) or not node.duration):
-            if self._scheduled_in_tick[npu] == now:
-                self.coincidences += 1
-            self._scheduled_in_tick[npu] = now
-        if self._scheduled_at is not None:
-            last, own = self._last_completion[npu], node.action in OWN_SCHEDULE
-            pair = (now, self._scheduled_at.pop((npu, index)), own)
-            if last[:2] == pair[:2] and not (own and last[2]):
-                self.ties += 1
-            self._last_completion[npu] = pair
+            last, other = self._scheduled_in_tick[npu]
+            if last == now and len(self.coincidences) < MAX_COINCIDENCES:
+                self.coincidences.append((npu, other, index))
+            self._scheduled_in_tick[npu] = (now, index)
         if node.category is not None:
             self.spent.move(npu, now, node.category, -1)
         self.feeders[npu].free_children(index)
@@ -123,6 +107,7 @@ class Workload:
     def issue(self, npu: int, now: int) -> None:
         """Visits the free nodes in ascending id order; those whose slot is busy go back."""
         feeder, npu_nodes, slots, finish_at = self.feeders[npu], self.nodes[npu], self.busy[npu], self.at
+        self.order.issuing = npu
         deferred = []
         while True:
             index = feeder.next_issuable()
@@ -157,6 +142,7 @@ class Workload:
                 finish_at(now, npu, index)
         for index in deferred:
             feeder.push_back(index)
+        self.order.issuing = -1
 
     def time_by_category(self, npu: int) -> dict[str, int]:
         return self.spent.totals(npu, self.results[npu].finish_ns)
