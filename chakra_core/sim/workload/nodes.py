@@ -98,7 +98,9 @@ class NodeDecoder:
     def _launches(table: pa.Table, ids: np.ndarray) -> list[int]:
         """Per row, the device work it launched: the device compute nodes whose first data
         dependency it is (the converter lists a kernel's launcher there)."""
-        firsts = pc.list_element(pc.filter(table.column("data_deps"), device_compute(table)), 0) if table.num_rows else pa.array([])
+        deps = pc.filter(table.column("data_deps"), device_compute(table))
+        deps = pc.filter(deps, pc.greater(pc.list_value_length(deps), 0))  # device work without a launcher: none
+        firsts = pc.list_element(deps, 0) if len(deps) else pa.array([])
         launchers = pc.drop_null(firsts).to_numpy(zero_copy_only=False).astype(np.int64)
         counts = dict(zip(*np.unique(launchers, return_counts=True))) if len(launchers) else {}
         return [int(counts.get(node_id, 0)) for node_id in ids.tolist()]
