@@ -24,7 +24,7 @@ from chakra_core.convert.jax.hlo import HloModule, Instruction
 from chakra_core.convert.jax.profile import DeviceOps, Event
 from chakra_core.format.etfile import with_metadata
 from chakra_core.format.job import SCHEMA_VERSION
-from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
+from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND, XLA_CALL_OWN_TIME_PREFIX
 from chakra_core.format.normalize import normalize_table
 from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.generate.builder import WORLD, JobBuilder, comm_type_number
@@ -84,6 +84,9 @@ class _Device:
         self.chain: list[int] = []  # the nodes the next op in the schedule waits for
         self.launcher: int | None = None  # the host node that launched the ops that follow
         self.gaps: dict[int, float] = {}  # id(event) -> idle before it (ns), this step
+        self.arrivals: dict[tuple, dict[int, float]] = {}  # _arrivals
+        self.run_key: tuple[int, int] = (0, 0)  # (step, execution in the step) being emitted
+        self.seen: Counter = Counter()  # the synchronous collectives emitted, by (step, execution, name)
 
     def add(self, name: str, kind: int, event: Event | None, data=(), ctrl=(), **attrs) -> int:
         node = len(self.rows["name"])
@@ -109,8 +112,10 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
     """Every device's table (see the module docstring) and the communicator groups they use."""
     groups = JobBuilder(npus)
     emitted = Emitted([], {})
+    arrivals = _arrivals(ops)
     for device in range(npus):
         dev = _Device(device, npus, groups)
+        dev.arrivals = arrivals
         for step in ops.steps:
             runs = ops.by_device.get(device, {}).get(step.number, [])
             first = min((run[0].start_ns for run in runs if run), default=step.end_ns)
@@ -118,11 +123,27 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
             dev.chain = [dev.add(launch.name, COMP, launch, ctrl=dev.chain, is_cpu_op=True, stream=None)]
             dev.launcher = dev.chain[0]
             dev.gaps = _gaps(runs)
-            for run in runs:
+            for index, run in enumerate(runs):
+                dev.run_key = (step.number, index)
                 _execution(dev, run, modules, emitted)
         emitted.tables.append(dev.table())
     emitted.comm_groups = groups.comm_groups
     return emitted
+
+
+def _arrivals(ops: DeviceOps) -> dict[tuple, dict[int, float]]:
+    """(step, execution in the step, op name, occurrence) -> device -> when the op began there:
+    the k-th execution of a step runs the same module on every device."""
+    found: dict[tuple, dict[int, float]] = {}
+    for device, steps in ops.by_device.items():
+        for step, runs in steps.items():
+            for index, run in enumerate(runs):
+                seen: Counter = Counter()
+                for event in run:
+                    name = event.args.get("hlo_op") or event.name
+                    found.setdefault((step, index, name, seen[name]), {})[device] = event.start_ns
+                    seen[name] += 1
+    return found
 
 
 def _gaps(runs: list[list[Event]]) -> dict[int, float]:
@@ -246,7 +267,29 @@ def _collective(dev: _Device, name: str, event: Event, c: coll.Collective, data:
         else:
             emitted.counts["collectives over this device alone (no communication)"] += 1
     if not nodes:  # nothing to send: the op's time on the device
-        nodes = [dev.add(f"{name} xla:copy", COMP, event, data, dev.chain)]
+        return _sync([dev.add(f"{name} xla:copy", COMP, event, data, dev.chain)], dev, c)
+    if not c.is_async:
+        peers = {dev.device, *(t for s, t in c.pairs if s == dev.device), *(s for s, t in c.pairs if t == dev.device)}
+        group = next((g for g in c.groups if dev.device in g), ())
+        nodes = [_own_time(dev, name, event, nodes, peers | set(group))]
+    return _sync(nodes, dev, c)
+
+
+def _sync(nodes: list[int], dev: _Device, c: coll.Collective) -> list[int]:
     if not c.is_async:
         dev.chain = nodes
     return nodes
+
+
+def _own_time(dev: _Device, name: str, event: Event, nodes: list[int], peers: set[int]) -> int:
+    """A host node after a synchronous collective with its own time on this device: from the
+    last of its peers' arrival to its end here (the wait for later peers is the simulator's to
+    make). A network fitted to the runtime times the call itself, so it takes no time there
+    (call-time-in-network), as a blocking gloo call's (convert/job.keep_own_time)."""
+    key = (*dev.run_key, event.args.get("hlo_op") or event.name)
+    occurrence = dev.seen[key]
+    dev.seen[key] += 1
+    starts = dev.arrivals.get((*key, occurrence), {})
+    last = max([event.start_ns, *(starts[p] for p in peers if p in starts)])
+    own = Event(f"{XLA_CALL_OWN_TIME_PREFIX} {name}", last, max(0.0, event.end_ns - last), {})
+    return dev.add(own.name, COMP, own, nodes, is_cpu_op=True, stream=None)

@@ -49,6 +49,18 @@ def _files(src: str) -> tuple[object, str, list[str]]:
     return fs, root, sorted(p[len(root) + 1:] for p in fs.find(root))
 
 
+def file_role(relative: str) -> str | None:
+    """What a file of a run folder is by its path inside it: "profile", "hlo", "timing" or None."""
+    profile = _PROFILE.match(relative)
+    if profile:
+        name = profile.group("file")
+        return "profile" if _XPLANE.search(name) or _HOST_TRACE.search(name) or _PERFETTO.match(name) else None
+    if relative == "timing.json":
+        return "timing"
+    return "hlo" if relative.endswith(".hlo.txt") or (relative.startswith("hlo/") and relative.endswith(".txt")) \
+        else None
+
+
 def is_jax_run(src: str) -> bool:
     """Whether src is a folder holding a JAX profile (plugins/profile/<run>/ with an XPlane or trace JSON)."""
     fs, path = fsspec.core.url_to_fs(src)
