@@ -18,10 +18,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import pyarrow as pa  # noqa: E402
+
 from chakra_core.convert.jax.run import convert_jax_run  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
 from chakra_core.replay.calibrate import fit, samples_from_jobs, system_json  # noqa: E402
 from chakra_core.replay.hostfit import reference_ring  # noqa: E402
+from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.config import load_system, system_from_document  # noqa: E402
 from chakra_core.sim.engine import simulate  # noqa: E402
 
@@ -29,19 +32,9 @@ RUNS = sorted((REPO / "datasets" / "jax-cpu").iterdir()) + sorted((REPO / "datas
 REFERENCE_SYSTEM = REPO / "datasets" / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
 
 
-def recorded_span_ns(report: dict, job: Job) -> float:
-    """From the first profiled step's start to the last op's end, over every device: the steps'
-    launch nodes start at the steps' starts."""
-    import pyarrow.compute as pc
-
-    first = min(pc.min(t.column("start_time_micros")).as_py() for t in job.tables)
-    last = max(pc.max(pc.add(t.column("start_time_micros"), t.column("duration_micros"))).as_py()
-               for t in job.tables)
-    return (last - first) * 1000.0
-
-
 def measure(runs: list[Path]) -> list[dict]:
-    """Per run: name, recorded span, simulated on the reference ring and on the fitted ring (ns)."""
+    """Per run: name, recorded span (the first step's start to the last op's end over every
+    device: one clock), simulated on the reference ring and on the fitted ring (ns)."""
     work = Path(tempfile.mkdtemp(prefix="bench-jax-"))
     converted = []
     for run in runs:
@@ -53,7 +46,7 @@ def measure(runs: list[Path]) -> list[dict]:
     rows = []
     for name, result, job in converted:
         network = reference_ring(job.npus, fitted["latency_ns"], fitted["bandwidth_gbps"])
-        rows.append({"run": name, "npus": job.npus, "recorded_ns": recorded_span_ns(result.summary(), job),
+        rows.append({"run": name, "npus": job.npus, "recorded_ns": recorded_ns(pa.concat_tables(job.tables)),
                      "reference_ns": simulate(job, reference_ring(job.npus), reference).finish_ns,
                      "calibrated_ns": simulate(job, network, calibrated).finish_ns,
                      "latency_ns": fitted["latency_ns"], "bandwidth_gbps": fitted["bandwidth_gbps"]})

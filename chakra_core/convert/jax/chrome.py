@@ -4,17 +4,18 @@ metadata events, arguments as given (made text, as XPlane stats are)."""
 
 from __future__ import annotations
 
+import math
+
 import orjson
 
-from chakra_core.convert.jax.profile import Event, Profile
+from chakra_core.convert.jax.profile import Event, Profile, read_profile_file
 from chakra_core.errors import SourceFormatError
-from chakra_core.inputs import read_bounded
 
 
 def _number(path: str, index: int, event: dict, key: str) -> float:
     value = event.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SourceFormatError(path, f"traceEvents[{index}].{key} is {value!r:.40}, not a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SourceFormatError(path, f"traceEvents[{index}].{key} is {value!r:.40}, not a time")
     return float(value)
 
 
@@ -32,7 +33,7 @@ def _names(events: list) -> tuple[dict, dict]:
 
 def read_trace_json(path: str) -> Profile:
     """The trace's complete events (times in ns)."""
-    data = read_bounded(path, "source_bytes", "a trace file")
+    data = read_profile_file(path, "a trace file")
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chakra_core.convert.jax.hlo import HloModule, Instruction, split_top
+from chakra_core.errors import SourceFormatError
 
 KINDS = {"all-reduce": "ALL_REDUCE", "all-gather": "ALL_GATHER", "reduce-scatter": "REDUCE_SCATTER",
          "all-to-all": "ALL_TO_ALL", "collective-broadcast": "BROADCAST", "collective-permute": "PERMUTE"}
@@ -123,7 +124,16 @@ def source_target_pairs(text: str | None) -> tuple[tuple[int, int], ...]:
 
 
 def describe(module: HloModule, instruction: Instruction, devices: int) -> Collective | None:
-    """The collective an instruction starts (a synchronous one, or the start of a pair), else None."""
+    """The collective an instruction starts (a synchronous one, or the start of a pair), else
+    None; an attribute that cannot be read is an error naming the file and line."""
+    try:
+        return _describe(module, instruction, devices)
+    except CollectiveError as exc:
+        raise SourceFormatError(module.path, f"instruction {instruction.name}: {exc}", line=instruction.line) \
+            from None
+
+
+def _describe(module: HloModule, instruction: Instruction, devices: int) -> Collective | None:
     opcode, suffix = base_opcode(instruction.opcode)
     carrier = instruction
     if instruction.opcode == "async-start":

@@ -92,8 +92,8 @@ class _Device:
         node = len(self.rows["name"])
         data = [d for d in dict.fromkeys(data) if d is not None]  # the launcher, when given, stays first (the simulator's convention)
         values = {"name": name, "type": kind, "data_deps": data, "ctrl_deps": sorted(set(ctrl) - set(data)),
-                  "start_time_micros": int(event.start_ns // 1000) if event else 0,
-                  "duration_micros": int(round(event.dur_ns / 1000)) if event else 0,
+                  "start_time_micros": max(0, int(event.start_ns // 1000)) if event else 0,
+                  "duration_micros": max(0, int(round(event.dur_ns / 1000))) if event else 0,
                   "is_cpu_op": False, "stream": None if kind != COMP else 0, **attrs}
         for key, column in self.rows.items():
             column.append(values.get(key))

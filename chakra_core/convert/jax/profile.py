@@ -12,11 +12,16 @@ the step its execution began in.
 from __future__ import annotations
 
 import re
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from chakra_core.errors import SourceFormatError
+from chakra_core.inputs import read_bounded
+
 _DEVICE_PLANE = re.compile(r"^/device:[A-Z]+:(\d+)")
 OPS_LINE = "XLA Ops"
+_INTEGER = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass
@@ -58,9 +63,18 @@ class DeviceOps:
     annotated: bool = True  # whether the profile had step annotations
 
 
+def read_profile_file(path: str, what: str) -> bytes:
+    """The file's bytes, gunzipped, within the source_bytes limit; a cut or corrupt gzip stream
+    is a format error naming the file."""
+    try:
+        return read_bounded(path, "source_bytes", what)
+    except (EOFError, zlib.error) as exc:
+        raise SourceFormatError(path, f"truncated or corrupt gzip stream ({exc})") from None
+
+
 def device_of(event: Event) -> int | None:
     ordinal = event.args.get("device_ordinal")
-    if ordinal is not None and ordinal.lstrip("-").isdigit():
+    if ordinal is not None and _INTEGER.fullmatch(ordinal):
         return int(ordinal)
     plane = _DEVICE_PLANE.match(event.plane)
     if plane and event.line == OPS_LINE:
@@ -77,7 +91,7 @@ def steps_of(events: list[Event]) -> list[Step]:
     found = []
     for e in events:
         number = e.args.get("step_num")
-        if number is not None and number.lstrip("-").isdigit() and not _is_op(e):
+        if number is not None and _INTEGER.fullmatch(number) and not _is_op(e):
             found.append(Step(int(number), e.start_ns, e.end_ns))
     found.sort(key=lambda s: s.start_ns)
     unique, seen = [], set()

@@ -1,6 +1,6 @@
 """A JAX run folder, told by its layout, and its conversion (docs/jax.md).
 
-The layout: the profiler's directory somewhere in the folder (`[DIR/]plugins/profile/<run>/`
+The layout: the profiler's directory, the folder itself or one inside it (`[DIR/]plugins/profile/<run>/`
 holding `<host>.xplane.pb`, `<host>.trace.json.gz` and `perfetto_trace.json.gz`), optionally
 the `--xla_dump_to` dump (`*after_optimizations.txt`: the compiled, scheduled modules), the
 compiled module's own text (`*.hlo.txt`) and `timing.json` (unprofiled step times). The
@@ -26,12 +26,12 @@ from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 
-_PROFILE = re.compile(r"^(?:.*/)?plugins/profile/(?P<run>[^/]+)/(?P<file>[^/]+)$")
+_PROFILE = re.compile(r"^(?:[^/]+/)?plugins/profile/(?P<run>[^/]+)/(?P<file>[^/]+)$")
 _XPLANE = re.compile(r"\.xplane\.pb$")
 _HOST_TRACE = re.compile(r"(?<!perfetto_trace)\.trace\.json(\.gz)?$")
 _PERFETTO = re.compile(r"^perfetto_trace\.json(\.gz)?$")
 _HLO = re.compile(r"(after_optimizations\.txt|\.hlo\.txt)$")
-_PROFILE_DEPTH = 2  # folders allowed above plugins/: RUN/plugins, RUN/trace/plugins, RUN/a/b/plugins
+_PROFILE_DEPTH = 1  # folders between the run and plugins/: RUN/plugins or RUN/<profiler dir>/plugins
 
 
 @dataclass
@@ -168,6 +168,9 @@ def convert_jax_run(src: str, out_dir: str, prefix: str, options: SourceOptions 
     npus = max(ops.by_device) + 1
     if npus > limits.value("npus"):
         raise limits.LimitExceeded(files.profile, "npus", f"device ordinal {npus - 1}")
+    events = sum(len(run) for steps in ops.by_device.values() for runs in steps.values() for run in runs)
+    if 3 * events + npus * len(ops.steps) > limits.value("nodes"):  # an op makes at most 3 nodes (gap, op, own time)
+        raise limits.LimitExceeded(files.profile, "nodes", f"{events:,} device ops")
     emitted = emit_job(ops, modules, npus)
     source = _report(files, profile.reader, ops, modules, emitted, npus)
     return write_converted(Job(emitted.tables, emitted.comm_groups, prefix), out_dir, prefix, source, [],

@@ -13,9 +13,8 @@ from __future__ import annotations
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from chakra_core.convert.jax.profile import Event, Profile
+from chakra_core.convert.jax.profile import Event, Profile, read_profile_file
 from chakra_core.errors import SourceFormatError
-from chakra_core.inputs import read_bounded
 
 _T = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _DOUBLE, _STRING, _BYTES, _MESSAGE = (_T.TYPE_INT64, _T.TYPE_UINT64, _T.TYPE_DOUBLE, _T.TYPE_STRING,
@@ -93,7 +92,7 @@ def _stat_value(stat, names: dict[int, str]) -> str:
 
 def read_xplane(path: str) -> Profile:
     """Every event of every plane (times in ns), with its stats (and its metadata's) as args."""
-    data = read_bounded(path, "source_bytes", "an XPlane file")
+    data = read_profile_file(path, "an XPlane file")
     space = XSpace()
     try:
         space.ParseFromString(data)
