@@ -77,9 +77,9 @@ class HloModule:
         return None
 
 
-def _closing(text: str, start: int) -> int:
-    """Index just past the group that opens at text[start] (nested brackets, quoted strings)."""
-    stack, i, quote = [], start, None
+def _unquoted(text: str, start: int = 0):
+    """(index, character) of text from start, leaving out quoted strings (escapes included)."""
+    i, quote = start, None
     while i < len(text):
         ch = text[i]
         if quote:
@@ -89,37 +89,36 @@ def _closing(text: str, start: int) -> int:
                 quote = None
         elif ch in "\"'":
             quote = ch
-        elif ch in _OPEN:
+        else:
+            yield i, ch
+        i += 1
+
+
+def _closing(text: str, start: int) -> int:
+    """Index just past the group that opens at text[start] (nested brackets, quoted strings)."""
+    stack = []
+    for i, ch in _unquoted(text, start):
+        if ch in _OPEN:
             stack.append(_OPEN[ch])
         elif ch in ")}]":
             if not stack or stack.pop() != ch:
                 raise ValueError(f"unbalanced {ch!r} at column {i + 1}")
             if not stack:
                 return i + 1
-        i += 1
     raise ValueError("unclosed bracket or quote")
 
 
 def split_top(text: str) -> list[str]:
     """Pieces of text between commas that are not inside brackets or quotes."""
-    pieces, depth, quote, start, i = [], 0, None, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in _OPEN:
+    pieces, depth, start = [], 0, 0
+    for i, ch in _unquoted(text):
+        if ch in _OPEN:
             depth += 1
         elif ch in ")}]":
             depth -= 1
         elif ch == "," and depth == 0:
             pieces.append(text[start:i].strip())
             start = i + 1
-        i += 1
     tail = text[start:].strip()
     return pieces + [tail] if tail else pieces
 
