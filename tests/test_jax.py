@@ -14,7 +14,7 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from datapaths import JAX_CPU, JAX_CPU_HELDOUT, REFERENCE_CONFIGS
+from datapaths import JAX_CPU, JAX_CPU_HELDOUT, JAX_GPU, REFERENCE_CONFIGS
 
 from chakra_core.analysis.kernels import family
 from chakra_core.analysis.validate import validate_table
@@ -164,3 +164,18 @@ def test_chakra_convert_and_stats_on_a_jax_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "by family" in out and "gemm" in out and "communication" in out
     assert main(["validate", *[str(tmp_path / f"tp.{d}.et") for d in range(4)]]) == 0
+
+
+def test_a_gpu_run_converts_from_its_stream_lines_and_simulates_as_recorded(tmp_path):
+    """On a GPU the device plane holds the kernels on stream lines, each naming its instruction
+    (here the command buffer XLA wrapped the step's ops in): one node per kernel, named by it."""
+    result = convert_jax_run(str(JAX_GPU / "mlp2_dp"), str(tmp_path), "job")
+    assert result.source["devices"] == 1 and result.source["steps"] == [0, 1]
+    assert len(result.unprofiled_step_ns) == 20
+    job = Job.read(str(tmp_path / "job"))
+    kernels = [r["name"] for r in job.tables[0].to_pylist() if r["type"] == COMP and not r["is_cpu_op"]]
+    assert len(kernels) == 26 and all(name.endswith("[command_buffer_1]") for name in kernels)
+    assert {family(name) for name in kernels} >= {"gemm", "reduction"}
+    recorded = recorded_ns(pa.concat_tables(job.tables))
+    system = load_system(str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
+    assert abs(simulate(job, reference_ring(1), system).finish_ns / recorded - 1) < 0.15

@@ -1,8 +1,9 @@
 """One Chakra ET per device from a JAX profile and, where it has them, the compiled modules' HLO.
 
 Per device and step: a host node `ProfilerStep#N` (the step's launch: from the step's start to
-the device's first op), then each execution's ops in the module's schedule order (time order
-without HLO): a compute node per executed instruction or fusion with its measured duration; a
+the device's first op), a host node `host after step N` last (from its last op to the next
+step's start, or to the step's end), and between them each execution's ops in the module's
+schedule order (time order without HLO): a compute node per executed instruction or fusion with its measured duration; a
 collective node per collective instruction (its `-done` folded in); a send per source-target
 pair of a collective-permute whose source is the device, a receive per pair whose target is.
 Dependencies: each op on the ops its HLO operands come from (through instructions that are not
@@ -116,7 +117,7 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
     for device in range(npus):
         dev = _Device(device, npus, groups)
         dev.arrivals = arrivals
-        for step in ops.steps:
+        for number, step in enumerate(ops.steps):
             runs = ops.by_device.get(device, {}).get(step.number, [])
             first = min((run[0].start_ns for run in runs if run), default=step.end_ns)
             launch = Event(STEP_NODE.format(step.number), step.start_ns, max(0.0, first - step.start_ns), {})
@@ -126,6 +127,11 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
             for index, run in enumerate(runs):
                 dev.run_key = (step.number, index)
                 _execution(dev, run, modules, emitted)
+            last = max((e.end_ns for run in runs for e in run), default=first)
+            until = ops.steps[number + 1].start_ns if number + 1 < len(ops.steps) else step.end_ns
+            if until - last >= 1000:  # the host's time after the device's last op, to the next step
+                after = Event(f"host after step {step.number}", last, until - last, {})
+                dev.chain = [dev.add(after.name, COMP, after, ctrl=dev.chain, is_cpu_op=True, stream=None)]
         emitted.tables.append(dev.table())
     emitted.comm_groups = groups.comm_groups
     return emitted
@@ -201,7 +207,7 @@ def _execution(dev: _Device, run: list[Event], modules: dict[str, HloModule], em
                            comm_type=comm_type_number(coll.KINDS[kind.group(1)]), comm_size=0, pg_name=WORLD)
             emitted.counts["collectives without HLO (size 0, group: every device)"] += 1
         else:
-            node = dev.add(f"{name} xla:{category(module, instruction, name)}", COMP, event, data, dev.chain)
+            node = dev.add(_op_label(module, instruction, name, event), COMP, event, data, dev.chain)
             emitted.counts["compute"] += 1
         dev.chain = [node]
         produced[name] = [node]
@@ -215,6 +221,16 @@ def _launch_gap(dev: _Device, event: Event, name: str) -> None:
         idle = Event(f"launch {name}", event.start_ns - gap, gap, {})
         dev.chain = [dev.add(idle.name, COMP, idle, ctrl=dev.chain, is_cpu_op=True, stream=None)]
         dev.launcher = dev.chain[0]
+
+
+def _op_label(module: HloModule | None, instruction: Instruction | None, name: str, event: Event) -> str:
+    """`NAME xla:CATEGORY`; a GPU kernel is `KERNEL [NAME] xla:CATEGORY`, and without the
+    instruction's HLO (a command buffer, a module without text) `KERNEL [NAME]`: the kernel's
+    name then tells its family."""
+    if event.name == name:
+        return f"{name} xla:{category(module, instruction, name)}"
+    label = f"{event.name} [{name}]"
+    return f"{label} xla:{category(module, instruction, name)}" if instruction is not None else label
 
 
 def _fold_done(dev: _Device, done: Instruction, event: Event, produced: dict[str, list[int]]) -> None:

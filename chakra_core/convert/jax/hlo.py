@@ -5,7 +5,7 @@ name, shape, opcode, operands (by name) and attributes as text.
 The grammar, as XLA prints it: a module header `HloModule NAME, key=value, ...`; computations
 `[ENTRY ]%NAME (PARAMS) -> SHAPE {` ... `}`; one instruction a line,
 `[ROOT ]%NAME = SHAPE OPCODE(OPERANDS), key=value, ...`. Operands are `%name` (older printers put
-the operand's shape before it); values nest `{}`, `[]`, `()` and quoted strings, so lines are
+the operand's shape before it, newer ones `%name#i` for an element of a tuple); values nest `{}`, `[]`, `()` and quoted strings, so lines are
 cut at top-level commas only. Other sections of a dump (FileNames, StackFrames, ...) are skipped.
 """
 
@@ -137,6 +137,7 @@ def _operand_name(piece: str, opcode: str) -> str | None:
     if opcode in ("constant", "parameter", "iota", "rng-get-and-update-state"):
         return None
     token = piece.split()[-1] if piece.split() else ""
+    token = re.sub(r"#\d+$", "", token)  # `%x#0`: an element of a tuple-shaped operand (newer printers)
     if token.startswith("%"):
         return token[1:]
     return token if re.fullmatch(r"[A-Za-z_][\w.\-]*", token) else None

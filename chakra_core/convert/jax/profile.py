@@ -3,8 +3,9 @@ events on named lines of named planes, with their arguments as text; and from th
 device's executed HLO ops and the steps.
 
 An event is a device op when it names its HLO instruction (`hlo_op`) and device
-(`device_ordinal`), as XLA's CPU runtime records its thunks, or when it lies on the `XLA Ops`
-line of a `/device:<KIND>:<N>` plane (GPU, TPU). Its execution is `run_id` where given. Steps
+(`device_ordinal`), as XLA's CPU runtime records its thunks; when it names its instruction on a
+`/device:<KIND>:<N>` plane (a GPU's kernels on their stream lines, `Stream #14(Compute)`, one
+instruction may launch several); or when it lies on the `XLA Ops` line of such a plane. Its execution is `run_id` where given. Steps
 are the events that carry `step_num` (`jax.profiler.StepTraceAnnotation`); an op belongs to
 the step its execution began in.
 """
@@ -77,7 +78,7 @@ def device_of(event: Event) -> int | None:
     if ordinal is not None and _INTEGER.fullmatch(ordinal):
         return int(ordinal)
     plane = _DEVICE_PLANE.match(event.plane)
-    if plane and event.line == OPS_LINE:
+    if plane and (event.line == OPS_LINE or "hlo_op" in event.args):
         return int(plane.group(1))
     return None
 
