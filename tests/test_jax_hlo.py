@@ -120,6 +120,9 @@ def _gpu_like_run(folder, hlo: str = ASYNC_HLO):
                    {"ph": "M", "pid": pid, "tid": 2, "name": "thread_name", "args": {"name": "XLA Ops"}}]
         events += [{"ph": "X", "pid": pid, "tid": 2, "ts": 10 + 10 * i, "dur": 8, "name": name,
                     "args": {"hlo_module": "jit_step"}} for i, name in enumerate(SCHEDULE)]
+        events += [{"ph": "M", "pid": pid, "tid": 3, "name": "thread_name", "args": {"name": "Stream #7(Compute)"}},
+                   {"ph": "X", "pid": pid, "tid": 3, "ts": 21, "dur": 6, "name": "sm90_gemm_kernel",
+                    "args": {"hlo_op": "fusion.1", "hlo_module": "jit_step"}}]  # fusion.1's kernel: not again
     profile = folder / "plugins" / "profile" / "2026_01_01"
     profile.mkdir(parents=True)
     (profile / "gpu.trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
@@ -144,6 +147,7 @@ def test_async_pairs_fold_into_one_collective_that_only_the_done_users_wait_for(
         assert reduce_start in by_name["async-start.1"]["data_deps"]  # uses its result, through the -done
         assert by_name["all-reduce-start.1"]["duration_micros"] == 28  # from its start to its -done's end
         assert fusion["type"] == COMP and fusion["name"].endswith("xla:gemm")
+        assert not any("sm90_gemm_kernel" in r["name"] for r in rows)  # the XLA Ops line already gave fusion.1
         assert by_name["copy.1"]["name"].endswith("xla:copy")
 
 

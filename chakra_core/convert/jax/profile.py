@@ -5,7 +5,8 @@ device's executed HLO ops and the steps.
 An event is a device op when it names its HLO instruction (`hlo_op`) and device
 (`device_ordinal`), as XLA's CPU runtime records its thunks; when it names its instruction on a
 `/device:<KIND>:<N>` plane (a GPU's kernels on their stream lines, `Stream #14(Compute)`, one
-instruction may launch several); or when it lies on the `XLA Ops` line of such a plane. Its execution is `run_id` where given. Steps
+instruction may launch several); or when it lies on the `XLA Ops` line of such a plane (a plane
+with that line gives its ops there, and their kernels on the stream lines are not counted again). Its execution is `run_id` where given. Steps
 are the events that carry `step_num` (`jax.profiler.StepTraceAnnotation`); an op belongs to
 the step its execution began in.
 """
@@ -107,8 +108,9 @@ def device_ops(profile: Profile) -> DeviceOps:
     """The ops of every device, grouped by step (see the module docstring)."""
     result = DeviceOps(steps=steps_of(profile.events))
     executions: dict[tuple[int, str], list[Event]] = defaultdict(list)
+    with_ops_line = {e.plane for e in profile.events if e.line == OPS_LINE}
     for e in profile.events:
-        if _is_op(e):
+        if _is_op(e) and (e.plane not in with_ops_line or e.line == OPS_LINE):  # ops, not their kernels too
             executions[(device_of(e), e.args.get("run_id", ""))].append(e)
             if "hlo_module" in e.args:
                 result.modules.add(e.args["hlo_module"])
