@@ -70,7 +70,7 @@ def _hlo_collectives(run) -> int:
 def test_each_device_and_step_has_the_hlo_collectives_with_their_bytes_and_groups(run, converted):
     result, job = converted[run]
     collectives, permutes = EXPECTED[run]
-    assert job.npus == 4 and len(result.et_files) == 4
+    assert job.npus == 4 and len(result.et_files) == 4 and result.mismatches == []
     assert result.source["steps"] == [0, 1] and result.source["reader"] == "xplane" and not result.source["missing"]
     assert len(collectives) + len(permutes) == _hlo_collectives(run)
     for device, table in enumerate(job.tables):

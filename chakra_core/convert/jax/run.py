@@ -25,6 +25,7 @@ from chakra_core.convert.source_file import SourceOptions, read_source
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
+from chakra_core.generate.builder import check_send_recv
 
 _PROFILE = re.compile(r"^(?:[^/]+/)?plugins/profile/(?P<run>[^/]+)/(?P<file>[^/]+)$")
 _XPLANE = re.compile(r"\.xplane\.pb$")
@@ -173,7 +174,8 @@ def convert_jax_run(src: str, out_dir: str, prefix: str, options: SourceOptions 
         raise limits.LimitExceeded(files.profile, "nodes", f"{events:,} device ops")
     emitted = emit_job(ops, modules, npus)
     source = _report(files, profile.reader, ops, modules, emitted, npus)
-    return write_converted(Job(emitted.tables, emitted.comm_groups, prefix), out_dir, prefix, source, [],
+    mismatches = check_send_recv(emitted.tables)  # every send meets its receive (same tag and size)
+    return write_converted(Job(emitted.tables, emitted.comm_groups, prefix), out_dir, prefix, source, mismatches,
                            unprofiled_step_ns=_timing(files.timing), set_aside=files.set_aside)
 
 
