@@ -25,6 +25,7 @@ def test_a_ring_recorded_live_converts_with_one_send_per_pair(tmp_path):
     assert timing["devices"] == 2 and len(timing["steps_ns"]) == 3 and timing["recorded_steps"] == 2
     assert sorted(p.name.split(".", 2)[2] for p in (run / "hlo").iterdir()) == [
         "before_optimizations.txt", "cpu_after_optimizations-buffer-assignment.txt", "cpu_after_optimizations.txt"]
+    assert '"/' not in (run / "step.hlo.txt").read_text().split("FunctionNames")[0]  # no path of this machine
     result = convert_jax_run(str(run), str(tmp_path / "out"), "ring")
     assert result.source["steps"] == [0, 1] and result.unprofiled_step_ns == timing["steps_ns"]
     for device, table in enumerate(Job.read(str(tmp_path / "out" / "ring")).tables):

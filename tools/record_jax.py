@@ -10,6 +10,7 @@ of that kind are used. The run folder gets:
   hlo/module_<n>.jit_step.*.txt   the step's module before and after optimisation (the dump's
                                  other modules, object files and LLVM IR are removed)
   step.hlo.txt                    the compiled, scheduled module (compiled.as_text())
+                                 (in every HLO text, source files are cut to their base names)
   timing.json                     {"steps_ns": [...], "devices", "model", "jax", "platform",
                                    "recorded_steps"}
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -130,10 +132,18 @@ def record(model: str, devices: int, out: Path, steps: int = 2, timed_steps: int
         timed.append(time.perf_counter_ns() - begin)
     (out / "step.hlo.txt").write_text(step.lower(params, batch).compile().as_text())
     _keep_step_dump(out / "hlo")
+    for text in [out / "step.hlo.txt", *(out / "hlo").glob("*.txt")]:
+        text.write_text(relative_sources(text.read_text()))
     timing = {"steps_ns": timed, "devices": devices, "model": model, "jax": jax.__version__, "platform": platform,
               "recorded_steps": steps}
     (out / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
     return timing
+
+
+def relative_sources(hlo: str) -> str:
+    """The HLO text with its FileNames entries cut to base names: where the recording script
+    lay on the recording machine is nobody's business (and would make a shipped run name it)."""
+    return re.sub(r'^(\d+ )"[^"\n]*/([^"/\n]+)"$', r'\1"\2"', hlo, flags=re.M)
 
 
 def _keep_step_dump(dump: Path) -> None:
