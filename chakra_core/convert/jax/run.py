@@ -101,8 +101,8 @@ def find_run(src: str) -> RunFiles:
             files.hlo.append(url(name))
         elif name.endswith("before_optimizations.txt"):
             files.set_aside[url(name)] = f"{name}: HLO before optimisation (not the scheduled module that ran)"
-        elif name.endswith("buffer-assignment.txt"):
-            files.set_aside[url(name)] = f"{name}: a buffer assignment, not a module"
+        elif name.startswith("hlo/"):
+            files.set_aside[url(name)] = f"{name}: another file of the HLO dump (not the scheduled module that ran)"
         elif _PROFILE.match(name):
             run = _PROFILE.match(name).group("run")
             files.set_aside[url(name)] = (f"{name}: an older profile than plugins/profile/{latest}/" if run != latest
