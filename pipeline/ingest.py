@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from chakra_core.convert.jax.run import file_role
 from chakra_core.convert.sources import SourceOptions, detect_format
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
@@ -16,10 +17,12 @@ TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profil
 RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
 # One file that describes a whole job, and the `chakra convert --from` format that reads it.
 SINGLE_FILE = {"flexflow": "flexflow", "text_workload": "text"}
-TRACE_KINDS = ("pytorch_et", *SINGLE_FILE, "chakra_et")  # in the order a job's format is decided
+TRACE_KINDS = ("pytorch_et", *SINGLE_FILE, "jax_profile", "chakra_et")  # in the order a job's format is decided
 FORMAT_NAMES = {"pytorch_et": "PyTorch traces", "flexflow": "a FlexFlow task graph",
-                "text_workload": "an ASTRA-sim text workload", "chakra_et": "Chakra ETs"}
+                "text_workload": "an ASTRA-sim text workload", "jax_profile": "a JAX profile", "chakra_et": "Chakra ETs"}
 ONE_FILE = {**FORMAT_NAMES, "pytorch_et": "a PyTorch trace", "chakra_et": "a Chakra ET"}
+# a JAX run folder's files by their path in it (convert/jax/run.py): the profile, its HLO text, its step times
+JAX_KINDS = {"profile": "jax_profile", "hlo": "hlo_text", "timing": "jax_timing"}
 # job.json keys that a single-file job's conversion takes (chakra convert's options)
 JOB_OPTIONS = {"npus": int, "passes": int, "npu_frequency_mhz": (int, float), "first_dim_npus": int,
                "time_unit": str}
@@ -92,7 +95,11 @@ def unusable_files(job: JobInput) -> dict[str, str]:
         elif f.kind == "unknown":
             reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
                                " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json, a FlexFlow <name>.graph"
-                               " or .dot, an ASTRA-sim text workload <name>.txt, or job.json)")
+                               " or .dot, an ASTRA-sim text workload <name>.txt, job.json, or a JAX run's"
+                               " plugins/profile/<run>/ files, hlo/*.txt, *.hlo.txt and timing.json)")
+        elif f.kind in ("hlo_text", "jax_timing") and job.trace_format != "jax_profile":
+            reasons[f.name] = f"{f.name}: JAX run files beside {FORMAT_NAMES.get(job.trace_format, 'no trace')}," \
+                " which has no use for them"
         elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
             reasons[f.name] = (f"{f.name}: communicator groups beside {FORMAT_NAMES.get(job.trace_format, 'no trace')},"
                                " whose conversion makes the job's process groups itself")
@@ -134,6 +141,8 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     if foreign:
         return foreign[0], (f"{foreign[0].name}: {ONE_FILE[foreign[0].kind]} beside {FORMAT_NAMES[job.trace_format]}"
                             f" ({traces[0].name}); a job's ranks must be of one format")
+    if job.trace_format == "jax_profile":  # its converter picks the profile (one host's, the latest run)
+        return None
     if job.trace_format in SINGLE_FILE:
         return None if len(traces) == 1 else (traces[1], f"{traces[0].name} and {traces[1].name} both describe the"
                                                          " job; a job folder holds one")
@@ -201,6 +210,8 @@ def source_options(job: JobInput) -> SourceOptions:
 def kind_in_job(fs, path: str, relative: str) -> str:
     """A file's kind by its name; a .txt by its first line (an ASTRA-sim text workload or not)."""
     kind = kind_of(relative) if "/" not in relative else "unknown"
+    if kind == "unknown" and file_role(relative):
+        return JAX_KINDS[file_role(relative)]
     if kind == "unknown" and relative.endswith(".txt") and detect_format(fs.unstrip_protocol(path)) == "text":
         return "text_workload"
     return kind

@@ -19,6 +19,7 @@ import pyarrow as pa
 from chakra_core.analysis.facade import JobAnalysis
 from chakra_core.analysis.job_record import JobRecord, record_job
 from chakra_core.analysis.validate import validate_table
+from chakra_core.convert.jax.run import convert_jax_run
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
@@ -156,13 +157,15 @@ def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
     with why) written into out_dir."""
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id, accounted=accounted)
-        set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
-        return result.tables, result.et_files, result.comm_group_file, set_aside
-    if job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json
+    elif job.trace_format == "jax_profile":  # a JAX run folder: its profile, compiled HLO and step times
+        result = convert_jax_run(job.url, out_dir, job.job_id)
+    elif job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json
         result = convert_source(source_file(job).url, out_dir, job.job_id, SINGLE_FILE[job.trace_format],
                                 source_options(job))
-        return result.tables, result.et_files, result.comm_group_file, {}
-    return *_copy_chakra(job, out_dir), {}
+    else:
+        return *_copy_chakra(job, out_dir), {}
+    set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
+    return result.tables, result.et_files, result.comm_group_file, set_aside
 
 
 def _summarise(job: JobInput, tables: list[pa.Table], paths: list[str], groups: str | None

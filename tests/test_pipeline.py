@@ -137,6 +137,25 @@ def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, c
                                                    {"variant": "recorded", "bound": "host"}]
 
 
+def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ray_local):
+    make_small_drop(tmp_path / "source")
+    shutil.copytree(GLOO.parent / "jax-cpu" / "mlp_dp", tmp_path / "source" / DATE / "jax-dp")
+    day_folder = tmp_path / "source" / DATE
+    files = {str(p.relative_to(day_folder)) for p in day_folder.rglob("*") if p.is_file()}
+    warehouse = tmp_path / "wh"
+    day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri(), load_sweep()[:1], synthetic_jobs=0)
+    ingest, rejects = day.tables["ingest_log"].to_pylist(), day.tables["rejects"].to_pylist()
+    assert sorted(r["file"] for r in ingest + rejects) == sorted(files)  # every file once
+    traces = day.tables["traces"].to_pylist()
+    assert {r["job_id"]: r["source_format"] for r in traces} == {"mlp": "pytorch_et", "coll": "pytorch_et",
+                                                                 "jax-dp": "jax_profile"}
+    assert sum(r["job_id"] == "jax-dp" for r in traces) == 4
+    sims = day.tables["sim_results"].to_pylist()
+    assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll", "jax-dp"}
+    families = {r["family"] for r in day.tables["device_time"].to_pylist() if r["job_id"] == "jax-dp"}
+    assert {"gemm", "fusion", "communication"} <= families
+
+
 def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):
     make_small_drop(tmp_path / "source")
     marker = tmp_path / "killed-once"

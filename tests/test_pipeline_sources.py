@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from datapaths import JAX_CPU
 from flexflow_graphs import ALEXNET, TEXT
 
 from chakra_core.format.etfile import read_table
@@ -93,3 +94,31 @@ def test_jobs_that_are_not_one_job_are_rejected_whole():
     assert "alexnet.4.graph of this job was rejected" in rejects["rank0.et.json.gz"]
     outcome, rejects = run("broken")
     assert outcome.prefix is None and "alexnet.4.graph: line" in rejects["alexnet.4.graph"]
+
+
+def test_a_jax_run_folder_is_a_job_and_its_unused_files_are_rejected_with_why():
+    folder = JAX_CPU / "tp_mlp"
+    put("jax-tp", {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()})
+    job = next(j for j in list_day(SOURCE, DATE)[0] if j.job_id == "jax-tp")
+    assert job.trace_format == "jax_profile"
+    outcome, rejects = run("jax-tp")
+    assert outcome.ranks == 4 and {r["source_format"] for r in outcome.traces} == {"jax_profile"}
+    processed = {r["file"].split("/", 1)[1]: r["kind"] for r in outcome.ingest}
+    assert processed["timing.json"] == "jax_timing"
+    assert sorted(k for k, v in processed.items() if v == "jax_profile") == \
+        [p for p in processed if p.endswith("vm.xplane.pb")]
+    assert [k for k, v in processed.items() if v == "hlo_text"] == ["hlo/module_0024.jit_step.cpu_after_optimizations.txt"]
+    assert set(rejects) == {p for p in (str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
+                            if p not in processed}
+    assert "which was read" in rejects[next(p for p in rejects if p.endswith("perfetto_trace.json.gz"))]
+    assert "before optimisation" in rejects[next(p for p in rejects if "before_optimizations" in p)]
+    assert outcome.device_time  # the device breakdown of a JAX job
+
+
+def test_jax_files_beside_a_pytorch_trace_are_rejected_alone():
+    put("torch-and-timing", {"rank0.et.json.gz": GLOO_RANK.read_bytes(), "timing.json": b'{"steps_ns": [1]}',
+                             "hlo/module_1.jit_step.cpu_after_optimizations.txt": b"HloModule x\n"})
+    outcome, rejects = run("torch-and-timing")
+    assert outcome.ranks == 1
+    assert set(rejects) == {"timing.json", "hlo/module_1.jit_step.cpu_after_optimizations.txt"}
+    assert all("JAX run files beside PyTorch traces" in why for why in rejects.values())

@@ -8,6 +8,12 @@ elementwise functors, so each of those comes before the family its name would ot
 into. A name no rule matches is `other`. Both NCCL kernel name forms (`ncclKernel_*`, older,
 and `ncclDevKernel_*`, current) are communication; communication nodes of a trace are
 communication whatever their name (device_work.py).
+
+XLA ops converted from a JAX profile carry their HLO category in their name (`fusion.3
+xla:gemm`, convert/jax/emit.py): a fusion or custom call around a convolution or a dot is
+convolution or gemm, other fusions `fusion`, copies `copy`, collectives communication. Those
+rules come first, so an instruction named after its fused ops (`copy_subtract_fusion`) is
+taken by its category, not by its name.
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ COMMUNICATION = "communication"
 OTHER = "other"
 
 FAMILIES: tuple[tuple[str, str], ...] = (
+    ("convolution", r" xla:convolution$"),
+    ("gemm", r" xla:gemm$"),
+    ("fusion", r" xla:fusion$"),
+    ("copy", r" xla:copy$"),
+    (COMMUNICATION, r" xla:collective$"),
     (COMMUNICATION, r"nccl(dev)?kernel|^nccl|rccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"),
     ("memcpy_htod", r"memcpy htod|memcpy.*host.*->.*device"),
     ("memcpy_dtoh", r"memcpy dtoh|memcpy.*device.*->.*(host|pinned|pageable)"),
@@ -36,7 +47,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|copy_kernel|catarraybatchedcopy|index|where|"
                     r"dropout|embedding|gather|scatter"),
 )
-FAMILY_NAMES: tuple[str, ...] = tuple(name for name, _ in FAMILIES) + (OTHER,)
+FAMILY_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for name, _ in FAMILIES)) + (OTHER,)
 _RULES = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES)
 
 

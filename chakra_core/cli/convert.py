@@ -85,6 +85,8 @@ def _print_source_conversion(result) -> None:
     print(f"{source['format']}: {source['time']}", file=sys.stderr)
     for note in source["notes"]:
         print(f"{source['format']}: {note}", file=sys.stderr)
+    for note in result.set_aside.values():
+        print(f"input: {note}", file=sys.stderr)
     out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
               f"{result.out_dir}/{result.prefix}.<npu>.et, communicator groups in {result.comm_group_file},"
               f" report in {result.report_file}")
@@ -118,7 +120,7 @@ def _add_job_arguments(p) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")
     p.add_argument("--prefix", default="trace", metavar="NAME", help="output names NAME.<rank>.et (default trace)")
     p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
-    p.add_argument("--from", dest="source_format", choices=("pytorch", "flexflow", "text"),
+    p.add_argument("--from", dest="source_format", choices=("pytorch", "flexflow", "text", "jax"),
                    help="the input's format (default: told from its content)")
     text = p.add_argument_group("ASTRA-sim 1.0 text workloads")
     text.add_argument("--npus", type=int, metavar="N", help="NPUs to run the workload on (required)")
@@ -139,7 +141,8 @@ def add_parsers(sub) -> None:
                        description="Convert SRC, one PyTorch ET JSON file (any schema seen in the wild, gzip ok) or "
                        "a folder / .tar / .zip holding rank<R>.et.json[.gz] with optional rank<R>.kineto.json[.gz] "
                        "beside them, or a multi-rank JSON {\"<rank>\": <ET>}, or a FlexFlow task graph (graphviz), "
-                       "or an ASTRA-sim 1.0 text workload (with --npus), into DSTDIR/NAME.<R>.et per rank, "
+                       "or an ASTRA-sim 1.0 text workload (with --npus), or a JAX run folder (its profile under "
+                       "plugins/profile/<run>/, the compiled HLO text, timing.json), into DSTDIR/NAME.<R>.et per rank, "
                        "DSTDIR/NAME.comm_groups.json (ASTRA-sim --comm-group-configuration) and "
                        "DSTDIR/NAME.report.json. Prints what was kept, collapsed and cut per rank. Exit 1 when "
                        "collectives do not match across ranks, 2 on unreadable input.")

@@ -96,13 +96,16 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         return _published(result, lambda: _write_outputs(result, conversions, resolved, job_groups))
 
 
-def write_converted(job: Job, out_dir: str, prefix: str, source: dict, mismatches: list[str]) -> JobResult:
+def write_converted(job: Job, out_dir: str, prefix: str, source: dict, mismatches: list[str],
+                    unprofiled_step_ns: list[int] | None = None, set_aside: dict[str, str] | None = None) -> JobResult:
     """A job converted from another format written as a PyTorch one is: its ranks through
-    Job.write, its groups ("{}" when it has none) and the report, whose `source` says what was read."""
+    Job.write, its groups ("{}" when it has none) and the report, whose `source` says what was read
+    (with the unprofiled step times and the input files set aside, where the source has them)."""
     job_prefix = f"{out_dir}/{prefix}"
     result = JobResult(prefix, out_dir, list(range(job.npus)), [rank_url(job_prefix, r) for r in range(job.npus)],
                        groups_url(job_prefix), f"{job_prefix}.report.json", _rank_reports(job), list(mismatches), [],
-                       nodes=sum(t.num_rows for t in job.tables), source=source, tables=job.tables)
+                       nodes=sum(t.num_rows for t in job.tables), source=source, tables=job.tables,
+                       unprofiled_step_ns=unprofiled_step_ns, set_aside=dict(set_aside or {}))
 
     def write() -> None:
         job.write(out_dir, prefix)

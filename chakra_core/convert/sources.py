@@ -1,5 +1,6 @@
 """Which converter reads an input, by its content: a FlexFlow task graph (graphviz), an
-ASTRA-sim 1.0 text workload, or PyTorch traces (everything else: JSON, folders, bundles).
+ASTRA-sim 1.0 text workload, a JAX run folder (a profile under plugins/profile/, convert/jax),
+or PyTorch traces (everything else: JSON, folders, bundles).
 
 The two single-file sources are read whole (`source_file.read_source`), within the `source_bytes` limit.
 `convert_source` runs the converter and writes the job through `convert.job`: NAME.<npu>.et,
@@ -17,7 +18,7 @@ from chakra_core.convert.source_file import SourceOptions
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import open_raw
 
-FORMATS = ("pytorch", "flexflow", "text")
+FORMATS = ("pytorch", "flexflow", "text", "jax")
 HEAD_BYTES = 4096
 _DOT = re.compile(rb"^(?:\xef\xbb\xbf)?\s*(?:strict\s+)?digraph\b", re.IGNORECASE)
 # a policy word alone on line 1 (DLRM adds a number, HYBRID_TRANSFORMER key: value pairs), the layer count on line 2
@@ -34,10 +35,13 @@ OPTION_FLAGS = {"npus": "--npus", "passes": "--passes", "npu_frequency_mhz": "--
 
 
 def detect_format(src: str) -> str:
-    """'flexflow' or 'text' when the file's first bytes say so, else 'pytorch'."""
+    """'flexflow' or 'text' when the file's first bytes say so, 'jax' for a folder holding a JAX
+    profile, else 'pytorch'."""
+    from chakra_core.convert.jax.run import is_jax_run
+
     fs, path = fsspec.core.url_to_fs(src)
     if not fs.isfile(path):
-        return "pytorch"
+        return "jax" if is_jax_run(src) else "pytorch"
     with open_raw(src) as f:
         head = f.read(HEAD_BYTES)
     if _DOT.match(head):
@@ -69,6 +73,10 @@ def convert_source(src: str, out_dir: str, prefix: str, fmt: str | None = None,
     check_options(fmt, options)
     if fmt == "pytorch":
         return convert_job(src, out_dir, prefix, progress=progress)
+    if fmt == "jax":
+        from chakra_core.convert.jax.run import convert_jax_run
+
+        return convert_jax_run(src, out_dir, prefix, options)
     if fmt == "flexflow":
         from chakra_core.convert.flexflow import convert_graph
 

@@ -30,3 +30,7 @@ NODE_TYPE_VALUES: dict[str, int] = {name: number for number, name in NODE_TYPES.
 #: calls'). A replay runs the call for real and a network fitted to the runtime times it, so
 #: both take such a node as no time.
 CALL_OWN_TIME_PREFIX: str = "gloo:"
+#: The same for a synchronous XLA collective of a converted JAX profile (convert/jax/emit.py):
+#: the time from its last peer's arrival to its end on this device.
+XLA_CALL_OWN_TIME_PREFIX: str = "xla call:"
+CALL_OWN_TIME_PREFIXES: tuple[str, ...] = (CALL_OWN_TIME_PREFIX, XLA_CALL_OWN_TIME_PREFIX)

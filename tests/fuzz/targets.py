@@ -1,5 +1,6 @@
 """Fuzz targets: random and mutated real inputs for every reader of untrusted bytes (ETs, PyTorch
-and Kineto traces, FlexFlow task graphs, ASTRA-sim text workloads, configurations), job
+and Kineto traces, FlexFlow task graphs, ASTRA-sim text workloads, JAX profiles and HLO text,
+configurations), job
 bundles with odd members, YAML built of aliases, and SQL that tries to leave the warehouse.
 
 Each target must end in success or in the project's own error type (ChakraError), never in
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chakra_core.analysis.validate import validate_table
+from chakra_core.convert.jax.run import convert_jax_run
 from chakra_core.convert.job import convert_job
 from chakra_core.convert.kineto import read_kineto
 from chakra_core.convert.pytorch_et import read_host_trace
@@ -41,6 +43,9 @@ REAL_KINETO = gzip.decompress((DATASETS / "pytorch-gloo/mlp_ddp-w2/rank0.kineto.
 REAL_FLEXFLOW = (DATASETS / "other-formats/flexflow/mnist_mlp.4.graph").read_bytes()
 REAL_TEXT = [(DATASETS / "other-formats/text" / name).read_bytes()
              for name in ("DLRM_HybridParallel.txt", "MLP_HybridParallel_Data_Model.txt", "microAllReduce.txt")]
+JAX_RUN = DATASETS / "jax-cpu/tp_mlp"
+REAL_XPLANE = next(JAX_RUN.rglob("*.xplane.pb")).read_bytes()
+REAL_HLO = (JAX_RUN / "step.hlo.txt").read_bytes()
 REAL_CONFIGS = [(DATASETS / "astra-sim-reference/configs" / name).read_bytes()
                 for name in ("Ring_4chunks.json", "Switch_8npus.yml", "Ring_8npus.yml")]
 
@@ -118,6 +123,19 @@ def _convert_source(fmt: str):
     def convert(path: str) -> None:
         with tempfile.TemporaryDirectory() as out:
             convert_source(path, out, "fuzz", fmt, options)
+    return convert
+
+
+def _convert_jax(mutated: str):
+    """A JAX run converted whose XPlane ("xplane") or compiled HLO ("hlo") is the drawn file."""
+    def convert(path: str) -> None:
+        with tempfile.TemporaryDirectory() as run:
+            profile = Path(run, "plugins", "profile", "r")
+            profile.mkdir(parents=True)
+            data = Path(path).read_bytes()
+            Path(profile, "vm.xplane.pb").write_bytes(data if mutated == "xplane" else REAL_XPLANE)
+            Path(run, "step.hlo.txt").write_bytes(data if mutated == "hlo" else REAL_HLO)
+            convert_jax_run(run, f"{run}/out", "fuzz")
     return convert
 
 
@@ -256,6 +274,8 @@ TARGETS = [
     _target("kineto_mutated", mutated_json(REAL_KINETO), ".json", read_kineto),
     _target("flexflow_mutated", mutated_json(REAL_FLEXFLOW), ".graph", _convert_source("flexflow")),
     _target("text_mutated", st.sampled_from(REAL_TEXT).flatmap(mutated_json), ".txt", _convert_source("text")),
+    _target("jax_xplane_mutated", mutated_json(REAL_XPLANE), ".pb", _convert_jax("xplane")),
+    _target("jax_hlo_mutated", mutated_json(REAL_HLO), ".txt", _convert_jax("hlo")),
     _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
             load_system, load_network, read_comm_groups),
     _target("bundles_odd", odd_bundle(), ".zip", _convert),

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.format.columns import NODE_TYPE_VALUES, device_compute
-from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX
+from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.decoded import (CPU, DO_COLLECTIVE, DO_COMPUTE, DO_INSTANT, DO_RECV, DO_REPLAY, DO_SEND,
                                       GPU_COMM, GPU_COMPUTE, NO_SLOT, Node)
@@ -92,13 +92,19 @@ class NodeDecoder:
     def _call_own_time(table: pa.Table) -> list[bool]:
         """Which rows hold a recorded call's own duration that the network already times
         (SystemConfig.call_time_in_network)."""
-        return pc.fill_null(pc.starts_with(table.column("name"), CALL_OWN_TIME_PREFIX), False).to_pylist()
+        names = table.column("name")
+        own = pc.starts_with(names, CALL_OWN_TIME_PREFIXES[0])
+        for prefix in CALL_OWN_TIME_PREFIXES[1:]:
+            own = pc.or_(own, pc.starts_with(names, prefix))
+        return pc.fill_null(own, False).to_pylist()
 
     @staticmethod
     def _launches(table: pa.Table, ids: np.ndarray) -> list[int]:
         """Per row, the device work it launched: the device compute nodes whose first data
         dependency it is (the converter lists a kernel's launcher there)."""
-        firsts = pc.list_element(pc.filter(table.column("data_deps"), device_compute(table)), 0) if table.num_rows else pa.array([])
+        deps = pc.filter(table.column("data_deps"), device_compute(table))
+        deps = pc.filter(deps, pc.greater(pc.list_value_length(deps), 0))  # device work without a launcher: none
+        firsts = pc.list_element(deps, 0) if len(deps) else pa.array([])
         launchers = pc.drop_null(firsts).to_numpy(zero_copy_only=False).astype(np.int64)
         counts = dict(zip(*np.unique(launchers, return_counts=True))) if len(launchers) else {}
         return [int(counts.get(node_id, 0)) for node_id in ids.tolist()]
