@@ -24,6 +24,7 @@ from chakra_core.sim.decoded import (
     DO_RECV,
     DO_REPLAY,
     DO_SEND,
+    GPU_COMPUTE,
     NO_SLOT,
     TRACK_OF_SLOT,
     Node,
@@ -66,6 +67,16 @@ class Workload:
         self._scheduled_at: dict[tuple[int, int], int] | None = None
         self._last_completion: list[tuple[int, int, bool]] = []  # (tick, scheduled in, scheduled by the NPU)
         self.ties = 0
+        # with add_device_timing(): per NPU the tick its device compute slot last became free, and the delays
+        self._device_free_at: list[int] | None = None
+        self._launch_latency = self._kernel_gap = 0
+
+    def add_device_timing(self, launch_latency_ns: int, kernel_gap_ns: int) -> None:
+        """Device compute nodes start late (SystemConfig.device_timing): one issued while the device
+        sat idle launch_latency_ns after it became free to run, one issued as the previous device
+        work ended kernel_gap_ns after it. The node holds its slot for the delay too."""
+        self._device_free_at = [-1] * len(self.feeders)
+        self._launch_latency, self._kernel_gap = launch_latency_ns, kernel_gap_ns
 
     def watch_ties(self) -> None:
         """Counts, as `ties`, two completions on one NPU in one tick that were also scheduled in
@@ -96,6 +107,8 @@ class Workload:
         """Node `index` of `npu` ends now: its slot and children are free, and the NPU issues again."""
         node = self.nodes[npu][index]
         self.busy[npu][node.slot] = False
+        if node.slot == GPU_COMPUTE and self._device_free_at is not None:
+            self._device_free_at[npu] = now
         if self._scheduled_in_tick is not None and (node.action not in (DO_COMPUTE, DO_REPLAY) or not node.duration):
             if self._scheduled_in_tick[npu] == now:
                 self.coincidences += 1
@@ -139,7 +152,10 @@ class Workload:
                 self.issued_at[npu][index] = now
             action = node.action
             if action == DO_COMPUTE or action == DO_REPLAY:
-                finish_at(now + node.duration, npu, index)
+                delay = 0
+                if node.slot == GPU_COMPUTE and self._device_free_at is not None:
+                    delay = self._launch_latency if now > self._device_free_at[npu] else self._kernel_gap
+                finish_at(now + delay + node.duration, npu, index)
                 if action == DO_COMPUTE:
                     if node.slot == CPU:
                         self.results[npu].cpu_ns += node.duration
