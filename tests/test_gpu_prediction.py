@@ -23,7 +23,7 @@ from chakra_core.replay.hostfit import reference_ring
 from chakra_core.replay.profcost import checked_probe, probe_terms, read_probe
 from chakra_core.sim.config import DeviceTiming, HostOverhead, load_system, system_from_document
 from chakra_core.sim.engine import simulate
-from chakra_core.sim.workload.nodes import _input_counts
+from chakra_core.sim.workload.nodes import input_counts
 from tools import profcost
 
 MORE = DATASETS / "gpu-h200-more"
@@ -111,7 +111,7 @@ def test_the_per_operator_model():
 
 def test_inputs_are_counted_from_the_recorded_types():
     table = Job.read(_converted_once()).tables[0]
-    counts = _input_counts(table)
+    counts = input_counts(table)
     names = table.column("name").to_pylist()
     views = [c for n, c in zip(names, counts) if n == "aten::view"]
     assert views and all(c == 2 for c in views)  # the tensor and its new shape

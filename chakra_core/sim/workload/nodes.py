@@ -49,7 +49,7 @@ COLLECTIVE_OPS = {
 BROADCAST = 5
 DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
 
-def _input_counts(table: pa.Table) -> list[int]:
+def input_counts(table: pa.Table) -> list[int]:
     """Per row, the inputs its operator recorded (the entries of inputs.types, a JSON list); 0 where
     none were recorded or the text is no list (the count only refines a time estimate)."""
     if "inputs" not in table.column_names:
@@ -94,7 +94,7 @@ class NodeDecoder:
         if self.system.host_overhead is not None:
             cols["launches"] = self._launches(t, feeder.ids)
             if self.system.host_overhead.reads_inputs:
-                cols["inputs"] = _input_counts(t)
+                cols["inputs"] = input_counts(t)
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
         nodes = []
         interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
