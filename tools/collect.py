@@ -5,7 +5,7 @@ Usage::
 
     python -m tools.collect --out datasets/pytorch-gloo \
         [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4] \
-        [--timed-steps K] [--size small|large] [--device cpu|cuda]
+        [--timed-steps K] [--size small|large] [--device cpu|cuda] [--probe]
 
 `--device cuda` runs mlp_ddp and transformer_ddp with one GPU per rank over NCCL (world size 1
 allowed), into `<scenario>[-<size>]-cuda-w<N>/`; the recorder adds CUDA activity (kernels,
@@ -21,7 +21,9 @@ Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/
   point-to-point call it issued during the recorded steps, in issue order (see
   `tools.programlog.ProgramLog` and datasets/pytorch-gloo/README.md for the fields and the
   byte definitions);
-- `job.json`: what the run is.
+- `job.json`: what the run is;
+- with `--probe`, `profiler_cost.json`: the profiler's cost per operator on this machine
+  (tools/profcost.py, measured once before the runs), which `chakra calibrate` reads.
 
 All collectives are called as `dist.<name>(...)` (attribute access at call time) so that the
 recorder's process-group annotation (`chakra::pg=<pg_name>`) wraps them. DDP's gradient
@@ -48,6 +50,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from chakra_core.convert.collect import TraceRecorder
+from tools import profcost
 from tools.programlog import ACTIVE, RECORDED_STEPS, STEPS, WARMUP, ProgramLog, ddp_allreduce_hook
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
@@ -409,6 +412,9 @@ def main(argv=None) -> int:
                         help="after recording, time K more steps with the profiler off (rank<R>.timing.json)")
     parser.add_argument("--size", choices=SIZES, default="small",
                         help=f"model size; 'large' ({', '.join(SCALABLE)} only) gives operators of milliseconds")
+    parser.add_argument("--probe", action="store_true",
+                        help="also measure the profiler's cost per operator on this machine (tools/profcost.py) and "
+                        "write profiler_cost.json beside each run's traces, for chakra calibrate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: one GPU per rank over NCCL (mlp_ddp and transformer_ddp; world sizes up to "
                         "the GPUs here, 1 allowed); with --timed-steps each timed step ends with a synchronisation")
@@ -422,12 +428,18 @@ def main(argv=None) -> int:
             parser.error(f"world size {w}: use 2 or an even number >= 4")
 
     started = time.monotonic()
+    probe = None
+    if args.probe:  # once per machine, before the runs: the same document goes beside every run
+        print(f"[collect] profiler cost probe on {args.device} ...", flush=True)
+        probe = profcost.measure(torch.device(args.device))
     rows = []
     for scenario in args.scenario:
         for world in args.world_sizes:
             t0 = time.monotonic()
             print(f"[collect] {scenario} world_size={world} ...", flush=True)
             run_dir = run(scenario, world, args.out, args.timed_steps, args.size, args.device)
+            if probe is not None:
+                profcost.write(run_dir, probe)
             files = sorted(p for p in run_dir.iterdir() if p.is_file())
             size = sum(p.stat().st_size for p in files)
             print(f"[collect]   -> {run_dir} ({len(files)} files, {size / 1024:.1f} KiB, "

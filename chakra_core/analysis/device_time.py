@@ -16,7 +16,9 @@ Per step, over its window (`span`):
   waited in a deep queue; median and 90th percentile.
 - `bound`: what holds the step, the largest of `device` (compute / span), `host` (idle for
   host launch and synchronisation / span) and `communication` (communication running on
-  the device with no compute beside it, plus idle for communication, / span).
+  the device with no compute beside it, plus idle for communication, / span). For a simulated
+  step the critical path decides instead (path_bound; JobAnalysis applies it), so that
+  `chakra stats`, `chakra simulate` and the nightly report give one verdict.
 
 `family_table` and `top_kernels` say which work took the time (durations summed, not
 unioned: concurrent kernels each count). Every time is in ns.
@@ -89,6 +91,31 @@ def _derived(figures: dict, delays: np.ndarray) -> dict:
             "busy_share": figures["busy_ns"] / span if span else 0.0,
             "launch_delay_p50_ns": p50, "launch_delay_p90_ns": p90,
             "bound": max(BOUNDS, key=lambda b: shares[b]) if span else None}
+
+
+def path_bound(path: dict[str, int] | None) -> str | None:
+    """What bounds a simulated step by its critical path (sim/criticalpath.py): the largest of
+    `device` (device work on the path, waiting for it included), `host` and `communication`;
+    None without a path. The share-based `bound` above says what the device's time went to; this
+    one what the step would shorten with: a device busy 85% of a step whose kernels each wait for
+    their launch is bound by the host."""
+    if not path:
+        return None
+    shares = {"device": path.get("device", 0) + path.get("waiting for the device", 0),
+              "host": path.get("host", 0), "communication": path.get("communication", 0)}
+    return max(BOUNDS, key=lambda b: shares[b])
+
+
+def with_path_bound(table: pa.Table, path: dict[str, int] | None) -> pa.Table:
+    """A step table whose `all` row's bound is path_bound(path) (unchanged without a path)."""
+    verdict = path_bound(path)
+    if verdict is None:
+        return table
+    rows = table.to_pylist()
+    for row in rows:
+        if row["step"] == "all":
+            row["bound"] = verdict
+    return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def _delays(work: DeviceWork, chosen: np.ndarray) -> np.ndarray:

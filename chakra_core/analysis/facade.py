@@ -43,6 +43,7 @@ class JobAnalysis:
         self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
         self.ranks = list(range(job.npus)) if ranks is None else ranks
         self._tables = dict(zip(self.ranks, job.tables))
+        self._critical_paths: dict[int, dict[str, int]] = {}  # predicted: per rank, what held its critical path
 
     @classmethod
     def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
@@ -96,18 +97,25 @@ class JobAnalysis:
                              for r in self.device_ranks}, "predicted": {}}
         if self.device_ranks and self.prediction_error is None:
             try:
-                timeline = predicted.predict(self.job, predicted.prediction_system(self.system)[0]).timeline
+                result = predicted.predict(self.job, predicted.prediction_system(self.system)[0])
             except ChakraError as exc:
                 self.prediction_error = str(exc)
                 return work
+            timeline = result.timeline
+            self._critical_paths = {r: result.npus[r].critical_path for r in self.device_ranks
+                                    if r < len(result.npus) and result.npus[r].critical_path}
             work["predicted"] = {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, timeline))
                                  for r in self.device_ranks}
         return work
 
     def device_steps(self, variant: str = "recorded") -> pa.Table:
-        """Per rank with device work and step (and `all`): device_time.STEP_SCHEMA's figures."""
-        return _by_rank({r: device_time.step_table(w) for r, w in self._device_work[variant].items()},
-                        device_time.STEP_SCHEMA)
+        """Per rank with device work and step (and `all`): device_time.STEP_SCHEMA's figures. A
+        predicted `all` row's `bound` is its critical path's (device_time.path_bound): the one
+        verdict `chakra simulate` and `chakra stats` give too."""
+        tables = {r: device_time.step_table(w) for r, w in self._device_work[variant].items()}
+        if variant == "predicted":
+            tables = {r: device_time.with_path_bound(t, self._critical_paths.get(r)) for r, t in tables.items()}
+        return _by_rank(tables, device_time.STEP_SCHEMA)
 
     def device_families(self, variant: str = "recorded") -> pa.Table:
         return _by_rank({r: device_time.family_table(w) for r, w in self._device_work[variant].items()},
@@ -127,6 +135,9 @@ class JobAnalysis:
             ahead = device_time.summary(forecast[rank]) if rank in forecast else None
             if ahead is not None:
                 ahead["system"] = predicted.prediction_system(self.system)[1]
+                path = self._critical_paths.get(rank)
+                ahead.update(busy_bound=ahead["bound"], critical_path=path, bound=device_time.path_bound(path)
+                             or ahead["bound"])
             out[rank] = {**figures, "recorded_bound": figures["bound"], "bound": ahead and ahead["bound"],
                          "predicted": ahead}
         return out

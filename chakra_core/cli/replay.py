@@ -78,14 +78,19 @@ def _fit_time(args, jobs: list, result: dict) -> None:
     """The host-overhead model for GPU jobs with unprofiled steps; else, as before, the compute
     scale of the first job (CPU runs, where all compute is host time)."""
     from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_steps_of
-    from chakra_core.replay.hostfit import fit_host_overhead, host_model_jobs, reference_ring
+    from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, host_model_jobs, probe_of, reference_ring
+    from chakra_core.replay.profcost import probe_terms, read_probe
     from chakra_core.sim.config import system_from_document
 
     timed = host_model_jobs(jobs)
     if timed and args.measured_ms is None:
-        system = system_from_document("<calibrated system>", system_json())
+        prefixes = [prefix for prefix, _ in timed]
+        timing = device_timing_of(prefixes)
+        result["device_timing"] = timing.model_dump() if timing else None
+        probe = probe_terms(read_probe(args.probe)) if args.probe else probe_of(prefixes)
+        system = system_from_document("<calibrated system>", system_json(device_timing=result["device_timing"]))
         result["host_overhead"] = fit_host_overhead(
-            timed, lambda npus: reference_ring(npus, result["latency_ns"], result["bandwidth_gbps"]), system)
+            timed, lambda npus: reference_ring(npus, result["latency_ns"], result["bandwidth_gbps"]), system, probe)
     elif args.measured_ms is not None:
         if not args.workloads:
             raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")
@@ -107,12 +112,23 @@ def _print_calibration(args, result: dict, paths: dict) -> None:
               f"median error {alone['median_abs_error']:.1%}")
     if "host_overhead" in result:
         model = result["host_overhead"]
-        print(f"host time without the profiler: {model['scale']:.3f} x recorded + {model['launch_ns'] / 1e3:,.2f} us "
-              f"per launch (fitted on {len(model['jobs'])} job(s), median error {model['median_abs_error']:.1%}):")
+        if model["probe"]:
+            print(f"host time without the profiler: {model['op_ns'] / 1e3:,.2f} us per operator + "
+                  f"{model['launch_ns'] / 1e3:,.2f} us per launch + {model['scale']:.3f} x the recorded time beyond "
+                  f"{model['recorded_op_ns'] / 1e3:,.2f} us + {model['recorded_input_ns'] / 1e3:,.2f} us per input + "
+                  f"{model['recorded_launch_ns'] / 1e3:,.2f} us per launch (the probe's; fitted on "
+                  f"{len(model['jobs'])} job(s), median error {model['median_abs_error']:.1%}):")
+        else:
+            print(f"host time without the profiler: {model['scale']:.3f} x recorded + {model['launch_ns'] / 1e3:,.2f} us "
+                  f"per launch (fitted on {len(model['jobs'])} job(s), median error {model['median_abs_error']:.1%}):")
         for row in model["jobs"]:
             print(f"  {row['prefix']}: measured {row['measured_ns'] / 1e6:,.3f} ms, simulated "
                   f"{row['simulated_ns'] / 1e6:,.3f} ms ({row['relative_error']:+.1%}); as recorded "
                   f"{row['as_recorded_ns'] / 1e6:,.3f} ms")
+    if result.get("device_timing"):
+        timing = result["device_timing"]
+        print(f"device timing measured in the traces: kernels start {timing['launch_latency_ns'] / 1e3:,.2f} us after "
+              f"their launch, {timing['kernel_gap_ns'] / 1e3:,.2f} us after the kernel before them")
     if "compute_scale" in result:
         print(f"compute ran {result['compute_scale']:.3f}x its recorded time: simulate and replay with "
               f"--compute-scale {result['compute_scale']:.3f}")
@@ -168,5 +184,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--measured-ms", type=positive_number, metavar="MS",
                    help="the first job's recorded steps measured with the profiler off: gives the compute scale "
                    "(default: the unprofiled steps its conversion found beside the traces, where there are)")
+    p.add_argument("--probe", metavar="FILE",
+                   help="profiler_cost.json of the machine the jobs were recorded on (tools/profcost.py); default: "
+                        "the one the jobs' conversion reports carry, if any")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
     p.set_defaults(run=cmd_calibrate)

@@ -121,6 +121,15 @@ def _print_stats(rows: list[dict], jobs: list[dict]) -> None:
                   f"{job['stragglers'] or 'none'}")
 
 
+def _why_bounds_differ(bound: str) -> str:
+    if bound == "host":
+        return "the host issues its last work about when the device would finish it, so a faster device alone would " \
+               "not shorten the step"
+    if bound == "device":
+        return "the host waits for the device (a synchronisation) more than the device waits for it"
+    return "communication holds the path while the device computes beside it"
+
+
 def _print_device(rows: list[dict], jobs: list[dict]) -> None:
     """The device section: per trace with device work, its time as recorded and as predicted."""
     traced = [row for row in rows if row.get("gpu")]
@@ -145,6 +154,15 @@ def _print_device(rows: list[dict], jobs: list[dict]) -> None:
                           f"{gpu['busy_share']:.1%}", idle, overlap, f"{gpu['launches']:,}",
                           delay, (gpu["recorded_bound"] if variant == "recorded" else gpu["bound"]) or "-")
     out.print(table)
+    for row in traced:
+        ahead = row["gpu"]["predicted"]
+        if ahead and ahead.get("critical_path") and ahead["busy_bound"] != ahead["bound"]:
+            path = ahead["critical_path"]
+            out.print(f"{row['path']}: predicted {ahead['bound']}-bound by its critical path (host "
+                      f"{path['host'] // 1000:,} µs, device {(path['device'] + path['waiting for the device']) // 1000:,} "
+                      f"µs, communication {path['communication'] // 1000:,} µs), though the device's time goes mostly to "
+                      f"{ahead['busy_bound']} work ({ahead['busy_share']:.0%} busy): "
+                      f"{_why_bounds_differ(ahead['bound'])}")
     for row in traced:
         gpu = row["gpu"]
         total = sum(gpu["families"].values()) or 1

@@ -32,6 +32,7 @@ RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
 SIDE_FILE = re.compile(r"^rank(\d+)\.(kineto\.json(?:\.gz)?|timing\.json)$")
 MEANT_AS_JOB_FILE = re.compile(r"\.(et|kineto|timing)\.json(\.gz)?$")
 RECORDED_WITH_THE_JOB = re.compile(r"^(job\.json|rank\d+\.program\.json)$")  # tools/collect.py's companions
+PROFILER_COST = "profiler_cost.json"  # tools/profcost.py's measurement of the recording machine, carried in the report
 RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
 BUNDLES = (".tar", ".tar.gz", ".tgz", ".zip")
 
@@ -52,6 +53,7 @@ class RankInput:
 class JobInputs:
     ranks: list[RankInput]
     notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
+    profiler_cost: str | None = None  # profiler_cost.json beside the traces (tools/profcost.py)
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
 
 
@@ -87,10 +89,13 @@ def find_ranks(src: str, workdir: str, accounted: frozenset[str] = frozenset()) 
 def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobInputs:
     traces: dict[int, str] = {}
     sides: dict[tuple[int, str], str] = {}
-    notes, unreadable = [], []
+    notes, unreadable, profiler_cost = [], [], None
     for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
         name = os.path.basename(entry["name"].rstrip("/"))
         if name in accounted or RECORDED_WITH_THE_JOB.match(name):
+            continue
+        if name == PROFILER_COST and entry["type"] != "directory":
+            profiler_cost = fs.unstrip_protocol(entry["name"])
             continue
         if entry["type"] == "directory":
             notes.append(f"{name}/: a folder inside the job, not read")
@@ -116,7 +121,7 @@ def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobI
             notes.append(f"{os.path.basename(url)}: a {kind} file of rank {rank}, which has no trace here; not read")
     ranks = [RankInput(rank, url, sides.get((rank, "kineto")), sides.get((rank, "timing")))
              for rank, url in sorted(traces.items())]
-    return JobInputs(ranks, notes)
+    return JobInputs(ranks, notes, profiler_cost=profiler_cost)
 
 
 def _beside(fs, et_path: str, suffixes: tuple[str, ...]) -> str | None:

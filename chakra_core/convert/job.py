@@ -32,6 +32,8 @@ from chakra_core.convert.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch import RankConversion
 from chakra_core.convert.pytorch_analysis import CommRecord
 from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.documents import read_document
+from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import write_table
 from chakra_core.format.job import Job, groups_url, rank_url, remove_other_ranks, write_comm_groups
 from chakra_core.outputs import afterwards, open_output, together
@@ -55,6 +57,7 @@ class JobResult:
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
     tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next
     source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
+    profiler_cost: dict | None = None  # profiler_cost.json beside the traces, as read (checked by chakra calibrate)
 
     def summary(self) -> dict:
         return {"prefix": self.prefix, "out_dir": self.out_dir, "ranks": self.ranks, "et_files": self.et_files,
@@ -63,7 +66,8 @@ class JobResult:
                 "inference": self.inference_notes, "ranks_report": self.reports,
                 "inputs": self.input_notes + list(self.set_aside.values()),
                 **({"unprofiled_step_ns": self.unprofiled_step_ns} if self.unprofiled_step_ns else {}),
-                **({"source": self.source} if self.source else {})}
+                **({"source": self.source} if self.source else {}),
+                **({"profiler_cost": self.profiler_cost} if self.profiler_cost else {})}
 
 
 # ---------------------------------------------------------------------------- conversion
@@ -93,6 +97,8 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
                            f"{job_prefix}.report.json", [], [], inference_notes, unprofiled_step_ns=steps,
                            input_notes=inputs.notes, set_aside=inputs.set_aside)
+        if inputs.profiler_cost:
+            result.profiler_cost = _profiler_cost(inputs.profiler_cost, result)
         return _published(result, lambda: _write_outputs(result, conversions, resolved, job_groups))
 
 
@@ -159,6 +165,16 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
+
+
+def _profiler_cost(url: str, result: JobResult) -> dict | None:
+    """The probe document beside the traces, carried into the report; one that cannot be read as
+    a JSON object is set aside with its reason (the traces convert without it)."""
+    try:
+        return read_document(url)[1]
+    except ChakraError as exc:
+        result.set_aside[url] = str(exc)
+        return None
 
 
 def _size(url: str) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chakra_core.convert import comms, devicesync, hosttime, threadwait
+from chakra_core.convert.devicetiming import device_timing
 from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init
 from chakra_core.convert.kineto import DeviceEvent, KinetoTrace, Linked, link
 from chakra_core.convert.pytorch_et import (
@@ -57,10 +58,12 @@ class ConversionReport:
     counts: Counter = field(default_factory=Counter)  # what each host node became
     notes: list[str] = field(default_factory=list)
     time_us: dict[str, int] = field(default_factory=dict)  # where the time of communication calls went (Kineto)
+    device_timing: dict = field(default_factory=dict)  # launch latency and gaps between kernels (devicetiming.py)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "rank": self.rank, "schema": self.schema, "host_nodes": self.host_nodes,
-                "counts": dict(self.counts), "notes": list(self.notes), "time_us": dict(self.time_us)}
+                "counts": dict(self.counts), "notes": list(self.notes), "time_us": dict(self.time_us),
+                **({"device_timing": dict(self.device_timing)} if self.device_timing else {})}
 
 
 class RankAnalysis:
@@ -115,6 +118,7 @@ class RankAnalysis:
             self.comm_waits = devicesync.communication_waits(in_comm, self.kineto.runtime, eligible)
             hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
+            self.report.device_timing = device_timing(self.kineto.device, self.kineto.runtime)
         else:
             self.report.notes.append("no Kineto trace: durations are 0 and device kernels are absent")
         self.records = self._comm_records()

@@ -41,6 +41,7 @@ from pydantic_core import core_schema
 
 from chakra_core import limits
 from chakra_core.documents import ConfigError, read_document
+from chakra_core.sim.gpumodel import DeviceTiming, HostOverhead  # noqa: F401  (SystemConfig's fields, re-exported)
 
 __all__ = [
     "ASTRA_SIM_IGNORED_SYSTEM_KEYS",
@@ -281,21 +282,6 @@ class CollectiveImpl:
 DEFAULT_HOST_OVERHEAD_SYSTEM = str(Path(__file__).parent / "defaults" / "gpu_host_overhead.json")
 
 
-class HostOverhead(_ConfigModel):
-    """How long a CPU node took without the profiler: min(recorded, scale x recorded + launch_ns x
-    the device work it launched). Recorded with the execution-trace observer and Kineto on, host
-    operators take several times as long (every operator and launch is recorded); device work,
-    timed by the device, does not (docs/gpu.md, 'The profiler's cost')."""
-
-    scale: float = Field(gt=0, le=1, allow_inf_nan=False,
-                         description="Share of a CPU node's recorded duration it keeps unprofiled.")
-    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
-                             description="Host time per device kernel, copy or memset the node launched (ns).")
-
-    def host_ns(self, recorded_ns: int, launches: int) -> int:
-        return max(1, min(recorded_ns, math.floor(self.scale * recorded_ns + self.launch_ns * launches)))
-
-
 class SystemConfig(_ConfigModel):
     """The system layer: chunking, scheduling, collective algorithms, local memory, roofline.
 
@@ -351,6 +337,10 @@ class SystemConfig(_ConfigModel):
         None, description="The profiler's cost taken out of recorded host time (chakra extension host-overhead, "
                           "fitted by chakra calibrate; ASTRA-sim ignores the key). None: CPU nodes take their "
                           "recorded durations, the profiler's cost included.")
+    device_timing: DeviceTiming | None = Field(
+        None, description="Launch latency and back-to-back gaps added to device compute nodes (chakra extension "
+                          "device-timing, measured by chakra calibrate; ASTRA-sim ignores the key). None: device "
+                          "work starts as soon as its dependencies and its slot allow.")
     num_queues_per_dim: int = Field(
         1, ge=1, description="Queues per network dimension (ASTRA-sim CLI --num-queues-per-dim, default 1); "
                              "each runs ceil(active_chunks_per_dim / Q) streams at once.")
@@ -397,6 +387,8 @@ class SystemConfig(_ConfigModel):
             out["call-time-in-network"] = 1
         if self.host_overhead is not None:
             out["host-overhead"] = data["host_overhead"]
+        if self.device_timing is not None:
+            out["device-timing"] = data["device_timing"]
         return json.dumps(out, indent=4) + "\n"
 
 
@@ -421,6 +413,7 @@ ASTRA_SIM_SYSTEM_KEYS: dict[str, str] = {
 CHAKRA_SYSTEM_KEYS: dict[str, str] = {
     "call-time-in-network": "call_time_in_network",
     "host-overhead": "host_overhead",
+    "device-timing": "device_timing",
 }
 
 #: System JSON keys ASTRA-sim accepts that change no simulated time in the analytical model;

@@ -159,6 +159,9 @@ class Engine:
         results = [NpuResult(npu) for npu in range(len(self.feeders))]
         workload = Workload(self.feeders, self.nodes, events, results, self.record_timeline or self.gpu_job,
                             self.progress)
+        if self.system.device_timing is not None:
+            timing = self.system.device_timing
+            workload.add_device_timing(round(timing.launch_latency_ns), round(timing.kernel_gap_ns))
         network = self.backend.job_network(self.network, events, self.comm_scale, shortcuts)
         runner = self.backend.runner(self.collectives, network, events, self.shapes, shortcuts and self.backend.contends,
                                      forced)

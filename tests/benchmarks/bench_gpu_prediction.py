@@ -1,26 +1,38 @@
-"""GPU step-time prediction on the shipped H200 recordings (docs/gpu.md).
+"""GPU step-time prediction on the shipped H200 recordings (docs/gpu.md, 'Errors per run').
 
-    .venv/bin/python tests/benchmarks/bench_gpu_prediction.py
+    .venv/bin/python tests/benchmarks/bench_gpu_prediction.py [--quick]
 
-Converts each one-GPU run of datasets/gpu-h200/ (gpt and mlp_tiny, which the shipped model was
-fitted on) and datasets/gpu-h200-heldout/ (three runs of tools/collect.py --device cuda it never
-saw), then prints per run: the recorded span and the simulation as recorded (reference system,
-no model), and the error against the measured unprofiled time of four predictions: the baseline
-a user had before (--compute-scale from the same measurement: right total, every kernel shrunk
-too), the shipped model (chakra_core/sim/defaults/gpu_host_overhead.json), the host-overhead
-model fitted on all runs, and the model fitted on the other runs alone (leave one out). Also the
-whole-process time of `chakra convert` of the gpt run. On a machine with a GPU it records two
-more runs first (tools/collect.py --device cuda) and predicts them too; folders given as
-arguments replace all of these.
+Converts the sixteen one-GPU runs of datasets/gpu-h200/ (gpt, mlp_tiny), gpu-h200-heldout/ and
+gpu-h200-more/ (recorded with the profiler-cost probe, profiler_cost.json) and prints per run:
+the measured unprofiled time (median step times the two recorded steps, with the steps'
+spread: the first and third quartiles against the median), the simulation as recorded against
+the recorded span (reference system, no model), and the error against the measured time of:
+
+- `shipped`: the shipped system file (chakra_core/sim/defaults/gpu_host_overhead.json);
+- `2 runs`: `chakra calibrate`'s fit on gpt and mlp_tiny alone, with the probe of
+  gpu-h200-more (the same H200 and torch) and the device timing measured in those two runs;
+- `all` and `leave out`: the per-operator model (the probe's terms, scale and launch_ns
+  fitted) on every run, and on the runs of the other model families only (leave one model
+  out: each family's runs predicted by a fit that saw none of them); `old, leave out` the same
+  for the two-parameter model without the probe. The leave-out fits choose scale and launch_ns
+  on a grid (GRID) rather than by calibrate's Nelder-Mead search, so that every fold reuses
+  one simulation of each run per grid point.
+
+Also the whole-process time of `chakra convert` of the gpt run. Folders given as arguments
+replace the runs (each is then its own family).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -28,8 +40,8 @@ sys.path.insert(0, str(REPO))
 from chakra_core.convert.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
-from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_ns  # noqa: E402
-from chakra_core.replay.hostfit import fit_host_overhead, reference_ring  # noqa: E402
+from chakra_core.replay.calibrate import system_json, unprofiled_ns, unprofiled_steps_of  # noqa: E402
+from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, probe_of, reference_ring  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.config import (  # noqa: E402
     DEFAULT_HOST_OVERHEAD_SYSTEM,
@@ -39,64 +51,87 @@ from chakra_core.sim.config import (  # noqa: E402
 )
 from chakra_core.sim.engine import simulate  # noqa: E402
 
-RUNS = [REPO / "datasets" / "gpu-h200" / name for name in ("gpt", "mlp_tiny")] + sorted(
-    (REPO / "datasets" / "gpu-h200-heldout").iterdir())
-REFERENCE_SYSTEM = REPO / "datasets" / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
+DATA = REPO / "datasets"
+RUNS = ([DATA / "gpu-h200" / name for name in ("gpt", "mlp_tiny")] + sorted((DATA / "gpu-h200-heldout").iterdir())
+        + sorted(p for p in (DATA / "gpu-h200-more").iterdir() if p.is_dir()))
+# the model family of each run: leave-one-model-out holds out a family's runs together
+FAMILIES = {"gpt": "eager GPT", "gpt4-d128": "eager GPT", "gpt6-d512": "eager GPT", "gpt6-d512-item": "eager GPT",
+            "gpt12-d768": "eager GPT", "gpt12-d768-compiled": "compiled GPT", "gpt6-d512-cudagraphs": "CUDA graphs",
+            "mlp_tiny": "MLP", "mlp_ddp-cuda-w1": "MLP", "mlp_ddp-large-cuda-w1": "MLP",
+            "transformer_ddp-large-cuda-w1": "encoder", "resnet18-b4": "ResNet-18", "resnet18-b64": "ResNet-18",
+            "resnet50-b8": "ResNet-50", "resnet50-b64": "ResNet-50", "resnet50-b128": "ResNet-50"}
+REFERENCE_SYSTEM = DATA / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
+GRID = {"scale": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4), "launch_ns": (0.0, 5_000.0, 10_000.0, 15_000.0, 20_000.0)}
 
 
-def main(runs: list[Path]) -> None:
+def main(runs: list[Path], quick: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-gpu-"))
     jobs = []
     for run in runs:
         convert_job(str(run), str(work / run.name), "job")
         prefix = str(work / run.name / "job")
         jobs.append((prefix, Job.read(prefix)))
-    system = system_from_document("<calibrated>", system_json())
-    reference = load_system(str(REFERENCE_SYSTEM))
+    names = [Path(prefix).parent.name for prefix, _ in jobs]
+    families = [FAMILIES.get(name, name) for name in names]
+    timing = device_timing_of([prefix for prefix, _ in jobs])
+    probe = probe_of([prefix for prefix, _ in jobs])
+    system = system_from_document("<calibrated>", system_json(device_timing=timing and timing.model_dump()))
+    print(f"device timing over the runs: launch latency {timing.launch_latency_ns:.0f} ns, "
+          f"gap {timing.kernel_gap_ns:.0f} ns")
     shipped = load_system(DEFAULT_HOST_OVERHEAD_SYSTEM)
-    everything = fit_host_overhead(jobs, reference_ring, system)
-    print(f"fitted on all: scale {everything['scale']:.4f}, launch {everything['launch_ns'] / 1e3:.2f} us")
-    print(f"{'run':30} {'recorded':>10} {'as recorded':>12} {'compute-scale':>14} {'shipped model':>14} "
-          f"{'model, all':>11} {'model, others':>14}")
-    for k, (prefix, job) in enumerate(jobs):
-        measured = unprofiled_ns(prefix, job.tables[0])
+    two = [j for j, name in zip(jobs, names) if name in ("gpt", "mlp_tiny")]
+    fit_two = fit_host_overhead(two, reference_ring, system, probe)
+    model_two = HostOverhead(**{k: fit_two[k] for k in HostOverhead.model_fields})
+    print(f"calibrated on gpt and mlp_tiny with the probe: {model_two}")
+    measured = [unprofiled_ns(prefix, job.tables[0]) for prefix, job in jobs]
+    new = _grid_errors(jobs, measured, system, probe)
+    old = _grid_errors(jobs, measured, system, None) if not quick else None
+    best_all = _best(new, range(len(jobs)))
+    print(f"per-operator model fitted on all (grid): {dict(zip(GRID, best_all))}")
+    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'as recorded':>12} {'shipped':>8} "
+          f"{'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
+    rows = []
+    for k, ((prefix, job), name, family, m) in enumerate(zip(jobs, names, families, measured)):
         network = reference_ring(job.npus)
-        as_recorded = simulate(job, network, reference).finish_ns
-        scaled = simulate(job, network, reference, compute_scale=compute_scale(prefix)).finish_ns
-        model = HostOverhead(scale=everything["scale"], launch_ns=everything["launch_ns"])
-        with_all = simulate(job, network, reference.model_copy(update={"host_overhead": model})).finish_ns
-        with_shipped = simulate(job, network, shipped).finish_ns
-        others = [j for i, j in enumerate(jobs) if i != k]
-        held_out = "-"
-        if others:
-            fit = fit_host_overhead(others, reference_ring, system)
-            alone = HostOverhead(scale=fit["scale"], launch_ns=fit["launch_ns"])
-            held_out = f"{simulate(job, network, reference.model_copy(update={'host_overhead': alone})).finish_ns / measured - 1:+.1%}"
         span = max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(job.npus))
-        print(f"{Path(prefix).parent.name:30} {span / 1e6:9.2f}ms {as_recorded / span - 1:+11.1%} "
-              f"{scaled / measured - 1:+13.1%} {with_shipped / measured - 1:+13.1%} {with_all / measured - 1:+10.1%} "
-              f"{held_out:>14}")
+        as_recorded = simulate(job, network, load_system(str(REFERENCE_SYSTEM))).finish_ns / span - 1
+        errors = [simulate(job, network, s).finish_ns / m - 1 for s in
+                  (shipped, system.model_copy(update={"host_overhead": model_two}))]
+        others = [i for i, f in enumerate(families) if f != family]
+        errors += [new[best_all][k], new[_best(new, others)][k] if others else math.nan,
+                   old[_best(old, others)][k] if old and others else math.nan]
+        steps = np.array(unprofiled_steps_of(prefix))
+        spread = f"{np.percentile(steps, 25) / np.median(steps) - 1:+.0%}/{np.percentile(steps, 75) / np.median(steps) - 1:+.0%}"
+        rows.append(errors)
+        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {as_recorded:+11.1%} "
+              + " ".join(f"{e:+{w}.0%}" for e, w in zip(errors, (8, 7, 6, 10, 15))))
+    table = np.abs(np.array(rows))
+    print("median |error| " + " ".join(f"{label} {np.nanmedian(table[:, i]):.1%}" for i, label in
+                                       enumerate(("shipped", "2 runs", "all", "leave out", "old, leave out"))))
     start = time.perf_counter()
     subprocess.run([str(REPO / ".venv" / "bin" / "chakra"), "convert", str(runs[0]), "-o", str(work / "timed")],
                    check=True, capture_output=True)
     print(f"chakra convert {runs[0].name}, whole process: {time.perf_counter() - start:.2f} s")
-    print("(as recorded: against the recorded span; the rest: against the measured unprofiled time)")
 
 
-def recorded_here() -> list[Path]:
-    """On a machine with a GPU: fresh runs of tools/collect.py --device cuda (one GPU, 20 timed
-    unprofiled steps), predicted beside the shipped ones; elsewhere none."""
-    import torch
+def _grid_errors(jobs, measured, system, probe) -> dict[tuple, list[float]]:
+    """grid point (scale, launch_ns) -> each job's relative error with that model."""
+    fixed = {k: v for k, v in (probe or {}).items() if k != "launch_ns"}
+    out = {}
+    for scale, launch_ns in itertools.product(*GRID.values()):
+        model = HostOverhead(scale=scale, launch_ns=launch_ns, **fixed)
+        with_model = system.model_copy(update={"host_overhead": model})
+        out[(scale, launch_ns)] = [simulate(job, reference_ring(job.npus), with_model).finish_ns / m - 1
+                                   for (_, job), m in zip(jobs, measured)]
+    return out
 
-    if not torch.cuda.is_available():
-        print("no GPU here: the shipped recordings only")
-        return []
-    out = Path(tempfile.mkdtemp(prefix="bench-gpu-recorded-"))
-    subprocess.run([sys.executable, "-m", "tools.collect", "--out", str(out), "--device", "cuda", "--scenario",
-                    "mlp_ddp", "transformer_ddp", "--world-sizes", "1", "--size", "large", "--timed-steps", "20"],
-                   check=True, cwd=REPO)
-    return sorted(p for p in out.iterdir() if p.is_dir())
+
+def _best(errors: dict[tuple, list[float]], chosen) -> tuple:
+    """The grid point of least squared log error over the chosen jobs (calibrate's loss)."""
+    chosen = list(chosen)
+    return min(errors, key=lambda point: sum(math.log1p(errors[point][i]) ** 2 for i in chosen))
 
 
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or RUNS + recorded_here())
+    args = [a for a in sys.argv[1:] if a != "--quick"]
+    main([Path(p) for p in args] or RUNS, "--quick" in sys.argv[1:])

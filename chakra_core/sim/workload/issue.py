@@ -23,6 +23,7 @@ from chakra_core.sim.decoded import (
     DO_RECV,
     DO_REPLAY,
     DO_SEND,
+    GPU_COMPUTE,
     NO_SLOT,
     TRACK_OF_SLOT,
     Node,
@@ -63,6 +64,16 @@ class Workload:
         self.coincidences: list[tuple[int, int, int]] = []  # (npu, node index, node index) that met
         self.order = CompletionOrder(events, npus)  # ties between completions of one tick (workload/order.py)
         self.at = self.order.at  # schedules a completion (tick, npu, index)
+        # with add_device_timing(): per NPU the tick its device compute slot last became free, and the delays
+        self._device_free_at: list[int] | None = None
+        self._launch_latency = self._kernel_gap = 0
+
+    def add_device_timing(self, launch_latency_ns: int, kernel_gap_ns: int) -> None:
+        """Device compute nodes start late (SystemConfig.device_timing): one issued while the device
+        sat idle launch_latency_ns after it became free to run, one issued as the previous device
+        work ended kernel_gap_ns after it. The node holds its slot for the delay too."""
+        self._device_free_at = [-1] * len(self.feeders)
+        self._launch_latency, self._kernel_gap = launch_latency_ns, kernel_gap_ns
 
     def watch_coincidences(self) -> None:
         """Records, as `coincidences`, the completions on one NPU in one tick of two nodes whose
@@ -85,6 +96,8 @@ class Workload:
         index = self.order.next_of(now, npu, scheduled)
         node = self.nodes[npu][index]
         self.busy[npu][node.slot] = False
+        if node.slot == GPU_COMPUTE and self._device_free_at is not None:
+            self._device_free_at[npu] = now
         if self._scheduled_in_tick is not None and (node.action not in (DO_COMPUTE, DO_REPLAY) or not node.duration):
             last, other = self._scheduled_in_tick[npu]
             if last == now and len(self.coincidences) < MAX_COINCIDENCES:
@@ -124,7 +137,10 @@ class Workload:
                 self.issued_at[npu][index] = now
             action = node.action
             if action == DO_COMPUTE or action == DO_REPLAY:
-                finish_at(now + node.duration, npu, index)
+                delay = 0
+                if node.slot == GPU_COMPUTE and self._device_free_at is not None:
+                    delay = self._launch_latency if now > self._device_free_at[npu] else self._kernel_gap
+                finish_at(now + delay + node.duration, npu, index)
                 if action == DO_COMPUTE:
                     if node.slot == CPU:
                         self.results[npu].cpu_ns += node.duration

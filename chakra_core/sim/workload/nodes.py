@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -48,6 +49,21 @@ COLLECTIVE_OPS = {
 BROADCAST = 5
 DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
 
+def input_counts(table: pa.Table) -> list[int]:
+    """Per row, the inputs its operator recorded (the entries of inputs.types, a JSON list); 0 where
+    none were recorded or the text is no list (the count only refines a time estimate)."""
+    if "inputs" not in table.column_names:
+        return [0] * table.num_rows
+    counts = []
+    for text in pc.struct_field(table.column("inputs"), "types").to_pylist():
+        try:
+            types = orjson.loads(text) if text else None
+        except orjson.JSONDecodeError:
+            types = None
+        counts.append(len(types) if isinstance(types, list) else 0)
+    return counts
+
+
 def _column(table: pa.Table, name: str, fill=None) -> list:
     if name not in table.column_names:
         return [fill] * table.num_rows
@@ -77,6 +93,8 @@ class NodeDecoder:
             cols["call_own_time"] = self._call_own_time(t)
         if self.system.host_overhead is not None:
             cols["launches"] = self._launches(t, feeder.ids)
+            if self.system.host_overhead.reads_inputs:
+                cols["inputs"] = input_counts(t)
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
         nodes = []
         interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
@@ -122,8 +140,9 @@ class NodeDecoder:
             return Node(DO_INSTANT, slot)
         if ntype == COMP:
             launches = (cols["launches"][i] if "launches" in cols else 0) if is_cpu else None
+            inputs = cols["inputs"][i] if "inputs" in cols else 0
             return Node(DO_COMPUTE, slot, duration=self._compute_ns(
-                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id))
+                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id, inputs))
         if ntype == COLL:
             return self._collective(cols, i, npu, slot, duration_us, path, node_id)
         if ntype in (SEND, RECV):
@@ -135,9 +154,10 @@ class NodeDecoder:
         raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
 
     def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, launches: int | None, path: str,
-                    node_id: int) -> int:
+                    node_id: int, inputs: int = 0) -> int:
         """launches: None for device compute; for a CPU node, the device work it launched where the
-        system takes the profiler's cost out of host time (SystemConfig.host_overhead), else 0."""
+        system takes the profiler's cost out of host time (SystemConfig.host_overhead), else 0;
+        inputs: the node's recorded inputs where that model reads them."""
         sysc = self.system
         is_cpu = launches is not None
         if sysc.roofline_enabled and not is_cpu and not sysc.replay_only:
@@ -151,7 +171,7 @@ class NodeDecoder:
         else:
             ns = duration_us * 1000 or 1
         if is_cpu and sysc.host_overhead is not None:
-            ns = sysc.host_overhead.host_ns(ns, launches)
+            ns = sysc.host_overhead.host_ns(ns, launches, inputs)
         scale = self.compute_scale / self.npu_speed[npu]
         return ns if scale == 1.0 else max(1, math.floor(ns * scale))
 
