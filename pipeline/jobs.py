@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from chakra_core.analysis.facade import JobAnalysis
 from chakra_core.analysis.validate import validate_table
-from chakra_core.convert.job import convert_job
+from chakra_core.convert.pytorch.job import convert_job
 from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table

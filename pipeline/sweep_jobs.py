@@ -213,7 +213,7 @@ def _coerced(key: str, value: str):
 
 
 def _devices(source: str, time_unit: str) -> int:
-    from chakra_core.convert.flexflow import device_count
+    from chakra_core.convert.flexflow.graph import device_count
 
     return device_count(source, time_unit)
 

@@ -2,7 +2,7 @@
 
 The node table says what ran: device kernels, copies and memsets are COMP nodes off the CPU
 (`is_cpu_op` false) with the `stream` they ran on, each with a data dependency on the host
-operator that launched it (chakra_core/convert/pytorch.py); communication nodes run on the
+operator that launched it (chakra_core/convert/pytorch/conversion.py); communication nodes run on the
 device when their process group's backend is a device library (NCCL, RCCL, ...: the
 `backend_config` of the `## process_group:init ##` metadata node; without one, on the device,
 as ASTRA-sim has them), else on the host (gloo). Steps are the `ProfilerStep#N` host nodes:

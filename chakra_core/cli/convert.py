@@ -30,7 +30,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from chakra_core.convert.discover import JobInputError
+    from chakra_core.convert.pytorch.discover import JobInputError
 
     result = _convert_job(args)
     if len(result.ranks) < 2:
@@ -91,10 +91,10 @@ def _print_source_conversion(result) -> None:
 
 
 def cmd_link(args) -> int:
-    from chakra_core.convert.discover import checked_rank
-    from chakra_core.convert.kineto import rank_of, read_kineto
-    from chakra_core.convert.pytorch import RankConversion
-    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.convert.pytorch.discover import checked_rank
+    from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
+    from chakra_core.convert.pytorch.conversion import RankConversion
+    from chakra_core.convert.pytorch.et import read_host_trace
     from chakra_core.format.etfile import write_table
 
     host = read_host_trace(args.host)

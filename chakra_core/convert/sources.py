@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import fsspec
 
-from chakra_core.convert.source_file import SourceOptions
+from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import open_raw
 
@@ -61,7 +61,7 @@ def convert_source(src: str, out_dir: str, prefix: str, fmt: str | None = None,
                    options: SourceOptions = SourceOptions(),
                    progress: Callable[[str, int, int], None] | None = None):
     """Convert `src` (format detected unless given) into out_dir; returns a convert.job.JobResult."""
-    from chakra_core.convert.job import convert_job, write_converted
+    from chakra_core.convert.pytorch.job import convert_job, write_converted
 
     fmt = fmt or detect_format(src)
     if fmt not in FORMATS:
@@ -70,11 +70,11 @@ def convert_source(src: str, out_dir: str, prefix: str, fmt: str | None = None,
     if fmt == "pytorch":
         return convert_job(src, out_dir, prefix, progress=progress)
     if fmt == "flexflow":
-        from chakra_core.convert.flexflow import convert_graph
+        from chakra_core.convert.flexflow.graph import convert_graph
 
         converted = convert_graph(src, options.time_unit)
     else:
-        from chakra_core.convert.text import convert_workload
+        from chakra_core.convert.text.workload import convert_workload
 
         converted = convert_workload(src, options)
     return write_converted(converted.job, out_dir, prefix, converted.source, converted.mismatches)

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from chakra_core import limits
-from chakra_core.convert.source_file import Converted, read_source
+from chakra_core.convert.common.source_file import Converted, read_source
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import RankGraph, check_send_recv

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chakra_core.convert import comms, devicesync, hosttime, threadwait
-from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init
-from chakra_core.convert.kineto import DeviceEvent, KinetoTrace, Linked, link
-from chakra_core.convert.pytorch_et import (
+from chakra_core.convert.pytorch import comms, devicesync, hosttime, threadwait
+from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, parse_pg_init
+from chakra_core.convert.pytorch.kineto import DeviceEvent, KinetoTrace, Linked, link
+from chakra_core.convert.pytorch.et import (
     PG_INIT_NAME,
     ROOT_NAME,
     HostTrace,

@@ -145,7 +145,7 @@ def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
     and written per rank; two keys of one rank ("0", "00") are refused."""
     import orjson
 
-    from chakra_core.convert.jsonstream import TraceJSONError, check_depth
+    from chakra_core.convert.common.jsonstream import TraceJSONError, check_depth
 
     data = read_bounded(src, "element_bytes", "a multi-rank JSON")
     check_depth(data, src)

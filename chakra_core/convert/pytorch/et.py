@@ -29,8 +29,8 @@ import orjson
 import pyarrow as pa
 
 from chakra_core._native import _jsonscan, _ptdigest
-from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError, parse_json
-from chakra_core.convert.opcost import COST_OPS, NO_ESTIMATE, compute_cost
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
+from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
 
 FLAT, ATTRS = "flat", "attrs"
 KNOWN_SCHEMAS = {

@@ -31,7 +31,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_core.convert.kineto import CpuEvent
+from chakra_core.convert.pytorch.kineto import CpuEvent
 
 MAX_ANCESTOR_WALK = 64
 # a thread that goes on within this long after communication work ended was waiting for it

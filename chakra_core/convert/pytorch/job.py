@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 import fsspec
 import pyarrow as pa
 
-from chakra_core.convert import comms
-from chakra_core.convert.groups import WORLD, ProcessGroups, comm_group_document
-from chakra_core.convert.discover import checked_rank, find_ranks, unprofiled_steps
-from chakra_core.convert.kineto import rank_of, read_kineto
-from chakra_core.convert.pytorch import RankConversion
-from chakra_core.convert.pytorch_analysis import CommRecord
-from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.convert.pytorch import comms
+from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_document
+from chakra_core.convert.pytorch.discover import checked_rank, find_ranks, unprofiled_steps
+from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
+from chakra_core.convert.pytorch.conversion import RankConversion
+from chakra_core.convert.pytorch.analysis import CommRecord
+from chakra_core.convert.pytorch.et import read_host_trace
 from chakra_core.format.etfile import write_table
 from chakra_core.format.job import Job, groups_url, rank_url, remove_other_ranks, write_comm_groups
 from chakra_core.outputs import afterwards, open_output, together

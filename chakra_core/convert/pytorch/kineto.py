@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError
 from chakra_core.errors import ChakraFormatError
 
 CPU_CATEGORIES = ("cpu_op", "user_annotation")

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chakra_core.convert.hosttime import covered_length
-from chakra_core.convert.kineto import CpuEvent
+from chakra_core.convert.pytorch.hosttime import covered_length
+from chakra_core.convert.pytorch.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
 RESUMED_AFTER_THREAD_US = 1000.0

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chakra_core import limits
-from chakra_core.convert.source_file import Converted, SourceOptions, read_source
-from chakra_core.convert.text_format import Layer, Workload, parse_workload
+from chakra_core.convert.common.source_file import Converted, SourceOptions, read_source
+from chakra_core.convert.text.grammar import Layer, Workload, parse_workload
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import JobBuilder, RankGraph
