@@ -271,6 +271,16 @@ def _check_options(path: str, options: SourceOptions) -> None:
         raise SourceFormatError(path, f"--npu-frequency must be a positive number of MHz, got {frequency}")
 
 
+def devices(src: str, options: SourceOptions) -> int:
+    """The registry's device count (convert/sources.py): the NPUs the options run it on."""
+    return options.npus
+
+
+def convert_text(src: str, out_dir: str, prefix: str, options: SourceOptions, progress, accounted):
+    """The registry's entry (convert/sources.py): the workload at src run as `options` say."""
+    return convert_workload(src, options).write(out_dir, prefix)
+
+
 def convert_workload(path: str, options: SourceOptions) -> Converted:
     """The job ASTRA-sim 1.0 would have run from the text workload at `path` on options.npus NPUs."""
     workload = parse_workload(path, read_source(path))
