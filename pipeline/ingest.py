@@ -25,7 +25,7 @@ class InputFile:
 
     @property
     def rule(self) -> sources.FileRule:
-        return sources.file_rule(self.kind)
+        return sources.file_rule(self.kind, self.basename)
 
     @property
     def rank(self) -> int | None:
@@ -47,13 +47,12 @@ class JobInput:
 
     @property
     def trace_format(self) -> str:
-        """The trace kind of the job's source (the first in the registry whose traces are here), or "none"."""
+        """The trace kind of the job's source (sources.job_source), or "none"."""
         return self.source.trace.kind if self.source else "none"
 
     @property
     def source(self) -> sources.Source | None:
-        kinds = {f.kind for f in self.files}
-        return next((s for s in sources.SOURCES if s.trace.kind in kinds), None)
+        return sources.job_source({f.kind for f in self.files})
 
 
 JOB_JSON, UNKNOWN = "job_json", "unknown"  # kinds of the drop's own: a job's description, a file of no source
@@ -74,7 +73,7 @@ def unusable_files(job: JobInput) -> dict[str, str]:
             reasons[f.name] = f.problem
         elif f.kind == UNKNOWN:
             reasons[f.name] = f"{f.name}: unknown file type (expected {sources.expected_files()}, or job.json)"
-        elif side is None:
+        elif side is None or f.kind == job.trace_format:  # not a side file, or a trace of the job's own source
             continue
         elif f.kind not in (job.source.sides if job.source else ()):
             reasons[f.name] = side.beside_other.format(name=f.name, format=_format(job))
@@ -98,8 +97,8 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     if job.trace_format == "none":
         return None, f"{job.job_id}: the job folder holds no rank trace"
     traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
-    foreign = sorted((f for f in job.files if sources.of_trace_kind(f.kind) and f.kind != job.trace_format),
-                     key=lambda f: f.name)
+    foreign = sorted((f for f in job.files if sources.of_trace_kind(f.kind) and f.kind != job.trace_format
+                      and f.kind not in sources.SIDE_FILES), key=lambda f: f.name)  # side files: unusable_files
     if foreign:
         return foreign[0], (f"{foreign[0].name}: {sources.of_trace_kind(foreign[0].kind).one_file} beside "
                             f"{_format(job)} ({traces[0].name}); a job's ranks must be of one format")
@@ -115,6 +114,8 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
 def _double_claim(files: list[InputFile]) -> tuple[InputFile, str] | None:
     claimed: dict[int, InputFile] = {}
     for f in files:
+        if f.rank is None:  # a name without a rank (a profiler's <name>.pt.trace.json): its content says
+            continue
         first = claimed.setdefault(f.rank, f)
         if first is not f:
             what = sources.SIDE_FILES[f.kind].claims if f.kind in sources.SIDE_FILES else "rank"
@@ -133,7 +134,10 @@ def _names_differ(traces: list[InputFile]) -> tuple[InputFile, str] | None:
 
 
 def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] | None:
-    """Ranks are distinct here; counted, not enumerated, as a name may claim rank 999999999."""
+    """Ranks are distinct here; counted, not enumerated, as a name may claim rank 999999999. Where
+    some names carry no rank, the conversion tells the ranks from the files' content."""
+    if any(f.rank is None for f in traces):
+        return None
     ranks = sorted(f.rank for f in traces)
     missing = ranks[-1] + 1 - len(ranks)
     if not missing:

@@ -5,6 +5,8 @@ a new source is one module plus one entry, converted by `chakra convert` and the
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,12 +33,24 @@ def _chakra_job(folder: Path) -> str:
     return str(folder)
 
 
+def _kineto_only(run: Path) -> Callable[[Path], str]:
+    """A recorded run's folder without its execution traces."""
+    def copy(folder: Path) -> str:
+        folder.mkdir(parents=True)
+        for f in run.glob("rank*.kineto.json.gz"):
+            shutil.copy(f, folder / f.name)
+        return str(folder)
+    return copy
+
+
 # One example input per source, each with its options: a source without one fails the first test.
 EXAMPLES = {
     "pytorch": [lambda tmp: str(GLOO / "mlp_ddp-w2"), lambda tmp: str(GPU / "mlp_gloo2")],
     "chakra": [_chakra_job],
     "flexflow": [lambda tmp: str(OTHER / "flexflow" / "alexnet.4.graph")],
     "text": [lambda tmp: str(OTHER / "text" / "DLRM_HybridParallel.txt")],
+    "kineto": [_kineto_only(GLOO / "mlp_ddp-w2"), _kineto_only(GPU / "mlp_gloo2"),
+               lambda tmp: str(GPU / "mlp_tiny" / "rank0.kineto.json.gz")],
 }
 OPTIONS = {"text": SourceOptions(npus=8)}
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from chakra_core.errors import ChakraError
-from chakra_core.format.names import COMM_GROUPS_SUFFIX, split_rank_url
+from chakra_core.format.names import COMM_GROUPS_SUFFIX, is_kineto_head, split_rank_url
 from chakra_core.format.names import RANK_FILE as CHAKRA_RANK_FILE
 
 HEAD_BYTES = 4096
@@ -65,10 +65,14 @@ class FileRule:
     job_name: Callable[[str], str] | None = None  # files of one job share this part of their names
 
     def rank(self, name: str) -> int | None:
+        """The rank the name carries: group `rank` (or `rank_<any>`, where names take several
+        forms) when the pattern names one, else its first group; None when there is none."""
         match = self.pattern.match(name)
         if not match or not self.pattern.groups:
             return None
-        return int(match.group("rank") if "rank" in self.pattern.groupindex else match.group(1))
+        named = [k for k in self.pattern.groupindex if k == "rank" or k.startswith("rank_")]
+        found = next((match.group(k) for k in named if match.group(k) is not None), None) if named else match.group(1)
+        return None if found is None else int(found)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,13 @@ SOURCES = (
            options=("npus", "passes", "npu_frequency_mhz", "first_dim_npus"), single_file=True,
            detect=lambda head: _TEXT.match(head) is not None, options_group="ASTRA-sim 1.0 text workloads",
            counter="chakra_core.convert.text.workload:devices"),
+    # a job of Kineto traces alone (beside another source's traces they are its side files: job_source)
+    Source("kineto", "Kineto traces", "a Kineto trace",
+           FileRule("kineto", re.compile(r"^(?:rank(?P<rank>\d+)\.kineto\.json|.*?worker(?P<rank_worker>\d+)[^/]*?"
+                                         r"\.pt\.trace\.json|.+\.pt\.trace\.json)(?:\.gz)?$"),
+                    "rank<R>.kineto.json[.gz] or <name>.pt.trace.json[.gz]"),
+           "chakra_core.convert.kineto.job:convert_kineto", sides=("timing",),
+           detect=is_kineto_head),
 )
 DEFAULT = "pytorch"  # what an input no source claims by content is taken for (JSON, bundles, folders)
 # Everything below reads SOURCES when called, so that the registry is this one tuple.
@@ -196,19 +207,31 @@ def of_trace_kind(kind: str) -> Source | None:
     return next((s for s in SOURCES if s.trace.kind == kind), None)
 
 
+def job_source(kinds: set[str]) -> Source | None:
+    """The source of a job holding files of these kinds: the first in SOURCES whose traces are
+    there, except that a trace kind other sources read beside theirs (Kineto traces) decides
+    only when no other source's traces are there."""
+    present = [s for s in SOURCES if s.trace.kind in kinds]
+    return next((s for s in present if s.trace.kind not in SIDE_FILES), present[0] if present else None)
+
+
 def file_rules() -> list[FileRule]:
     """Every kind of file a source takes: each source's traces, then its side files."""
     return [rule for s in SOURCES for rule in (s.trace, *(SIDE_FILES[k] for k in s.sides))]
 
 
-def file_rule(kind: str) -> FileRule:
-    return next(rule for rule in file_rules() if rule.kind == kind)
+def file_rule(kind: str, name: str) -> FileRule:
+    """The rule of that kind that takes the name (a kind may be a side file of one source and
+    the trace of another, named more ways)."""
+    rules = [rule for rule in file_rules() if rule.kind == kind]
+    return next((rule for rule in rules if rule.pattern.match(name)), rules[0])
 
 
 def head_of(src: str) -> bytes:
-    from chakra_core.inputs import open_raw
+    """The first HEAD_BYTES of a file, gunzipped."""
+    from chakra_core.inputs import open_input
 
-    with open_raw(src) as f:
+    with open_input(src) as f:
         return f.read(HEAD_BYTES)
 
 
@@ -220,8 +243,9 @@ def detect_format(src: str) -> str:
     fs, path = fsspec.core.url_to_fs(src)
     if fs.isdir(path):
         listed = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)}
-        return next((s.name for s in SOURCES if not s.single_file and any(s.trace.pattern.match(n) for n in listed)),
-                    DEFAULT)
+        found = job_source({s.trace.kind for s in SOURCES if not s.single_file
+                            and any(s.trace.pattern.match(n) for n in listed)})
+        return found.name if found else DEFAULT
     if not fs.isfile(path):
         return DEFAULT
     head = head_of(src)
@@ -239,8 +263,11 @@ def kind_of(name: str, head: Callable[[], bytes] = bytes) -> str | None:
 
 
 def expected_files() -> str:
-    """The files sources take, as a list for a message."""
-    return ", ".join(rule.shown for rule in file_rules())
+    """The files sources take, one name per kind, as a list for a message."""
+    shown = {}
+    for rule in file_rules():
+        shown.setdefault(rule.kind, rule.shown)
+    return ", ".join(shown.values())
 
 
 def check_options(src: Source, options: SourceOptions) -> None:

@@ -26,7 +26,7 @@ from chakra_core.convert.common.result import JobResult, published
 from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_document
-from chakra_core.convert.pytorch.discover import checked_rank, find_ranks, unprofiled_steps
+from chakra_core.convert.pytorch.discover import JobInputs, checked_rank, find_ranks, unprofiled_steps
 from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch.conversion import RankConversion
 from chakra_core.convert.pytorch.analysis import CommRecord
@@ -57,18 +57,24 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
             total = _size(item.host)
             host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
             conversions.append(RankConversion(host, kineto, rank))
-        job_groups = ProcessGroups()
-        for c in conversions:
-            job_groups.merge(c.groups)
-        resolved, inference_notes = infer_groups(conversions, job_groups)
-        inference_notes.extend(job_groups.problems)
-        keep_own_time(conversions, resolved, job_groups)
-        job_prefix = f"{out_dir}/{prefix}"
-        steps = unprofiled_steps(inputs)
-        result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
-                           f"{job_prefix}.report.json", [], [], inference_notes, unprofiled_step_ns=steps,
-                           input_notes=inputs.notes, set_aside=inputs.set_aside)
-        return published(result, lambda: _write_outputs(result, conversions, resolved, job_groups))
+        return convert_ranks(conversions, inputs, out_dir, prefix)
+
+
+def convert_ranks(conversions: list[RankConversion], inputs: JobInputs, out_dir: str, prefix: str) -> JobResult:
+    """A job's analysed ranks (with their input files' account) written as one job: process groups
+    merged and inferred, each call's own time kept, collectives checked across ranks."""
+    job_groups = ProcessGroups()
+    for c in conversions:
+        job_groups.merge(c.groups)
+    resolved, inference_notes = infer_groups(conversions, job_groups)
+    inference_notes.extend(job_groups.problems)
+    keep_own_time(conversions, resolved, job_groups)
+    job_prefix = f"{out_dir}/{prefix}"
+    steps = unprofiled_steps(inputs)
+    result = JobResult(prefix, out_dir, [c.rank for c in conversions], [], groups_url(job_prefix),
+                       f"{job_prefix}.report.json", [], [], inference_notes, unprofiled_step_ns=steps,
+                       input_notes=inputs.notes, set_aside=inputs.set_aside)
+    return published(result, lambda: _write_outputs(result, conversions, resolved, job_groups))
 
 
 def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
