@@ -155,8 +155,8 @@ def test_a_job_folder_of_kineto_traces_alone_is_a_job_of_the_nightly_flow(memfs)
 
 
 @pytest.mark.parametrize("name, says", [
-    ("rank0.kineto.json.gz", "a Kineto trace (PyTorch profiler): convert it first: chakra convert"),
-    ("rank0.et.json.gz", "a PyTorch execution trace: convert it first: chakra convert")])
+    ("rank0.kineto.json.gz", "a Kineto trace (the PyTorch profiler's JSON): convert it first: chakra convert"),
+    ("rank0.et.json.gz", "a PyTorch execution trace (JSON): convert it first: chakra convert")])
 def test_stats_on_a_raw_pytorch_trace_says_what_to_run(capsys, name, says):
     assert main(["stats", str(DATASETS / "gpu-h200" / "mlp_tiny" / name)]) == 2
     assert says in capsys.readouterr().err

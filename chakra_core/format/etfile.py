@@ -129,10 +129,10 @@ def _what_json_is(file) -> str:
     file.seek(0)
     head = file.read(4096)
     if is_kineto_head(head):
-        return ("not a Chakra ET: this is a Kineto trace (PyTorch profiler): convert it first: chakra convert "
+        return ("not a Chakra ET: this is a Kineto trace (the PyTorch profiler's JSON): convert it first: chakra convert "
                 "FILE_OR_FOLDER -o DIR (docs/gpu.md)")
     if is_pytorch_et_head(head):
-        return ("not a Chakra ET: this is a PyTorch execution trace: convert it first: chakra convert "
+        return ("not a Chakra ET: this is a PyTorch execution trace (JSON): convert it first: chakra convert "
                 "FILE_OR_FOLDER -o DIR, with rank<R>.kineto.json[.gz] beside it for times and kernels (docs/ingestion.md)")
     return "not a Chakra ET: this is JSON (a jsonized ET? chakra unjsonize turns it back)"
 
