@@ -1,31 +1,14 @@
 """A day's jobs and their files (pipeline/drop.py walks the drop): what kind each file is, which
-files a job cannot use, or why its rank traces do not make one job (docs/pipeline.md, rejects)."""
+files a job cannot use, or why its rank traces do not make one job (docs/pipeline.md, rejects).
+Every source, its files and their names come from the registry (chakra_core/convert/sources.py)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from chakra_core.convert.jax.run import file_role
-from chakra_core.convert.sources import SourceOptions, detect_format
+from chakra_core.convert import sources
+from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.documents import ConfigError, read_document
-from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
-
-PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
-KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
-TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profiler off (TraceRecorder timed_steps)
-RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
-# One file that describes a whole job, and the `chakra convert --from` format that reads it.
-SINGLE_FILE = {"flexflow": "flexflow", "text_workload": "text"}
-TRACE_KINDS = ("pytorch_et", *SINGLE_FILE, "jax_profile", "chakra_et")  # in the order a job's format is decided
-FORMAT_NAMES = {"pytorch_et": "PyTorch traces", "flexflow": "a FlexFlow task graph",
-                "text_workload": "an ASTRA-sim text workload", "jax_profile": "a JAX profile", "chakra_et": "Chakra ETs"}
-ONE_FILE = {**FORMAT_NAMES, "pytorch_et": "a PyTorch trace", "chakra_et": "a Chakra ET"}
-# a JAX run folder's files by their path in it (convert/jax/run.py): the profile, its HLO text, its step times
-JAX_KINDS = {"profile": "jax_profile", "hlo": "hlo_text", "timing": "jax_timing"}
-# job.json keys that a single-file job's conversion takes (chakra convert's options)
-JOB_OPTIONS = {"npus": int, "passes": int, "npu_frequency_mhz": (int, float), "first_dim_npus": int,
-               "time_unit": str}
 
 
 @dataclass
@@ -33,7 +16,7 @@ class InputFile:
     url: str
     name: str  # path relative to the day folder, e.g. "job7/rank0.et.json.gz"
     bytes: int
-    kind: str  # pytorch_et, kineto, timing, chakra_et, comm_groups, flexflow, text_workload, job_json, unknown
+    kind: str  # a file kind of the registry (sources.file_rules()), job_json or unknown
     problem: str | None = None  # why it must not be opened (a link, a FIFO, a control character in its name)
 
     @property
@@ -41,18 +24,28 @@ class InputFile:
         return self.name.rsplit("/", 1)[-1]
 
     @property
-    def rank(self) -> int:
-        """The rank a trace or Kineto file claims by its name."""
-        if self.kind == "chakra_et":
-            return split_rank_url(self.basename)[1]
-        return int(RANK_NAME[self.kind].match(self.basename).group(1))
+    def in_job(self) -> str:
+        """Its path inside the job folder (what a nested file rule matches)."""
+        return self.name.split("/", 1)[-1]
 
     @property
-    def job_name(self) -> str:
-        """The <name> of a Chakra ET <name>.<R>.et or of its groups file <name>.comm_groups.json."""
-        if self.kind == "comm_groups":
-            return self.basename[:-len(COMM_GROUPS_SUFFIX)]
-        return split_rank_url(self.basename)[0]
+    def rule(self) -> sources.FileRule:
+        return sources.file_rule(self.kind, self.in_job if "/" in self.in_job else self.basename)
+
+    @property
+    def rank(self) -> int | None:
+        """The rank a file claims by its name (None where names carry none)."""
+        return self.rule.rank(self.basename)
+
+    @property
+    def job(self) -> str:
+        """The job folder a file lies in (a run folder's files belong to the whole job)."""
+        return self.name.split("/", 1)[0]
+
+    @property
+    def job_name(self) -> str | None:
+        """The part of its name a file shares with the job's other files (a Chakra ET's <name>)."""
+        return self.rule.job_name(self.basename) if self.rule.job_name else None
 
 
 @dataclass
@@ -64,68 +57,46 @@ class JobInput:
 
     @property
     def trace_format(self) -> str:
-        kinds = {f.kind for f in self.files}
-        return next((kind for kind in TRACE_KINDS if kind in kinds), "none")
+        """The trace kind of the job's source (sources.job_source), or "none"."""
+        return self.source.trace.kind if self.source else "none"
+
+    @property
+    def source(self) -> sources.Source | None:
+        return sources.job_source({f.kind for f in self.files})
 
 
-def kind_of(name: str) -> str:
-    if PYTORCH_ET.match(name):
-        return "pytorch_et"
-    if KINETO.match(name):
-        return "kineto"
-    if TIMING.match(name):
-        return "timing"
-    if split_rank_url(name):
-        return "chakra_et"
-    if name.endswith((".graph", ".dot")):
-        return "flexflow"
-    if name.endswith(COMM_GROUPS_SUFFIX) and len(name) > len(COMM_GROUPS_SUFFIX):
-        return "comm_groups"
-    return "job_json" if name == "job.json" else "unknown"
+JOB_JSON, UNKNOWN = "job_json", "unknown"  # kinds of the drop's own: a job's description, a file of no source
+
+
+def _format(job: JobInput) -> str:
+    return job.source.title if job.source else "no trace"
 
 
 def unusable_files(job: JobInput) -> dict[str, str]:
     """Files the job has no use for, by name, and why: each is rejected alone, as the rest of the
     job can still be converted without it (logging it as processed would be a lie)."""
-    host_ranks = {f.rank for f in job.files if f.kind == "pytorch_et"}
     reasons = {}
+    traces = [f for f in job.files if f.kind == job.trace_format]
     for f in job.files:
+        side = sources.SIDE_FILES.get(f.kind)
         if f.problem is not None:
             reasons[f.name] = f.problem
-        elif f.kind == "unknown":
-            reasons[f.name] = (f"{f.name}: unknown file type (expected rank<R>.et.json[.gz], rank<R>.kineto.json[.gz],"
-                               " rank<R>.timing.json, <name>.<R>.et, <name>.comm_groups.json, a FlexFlow <name>.graph"
-                               " or .dot, an ASTRA-sim text workload <name>.txt, job.json, or a JAX run's"
-                               " plugins/profile/<run>/ files, hlo/*.txt, *.hlo.txt and timing.json)")
-        elif f.kind in ("hlo_text", "jax_timing") and job.trace_format != "jax_profile":
-            reasons[f.name] = f"{f.name}: JAX run files beside {FORMAT_NAMES.get(job.trace_format, 'no trace')}," \
-                " which has no use for them"
-        elif f.kind == "comm_groups" and job.trace_format != "chakra_et":
-            reasons[f.name] = (f"{f.name}: communicator groups beside {FORMAT_NAMES.get(job.trace_format, 'no trace')},"
-                               " whose conversion makes the job's process groups itself")
-        elif f.kind == "comm_groups" and f.job_name != _chakra_name(job):
-            reasons[f.name] = (f"{f.name}: communicator groups of job {f.job_name!r}, but the Chakra ETs here are"
-                               f" {_chakra_name(job)}.<R>.et")
-        elif f.kind == "kineto" and job.trace_format != "pytorch_et":
-            reasons[f.name] = f"{f.name}: a Kineto trace beside {FORMAT_NAMES.get(job.trace_format, 'no trace')}, " \
-                "which has no use for it"
-        elif f.kind == "kineto" and job.trace_format == "pytorch_et" and f.rank not in host_ranks:
-            reasons[f.name] = f"{f.name}: a Kineto trace of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
-        elif f.kind == "timing" and job.trace_format != "pytorch_et":
-            reasons[f.name] = f"{f.name}: unprofiled step times beside no PyTorch trace, which alone they describe"
-        elif f.kind == "timing" and f.rank not in host_ranks:
-            reasons[f.name] = f"{f.name}: unprofiled step times of rank {f.rank}, which has no rank{f.rank}.et.json[.gz]"
+        elif f.kind == UNKNOWN:
+            reasons[f.name] = f"{f.name}: unknown file type (expected {sources.expected_files()}, or job.json)"
+        elif side is None or f.kind == job.trace_format:  # not a side file, or a trace of the job's own source
+            continue
+        elif f.kind not in (job.source.sides if job.source else ()):
+            reasons[f.name] = side.beside_other.format(name=f.name, format=_format(job))
+        elif not any(getattr(f, side.belongs) == getattr(t, side.belongs) for t in traces):
+            trace_job = _trace_name(traces)
+            reasons[f.name] = side.orphan.format(name=f.name, rank=f.rank, job_name=f.job_name, trace_job=trace_job,
+                                                 trace=job.source.trace.shown.replace("<R>", str(f.rank)))
     return reasons
 
 
-def _chakra_name(job: JobInput) -> str | None:
-    return next((f.job_name for f in sorted(job.files, key=lambda f: f.name) if f.kind == "chakra_et"), None)
-
-
-def groups_file(job: JobInput) -> InputFile | None:
-    """The communicator groups of a Chakra ET job: <name>.comm_groups.json of the ETs' name."""
-    name = _chakra_name(job)
-    return next((f for f in job.files if f.kind == "comm_groups" and f.job_name == name), None)
+def _trace_name(traces: list[InputFile]) -> str | None:
+    """The job name the first of the job's traces (by name) gives, where names carry one."""
+    return next((f.job_name for f in sorted(traces, key=lambda f: f.name)), None)
 
 
 def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
@@ -136,43 +107,47 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     if job.trace_format == "none":
         return None, f"{job.job_id}: the job folder holds no rank trace"
     traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
-    foreign = sorted((f for f in job.files if f.kind in TRACE_KINDS and f.kind != job.trace_format),
-                     key=lambda f: f.name)
+    foreign = sorted((f for f in job.files if sources.of_trace_kind(f.kind) and f.kind != job.trace_format
+                      and f.kind not in sources.SIDE_FILES), key=lambda f: f.name)  # side files: unusable_files
     if foreign:
-        return foreign[0], (f"{foreign[0].name}: {ONE_FILE[foreign[0].kind]} beside {FORMAT_NAMES[job.trace_format]}"
-                            f" ({traces[0].name}); a job's ranks must be of one format")
-    if job.trace_format == "jax_profile":  # its converter picks the profile (one host's, the latest run)
-        return None
-    if job.trace_format in SINGLE_FILE:
+        return foreign[0], (f"{foreign[0].name}: {sources.of_trace_kind(foreign[0].kind).one_file} beside "
+                            f"{_format(job)} ({traces[0].name}); a job's ranks must be of one format")
+    if job.source.single_file:
         return None if len(traces) == 1 else (traces[1], f"{traces[0].name} and {traces[1].name} both describe the"
                                                          " job; a job folder holds one")
-    kineto = sorted((f for f in job.files if f.kind == "kineto" and job.trace_format == "pytorch_et"),
-                    key=lambda f: f.name)
-    return _double_claim(traces) or _double_claim(kineto) or _names_differ(traces) or _ranks_missing(job, traces)
+    claims = [sorted((f for f in job.files if f.kind == kind), key=lambda f: f.name) for kind in job.source.sides
+              if sources.SIDE_FILES[kind].claims]
+    return (_double_claim(traces) or next(filter(None, map(_double_claim, claims)), None) or _names_differ(traces)
+            or _ranks_missing(job, traces))
 
 
 def _double_claim(files: list[InputFile]) -> tuple[InputFile, str] | None:
     claimed: dict[int, InputFile] = {}
     for f in files:
+        if f.rank is None:  # a name without a rank (a profiler's <name>.pt.trace.json): its content says
+            continue
         first = claimed.setdefault(f.rank, f)
         if first is not f:
-            what = "the Kineto trace of rank" if f.kind == "kineto" else "rank"
+            what = sources.SIDE_FILES[f.kind].claims if f.kind in sources.SIDE_FILES else "rank"
             return f, f"{first.name} and {f.name} both claim {what} {f.rank}"
     return None
 
 
 def _names_differ(traces: list[InputFile]) -> tuple[InputFile, str] | None:
-    """Chakra ETs of one job are <name>.<R>.et with one name: two names are two jobs' files."""
-    if traces[0].kind != "chakra_et":
+    """Traces whose names carry a job name (Chakra ETs: <name>.<R>.et) share one: two names are two jobs' files."""
+    if traces[0].rule.job_name is None:
         return None
     name = traces[0].job_name
     odd = next((f for f in traces if f.job_name != name), None)
     return None if odd is None else (odd, f"{odd.name}: its name differs from {traces[0].name}'s;"
-                                          " a job's ranks must share one name (<name>.<R>.et)")
+                                          f" a job's ranks must share one name ({traces[0].rule.shown})")
 
 
 def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] | None:
-    """Ranks are distinct here; counted, not enumerated, as a name may claim rank 999999999."""
+    """Ranks are distinct here; counted, not enumerated, as a name may claim rank 999999999. Where
+    some names carry no rank, the conversion tells the ranks from the files' content."""
+    if any(f.rank is None for f in traces):
+        return None
     ranks = sorted(f.rank for f in traces)
     missing = ranks[-1] + 1 - len(ranks)
     if not missing:
@@ -182,36 +157,38 @@ def _ranks_missing(job: JobInput, traces: list[InputFile]) -> tuple[None, str] |
     return None, f"{job.job_id}: no trace of rank {first}{more}; the job's ranks run up to {ranks[-1]}"
 
 
-def source_file(job: JobInput) -> InputFile:
-    """The one file of a FlexFlow or text-workload job (job_problem has checked there is one)."""
+def job_input(job: JobInput) -> str:
+    """What the job's source converts: its one file (job_problem has checked there is one) or its folder."""
+    return _first_trace(job).url if job.source.single_file else job.url
+
+
+def _first_trace(job: JobInput) -> InputFile:
     return next(f for f in job.files if f.kind == job.trace_format)
 
 
 def source_options(job: JobInput) -> SourceOptions:
-    """chakra convert's options for a single-file job, from its job.json (JOB_OPTIONS; a text
-    workload needs `npus`); an error names job.json and the key."""
-    document = next((f for f in job.files if f.kind == "job_json"), None)
-    path, data = read_document(document.url) if document else ("job.json", {})
+    """chakra convert's options for the job's source, from its job.json (each of the source's
+    options, typed as its flag is); a required one missing is an error naming job.json and the key."""
+    document = next((f for f in job.files if f.kind == JOB_JSON), None)
+    path, data = read_document(document.url) if document else (sources.JOB_DESCRIPTION, {})
     options = {}
-    for key, kind in JOB_OPTIONS.items():
+    for key in job.source.options:
+        option = sources.OPTIONS[key]
         if key in data:
             value = data[key]
+            kind = (int, float) if option.type is float else option.type
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise ConfigError(path, key, f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
             options[key] = value
-    if job.trace_format == "flexflow":
-        return SourceOptions(time_unit=options.get("time_unit", "ms"))
-    if "npus" not in options:
-        raise ConfigError(path, "npus", f"{source_file(job).name} is a text workload: job.json must give the NPUs"
-                          " to run it on")
-    return SourceOptions(**{k: v for k, v in options.items() if k != "time_unit"})
+        elif option.required:
+            raise ConfigError(path, key, f"{_first_trace(job).name} is {job.source.one_file}: job.json "
+                              f"must give {option.required}")
+    return SourceOptions(**options)
 
 
 def kind_in_job(fs, path: str, relative: str) -> str:
-    """A file's kind by its name; a .txt by its first line (an ASTRA-sim text workload or not)."""
-    kind = kind_of(relative) if "/" not in relative else "unknown"
-    if kind == "unknown" and file_role(relative):
-        return JAX_KINDS[file_role(relative)]
-    if kind == "unknown" and relative.endswith(".txt") and detect_format(fs.unstrip_protocol(path)) == "text":
-        return "text_workload"
-    return kind
+    """A file's kind by its name (and, for kinds told by content, its first bytes); a file in a
+    folder inside the job has a kind only where a source's files lie in folders (a JAX run)."""
+    if relative == sources.JOB_DESCRIPTION:
+        return JOB_JSON
+    return sources.kind_of(relative, lambda: sources.head_of(fs.unstrip_protocol(path))) or UNKNOWN

@@ -10,7 +10,6 @@ too, naming the culprit. Its outputs are written to a staging folder and publish
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,25 +17,12 @@ import pyarrow as pa
 
 from chakra_core.analysis.facade import JobAnalysis
 from chakra_core.analysis.job_record import JobRecord, record_job
-from chakra_core.analysis.validate import validate_table
-from chakra_core.convert.jax.run import convert_jax_run
-from chakra_core.convert.job import convert_job
-from chakra_core.convert.sources import convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
-from chakra_core.inputs import InputHashes, content_hashes, open_input
-from chakra_core.format.job import Job, groups_url, rank_url, read_comm_groups, write_comm_groups
+from chakra_core.format.job import Job, read_comm_groups
+from chakra_core.inputs import InputHashes, content_hashes
 from chakra_core.outputs import open_output
-from pipeline.ingest import (
-    SINGLE_FILE,
-    InputFile,
-    JobInput,
-    groups_file,
-    job_problem,
-    source_file,
-    source_options,
-    unusable_files,
-)
+from pipeline.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
 from pipeline.layout import (
     filesystem,
     join,
@@ -154,16 +140,9 @@ def _moved(url: str, folder: str) -> str:
 def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
              ) -> tuple[list[pa.Table], list[str], str | None, dict[str, str]]:
     """(rank tables, their files, communicator groups file, side files set aside by base name,
-    with why) written into out_dir."""
-    if job.trace_format == "pytorch_et":
-        result = convert_job(job.url, out_dir, job.job_id, accounted=accounted)
-    elif job.trace_format == "jax_profile":  # a JAX run folder: its profile, compiled HLO and step times
-        result = convert_jax_run(job.url, out_dir, job.job_id)
-    elif job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json
-        result = convert_source(source_file(job).url, out_dir, job.job_id, SINGLE_FILE[job.trace_format],
-                                source_options(job))
-    else:
-        return *_copy_chakra(job, out_dir), {}
+    with why) written into out_dir by the job's source, as `chakra convert` would (its options
+    from job.json)."""
+    result = job.source.convert(job_input(job), out_dir, job.job_id, source_options(job), accounted=accounted)
     set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
     return result.tables, result.et_files, result.comm_group_file, set_aside
 
@@ -192,7 +171,6 @@ def _blame(exc: Exception, usable: list[InputFile]) -> tuple[InputFile | None, s
 
 
 MANIFEST = "_manifest.json"
-COPY_CHUNK = 1 << 20
 
 
 def _earlier_conversion(out_dir: str, hashes: Callable[[], dict[str, str]]) -> dict | None:
@@ -218,39 +196,6 @@ def _write_manifest(out_dir: str, hashes: dict[str, str], et_files: list[str], c
     with open_output(join(out_dir, MANIFEST), "w") as f:
         json.dump({"hashes": hashes, "et_files": et_files, "comm_groups": comm_groups, "set_aside": set_aside}, f,
                   indent=1)
-
-
-def _copy_chakra(job: JobInput, out_dir: str) -> tuple[list[pa.Table], list[str], str | None]:
-    """Chakra ETs are copied as <job>.<R>.et, byte for byte (gunzipped), and validated (ingest.job_problem
-    checked that the ranks are 0..N-1, one file each); their communicator groups, checked, as
-    <job>.comm_groups.json."""
-    tables, urls = [], []
-    for f in sorted((f for f in job.files if f.kind == "chakra_et"), key=lambda f: f.rank):
-        url = rank_url(join(out_dir, job.job_id), f.rank)
-        with open_input(f.url) as source, open_output(url, "wb", gzipped=False) as copy:
-            shutil.copyfileobj(source, copy, COPY_CHUNK)
-        tables.append(_validated(url, f.url))
-        urls.append(url)
-    source = groups_file(job)
-    if source is None:
-        return tables, urls, None
-    groups = read_comm_groups(source.url)  # a bad file raises, naming itself and the key
-    outside = next(((gid, rank) for gid, members in groups.items() for rank in members if rank >= len(urls)), None)
-    if outside:
-        raise ValueError(f"{source.url}: group {outside[0]} names NPU {outside[1]}, but the job has {len(urls)} ranks")
-    return tables, urls, write_comm_groups(groups, groups_url(join(out_dir, job.job_id)))
-
-
-def _validated(copy: str, original: str) -> pa.Table:
-    """The copy's table, when it decodes without errors; problems name the original file."""
-    try:
-        table = read_table(copy)
-    except ChakraError as exc:
-        raise ValueError(str(exc).replace(copy, original)) from None
-    errors = [x for x in validate_table(table, original) if x.severity == "error"]
-    if errors:
-        raise ValueError(f"{original}: {errors[0].message}")
-    return table
 
 
 def _reject(job: JobInput, f, hashes: dict, stage: str, reason: str, run_id: str) -> dict:

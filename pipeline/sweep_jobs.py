@@ -23,6 +23,7 @@ from functools import lru_cache
 import fsspec
 
 from chakra_core.analysis.fleet import find_jobs
+from chakra_core.convert import sources
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, groups_url, read_comm_groups
 from chakra_core.inputs import sha256
@@ -171,14 +172,14 @@ def _option_pairs(flag: str, spec: str, words: list[str]) -> dict[str, str]:
     return {key[2:].replace("-", "_"): value for key, value in zip(flat[::2], flat[1::2])}
 
 
-CONVERT_OPTIONS = {"from": str, "npus": int, "passes": int, "npu_frequency": float, "first_dim_npus": int,
-                   "time_unit": str}
+# chakra convert's flags (dashes as underscores) -> their types; each but `from` names one of sources.OPTIONS
+FLAG_OPTIONS = {option.flag[2:].replace("-", "_"): option.name for option in sources.OPTIONS.values()}
+CONVERT_OPTIONS = {"from": str, **{flag: sources.OPTIONS[name].type for flag, name in FLAG_OPTIONS.items()}}
 
 
 def converted_job(spec: str) -> SweepJob:
     """`SRC [--npus N --passes P ...]`, a FlexFlow graph or text workload and `chakra convert`'s
     options, checked now (the file is read to tell its format and a graph's device count)."""
-    from chakra_core.convert.sources import SourceOptions, check_options, detect_format
     from chakra_core.errors import ChakraError
 
     words = shlex.split(spec)
@@ -191,17 +192,19 @@ def converted_job(spec: str) -> SweepJob:
         if unknown:
             raise ValueError(f"option {unknown[0]} is not one of chakra convert's ({', '.join(CONVERT_OPTIONS)})")
         values = {k: _coerced(k, v) for k, v in raw.items()}
-        fmt = values.pop("from", None) or detect_format(source)
-        if fmt not in ("flexflow", "text"):
-            raise ValueError(f"{words[0]} is not a FlexFlow task graph or an ASTRA-sim text workload")
-        options = SourceOptions(**{("npu_frequency_mhz" if k == "npu_frequency" else k): v for k, v in values.items()})
-        check_options(fmt, options)
-        npus = options.npus if fmt == "text" else _devices(source, options.time_unit)
+        fmt = values.pop("from", None) or sources.detect_format(source)
+        kind = sources.source(fmt)
+        if not kind.single_file:
+            one_file = [s.one_file for s in sources.SOURCES if s.single_file]
+            raise ValueError(f"{words[0]} is not {' or '.join(one_file)}")
+        options = sources.SourceOptions(**{FLAG_OPTIONS[k]: v for k, v in values.items()})
+        sources.check_options(kind, options)
+        npus = kind.devices(source, options)
     except (ValueError, ChakraError) as exc:
         raise SweepError(f"--convert {spec!r}: {exc}") from None
     stem = os.path.basename(source).rsplit(".", 1)[0].replace(".", "_")
     job_id = "-".join(["conv", stem, f"n{npus}", *(f"{k}{v}" for k, v in raw.items() if k not in ("npus", "from"))])
-    differ = tuple((k, v) for k, v in vars(options).items() if v != getattr(SourceOptions(), k))
+    differ = tuple((k, v) for k, v in vars(options).items() if v != getattr(sources.SourceOptions(), k))
     return SweepJob(job_id, f"convert {spec}", npus, recipe=Converted(source, fmt, differ))
 
 
@@ -210,12 +213,6 @@ def _coerced(key: str, value: str):
         return CONVERT_OPTIONS[key](value)
     except ValueError:
         raise ValueError(f"option {key}={value!r}: expected {CONVERT_OPTIONS[key].__name__}") from None
-
-
-def _devices(source: str, time_unit: str) -> int:
-    from chakra_core.convert.flexflow import device_count
-
-    return device_count(source, time_unit)
 
 
 def prepare_job(job: SweepJob, store: str) -> SweepJob:
@@ -251,9 +248,8 @@ def _made(job: SweepJob, folder: str) -> SweepJob:
 
 def _make(recipe: Synthetic | Generated | Converted, folder: str, name: str) -> list[str]:
     if isinstance(recipe, Converted):
-        from chakra_core.convert.sources import SourceOptions, convert_source
-
-        result = convert_source(recipe.source, folder, name, recipe.format, SourceOptions(**dict(recipe.options)))
+        result = sources.convert_source(recipe.source, folder, name, recipe.format,
+                                        sources.SourceOptions(**dict(recipe.options)))
         return [*result.et_files, result.comm_group_file]
     if isinstance(recipe, Synthetic):
         from chakra_core.synth.sample import sample_job, write_sampled_job

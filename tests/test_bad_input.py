@@ -488,14 +488,14 @@ def _job_folder(tmp_path: Path, *extra: str) -> Path:
 
 @pytest.mark.parametrize("odd", ["rank-1.et.json", "rank1e3.et.json", "rank01x.kineto.json", "Rank2.et.json.gz"])
 def test_a_rank_file_name_that_does_not_parse_is_an_error_naming_it(tmp_path, odd):
-    from chakra_core.convert.discover import JobInputError, find_ranks
+    from chakra_core.convert.pytorch.discover import JobInputError, find_ranks
 
     with pytest.raises(JobInputError, match=rf"{odd.replace('.', chr(92) + '.')}: not rank<R>\.et\.json"):
         find_ranks(str(_job_folder(tmp_path, odd)), str(tmp_path))
 
 
 def test_other_files_of_a_job_folder_are_noted_not_ignored(tmp_path):
-    from chakra_core.convert.discover import find_ranks
+    from chakra_core.convert.pytorch.discover import find_ranks
 
     folder = _job_folder(tmp_path, "notes.txt", "rank7.kineto.json")
     (folder / "sub").mkdir()
@@ -510,7 +510,7 @@ def test_other_files_of_a_job_folder_are_noted_not_ignored(tmp_path):
 def test_multi_rank_keys_of_one_rank_or_beyond_any_job_are_refused(tmp_path, keys, message):
     import json
 
-    from chakra_core.convert.discover import find_ranks
+    from chakra_core.convert.pytorch.discover import find_ranks
     from chakra_core.errors import ChakraError
 
     trace = json.loads(PYTORCH_JSON.read_text())
@@ -522,14 +522,14 @@ def test_multi_rank_keys_of_one_rank_or_beyond_any_job_are_refused(tmp_path, key
 
 def test_a_rank_of_ten_to_the_thirty_in_a_file_name_is_one_line(tmp_path):
     from chakra_core import limits
-    from chakra_core.convert.discover import find_ranks
+    from chakra_core.convert.pytorch.discover import find_ranks
 
     with pytest.raises(limits.LimitExceeded, match="rank 1,000,000,000,000,000,000,000,000,000,000 is beyond"):
         find_ranks(str(_job_folder(tmp_path, f"rank{10**30}.et.json")), str(tmp_path))
 
 
 def test_a_file_of_two_json_documents_is_refused_at_the_second(tmp_path):
-    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.convert.pytorch.et import read_host_trace
 
     one = PYTORCH_JSON.read_bytes()
     path = tmp_path / "two.et.json"

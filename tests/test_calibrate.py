@@ -60,7 +60,7 @@ def test_measured_on_gloo_the_configs_simulate_the_sweep(tmp_path, capsys):
 def test_the_compute_scale_compares_a_measurement_with_the_recorded_span(tmp_path, capsys):
     from datapaths import GLOO
 
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from chakra_core.format.etfile import read_table
     from chakra_core.replay.plan import recorded_ns
 
@@ -81,7 +81,7 @@ def test_a_calibrated_network_does_not_count_a_blocking_call_twice(tmp_path):
     exactly their durations, and nothing else moves."""
     from datapaths import GLOO
 
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from chakra_core.format.etfile import read_table
     from chakra_core.format.job import read_comm_groups
     from chakra_core.replay.calibrate import samples_from_tables

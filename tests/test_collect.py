@@ -1,4 +1,4 @@
-"""chakra_core.convert.collect.TraceRecorder on a real 2-process gloo run (torch, CPU)."""
+"""chakra_core.convert.pytorch.collect.TraceRecorder on a real 2-process gloo run (torch, CPU)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, out: str, port: int) -> None:
     import torch.distributed as dist
 
-    from chakra_core.convert.collect import TraceRecorder
+    from chakra_core.convert.pytorch.collect import TraceRecorder
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
@@ -43,7 +43,7 @@ def _worker(rank: int, world: int, out: str, port: int) -> None:
 def test_recorder_writes_matching_et_and_kineto_with_group_annotations(tmp_path):
     import torch.multiprocessing as mp
 
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     mp.spawn(_worker, args=(2, str(tmp_path), _free_port()), nprocs=2)
     for rank in (0, 1):

@@ -14,11 +14,11 @@ from datapaths import GLOO, PYTORCH_ET, REFERENCE_CONFIGS
 
 from chakra_core.analysis.validate import validate_file
 from chakra_core.cli import main
-from chakra_core.convert.job import convert_job
-from chakra_core.convert.jsonstream import TraceJSONError
-from chakra_core.convert.kineto import read_kineto
-from chakra_core.convert.pytorch import RankConversion
-from chakra_core.convert.pytorch_et import KNOWN_SCHEMAS, read_host_trace
+from chakra_core.convert.pytorch.job import convert_job
+from chakra_core.convert.common.jsonstream import TraceJSONError
+from chakra_core.convert.pytorch.kineto import read_kineto
+from chakra_core.convert.pytorch.conversion import RankConversion
+from chakra_core.convert.pytorch.et import KNOWN_SCHEMAS, read_host_trace
 from chakra_core.format.etfile import read_metadata, read_table
 from chakra_core.format.nodetypes import COLL, COMP, METADATA, RECV, SEND
 
@@ -209,7 +209,7 @@ def test_split_reports_the_first_collective_mismatch(tmp_path, capsys):
 
 
 def test_jsonstream_handles_tricky_strings_small_chunks_and_nan(tmp_path, monkeypatch):
-    from chakra_core.convert import jsonstream
+    from chakra_core.convert.common import jsonstream
 
     monkeypatch.setattr(jsonstream, "READ_CHUNK", 7)
     nodes = [{"id": i, "name": 'op "%d" ]}[{,\\' % i, "v": [1.5, [2, [3]]]} for i in range(50)]
@@ -303,7 +303,7 @@ def test_converted_shared_traces_simulate_to_completion(tmp_path, src):
 def test_exclusive_times_partition_a_thread_when_spans_overlap_without_nesting():
     """gloo's send span starts inside the c10d op and runs on past it (until wait()): each
     instant still belongs to exactly one event, the innermost open one."""
-    from chakra_core.convert.kineto import CpuEvent, _exclusive_times
+    from chakra_core.convert.pytorch.kineto import CpuEvent, _exclusive_times
 
     def event(name, ts, dur, tid=1):
         return CpuEvent(name, tid, float(ts), float(dur), None, None)
@@ -323,8 +323,8 @@ def test_a_thread_waiting_in_no_operator_for_communication_is_not_compute():
     of the step's own time that the all-reduce spans, when the thread goes on as soon as it
     ends, is waiting (the simulator makes it from the dependency), not the step's compute. A
     stretch after which the thread goes on long after the work ended keeps its time."""
-    from chakra_core.convert.hosttime import RESUMED_AFTER_WORK_US, CallTime, remove_waiting_between_ops
-    from chakra_core.convert.kineto import CpuEvent, _exclusive_times
+    from chakra_core.convert.pytorch.hosttime import RESUMED_AFTER_WORK_US, CallTime, remove_waiting_between_ops
+    from chakra_core.convert.pytorch.kineto import CpuEvent, _exclusive_times
 
     def event(name, ts, dur):
         return CpuEvent(name, 1, float(ts), float(dur), None, None)

@@ -16,7 +16,7 @@ import pytest
 from flexflow_graphs import ALEXNET, FLEXFLOW, expected_per_device, tiled_graph
 
 from chakra_core.cli import main
-from chakra_core.convert.flexflow import convert_graph
+from chakra_core.convert.flexflow.graph import convert_graph
 from chakra_core.convert.sources import detect_format
 from chakra_core.format.job import Job
 from chakra_core.format.nodetypes import COMP, RECV, SEND

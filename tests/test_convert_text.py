@@ -14,7 +14,7 @@ from flexflow_graphs import TEXT
 
 from chakra_core.cli import main
 from chakra_core.convert.sources import SourceOptions, detect_format
-from chakra_core.convert.text import convert_workload
+from chakra_core.convert.text.workload import convert_workload
 from chakra_core.format.job import Job
 from chakra_core.format.nodetypes import COLL, COMP
 from chakra_core.format.schema import et_def_pb2 as pb

@@ -15,7 +15,7 @@ from chakra_core.analysis import device_time, device_work, intervals
 from chakra_core.analysis.facade import JobAnalysis
 from chakra_core.analysis.kernels import family
 from chakra_core.cli import main
-from chakra_core.convert.job import convert_job
+from chakra_core.convert.pytorch.job import convert_job
 from chakra_core.format.etfile import write_table
 from chakra_core.format.job import Job
 

@@ -9,9 +9,9 @@ import pytest
 from datapaths import DATASETS, REFERENCE_CONFIGS
 
 from chakra_core.cli import main
-from chakra_core.convert.devicesync import communication_waits, remove_waiting_for_device
-from chakra_core.convert.job import convert_job
-from chakra_core.convert.kineto import CpuEvent, DeviceEvent, RuntimeEvent
+from chakra_core.convert.pytorch.devicesync import communication_waits, remove_waiting_for_device
+from chakra_core.convert.pytorch.job import convert_job
+from chakra_core.convert.pytorch.kineto import CpuEvent, DeviceEvent, RuntimeEvent
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job
 from chakra_core.replay.calibrate import time_shares, unprofiled_ns

@@ -12,9 +12,9 @@ import torch
 from datapaths import DATASETS
 
 from chakra_core.cli import main
-from chakra_core.convert.devicetiming import device_timing
-from chakra_core.convert.job import convert_job
-from chakra_core.convert.kineto import DeviceEvent, RuntimeEvent
+from chakra_core.convert.pytorch.devicetiming import device_timing
+from chakra_core.convert.pytorch.job import convert_job
+from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import RankGraph

@@ -169,7 +169,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 def test_a_conversion_that_fails_while_writing_leaves_no_rank(tmp_path, monkeypatch):
     from datapaths import GLOO
 
-    from chakra_core.convert import job
+    from chakra_core.convert.pytorch import job
 
     real_write, written = job.write_table, []
 
@@ -188,7 +188,7 @@ def test_a_conversion_that_fails_while_writing_leaves_no_rank(tmp_path, monkeypa
 def test_a_process_group_of_a_trillion_ranks_is_a_problem_not_a_list():
     import json as _json
 
-    from chakra_core.convert.groups import parse_pg_init
+    from chakra_core.convert.pytorch.groups import parse_pg_init
 
     groups = parse_pg_init([_json.dumps([{"pg_name": "0", "group_size": 10**12, "ranks": []},
                                          {"pg_name": "1", "group_size": 2, "ranks": []}])])
@@ -198,7 +198,7 @@ def test_a_process_group_of_a_trillion_ranks_is_a_problem_not_a_list():
 
 
 def test_one_enormous_json_element_is_refused_before_it_fills_memory(tmp_path, monkeypatch):
-    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.convert.pytorch.et import read_host_trace
 
     monkeypatch.setenv("CHAKRA_MAX_ELEMENT_BYTES", str(1 << 20))
     path = tmp_path / "huge.et.json"
@@ -245,7 +245,7 @@ def test_outputs_that_cannot_be_written_through_are_one_line(tmp_path, target, m
 def test_a_conversion_replaces_an_older_one_whole_or_leaves_it(tmp_path, monkeypatch):
     from datapaths import GLOO
 
-    from chakra_core.convert import job
+    from chakra_core.convert.pytorch import job
 
     out = tmp_path / "out"
     job.convert_job(str(GLOO / "mlp_ddp-w4"), str(out), "mlp")

@@ -161,7 +161,7 @@ def test_a_rejected_chakra_job_leaves_nothing_in_the_warehouse(memfs):
 
 
 def test_a_pytorch_conversion_failing_half_way_leaves_nothing(memfs, monkeypatch):
-    import chakra_core.convert.job as convert_module
+    import chakra_core.convert.pytorch.job as convert_module
 
     written = []
 

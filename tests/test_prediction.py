@@ -21,7 +21,7 @@ from collections import defaultdict
 import pytest
 from datapaths import GLOO, REFERENCE_CONFIGS
 
-from chakra_core.convert.job import convert_job
+from chakra_core.convert.pytorch.job import convert_job
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import read_comm_groups
 from chakra_core.replay.calibrate import fit, samples_from_tables, write_calibration

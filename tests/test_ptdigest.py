@@ -12,7 +12,7 @@ import pytest
 from datapaths import PYTORCH_ET
 
 from chakra_core._native import _ptdigest
-from chakra_core.convert.pytorch_et import ID_ATTRS, normalize_node, tensors_in
+from chakra_core.convert.pytorch.et import ID_ATTRS, normalize_node, tensors_in
 
 DATA = PYTORCH_ET
 

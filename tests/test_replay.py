@@ -18,7 +18,7 @@ import torch.distributed  # noqa: F401  (needed: a missing dependency fails, not
 
 
 def _converted(tmp_path_factory, run: str, prefix: str) -> str:
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     out = tmp_path_factory.mktemp(prefix)
     convert_job(str(GLOO / run), str(out), prefix)

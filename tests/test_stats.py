@@ -97,7 +97,7 @@ def test_imbalance_and_stragglers_of_a_skewed_job():
 
 
 def test_real_resnet_trace_and_the_cli(tmp_path, capsys):
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     result = convert_job(str(DATA / "resnet_ddp.rank0.et.json.gz"), str(tmp_path / "out"), "r")
     assert main(["stats", result.et_files[0], "--json"]) == 0

@@ -21,7 +21,7 @@ import pytest
 
 from chakra_core.analysis.stats import op_class
 from chakra_core.cli import main
-from chakra_core.convert.job import convert_job
+from chakra_core.convert.pytorch.job import convert_job
 from chakra_core.format.etfile import read_table, table_metadata
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate

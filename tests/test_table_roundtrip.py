@@ -665,7 +665,7 @@ def test_converted_real_trace_round_trips(tmp_path):
     node): byte-identical through the table, with one and with two decoding threads."""
     from datapaths import PYTORCH_ET
 
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     result = convert_job(str(PYTORCH_ET / "resnet_ddp.rank0.et.json.gz"), str(tmp_path / "job"), "resnet")
     src = result.et_files[0]

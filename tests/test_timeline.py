@@ -133,7 +133,7 @@ def test_simulation_without_timeline_is_refused():
 
 @pytest.fixture(scope="module")
 def gloo_job(tmp_path_factory):
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     out = tmp_path_factory.mktemp("gloo")
     return convert_job(str(GLOO), str(out), "t").et_files

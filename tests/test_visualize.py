@@ -255,7 +255,7 @@ def test_cli(chain_et, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def resnet_et(tmp_path_factory) -> str:
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     out = tmp_path_factory.mktemp("resnet")
     convert_job(str(RESNET), str(out), "r")

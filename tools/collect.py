@@ -15,7 +15,7 @@ copies, runtime calls) to the Kineto trace, and each timed step ends with
 Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/`:
 
 - `rank<R>.et.json.gz`, `rank<R>.kineto.json.gz`: written by
-  `chakra_core.convert.collect.TraceRecorder` (warmup=1, active=2), so steps 1 and 2 (0-based) are
+  `chakra_core.convert.pytorch.collect.TraceRecorder` (warmup=1, active=2), so steps 1 and 2 (0-based) are
   recorded and appear as `ProfilerStep#1` / `ProfilerStep#2`;
 - `rank<R>.program.json`: ground truth written by the program itself: every collective and
   point-to-point call it issued during the recorded steps, in issue order (see
@@ -49,7 +49,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from chakra_core.convert.collect import TraceRecorder
+from chakra_core.convert.pytorch.collect import TraceRecorder
 from tools import profcost
 from tools.programlog import ACTIVE, RECORDED_STEPS, STEPS, WARMUP, ProgramLog, ddp_allreduce_hook
 

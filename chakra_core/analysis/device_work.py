@@ -2,7 +2,7 @@
 
 The node table says what ran: device kernels, copies and memsets are COMP nodes off the CPU
 (`is_cpu_op` false) with the `stream` they ran on, each with a data dependency on the host
-operator that launched it (chakra_core/convert/pytorch.py); communication nodes run on the
+operator that launched it (chakra_core/convert/pytorch/conversion.py); communication nodes run on the
 device when their process group's backend is a device library (NCCL, RCCL, ...: the
 `backend_config` of the `## process_group:init ##` metadata node; without one, on the device,
 as ASTRA-sim has them), else on the host (gloo). Steps are the `ProfilerStep#N` host nodes:
@@ -105,7 +105,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
     comm_on_device = comm & _device_groups(table)
     host = (types == COMP) & on_cpu
     names = table.column("name").combine_chunks()
-    launcher = _launchers(table, kernel)
+    launcher = launchers(table, kernel)
     step, step_names = _steps(table, host, kernel, launcher, names)
     launch = np.full(len(types), -1, np.int64)
     launch[kernel] = np.where(launcher >= 0, np.minimum(end[np.maximum(launcher, 0)], start[kernel]), -1)
@@ -136,7 +136,7 @@ def _steps(table: pa.Table, host: np.ndarray, kernel: np.ndarray, launcher: np.n
     return step, names.take(pa.array(marks)).to_pylist()
 
 
-def _launchers(table: pa.Table, rows: np.ndarray) -> np.ndarray:
+def launchers(table: pa.Table, rows: np.ndarray) -> np.ndarray:
     """For each selected row (a boolean mask), the row of its first data dependency (-1: none)."""
     selected = np.flatnonzero(rows)
     parents, owner = flat_list(table.column("data_deps").take(pa.array(selected)), len(selected))

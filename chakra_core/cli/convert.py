@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
+from chakra_core.convert import sources
 from chakra_core.terminal import Progress, console, plain_table
 
 COMMANDS = {
@@ -17,10 +18,9 @@ COMMANDS = {
 
 
 def _convert_job(args):
-    from chakra_core.convert.sources import SourceOptions, convert_source
+    from chakra_core.convert.sources import OPTIONS, SourceOptions, convert_source
 
-    options = SourceOptions(npus=args.npus, passes=args.passes, npu_frequency_mhz=args.npu_frequency,
-                            first_dim_npus=args.first_dim_npus, time_unit=args.time_unit)
+    options = SourceOptions(**{name: getattr(args, name) for name in OPTIONS})
     with Progress() as progress:
         return convert_source(args.src, args.out, args.prefix, args.source_format, options, progress=progress)
 
@@ -30,7 +30,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from chakra_core.convert.discover import JobInputError
+    from chakra_core.convert.common.source_file import JobInputError
 
     result = _convert_job(args)
     if len(result.ranks) < 2:
@@ -62,9 +62,7 @@ def _print_conversion(result, as_json: bool) -> int:
             print(f"groups: {note}", file=sys.stderr)
         for note in [*result.input_notes, *result.set_aside.values()]:
             print(f"input: {note}", file=sys.stderr)
-        out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
-                  f"{result.out_dir}/{result.prefix}.<rank>.et, communicator groups in {result.comm_group_file},"
-                  f" report in {result.report_file}")
+        out.print(_wrote(result, "rank"))
         if len(result.ranks) > 1 and not result.mismatches:
             out.print("collectives match across ranks")
     for problem in result.mismatches:
@@ -73,7 +71,7 @@ def _print_conversion(result, as_json: bool) -> int:
 
 
 def _print_source_conversion(result) -> None:
-    """Per NPU what a FlexFlow graph or text workload became, then the source's notes."""
+    """Per NPU what a single-file source (or a copy of Chakra ETs) became, then the source's notes."""
     out = console()
     table = plain_table("npu", "nodes", "compute", "compute (us)", "sends", "receives", "collectives")
     for report in result.reports:
@@ -85,18 +83,21 @@ def _print_source_conversion(result) -> None:
     print(f"{source['format']}: {source['time']}", file=sys.stderr)
     for note in source["notes"]:
         print(f"{source['format']}: {note}", file=sys.stderr)
-    for note in result.set_aside.values():
-        print(f"input: {note}", file=sys.stderr)
-    out.print(f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as "
-              f"{result.out_dir}/{result.prefix}.<npu>.et, communicator groups in {result.comm_group_file},"
-              f" report in {result.report_file}")
+    out.print(_wrote(result, "npu"))
+
+
+def _wrote(result, unit: str) -> str:
+    groups = f", communicator groups in {result.comm_group_file}" if result.comm_group_file else ""
+    report = f", report in {result.report_file}" if result.report_file else ""
+    return (f"wrote {len(result.et_files)} trace(s) ({result.nodes:,} nodes) as {result.out_dir}/{result.prefix}"
+            f".<{unit}>.et{groups}{report}")
 
 
 def cmd_link(args) -> int:
-    from chakra_core.convert.discover import checked_rank
-    from chakra_core.convert.kineto import rank_of, read_kineto
-    from chakra_core.convert.pytorch import RankConversion
-    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.convert.pytorch.discover import checked_rank
+    from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
+    from chakra_core.convert.pytorch.conversion import RankConversion
+    from chakra_core.convert.pytorch.et import read_host_trace
     from chakra_core.format.etfile import write_table
 
     host = read_host_trace(args.host)
@@ -120,20 +121,16 @@ def _add_job_arguments(p) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DSTDIR", help="output folder (any fsspec URL)")
     p.add_argument("--prefix", default="trace", metavar="NAME", help="output names NAME.<rank>.et (default trace)")
     p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
-    p.add_argument("--from", dest="source_format", choices=("pytorch", "flexflow", "text", "jax"),
+    p.add_argument("--from", dest="source_format", choices=sources.names(),
                    help="the input's format (default: told from its content)")
-    text = p.add_argument_group("ASTRA-sim 1.0 text workloads")
-    text.add_argument("--npus", type=int, metavar="N", help="NPUs to run the workload on (required)")
-    text.add_argument("--passes", type=int, default=1, metavar="P", help="training passes (default 1)")
-    text.add_argument("--npu-frequency", type=float, metavar="MHZ",
-                      help="turn compute cycles into microseconds at this clock (default: cycles kept as "
-                      "microseconds, as the reference converter)")
-    text.add_argument("--first-dim-npus", type=int, metavar="D",
-                      help="NPUs of the first network dimension, which hybrid policies split on (default: the "
-                      "divisor of N nearest its square root; HYBRID_TRANSFORMER takes its model_parallel_NPU_group)")
-    flexflow = p.add_argument_group("FlexFlow task graphs")
-    flexflow.add_argument("--time-unit", choices=("ms", "s", "us"), default="ms",
-                          help="the unit of the graph's run times (default ms, FlexFlow's simulator)")
+    for source in sources.SOURCES:
+        if source.options:
+            group = p.add_argument_group(source.options_group)
+            for name in source.options:
+                option = sources.OPTIONS[name]
+                group.add_argument(option.flag, dest=name, type=option.type, metavar=option.metavar,
+                                   choices=option.choices, help=option.help,
+                                   default=getattr(sources.SourceOptions(), name))
 
 
 def add_parsers(sub) -> None:

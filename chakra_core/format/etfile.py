@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 from chakra_core import limits
 from chakra_core.errors import ChakraFormatError
 from chakra_core.format import codec
+from chakra_core.format.names import is_kineto_head, is_pytorch_et_head
 from chakra_core.format.normalize import normalize_table
 from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.inputs import open_input
@@ -123,6 +124,19 @@ def _unknown_field_numbers(meta: pb.GlobalMetadata) -> list[tuple[int, int]]:
     return found
 
 
+def _what_json_is(file) -> str:
+    """What to run on a JSON file given where a Chakra ET was expected."""
+    file.seek(0)
+    head = file.read(4096)
+    if is_kineto_head(head):
+        return ("not a Chakra ET: this is a Kineto trace (the PyTorch profiler's JSON): convert it first: chakra convert "
+                "FILE_OR_FOLDER -o DIR (docs/gpu.md)")
+    if is_pytorch_et_head(head):
+        return ("not a Chakra ET: this is a PyTorch execution trace (JSON): convert it first: chakra convert "
+                "FILE_OR_FOLDER -o DIR, with rank<R>.kineto.json[.gz] beside it for times and kernels (docs/ingestion.md)")
+    return "not a Chakra ET: this is JSON (a jsonized ET? chakra unjsonize turns it back)"
+
+
 class ETReader:
     """Streams one .et file: the metadata on open, then node batches of bounded size.
 
@@ -150,9 +164,7 @@ class ETReader:
             except ChakraFormatError:
                 # Only a diagnosis: a valid ET may start with "{" or "[" too (a 123- or 91-byte metadata).
                 if _looks_like_json(head):
-                    raise ChakraFormatError(
-                        url, "not a Chakra ET: this is JSON (a PyTorch execution trace or a jsonized ET?)", 0
-                    ) from None
+                    raise ChakraFormatError(url, _what_json_is(self._file), 0) from None
                 raise
             self.metadata_bytes = payload
         except BaseException:

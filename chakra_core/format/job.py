@@ -25,10 +25,9 @@ import pyarrow as pa
 
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
+from chakra_core.format.names import COMM_GROUPS_SUFFIX, RANK_FILE, split_rank_url  # noqa: F401  (re-exported)
 from chakra_core.outputs import afterwards, open_output, together
 
-COMM_GROUPS_SUFFIX = ".comm_groups.json"
-RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
 SCHEMA_VERSION = "0.0.4"
 
 CommGroups = dict[int, tuple[int, ...]]
@@ -44,12 +43,6 @@ def rank_url(prefix: str, rank: int) -> str:
 
 def groups_url(prefix: str) -> str:
     return f"{prefix}{COMM_GROUPS_SUFFIX}"
-
-
-def split_rank_url(url: str) -> tuple[str, int] | None:
-    """``.../job.3.et[.gz]`` -> (``.../job``, 3); None for a name outside the layout."""
-    match = RANK_FILE.match(url)
-    return (match["prefix"], int(match["rank"])) if match else None
 
 
 def _rank_files(prefix: str) -> tuple[object, list[tuple[int, str]]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chakra_core.convert.pytorch_analysis import PG_ANNOTATION_PREFIX
+from chakra_core.convert.pytorch.analysis import PG_ANNOTATION_PREFIX
 from chakra_core.errors import ChakraError
 from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIX, COLL, COMP, RECV, SEND

@@ -44,7 +44,7 @@ def rss_kib():
 warm = None
 if mode == "convert":
     from chakra_core.cli import configure_arrow_memory
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     configure_arrow_memory()  # as the chakra command does
     base = rss_kib()
     t = time.perf_counter()

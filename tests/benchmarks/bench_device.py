@@ -25,7 +25,7 @@ GPT = Path(__file__).resolve().parents[2] / "datasets" / "gpu-h200" / "gpt"
 def main() -> None:
     from chakra_core.analysis.facade import JobAnalysis
     from chakra_core.analysis.stats import collective_rows, trace_row
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from chakra_core.format.etfile import read_table
     from chakra_core.format.job import Job
 

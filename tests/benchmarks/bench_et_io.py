@@ -291,13 +291,13 @@ REAL_COPIES = 40
 
 
 def build_real_table(copies: int, out_dir: str):
-    """The ResNet trace converted (chakra_core.convert.job.convert_job) and repeated `copies`
+    """The ResNet trace converted (chakra_core.convert.pytorch.job.convert_job) and repeated `copies`
     times, ids and dependencies shifted per copy; returns (table, metadata bytes)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     import chakra_core
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from chakra_core.format import etfile
 
     job = convert_job(RESNET, os.path.join(out_dir, "resnet-job"), "resnet")

@@ -23,7 +23,7 @@ larger ones: per-node cost should stay flat as the drop grows.
 The large rank: the ResNet PyTorch trace of datasets/pytorch-et repeated --large-copies times
 with shifted ids, parents, tensor and storage ids (36 copies = 518,112 nodes, ~495 MB of
 JSON, streamed to disk by tests/benchmarks/bench_convert.py's build_large), converted with
-chakra_core.convert.job.convert_job (what a pipeline worker runs for a job) in a subprocess
+chakra_core.convert.pytorch.job.convert_job (what a pipeline worker runs for a job) in a subprocess
 whose address space is capped with setrlimit(RLIMIT_AS) at --bound-gib: if the conversion
 ever needed more, it would fail with MemoryError, so finishing proves the bound. Its
 same-process baseline is the 14,392-node ResNet file converted first (nodes per second of a
@@ -227,7 +227,7 @@ def run_large(src: str, out: str, bound: int) -> dict:
     """Converts the small ResNet file (the baseline), then the large one, under RLIMIT_AS = bound."""
     resource.setrlimit(resource.RLIMIT_AS, (bound, bound))
     from chakra_core.cli import configure_arrow_memory
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
 
     configure_arrow_memory()  # as the chakra command and a pipeline worker (its tasks call the same code) do
     base_rss, base_vm = _status("self", "VmRSS"), _status("self", "VmSize")

@@ -37,7 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from chakra_core.convert.job import convert_job  # noqa: E402
+from chakra_core.convert.pytorch.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
 from chakra_core.replay.calibrate import system_json, unprofiled_ns, unprofiled_steps_of  # noqa: E402

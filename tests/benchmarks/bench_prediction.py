@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from chakra_core.convert.job import convert_job  # noqa: E402
+from chakra_core.convert.pytorch.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.replay.calibrate import (  # noqa: E402
     compute_scale,

@@ -57,7 +57,7 @@ def drop_fleet(work: Path) -> tuple[list, np.ndarray]:
     """The nightly drop's jobs, converted where they are PyTorch traces, as summaries with
     families, and their times on the hold-out network."""
     from chakra_core.analysis.fleet import find_jobs, load_job
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from tools.make_drop import make_drop
 
     make_drop(str(work / "drop"), DATE, corrupt=False)

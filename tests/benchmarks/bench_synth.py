@@ -142,7 +142,7 @@ def _rss_mb(field: str) -> float:
 
 def fit_fleet(work: Path) -> tuple[str, dict[str, int]]:
     """Writes the fleet under work/, fits, saves the model; returns its path and the cluster of each case."""
-    from chakra_core.convert.job import convert_job
+    from chakra_core.convert.pytorch.job import convert_job
     from chakra_core.generate.workloads import generate
     from chakra_core.synth.model import save_model
     from chakra_core.synth.synthesize import fit, load_training

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.jax.run import convert_jax_run
-from chakra_core.convert.job import convert_job
-from chakra_core.convert.kineto import read_kineto
-from chakra_core.convert.pytorch_et import read_host_trace
+from chakra_core.convert.pytorch.job import convert_job
+from chakra_core.convert.pytorch.kineto import read_kineto
+from chakra_core.convert.pytorch.et import read_host_trace
 from chakra_core.convert.sources import SourceOptions, convert_source
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table

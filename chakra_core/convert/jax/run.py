@@ -21,18 +21,17 @@ from chakra_core.convert.jax.emit import emit_job
 from chakra_core.convert.jax.hlo import HloModule, parse_hlo
 from chakra_core.convert.jax.profile import device_ops
 from chakra_core.convert.jax.xplane import read_xplane
-from chakra_core.convert.source_file import SourceOptions, read_source
+from chakra_core.convert import sources
+from chakra_core.convert.common.source_file import SourceOptions, read_source
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import check_send_recv
 
-_PROFILE = re.compile(r"^(?:[^/]+/)?plugins/profile/(?P<run>[^/]+)/(?P<file>[^/]+)$")
 _XPLANE = re.compile(r"\.xplane\.pb$")
 _HOST_TRACE = re.compile(r"(?<!perfetto_trace)\.trace\.json(\.gz)?$")
 _PERFETTO = re.compile(r"^perfetto_trace\.json(\.gz)?$")
 _HLO = re.compile(r"(after_optimizations\.txt|\.hlo\.txt)$")
-_PROFILE_DEPTH = 1  # folders between the run and plugins/: RUN/plugins or RUN/<profiler dir>/plugins
 
 
 @dataclass
@@ -50,37 +49,17 @@ def _files(src: str) -> tuple[object, str, list[str]]:
     return fs, root, sorted(p[len(root) + 1:] for p in fs.find(root))
 
 
-def file_role(relative: str) -> str | None:
-    """What a file of a run folder is by its path inside it: "profile", "hlo", "timing" or None."""
-    profile = _PROFILE.match(relative)
-    if profile:
-        name = profile.group("file")
-        return "profile" if _XPLANE.search(name) or _HOST_TRACE.search(name) or _PERFETTO.match(name) else None
-    if relative == "timing.json":
-        return "timing"
-    return "hlo" if relative.endswith(".hlo.txt") or (relative.startswith("hlo/") and relative.endswith(".txt")) \
-        else None
-
-
 def is_jax_run(src: str) -> bool:
-    """Whether src is a folder holding a JAX profile (plugins/profile/<run>/ with an XPlane or trace JSON)."""
+    """Whether src is a folder holding a JAX profile (the registry's JAX_PROFILE, at most one folder down)."""
     fs, path = fsspec.core.url_to_fs(src)
-    if not fs.isdir(path):
-        return False
-    root = path.rstrip("/")
-    for depth in range(_PROFILE_DEPTH + 1):
-        pattern = "/".join([root, *["*"] * depth, "plugins", "profile", "*", "*"])
-        if any(_XPLANE.search(p) or _HOST_TRACE.search(p) or _PERFETTO.search(p.rsplit("/", 1)[-1])
-               for p in fs.glob(pattern)):
-            return True
-    return False
+    return fs.isdir(path) and any(sources.JAX_PROFILE.match(name) for name in _files(src)[2])
 
 
 def find_run(src: str) -> RunFiles:
     """The files of the run at src (see the module docstring)."""
     fs, root, relative = _files(src)
     url = lambda name: fs.unstrip_protocol(f"{root}/{name}")  # noqa: E731
-    profiles = [(m.group("run"), m.group("file"), name) for name in relative if (m := _PROFILE.match(name))]
+    profiles = [(m.group("run"), m.group("file"), name) for name in relative if (m := sources.JAX_PROFILE.match(name))]
     if not profiles:
         raise SourceFormatError(src, "no JAX profile (plugins/profile/<run>/<host>.xplane.pb or .trace.json.gz)")
     latest = max(run for run, _, _ in profiles)
@@ -103,8 +82,8 @@ def find_run(src: str) -> RunFiles:
             files.set_aside[url(name)] = f"{name}: HLO before optimisation (not the scheduled module that ran)"
         elif name.startswith("hlo/"):
             files.set_aside[url(name)] = f"{name}: another file of the HLO dump (not the scheduled module that ran)"
-        elif _PROFILE.match(name):
-            run = _PROFILE.match(name).group("run")
+        elif sources.JAX_PROFILE.match(name):
+            run = sources.JAX_PROFILE.match(name).group("run")
             files.set_aside[url(name)] = (f"{name}: an older profile than plugins/profile/{latest}/" if run != latest
                                           else f"{name}: the same profile as {read}, which was read")
         else:
@@ -146,10 +125,17 @@ def _timing(path: str | None) -> list[int] | None:
     return steps
 
 
+def convert_jax(src: str, out_dir: str, prefix: str, options: SourceOptions = SourceOptions(), progress=None,
+                accounted: frozenset[str] = frozenset()):
+    """The registry's entry (convert/sources.py): a run folder converts whole, so `progress` and
+    `accounted` have nothing to say here."""
+    return convert_jax_run(src, out_dir, prefix, options)
+
+
 def convert_jax_run(src: str, out_dir: str, prefix: str, options: SourceOptions = SourceOptions()):
     """Convert the JAX run at src into out_dir/prefix.<device>.et (+ groups and report); returns a
     convert.job.JobResult, as every source does."""
-    from chakra_core.convert.job import write_converted
+    from chakra_core.convert.common.result import write_converted
 
     if options != SourceOptions():
         raise SourceFormatError(src, "a JAX run takes no conversion options (its profile and HLO say everything)")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert import deps
-from chakra_core.convert.pytorch_et import ID_ATTRS, HostTrace
+from chakra_core.convert.pytorch import deps
+from chakra_core.convert.pytorch.et import ID_ATTRS, HostTrace
 from chakra_core.format.columns import IO_INFO_TYPE
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 

@@ -3,7 +3,7 @@
 Usage, inside each rank's process (after torch.distributed is initialised, so that the
 execution trace carries the `## process_group:init ##` node)::
 
-    from chakra_core.convert.collect import TraceRecorder
+    from chakra_core.convert.pytorch.collect import TraceRecorder
 
     with TraceRecorder("traces/job1") as recorder:
         for batch in loader:
@@ -27,7 +27,7 @@ While recording, the recorder wraps the `torch.distributed` collective and point
 functions so that each call runs inside a `record_function` named
 `chakra::pg=<pg_name>`; the converter reads the group from that enclosing node.
 Collectives issued from C++ (DDP's reducer) bypass the wrapper; the converter infers their
-group (see chakra_core.convert.groups).
+group (see chakra_core.convert.pytorch.groups).
 """
 
 from __future__ import annotations

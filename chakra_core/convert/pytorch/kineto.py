@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError
 from chakra_core.errors import ChakraFormatError
 
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
@@ -45,6 +45,7 @@ class CpuEvent:
     rf_id: int | None
     exclusive: float = 0.0
     idle_before: float = 0.0  # time its thread had no event open since the previous one ended (0: first or nested)
+    args: dict | None = None  # kept only where read_kineto's keep_args asks (a Kineto-only conversion)
 
 
 @dataclass
@@ -110,7 +111,10 @@ def _fields(event: dict, index: int, path: str) -> tuple[str, int | str, float, 
                          element=index)
 
 
-def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> KinetoTrace:
+def read_kineto(url: str, progress: Callable[[int], None] | None = None,
+                keep_args: Callable[[str], bool] | None = None) -> KinetoTrace:
+    """The trace's events; the args of CPU events whose name keep_args accepts are kept (the
+    Kineto-only source reads communication sizes and shapes from them)."""
     doc = StreamedDocument(url, "traceEvents", progress=progress)
     trace = KinetoTrace(url, doc.fields)
     gc_was_enabled = gc.isenabled()
@@ -129,7 +133,8 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None) -> Kine
                         trace.has_profiler_steps = True
                     rf_id = _int_or_none(args.get("Record function id"))
                     trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
-                    trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id))
+                    trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id,
+                                              args=args if keep_args is not None and keep_args(name) else None))
                 elif category in RUNTIME_CATEGORIES:
                     correlation = _int_or_none(args.get("correlation"))
                     if correlation is not None:

@@ -1,24 +1,19 @@
-"""What the two single-file converters (FlexFlow graphs, ASTRA-sim text workloads) share:
-their options, their result and how their file is read (convert.sources picks one of them)."""
+"""What sources share about their input: the options of the single-file converters (FlexFlow
+graphs, ASTRA-sim text workloads), their result and how their file is read, and the error of an
+input that does not describe a job (convert/sources.py picks the converter)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chakra_core.errors import SourceFormatError
+from chakra_core.convert.sources import SourceOptions  # noqa: F401  (the single-file converters take it from here)
+from chakra_core.errors import ChakraError, SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.inputs import read_bounded
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """What the single-file formats need beyond the file: see docs/other-sources.md."""
-
-    npus: int | None = None                 # text: NPUs to run the workload on
-    passes: int = 1                         # text: training passes
-    npu_frequency_mhz: float | None = None  # text: cycles -> microseconds (None: cycles kept, as the reference)
-    first_dim_npus: int | None = None       # text: NPUs of the first network dimension (hybrid policies)
-    time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
+class JobInputError(ChakraError):
+    """An input that does not describe a job this converter can read."""
 
 
 @dataclass
@@ -29,6 +24,12 @@ class Converted:
     job: Job
     source: dict
     mismatches: list[str]
+
+    def write(self, out_dir: str, prefix: str):
+        """Written as every source's job is (common.result.write_converted); returns its JobResult."""
+        from chakra_core.convert.common.result import write_converted
+
+        return write_converted(self.job, out_dir, prefix, self.source, self.mismatches)
 
 
 def read_source(url: str) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chakra_core.convert.hosttime import covered_length
-from chakra_core.convert.kineto import CpuEvent
+from chakra_core.convert.pytorch.hosttime import covered_length
+from chakra_core.convert.pytorch.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
 RESUMED_AFTER_THREAD_US = 1000.0
@@ -73,7 +73,7 @@ class _ThreadActivity:
         return self.events[k] if k >= 0 else None
 
 
-def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip: set[tuple[int, float]],
+def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip,
                                totals: dict[str, float]) -> list[ThreadWait]:
     """Cut each wait for another thread out of the exclusive time of the kept operators
     (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
@@ -135,3 +135,31 @@ def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float)
                                     for s in threads.spans_in(a, b)])
     waited_for = last_thread.last_started_by(last_end)
     return (waited_for, covered) if waited_for is not None and covered > 0 else None
+
+
+def waits_after_communication(cut: dict, operators: list[CpuEvent], work: list[tuple[CpuEvent, CpuEvent]]
+                              ) -> list[ThreadWait]:
+    """Where the trace records no tensors (a Kineto trace alone), nothing else ties the operators
+    that go on after communication to it:
+    - `work`: (a span of a communication op's work on its worker thread, the op): the operator
+      that starts next on that thread after the span began (the op's completion callback, which
+      may start just before the span is closed) waits for the op;
+    - `cut`: the stretches hosttime cut as waits for communication, (id(event), start) ->
+      (thread, end, the op whose work ended last in it): the thread waits for the operator another
+      thread ended last before it went on (that callback) when one did, else for the op itself;
+    - a thread idle between two of its operators that goes on right after other threads'
+      operators ended (the autograd thread finishing DDP's buckets) waits for the last of them.
+    The time is cut already (or was idle); these are only the dependencies."""
+    waits = [ThreadWait(span.tid, span.ts, op) for span, op in work]
+    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
+    for e in operators:
+        by_thread[e.tid].append(e)
+    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
+    for (_, start), (tid, end, op) in cut.items():
+        found = _wait_in(activity, tid, start, end)
+        waits.append(ThreadWait(tid, end, found[0] if found is not None else op))
+    for e in operators:
+        found = _wait_in(activity, e.tid, e.ts - e.idle_before, e.ts) if e.idle_before > 0 else None
+        if found is not None:
+            waits.append(ThreadWait(e.tid, e.ts, found[0]))
+    return waits

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chakra_core.convert import comms, devicesync, hosttime, threadwait
-from chakra_core.convert.devicetiming import device_timing
-from chakra_core.convert.groups import WORLD, ProcessGroups, parse_pg_init
-from chakra_core.convert.kineto import DeviceEvent, KinetoTrace, Linked, link
-from chakra_core.convert.pytorch_et import (
+from chakra_core.convert.pytorch import comms, devicesync, hosttime, threadwait
+from chakra_core.convert.pytorch.devicetiming import device_timing
+from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, parse_pg_init
+from chakra_core.convert.pytorch.kineto import DeviceEvent, KinetoTrace, Linked, link
+from chakra_core.convert.pytorch.et import (
     PG_INIT_NAME,
     ROOT_NAME,
     HostTrace,
@@ -110,6 +110,11 @@ class RankAnalysis:
             cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
             self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
+            if not host.has_data_deps:  # no tensor ties what goes on after communication to it
+                self.thread_waits += threadwait.waits_after_communication(
+                    {k: (tid, end, self.linked.cpu[op]) for k, (tid, end, op) in cut.items() if op in self.linked.cpu},
+                    operators, [(self.linked.cpu[g], self.linked.cpu[a]) for a in self.comm if a in self.linked.cpu
+                                for g in self._gloo_nodes(a) if g in self.linked.cpu])
             self.device_work = self._device_work()
             eligible = [d for _, d in self.device_work]
             self.device_waits = devicesync.remove_waiting_for_device(self.kineto.runtime, operators, eligible,

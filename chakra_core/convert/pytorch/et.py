@@ -29,8 +29,8 @@ import orjson
 import pyarrow as pa
 
 from chakra_core._native import _jsonscan, _ptdigest
-from chakra_core.convert.jsonstream import StreamedDocument, TraceJSONError, parse_json
-from chakra_core.convert.opcost import COST_OPS, NO_ESTIMATE, compute_cost
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
+from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
 
 FLAT, ATTRS = "flat", "attrs"
 KNOWN_SCHEMAS = {
@@ -77,6 +77,7 @@ class HostTrace:
     write_ends: array = field(default_factory=lambda: array("q"))
     io_chunks: list[pa.Array] = field(default_factory=list)  # struct<inputs, outputs> per batch
     whole: dict[int, dict] = field(default_factory=dict)  # index -> normalized node, for comm/metadata nodes
+    has_data_deps: bool = True  # the tensors ops read and write are recorded (not so in one made from Kineto alone)
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from chakra_core import limits
-
-WORLD = "0"
+from chakra_core.convert.conventions import WORLD_GROUP as WORLD
 
 
 @dataclass

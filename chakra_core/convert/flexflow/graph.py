@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from chakra_core import limits
-from chakra_core.convert.source_file import Converted, read_source
+from chakra_core.convert.common.source_file import Converted, SourceOptions, read_source
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import RankGraph, check_send_recv
@@ -204,9 +204,15 @@ def build_graphs(path: str, tasks: dict[str, Task], edges: list[tuple[str, str, 
     return graphs, counts
 
 
-def device_count(path: str, time_unit: str = "ms") -> int:
-    """The NPUs the graph at `path` converts to (it is read and checked)."""
-    return _npus(path, parse_graph(path, read_source(path), time_unit)[0])
+def devices(src: str, options: SourceOptions) -> int:
+    """The registry's device count (convert/sources.py): the NPUs the graph at `src` converts to (it
+    is read and checked)."""
+    return _npus(src, parse_graph(src, read_source(src), options.time_unit)[0])
+
+
+def convert_flexflow(src: str, out_dir: str, prefix: str, options: SourceOptions, progress, accounted):
+    """The registry's entry (convert/sources.py): the graph at src, its run times in options.time_unit."""
+    return convert_graph(src, options.time_unit).write(out_dir, prefix)
 
 
 def convert_graph(path: str, time_unit: str = "ms") -> Converted:

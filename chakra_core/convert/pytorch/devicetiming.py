@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from chakra_core.convert.kineto import DeviceEvent, RuntimeEvent
+from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent
 
 MAX_LATENCY_US = 100.0  # a longer delay is the device busy on another stream, not launch latency
 

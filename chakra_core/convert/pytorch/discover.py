@@ -25,20 +25,14 @@ import fsspec
 from chakra_core import limits
 from chakra_core.archives import unpack
 from chakra_core.documents import read_document
+from chakra_core.convert import sources
+from chakra_core.convert.common.source_file import JobInputError
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import read_bounded
 
-RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
-SIDE_FILE = re.compile(r"^rank(\d+)\.(kineto\.json(?:\.gz)?|timing\.json)$")
-MEANT_AS_JOB_FILE = re.compile(r"\.(et|kineto|timing)\.json(\.gz)?$")
-RECORDED_WITH_THE_JOB = re.compile(r"^(job\.json|rank\d+\.program\.json)$")  # tools/collect.py's companions
-PROFILER_COST = "profiler_cost.json"  # tools/profcost.py's measurement of the recording machine, carried in the report
-RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
+PYTORCH = sources.source("pytorch")
+SIDES = [sources.SIDE_FILES[kind] for kind in PYTORCH.sides]
 BUNDLES = (".tar", ".tar.gz", ".tgz", ".zip")
-
-
-class JobInputError(ChakraError):
-    """An input that does not describe a job this converter can read."""
 
 
 @dataclass
@@ -80,9 +74,9 @@ def find_ranks(src: str, workdir: str, accounted: frozenset[str] = frozenset()) 
         return inputs
     if _is_multi_rank_json(src):
         return JobInputs(_split_multi_rank_json(src, workdir))
-    match = RANK_IN_NAME.search(os.path.basename(path))
+    match = sources.PYTORCH_RANK_IN_NAME.search(os.path.basename(path))
     rank = checked_rank(int(match.group(1)), src) if match else -1
-    kineto = _beside(fs, path, (".kineto.json", ".kineto.json.gz"))
+    kineto = _beside(fs, path, sources.PYTORCH_KINETO_BESIDE)
     return JobInputs([RankInput(rank, src, kineto)])
 
 
@@ -92,30 +86,30 @@ def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobI
     notes, unreadable, profiler_cost = [], [], None
     for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
         name = os.path.basename(entry["name"].rstrip("/"))
-        if name in accounted or RECORDED_WITH_THE_JOB.match(name):
+        if name in accounted or sources.PYTORCH_RECORDED_WITH_THE_JOB.match(name):
             continue
         if name == PROFILER_COST and entry["type"] != "directory":
             profiler_cost = fs.unstrip_protocol(entry["name"])
             continue
         if entry["type"] == "directory":
             notes.append(f"{name}/: a folder inside the job, not read")
-        elif match := RANK_FILE.match(name):
-            rank = checked_rank(int(match.group(1)), f"{src}: {name}")
+        elif (rank := PYTORCH.trace.rank(name)) is not None:
+            rank = checked_rank(rank, f"{src}: {name}")
             if rank in traces:
                 raise JobInputError(f"{src}: {os.path.basename(traces[rank])} and {name} both claim rank {rank}")
             traces[rank] = fs.unstrip_protocol(entry["name"])
-        elif match := SIDE_FILE.match(name):
-            sides[(int(match.group(1)), match.group(2).split(".")[0])] = fs.unstrip_protocol(entry["name"])
-        elif MEANT_AS_JOB_FILE.search(name):
+        elif side := next((rule for rule in SIDES if rule.pattern.match(name)), None):
+            sides[(side.rank(name), side.kind)] = fs.unstrip_protocol(entry["name"])
+        elif sources.PYTORCH_MEANT_AS_JOB_FILE.search(name):
             unreadable.append(name)
         else:
-            notes.append(f"{name}: not a file of a job (rank<R>.et.json[.gz] and the files beside it), not read")
+            notes.append(f"{name}: not a file of a job ({PYTORCH.trace.shown} and the files beside it), not read")
     if unreadable:
+        shown = [rule.shown for rule in (PYTORCH.trace, *SIDES)]
         raise JobInputError(f"{src}: {', '.join(unreadable[:4])}{' ...' if len(unreadable) > 4 else ''}: not "
-                            "rank<R>.et.json[.gz], rank<R>.kineto.json[.gz] or rank<R>.timing.json with R a whole "
-                            "number; rename or remove them")
+                            f"{', '.join(shown[:-1])} or {shown[-1]} with R a whole number; rename or remove them")
     if not traces:
-        raise JobInputError(f"{src}: no rank<R>.et.json[.gz] files in this folder")
+        raise JobInputError(f"{src}: no {PYTORCH.trace.shown} files in this folder")
     for (rank, kind), url in sorted(sides.items()):
         if rank not in traces:
             notes.append(f"{os.path.basename(url)}: a {kind} file of rank {rank}, which has no trace here; not read")
@@ -126,7 +120,7 @@ def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobI
 
 def _beside(fs, et_path: str, suffixes: tuple[str, ...]) -> str | None:
     """The first existing `<base><suffix>` beside `<base>.et.json[.gz]`."""
-    match = re.match(r"^(.*)\.et\.json(\.gz)?$", os.path.basename(et_path))
+    match = sources.PYTORCH_TRACE_BASE.match(os.path.basename(et_path))
     if not match:
         return None
     folder = os.path.dirname(et_path)
@@ -150,7 +144,7 @@ def _split_multi_rank_json(src: str, workdir: str) -> list[RankInput]:
     and written per rank; two keys of one rank ("0", "00") are refused."""
     import orjson
 
-    from chakra_core.convert.jsonstream import TraceJSONError, check_depth
+    from chakra_core.convert.common.jsonstream import TraceJSONError, check_depth
 
     data = read_bounded(src, "element_bytes", "a multi-rank JSON")
     check_depth(data, src)

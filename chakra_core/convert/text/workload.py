@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chakra_core import limits
-from chakra_core.convert.source_file import Converted, SourceOptions, read_source
-from chakra_core.convert.text_format import Layer, Workload, parse_workload
+from chakra_core.convert.common.source_file import Converted, SourceOptions, read_source
+from chakra_core.convert.text.grammar import Layer, Workload, parse_workload
 from chakra_core.errors import SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import JobBuilder, RankGraph
@@ -269,6 +269,16 @@ def _check_options(path: str, options: SourceOptions) -> None:
     frequency = options.npu_frequency_mhz
     if frequency is not None and not (math.isfinite(frequency) and frequency > 0):
         raise SourceFormatError(path, f"--npu-frequency must be a positive number of MHz, got {frequency}")
+
+
+def devices(src: str, options: SourceOptions) -> int:
+    """The registry's device count (convert/sources.py): the NPUs the options run it on."""
+    return options.npus
+
+
+def convert_text(src: str, out_dir: str, prefix: str, options: SourceOptions, progress, accounted):
+    """The registry's entry (convert/sources.py): the workload at src run as `options` say."""
+    return convert_workload(src, options).write(out_dir, prefix)
 
 
 def convert_workload(path: str, options: SourceOptions) -> Converted:

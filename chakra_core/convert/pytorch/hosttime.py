@@ -31,7 +31,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from chakra_core.convert.kineto import CpuEvent
+from chakra_core.convert.pytorch.kineto import CpuEvent
 
 MAX_ANCESTOR_WALK = 64
 # a thread that goes on within this long after communication work ended was waiting for it
@@ -167,7 +167,7 @@ def _own_spans(e: CpuEvent, thread_events: list[CpuEvent], k0: int,
 
 
 def remove_waiting_between_ops(result: CallTime, after_children: list, work: dict[int, tuple[float, float]],
-                               operators: list[CpuEvent]) -> set[tuple[int, float]]:
+                               operators: list[CpuEvent]) -> dict[tuple[int, float], tuple[int, float, int]]:
     """A thread in no operator while communication runs, which goes on as soon as that
     communication ends, was waiting for it: DDP at the end of backward, waiting for its bucket
     all-reduces, is in no operator, so the wait would be the enclosing ProfilerStep's own time
@@ -177,11 +177,13 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
     within RESUMED_AFTER_WORK_US) loses the part that work spans; the simulator makes the
     wait from the dependency. Only operators (kept as CPU nodes with their exclusive time) are
     looked at: a communication call's own nodes have their blocked time accounted already.
-    Returns the stretches cut, as (id(event), start)."""
+    Returns the stretches cut, (id(event), start) -> (its thread, where it ends, the
+    communication op whose work ended last in it)."""
     kept = {id(e) for e in operators}
-    spans = sorted(work.values(), key=lambda span: span[1])
+    ops = sorted(work, key=lambda op: work[op][1])
+    spans = [work[op] for op in ops]
     ends = [end for _, end in spans]
-    cut: set[tuple[int, float]] = set()
+    cut: dict[tuple[int, float], tuple[int, float, int]] = {}
     if not spans:
         return cut
     for event, a, b in after_children:  # an operator's own body, Python before its first child, is never cut
@@ -193,7 +195,7 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
         waited = covered_length(a, b, spans[first:last])
         event.exclusive -= waited
         result.totals["waiting for communication between operators"] += waited
-        cut.add((id(event), a))
+        cut[(id(event), a)] = (event.tid, b, ops[last - 1])
     return cut
 
 

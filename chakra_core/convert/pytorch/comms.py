@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chakra_core.convert.pytorch_et import tensor_nbytes, tensors_in
+from chakra_core.convert.pytorch.et import tensor_nbytes, tensors_in
 from chakra_core.format.columns import COMM_TYPES
 
 ALL_REDUCE, REDUCE, ALL_GATHER, GATHER, SCATTER, BROADCAST, ALL_TO_ALL, REDUCE_SCATTER, BARRIER = 0, 1, 2, 3, 4, 5, 6, 7, 9

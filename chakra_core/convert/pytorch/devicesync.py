@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from chakra_core.convert.kineto import CpuEvent, DeviceEvent, RuntimeEvent, innermost_open
+from chakra_core.convert.pytorch.kineto import CpuEvent, DeviceEvent, RuntimeEvent, innermost_open
 
 SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",

@@ -1,23 +1,23 @@
 """Convert one rank's PyTorch execution trace (+ optional Kineto trace) to a Chakra node table.
 
-RankConversion emits what pytorch_analysis.RankAnalysis finds (each host node's role, the
+RankConversion emits what analysis.RankAnalysis finds (each host node's role, the
 communication ops, the Kineto links and the time of communication calls) as the node table.
 
 What becomes what:
 - every operator node -> a COMP_NODE on the CPU (is_cpu_op) whose duration is the op's
   exclusive CPU time from Kineto (0 without Kineto), with num_ops / tensor_size where the
-  shapes allow (chakra_core.convert.opcost);
+  shapes allow (chakra_core.convert.pytorch.opcost);
 - `## process_group:init ##` -> a METADATA_NODE whose inputs.values is the Python-literal
   form ASTRA-sim parses (`['<json>']`, docs/format.md, 'Communicator groups');
 - a communication op (c10d::*, with its record_param_comms / nccl:* / gloo:* wrappers) -> ONE
   COMM_COLL_NODE, COMM_SEND_NODE or COMM_RECV_NODE on the NPU, timed by the device kernels or
-  gloo work it ran (Kineto), typed and sized from its arguments (chakra_core.convert.comms);
+  gloo work it ran (Kineto), typed and sized from its arguments (chakra_core.convert.pytorch.comms);
 - each device kernel / memcpy / memset Kineto attributes to an operator -> a COMP_NODE on the
   NPU with its measured duration;
 - a `chakra::pg=` annotation (the recorder's wrapper of one torch.distributed call) -> a
   COMP_NODE on the CPU just before the call's communication node, holding the call's host
   time; the first gloo:* node of a blocking call -> a COMP_NODE on the CPU just after it,
-  holding the call's own duration (chakra_core.convert.hosttime, job.keep_own_time;
+  holding the call's own duration (chakra_core.convert.pytorch.hosttime, job.keep_own_time;
   docs/ingestion.md, 'Time of communication calls');
 - thread roots and the wrappers inside a communication op are structure: they are collapsed
   and counted (the host time of the wrappers goes to the annotation, or to the nearest kept
@@ -41,10 +41,10 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from chakra_core.convert import comms, deps, hosttime
-from chakra_core.convert.groups import WORLD, ProcessGroups, simulator_names
-from chakra_core.convert.noderows import NodeRows
-from chakra_core.convert.pytorch_analysis import (
+from chakra_core.convert.pytorch import comms, deps, hosttime
+from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, simulator_names
+from chakra_core.convert.pytorch.noderows import NodeRows
+from chakra_core.convert.pytorch.analysis import (
     ANCHOR,
     ANNOTATION,
     GLOO,
@@ -56,13 +56,13 @@ from chakra_core.convert.pytorch_analysis import (
     CommRecord,
     RankAnalysis,
 )
-from chakra_core.convert.pytorch_et import HostTrace
+from chakra_core.convert.pytorch.et import HostTrace
 from chakra_core.format.nodetypes import COLL, COMP, METADATA, RECV, SEND
 from chakra_core.format.schema import et_def_pb2 as pb
 
 
 class RankConversion(RankAnalysis):
-    """A rank's analysed host trace (pytorch_analysis.RankAnalysis), emitted as a node table."""
+    """A rank's analysed host trace (analysis.RankAnalysis), emitted as a node table."""
 
     # ---------------------------------------------------------------- timing
     def _host_durations(self, row_of_host: np.ndarray, own_nodes: dict[int, int], start: np.ndarray,

@@ -1,0 +1,1 @@
+"""FlexFlow task graphs (graphviz) to Chakra (graph)."""
