@@ -51,6 +51,7 @@ EXAMPLES = {
     "text": [lambda tmp: str(OTHER / "text" / "DLRM_HybridParallel.txt")],
     "kineto": [_kineto_only(GLOO / "mlp_ddp-w2"), _kineto_only(GPU / "mlp_gloo2"),
                lambda tmp: str(GPU / "mlp_tiny" / "rank0.kineto.json.gz")],
+    "jax": [lambda tmp: str(DATASETS / "jax-cpu" / "tp_mlp"), lambda tmp: str(DATASETS / "jax-gpu-h200" / "mlp2_dp")],
 }
 OPTIONS = {"text": SourceOptions(npus=8)}
 
@@ -101,8 +102,8 @@ def test_options_of_another_source_are_refused_and_a_required_one_is_asked_for()
         sources.check_options(sources.source("flexflow"), SourceOptions(npus=4))
     with pytest.raises(sources.SourceOptionError, match=r"needs --npus N \(the NPUs to run it on\)"):
         sources.check_options(sources.source("text"), SourceOptions())
-    with pytest.raises(sources.SourceOptionError, match="unknown source format 'jax'"):
-        sources.source("jax")
+    with pytest.raises(sources.SourceOptionError, match="unknown source format 'tensorflow'"):
+        sources.source("tensorflow")
 
 
 TOY = "TOY 4\nembed 30\nmlp 120\n"

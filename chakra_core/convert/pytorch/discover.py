@@ -88,7 +88,7 @@ def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobI
         name = os.path.basename(entry["name"].rstrip("/"))
         if name in accounted or sources.PYTORCH_RECORDED_WITH_THE_JOB.match(name):
             continue
-        if name == PROFILER_COST and entry["type"] != "directory":
+        if name == sources.PYTORCH_PROFILER_COST and entry["type"] != "directory":
             profiler_cost = fs.unstrip_protocol(entry["name"])
             continue
         if entry["type"] == "directory":
