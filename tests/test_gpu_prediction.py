@@ -31,7 +31,7 @@ MORE = DATASETS / "gpu-h200-more"
 
 @pytest.fixture(scope="module")
 def probe_document():
-    return profcost.measure(torch.device("cpu"), calls=5, repeats=1)
+    return profcost.measure(torch.device("cpu"), calls=40, repeats=3)  # medians of 3: robust to a loaded machine
 
 
 def test_the_probe_measures_the_profilers_cost_on_cpu(probe_document, tmp_path):
