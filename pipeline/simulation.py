@@ -76,7 +76,8 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Simu
                comm_ns=max(sum(n.comm_ns.values()) for n in result.npus),
                astra_exposed_comm_ns=max(n.astra_exposed_comm_ns for n in result.npus),
                what_if="; ".join(result.assumptions) or None,
-               simulated_npus=result.sharing.get("simulated_npus", npus), unshared=result.sharing.get("unshared"))
+               simulated_npus=result.sharing.get("simulated_npus", npus),
+               unshared=result.sharing.get("unshared") or result.sharing.get("not_shared", {}).get("why"))
     last = max(result.npus, key=lambda n: n.finish_ns)  # the NPU the job waits for: its parts add up to finish_ns
     row.update({column: last.time_by_category[part] for part, column in PARTS.items()})
     return row

@@ -148,6 +148,24 @@ def test_a_sweep_row_records_what_was_shared(monkeypatch):
     assert fell_back["finish_ns"] == simulate(tables, net, TWO_D_SYSTEM, share=False).finish_ns == 3000
 
 
+def test_where_a_dimension_cannot_be_shared_the_others_still_are(monkeypatch):
+    from chakra_core.sim.engine import Engine
+    from chakra_core.sim.sharing import SymmetryBroken
+
+    built = generate("transformer", 32, tp=2, pp=2, layers=2, batch=32).job("transformer")
+    net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 500), ("Switch", 8, 50, 500))
+    check = Engine._check_shared
+
+    def broken_along_2(self, workload, shortcuts):  # as if copies along dimension 2 ran apart
+        if 2 in self.sharing.dims:
+            raise SymmetryBroken("a mirror ended late")
+        check(self, workload, shortcuts)
+    monkeypatch.setattr(Engine, "_check_shared", broken_along_2)
+    shared, _ = both(built.tables, net, TWO_D_SYSTEM, built.comm_groups)
+    assert shared.sharing == {"simulated_npus": 16, "npus": 32, "dimensions": [0], "not_shared": {
+        "dimensions": [2], "why": "shared run not used: a mirror ended late", "shared_would_simulate": 2}}
+
+
 def test_json_says_what_was_shared(tmp_path):
     import json
     import subprocess

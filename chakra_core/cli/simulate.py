@@ -80,6 +80,10 @@ def cmd_simulate(args) -> int:
     elif shared:
         out.print(f"shared simulation: {shared['simulated_npus']:,} of {shared['npus']:,} NPUs simulated "
                   f"(alike along dimension(s) {', '.join(map(str, shared['dimensions']))})")
+        if "not_shared" in shared:
+            left = shared["not_shared"]
+            out.print(f"not shared along dimension(s) {', '.join(map(str, left['dimensions']))} ({left['why']}): "
+                      f"{shared['simulated_npus']:,} NPUs simulated instead of {left['shared_would_simulate']:,}")
     return EXIT_OK
 
 

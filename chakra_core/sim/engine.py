@@ -15,6 +15,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import combinations
+from math import prod
 
 import pyarrow as pa
 
@@ -199,14 +202,12 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
         paths = [f"{paths[npu % traced_npus]} (as NPU {npu})" for npu in range(network.npus)]
     options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
     share = share and not record_timeline and (not backend(mode).contends or knobs.get("reuse_alone", True))
-    sharing = _sharing(tables, groups, network, system, mode, share, knobs.get("npu_speed"))
+    find = partial(_sharing, tables, groups, network, system, mode, share, knobs.get("npu_speed"))
+    sharing = find()
     result = None
     if sharing is not None:
-        try:
-            result = Engine(_feeders(tables, paths, sharing.reps), network, system, sharing=sharing, **options).run()
-        except SymmetryBroken as why:  # the job runs unshared: the same results, at the full cost
-            unshared = f"shared run not used: {why}"
-    if result is None:
+        result, unshared = _shared_run(tables, paths, network, system, options, sharing, find)
+    if result is None:  # the job runs unshared: the same results, at the full cost
         result = Engine(_feeders(tables, paths), network, system, **options).run()
         result.sharing = {"unshared": unshared, "simulated_npus": network.npus, "npus": network.npus,
                           "shared_would_simulate": len(sharing.reps)} if sharing is not None else {}
@@ -214,14 +215,37 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
     return result
 
 
+def _shared_run(tables: list[pa.Table], paths: list[str], network: NetworkConfig, system: SystemConfig,
+                options: dict, sharing: Sharing, find) -> tuple[SimResult | None, str | None]:
+    """(the result of the shared run, None), else of one along fewer of its dimensions (the
+    most NPUs shared first; find(within=dims) gives that Sharing), its `sharing` saying which
+    dimensions were not shared and why; (None, why) where no shared run stands for the job."""
+    why_not = None
+    for count in range(len(sharing.dims), 0, -1):
+        for dims in sorted(combinations(sharing.dims, count), key=lambda d: -prod(network.dims[k].npus for k in d)):
+            along = sharing if count == len(sharing.dims) else find(within=dims)
+            if along is None or along.dims != dims:
+                continue
+            try:
+                result = Engine(_feeders(tables, paths, along.reps), network, system, sharing=along, **options).run()
+            except SymmetryBroken as why:
+                why_not = why_not or f"shared run not used: {why}"
+                continue
+            if along is not sharing:
+                result.sharing["not_shared"] = {"dimensions": sorted(set(sharing.dims) - set(dims)), "why": why_not,
+                                                "shared_would_simulate": len(sharing.reps)}
+            return result, None
+    return None, why_not
+
+
 def _sharing(tables: list[pa.Table], groups: dict, network: NetworkConfig, system: SystemConfig, mode: str,
-             share: bool, npu_speed: list[float] | None) -> Sharing | None:
-    """The job's Sharing where a shared run may stand for it (where messages contend for links:
-    on links apart; a run that replays every collective live is not shared, see
-    Engine._check_shared)."""
+             share: bool, npu_speed: list[float] | None, within: tuple[int, ...] | None = None) -> Sharing | None:
+    """The job's Sharing (along `within` only, where given) where a shared run may stand for it
+    (where messages contend for links: on links apart; a run that replays every collective live
+    is not shared, see Engine._check_shared)."""
     if not share:
         return None
-    sharing = find_sharing(tables, groups, network, npu_speed, system.call_time_in_network)
+    sharing = find_sharing(tables, groups, network, npu_speed, system.call_time_in_network, within)
     chosen = backend(mode)
     if sharing is not None and chosen.contends and not links_apart(sharing, chosen.network(network, None)):
         return None

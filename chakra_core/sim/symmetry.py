@@ -41,9 +41,11 @@ MOVED = ("pg_name", "comm_src", "comm_dst")
 
 
 def find_sharing(tables: list[pa.Table], groups: dict[int, tuple[int, ...]], network: NetworkConfig,
-                 npu_speed: list[float] | None = None, call_time_in_network: bool = False) -> Sharing | None:
-    """The job's Sharing, or None where no dimension can be shared (or the tables cannot be
-    compared: then the unshared run says what is wrong with them)."""
+                 npu_speed: list[float] | None = None, call_time_in_network: bool = False,
+                 within: tuple[int, ...] | None = None) -> Sharing | None:
+    """The job's Sharing (along the dimensions of `within` only, where given), or None where no
+    dimension can be shared (or the tables cannot be compared: then the unshared run says what
+    is wrong with them)."""
     if len(tables) != network.npus or len(tables) < 2 or (npu_speed is not None and len(npu_speed) != len(tables)):
         return None  # the unshared run says what is wrong
     job = _Columns.of(tables, groups, network.npus, call_time_in_network)
@@ -52,8 +54,8 @@ def find_sharing(tables: list[pa.Table], groups: dict[int, tuple[int, ...]], net
     coords = np.array([network.coords(npu) for npu in range(network.npus)], np.int64)
     sizes = np.array([d.npus for d in network.dims], np.int64)
     speed = np.asarray(npu_speed if npu_speed is not None else [1.0] * network.npus)
-    dims = tuple(k for k, size in enumerate(sizes) if size > 1 and not job.crosses(coords[:, k])
-                 and job.invariant(_moved(coords, sizes, k), speed))
+    dims = tuple(k for k, size in enumerate(sizes) if size > 1 and (within is None or k in within)
+                 and not job.crosses(coords[:, k]) and job.invariant(_moved(coords, sizes, k), speed))
     if not dims:
         return None
     rep_coords = coords.copy()
