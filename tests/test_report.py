@@ -48,7 +48,8 @@ def _day_rows(day: str, index: int, prefix: str) -> dict[str, list[dict]]:
     history = {"gpu-gpt": {"step_ns": 180e6 - index * 1e6, "predicted_step_ns": 46e6, "busy_share": 0.2,
                            "family_ns:gemm": gemm / 2, "sim_finish_ns": 360e6, "sim_host_ns": 280e6,
                            "sim_compute_ns": 78e6, "ranks": 1},
-               "gen-tiny": {"sim_finish_ns": 9e6 * (1.5 if day == LAST else 1.0 + index / 100),
+               "gen-tiny": {"sim_finish_ns": 9e6 * (1.5 if day == LAST else 1.0 + index / 100), "sim_compute_ns": 6e6,
+                            "sim_exposed_comm_ns": 3e6,
                             "comm_bytes:all_reduce": 2**30 * (2 if day == LAST else 1), "ranks": 2}}
     return {
         "traces": [{"job_id": "gpu-gpt", "rank": 0, "nodes": 18813, "source_format": "pytorch_et", "path": None},
@@ -153,6 +154,8 @@ def test_the_day_page_opens_with_what_changed(reports):
     index = _text(reports / "index.html")
     row = next(r for r in index.split("<tr>") if LAST in r)
     assert "gpu-gpt" in row and "gen-tiny" in row
+    quiet_row = next(r for r in index.split("<tr>") if DAYS[1] in r)
+    assert re.findall(r'<td class="n">(\d+)</td>', quiet_row)[-3:] == ["0", "0", "0"]  # flagged, regressions, improvements
 
 
 def test_idle_time_never_exceeds_the_step(warehouse, reports):
@@ -232,6 +235,8 @@ def test_the_job_page_breaks_down_each_rank_and_compares_with_the_day_before(rep
         assert re.search(rf"{name}.*?<td>{status}</td>", diff, re.S), name
     assert "1 added, 1 vanished, 2 changed, 1 the same" in diff
     assert "data:image/png;base64," in _section(text, "history")
+    no_device = _section(_text(reports / f"date={LAST}" / "job=gen-tiny.html"), "breakdown")
+    assert "No device kernels" in no_device and "data:image/png;base64," in no_device  # the simulated parts
 
 
 def test_each_step_breakdown_adds_up_to_the_span():

@@ -162,12 +162,15 @@ _INDEX = {
 def days_index(day: Day) -> list[dict]:
     """One dict per day of the warehouse, newest first: its counts of each table."""
     by_date: dict[str, dict] = {}
+    zeros: dict[str, object] = {}  # a table the warehouse has but without rows on a day: nothing counted, 0
     for table, sql in _INDEX.items():
         if not day.has(table):
             continue
-        for row in run_query(day.con, sql).to_pylist():
+        result = run_query(day.con, sql)
+        zeros.update({c: [] if c == "flagged_jobs" else 0 for c in result.column_names if c != "date"})
+        for row in result.to_pylist():
             by_date.setdefault(str(row.pop("date")), {}).update(row)
-    return [{"date": d, **by_date[d]} for d in sorted(by_date, reverse=True)]
+    return [{"date": d, **zeros, **by_date[d]} for d in sorted(by_date, reverse=True)]
 
 
 def history(day: Day, jobs: list[str], metrics: list[str] | None = None) -> pa.Table:

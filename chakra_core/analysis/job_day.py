@@ -55,8 +55,8 @@ def step_parts(verdict: dict, families: list[dict]) -> dict[str, float]:
 
 
 def breakdown(verdicts: list[dict], families: list[dict], max_ranks: int = 32) -> list[dict]:
-    """One entry per rank and variant (the first `max_ranks` ranks): rank, variant, system,
-    bound, steps, step_ns and parts (step_parts)."""
+    """One entry per rank and variant (the first `max_ranks` ranks): label, rank, variant,
+    system, bound, steps, step_ns and parts (step_parts)."""
     by_key: dict[tuple, list[dict]] = defaultdict(list)
     for row in families:
         by_key[(row["rank"], row["variant"])].append(row)
@@ -65,10 +65,19 @@ def breakdown(verdicts: list[dict], families: list[dict], max_ranks: int = 32) -
     for v in verdicts:
         if v["rank"] in ranks:
             steps = max(v.get("steps") or 1, 1)
-            out.append({"rank": v["rank"], "variant": v["variant"], "system": v["system"], "bound": v["bound"],
+            out.append({"label": f"rank {v['rank']} {v['variant']}", "rank": v["rank"], "variant": v["variant"],
+                        "system": v["system"], "bound": v["bound"],
                         "busy_share": v["busy_share"], "steps": steps, "step_ns": v["span_ns"] / steps,
                         "parts": step_parts(v, by_key[(v["rank"], v["variant"])])})
     return sorted(out, key=lambda e: (e["rank"], e["variant"] != "recorded"))
+
+
+def simulated_parts(figures: dict[str, float]) -> dict[str, float]:
+    """The slowest NPU's parts of the simulated finish on the reference system (job_history's
+    sim_* figures), in ns: a breakdown for jobs without device work."""
+    names = {"sim_compute_ns": "compute", "sim_host_ns": "host", "sim_exposed_comm_ns": "communication",
+             "sim_idle_ns": "idle"}
+    return {name: figures[m] for m, name in names.items() if figures.get(m)}
 
 
 def kernels(day: Day, job: str, date_sql: str = "{date}") -> list[dict]:

@@ -109,13 +109,14 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
     series = trend_series(history_rows)
     name, note = timeline(day, job, model["info"], out_dir)
     figures = today[1]
-    sim = ({"finish": figures["sim_finish_ns"], "compute": figures.get("sim_compute_ns"),
-            "host": figures.get("sim_host_ns"), "exposed": figures.get("sim_exposed_comm_ns"),
-            "idle": figures.get("sim_idle_ns")} if "sim_finish_ns" in figures else None)
+    simulated = job_day.simulated_parts(figures)
+    sim_plot = (report_plots.step_bars([{"label": "slowest NPU", "parts": simulated}], "ms, the whole trace")
+                if simulated and not entries else None)
     return render(
         "job.html.j2", job=job, day=day.date, fingerprint=today[0], **model,
         breakdown=entries, breakdown_plot=report_plots.step_bars(entries) if entries else None,
-        ranks_left_out=len({v["rank"] for v in verdicts}) > len({e["rank"] for e in entries}), sim=sim,
+        ranks_left_out=len({v["rank"] for v in verdicts}) > len({e["rank"] for e in entries}), sim_plot=sim_plot,
+        sim_finish=figures.get("sim_finish_ns"),
         views=views(model["device"], figures), bound_notes=bound_notes(model["device"], figures),
         kernels=kernels[:TOP_KERNELS], kernels_more=max(len(kernels) - TOP_KERNELS, 0),
         trend_plot=report_plots.trends(series, TRENDS) if series else None,

@@ -17,7 +17,8 @@ from chakra_core.viz.figure import figure
 PART_COLOURS = {
     "gemm": "#1f77b4", "attention": "#9467bd", "convolution": "#17becf", "elementwise": "#2ca02c",
     "reduction": "#bcbd22", "normalisation": "#8c564b", "optimizer": "#e377c2", "embedding": "#ff7f0e",
-    "other": "#7f7f7f", "memcpy": "#c49c94", "communication": "#d62728",
+    "other": "#7f7f7f", "memcpy": "#c49c94", "communication": "#d62728", "compute": "#1f77b4", "host": "#ffbb78",
+    "idle": "#dddddd",
     IDLE_LABELS["host_launch"]: "#dddddd", IDLE_LABELS["synchronisation"]: "#bbbbbb",
     IDLE_LABELS["communication"]: "#ff9896", IDLE_LABELS["other"]: "#eeeeee",
 }
@@ -80,13 +81,14 @@ def trends(series: Mapping[str, Sequence[tuple[str, float]]], labels: Mapping[st
     return png_uri(fig)
 
 
-def step_bars(entries: Sequence[dict]) -> str:
-    """Stacked horizontal bars, one per rank and variant (job_day.breakdown's entries), in ms per step."""
+def step_bars(entries: Sequence[dict], xlabel: str = "ms per step") -> str:
+    """Stacked horizontal bars, one per entry (label and parts in ns: job_day.breakdown's entries),
+    in ms per step."""
     order: list[str] = []
     for e in entries:
         order += [p for p in e["parts"] if p not in order]
-    order.sort(key=lambda p: (p.startswith("idle"), p == "communication", p == "memcpy"))
-    labels = [f"rank {e['rank']} {e['variant']}" for e in entries]
+    order.sort(key=lambda p: (p.startswith("idle"), p == "communication", p in ("memcpy", "host")))
+    labels = [e["label"] for e in entries]
     fig, ax = figure(size=(9, max(0.9 + 0.32 * len(entries), 0.3 + 0.16 * len(order))))
     left = [0.0] * len(entries)
     for part in order:
@@ -96,7 +98,7 @@ def step_bars(entries: Sequence[dict]) -> str:
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(range(len(entries)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step")
+    ax.set_xlabel(xlabel)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return png_uri(fig)
 
