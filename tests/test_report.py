@@ -228,7 +228,7 @@ def test_the_job_page_breaks_down_each_rank_and_compares_with_the_day_before(rep
     kernels = _section(text, "kernels")
     assert kernels.index("nvjet_gemm_a") < kernels.index("elementwise_kernel")
     diff = _section(text, "diff")
-    assert f"Compared with {DAYS[1]}" in diff
+    assert f"chakra diff of gpu-gpt on {DAYS[1]} and gpu-gpt on {LAST}" in diff
     gemm = next(r for r in diff.split("<tr>") if "family_ns:gemm" in r)
     assert "+40.0 %" in gemm and "yes" in gemm and "regression" in gemm
     for name, status in (("new_fused_kernel", "added"), ("old_kernel", "vanished"), ("nvjet_gemm_a", "changed")):

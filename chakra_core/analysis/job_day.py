@@ -6,23 +6,20 @@ goes, its top kernels, its figures over the days, and what changed against the d
   to the compute time, since kernels of concurrent streams overlap), memory copies, device
   communication with no compute beside it, and idle time by cause.
 - `kernels`: the job's kernels by name (the `kernels` table), with their share of its time.
-- `compare_days`: the job's figures (`job_history`) against its latest earlier day, judged
-  like the nightly detection (changes.compare, with the noise of the earlier days of the same
-  program), and its kernels by name against that day's: added, vanished, changed.
+- `against_day_before`: `chakra diff` (jobdiff.py) of the job on its latest earlier day and on
+  the day: its figures judged as the nightly detection judges them, its kernels by name and
+  its messages by kind and size.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
-from chakra_core.analysis import changes
-from chakra_core.analysis.daily import Day, history, literal
+from chakra_core.analysis import jobdiff
+from chakra_core.analysis.daily import Day, literal
 from chakra_core.analysis.device_time import CAUSES
-from chakra_core.analysis.history import unit
+from chakra_core.analysis.jobdiff import JobDiff
 from chakra_core.analysis.kernels import COMMUNICATION
-
-COMPARISON_DAYS = 28  # earlier days whose noise judges a change: the nightly detection's window
 MEMCPY = ("memcpy_htod", "memcpy_dtoh", "memcpy_dtod", "memset")
 IDLE_LABELS = {"host_launch": "idle: host launch", "synchronisation": "idle: synchronisation",
                "communication": "idle: communication", "other": "idle: other"}
@@ -80,26 +77,14 @@ def simulated_parts(figures: dict[str, float]) -> dict[str, float]:
     return {name: figures[m] for m, name in names.items() if figures.get(m)}
 
 
-def kernels(day: Day, job: str, date_sql: str = "{date}") -> list[dict]:
-    """The job's kernels on a day (`date_sql`: a SQL date; the day by default), most time first,
-    with `share`, their part of the job's kernel time."""
+def kernels(day: Day, job: str) -> list[dict]:
+    """The job's kernels on the day, most time first, with `share`, their part of the job's kernel time."""
     if not day.has("kernels"):
         return []
     rows = day.query(f"""
         SELECT name, family, count, total_ns, median_ns, ranks, total_ns / sum(total_ns) OVER () AS share
-        FROM kernels WHERE date = {date_sql} AND job_id = {literal(job)} ORDER BY total_ns DESC, name""")
+        FROM kernels WHERE date = {{date}} AND job_id = {literal(job)} ORDER BY total_ns DESC, name""")
     return rows.to_pylist()
-
-
-@dataclass
-class DayComparison:
-    """The job against its latest earlier day (None: the job's first day in the window)."""
-
-    baseline: str | None = None
-    program_changed: bool = False
-    history_days: int = 0
-    figures: list[changes.Change] = field(default_factory=list)
-    kernels: list[dict] = field(default_factory=list)
 
 
 def by_day(rows: list[dict]) -> dict[str, tuple[str, dict[str, float]]]:
@@ -110,39 +95,12 @@ def by_day(rows: list[dict]) -> dict[str, tuple[str, dict[str, float]]]:
     return out
 
 
-def compare_days(day: Day, job: str, rows: list[dict] | None = None) -> DayComparison:
-    """The job's figures and kernels against its latest earlier day. `rows`: its job_history rows
-    over the window (read when not given)."""
-    days = by_day(rows if rows is not None else history(day, [job]).to_pylist())
-    if day.date not in days:
-        return DayComparison()
-    earlier = sorted(d for d in days if d < day.date)[-COMPARISON_DAYS:]
-    if not earlier:
-        return DayComparison()
-    baseline = earlier[-1]
-    fingerprint, values = days[day.date]
-    base_fp, base_values = days[baseline]
-    same_program = [days[d][1] for d in earlier if days[d][0] == base_fp]
-    found = changes.compare(base_values, values, same_program, program_changed=fingerprint != base_fp)
-    return DayComparison(baseline, fingerprint != base_fp, len(same_program), found,
-                         kernel_changes(kernels(day, job, f"CAST({literal(baseline)} AS DATE)"), kernels(day, job)))
-
-
-def kernel_changes(before: list[dict], after: list[dict]) -> list[dict]:
-    """Kernels by name on two days: name, family, count and time before and after, the relative
-    change of time and a status (added, vanished, changed: another count or time beyond the
-    floor of times, same), the
-    largest moves of time first."""
-    old, new = {k["name"]: k for k in before}, {k["name"]: k for k in after}
-    floor = changes.FLOORS[unit("total_ns")]
-    rows = []
-    for name in {*old, *new}:
-        a, b = old.get(name), new.get(name)
-        t0, t1 = (a or {}).get("total_ns", 0), (b or {}).get("total_ns", 0)
-        change = (t1 - t0) / t0 if a and b and t0 else None
-        moved = a is not None and b is not None and (a["count"] != b["count"] or abs(change or 0) > floor)
-        status = "added" if a is None else "vanished" if b is None else "changed" if moved else "same"
-        rows.append({"name": name, "family": (b or a)["family"], "count_before": (a or {}).get("count"),
-                     "count_after": (b or {}).get("count"), "before_ns": t0, "after_ns": t1, "change": change,
-                     "status": status})
-    return sorted(rows, key=lambda r: (-abs(r["after_ns"] - r["before_ns"]), r["name"]))
+def against_day_before(day: Day, job: str, rows: list[dict]) -> JobDiff | None:
+    """`chakra diff` of the job on its latest earlier day (within the history window) and on the
+    day; None when the job has no earlier day. `rows`: its job_history rows over the window."""
+    held = by_day(rows)
+    earlier = sorted(d for d in held if d < day.date)
+    if day.date not in held or not earlier:
+        return None
+    before, after = (jobdiff.side_of_day(day.con, job, d) for d in (earlier[-1], day.date))
+    return jobdiff.diff(before, after)

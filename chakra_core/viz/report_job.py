@@ -1,7 +1,8 @@
 """A job's page of the daily report (reports/date=<d>/job=<id>.html) and its Perfetto timeline
 beside it (job=<id>.timeline.json.gz): where each rank's step goes, the job seen three ways
 (recorded, predicted without the profiler, simulated on the reference system) and why they can
-disagree on what bounds it, its top kernels, its history, its comparison with the day before."""
+disagree on what bounds it, its top kernels, its history, and `chakra diff` (jobdiff.py) of the
+job on the day before and on the day."""
 
 from __future__ import annotations
 
@@ -103,9 +104,9 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
     verdicts, families = job_day.device_rows(day, job)
     entries = job_day.breakdown(verdicts, families)
     today = job_day.by_day(history_rows).get(day.date, ("", {}))
-    comparison = job_day.compare_days(day, job, history_rows)
+    diff = job_day.against_day_before(day, job, history_rows)
     kernels = job_day.kernels(day, job)
-    moved = [k for k in comparison.kernels if k["status"] != "same"]
+    compared = diff.kernels if diff else []
     series = trend_series(history_rows)
     name, note = timeline(day, job, model["info"], out_dir)
     figures = today[1]
@@ -121,7 +122,6 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
         kernels=kernels[:TOP_KERNELS], kernels_more=max(len(kernels) - TOP_KERNELS, 0),
         trend_plot=report_plots.trends(series, TRENDS) if series else None,
         history_days=len({str(r["date"]) for r in history_rows}), window=HISTORY_WINDOW_DAYS,
-        comparison=comparison, kernel_changes=moved[:KERNEL_CHANGES_SHOWN],
-        kernel_counts={s: sum(k["status"] == s for k in comparison.kernels)
-                       for s in ("added", "vanished", "changed", "same")},
+        diff=diff, kernel_changes=[k for k in compared if k["status"] != "same"][:KERNEL_CHANGES_SHOWN],
+        kernel_counts={s: sum(k["status"] == s for k in compared) for s in ("added", "vanished", "changed", "same")},
         timeline=name, timeline_note=note)
