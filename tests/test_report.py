@@ -258,22 +258,40 @@ def test_a_job_page_has_its_perfetto_timeline_unless_too_large(reports):
     assert "No timeline" in _section(_text(folder / "job=gpu-gpt.html"), "timeline")  # no converted traces
 
 
+def _render(path: Path, tmp: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Headless Chromium on a page: (the run, the URLs the page itself fetched, from Chromium's
+    net log: requests the page initiated, not the browser's own background ones)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "scripts/setup.sh installs Debian's chromium package"
+    netlog = tmp / "net.json"
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", "--window-size=1280,2400", f"--screenshot={tmp / 'page.png'}",
+                           f"--log-net-log={netlog}", "--dump-dom", path.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    events = json.loads(netlog.read_text()).get("events", []) if netlog.exists() else []
+    fetched = sorted({e["params"]["url"] for e in events if "url" in e.get("params", {})
+                      and e["params"].get("initiator", "not an origin") != "not an origin"
+                      and not e["params"]["url"].startswith(("file:", "data:"))})
+    return done, fetched
+
+
+def test_the_fetch_check_sees_a_page_that_fetches(tmp_path):
+    page = tmp_path / "fetches.html"
+    page.write_text("<!DOCTYPE html><html><body><img src='https://example.invalid/x.png'></body></html>")
+    assert _render(page, tmp_path)[1] == ["https://example.invalid/x.png"]
+
+
 @pytest.mark.parametrize("page", ["index.html", f"date={LAST}/index.html", f"date={LAST}/job=gpu-gpt.html"])
 def test_chromium_renders_the_pages_without_console_errors_or_fetches(reports, page, tmp_path):
     path = reports / page
     text = path.read_text()
     assert "<script" not in text and not re.search(r"""(src|href)=['"]?(https?:)?//|url\(""", text)
-    chromium = shutil.which("chromium")
-    assert chromium, "scripts/setup.sh installs Debian's chromium package"
-    shot = tmp_path / "page.png"
-    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                           "--v=0", "--window-size=1280,2400", f"--screenshot={shot}", "--dump-dom", path.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    done, fetched = _render(path, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "<h1>" in done.stdout and "Terms" in done.stdout
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
-    assert console == []
-    assert shot.stat().st_size > 10_000
+    assert console == [] and fetched == []
+    assert (tmp_path / "page.png").stat().st_size > 10_000
 
 
 def test_the_nightly_flows_call_writes_the_day_and_the_index_beside_it(warehouse, tmp_path):
