@@ -218,7 +218,7 @@ def test_the_job_page_explains_recorded_predicted_and_simulated_bounds(reports):
     text = _text(reports / f"date={LAST}" / "job=gpu-gpt.html")
     views = _section(text, "views")
     assert "recorded step" in views and "predicted step" in views and "simulated trace" in views
-    assert "host-bound" in views and "predicted step is device-bound" in views
+    assert "host-bound" in views and "predicted step is device-bound" in views and "the profiler, not the job" in views
     assert "77.8 % of its 360.0 ms on the host" in views and "profiler's cost included" in views
 
 

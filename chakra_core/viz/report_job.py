@@ -17,6 +17,12 @@ TOP_KERNELS = 15
 KERNEL_CHANGES_SHOWN = 20
 TRENDS = {"step_ns": "recorded step", "predicted_step_ns": "predicted step",  # metric -> its line's label
           "sim_finish_ns": "simulated finish"}
+# why the prediction can lift a bound the recording shows
+_WHY_PREDICTED_DIFFERS = {
+    "host": ": without the profiler's cost on the host, the profiler, not the job, held the host",
+    "communication": ": the prediction runs the communication on the reference network (a Ring of the job's NPUs) "
+                     "instead of as recorded (e.g. gloo on the host), and takes the profiler's cost out of host time",
+}
 _SIM_BOUND = {"sim_compute_ns": "device", "sim_host_ns": "host", "sim_exposed_comm_ns": "communication",
               "sim_idle_ns": "idle"}
 
@@ -48,11 +54,11 @@ def bound_notes(device: dict | None, figures: dict[str, float]) -> list[str]:
     """Why the views disagree on what bounds the job, where they do."""
     notes = []
     if device and device.get("predicted_bound") and device["bound"] != device["predicted_bound"]:
+        why = _WHY_PREDICTED_DIFFERS.get(device["bound"], "")
         notes.append(f"As recorded the step is {device['bound']}-bound (the device busy {pct(device['busy_share'])} "
-                     f"of it); without the profiler's cost on the host the predicted step is "
-                     f"{device['predicted_bound']}-bound (busy {pct(device['predicted_busy_share'])}) and takes "
-                     f"{ms(device['predicted_step_ns'])} instead of {ms(device['step_ns'])}: the profiler, not the "
-                     "job, held the host (chakra stats prints both rows).")
+                     f"of it); the predicted step is {device['predicted_bound']}-bound (busy "
+                     f"{pct(device['predicted_busy_share'])}) and takes {ms(device['predicted_step_ns'])} instead of "
+                     f"{ms(device['step_ns'])}{why} (chakra stats prints both rows).")
     sim = simulated_bound(figures)
     said = device.get("predicted_bound") or device["bound"] if device else None
     if device and sim and sim != said:

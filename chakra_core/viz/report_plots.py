@@ -89,7 +89,9 @@ def step_bars(entries: Sequence[dict], xlabel: str = "ms per step") -> str:
         order += [p for p in e["parts"] if p not in order]
     order.sort(key=lambda p: (p.startswith("idle"), p == "communication", p in ("memcpy", "host")))
     labels = [e["label"] for e in entries]
-    fig, ax = figure(size=(9, max(0.9 + 0.32 * len(entries), 0.3 + 0.16 * len(order))))
+    height = max(0.9 + 0.32 * len(entries), 0.3 + 0.16 * len(order))
+    fig, ax = figure(size=(9, height), layout=None)  # margins by hand: labels and legend have known widths
+    fig.subplots_adjust(left=1.3 / 9, right=1 - 1.9 / 9, bottom=0.5 / height, top=1 - 0.1 / height)
     left = [0.0] * len(entries)
     for part in order:
         widths = [e["parts"].get(part, 0.0) / 1e6 for e in entries]
@@ -105,7 +107,8 @@ def step_bars(entries: Sequence[dict], xlabel: str = "ms per step") -> str:
 
 def family_bars(families: Sequence[dict]) -> str:
     """The fleet's recorded device time by family (rows: family, ns), in ms, once per family."""
-    fig, ax = figure(size=(8, 3))
+    fig, ax = figure(size=(8, 3), layout=None)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.3, top=0.95)
     names = [f["family"] for f in families]
     ax.bar(range(len(names)), [f["ns"] / 1e6 for f in families], color=[colour(n) for n in names])
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
