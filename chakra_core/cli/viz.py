@@ -10,7 +10,7 @@ COMMANDS = {
     "visualize": "draw a trace's dependency graph (.png, .svg, .pdf, .dot, .graphml)",
     "timeline": "write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
     "plot": "draw performance figures (PNG or SVG) from the pipeline's Parquet tables",
-    "report": "write a day's fleet report: one self-contained HTML page (DIR/index.html)",
+    "report": "write the fleet report's pages: an index of days, a page per day and per job",
 }
 
 

@@ -62,10 +62,12 @@ def require(table: pa.Table, columns: Iterable[str], name: str) -> None:
         raise ValueError(f"{name}: the table is empty")
 
 
-def figure(nrows: int = 1, ncols: int = 1, size=(8, 5), **kw):
+def figure(nrows: int = 1, ncols: int = 1, size=(8, 5), layout: str | None = "constrained", **kw):
+    """A figure and its axes; layout None leaves the margins to the caller (constrained layout
+    measures every label, which costs most of a small figure's drawing time)."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
-    fig = Figure(figsize=size, layout="constrained")
+    fig = Figure(figsize=size, layout=layout)
     axes = fig.subplots(nrows, ncols, **kw)
     return fig, axes
 

@@ -1,118 +1,177 @@
-"""The daily report: one self-contained HTML page of a day of the warehouse.
+"""The daily report: self-contained HTML pages of the nightly warehouse.
 
-`chakra report --warehouse URL [--date D] -o DIR` writes DIR/index.html: the day's jobs and
-rejects, where device time goes across the fleet (a bar chart), the host-bound jobs, the best
-system per job, the representatives and their estimate error, and the synthetic jobs'
-fidelity (chakra_core.analysis.daily's sections). Plots are inline PNG (base64), styles
-inline; the page has no scripts and fetches nothing, so it opens offline and as an e-mail
-attachment.
+`write_report(warehouse, out_dir, date)` writes, for one day (default: the latest):
+
+- `out_dir/index.html`, the day's page: what changed since the day before (each flagged job,
+  its changed figures and causes, and a sparkline of its step time over the days held), then
+  the day's jobs and rejects, device time by family across the fleet, device time per job, the
+  host-bound jobs, the simulated systems per job, the representatives and the synthetic jobs'
+  fidelity (chakra_core.analysis.daily's sections);
+- `out_dir/job=<id>.html` per job (report_job.py) and its timeline `job=<id>.timeline.json.gz`;
+- the index of days, `index.html` in out_dir's parent: every day of the warehouse with its
+  counts and flagged changes, linking the day pages found beside it.
+
+The nightly flow passes `WAREHOUSE/reports/date=<d>`; `chakra report` does the same under its
+`-o` folder. Plots are inline PNG, styles inline; the pages have no scripts and fetch nothing, so
+they open offline.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
+import json
 import sys
+from collections import defaultdict
 
-import pyarrow as pa
+import fsspec
 
+from chakra_core.analysis import daily
 from chakra_core.outputs import open_output
-from chakra_core.viz.figure import figure
+from chakra_core.viz import report_plots
+from chakra_core.viz.pages import ms, page_of, render
+from chakra_core.viz.report_job import job_page
 
-STYLE = ("body{font-family:sans-serif;margin:2em;max-width:72em;color:#222}"
-         "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.2em .6em;"
-         "text-align:left;font-size:90%}th{background:#eee}h2{margin-top:1.6em}.note{color:#666}")
-# section -> (heading, what it says when empty)
-HEADINGS = {
-    "jobs": ("Jobs", "no jobs were converted"),
-    "rejects": ("Rejects", "nothing was rejected"),
-    "device_jobs": ("Device time per job", "no job with device kernels"),
-    "host_bound": ("Host-bound jobs", "no job is bound by its host"),
-    "best_system": ("Best system per job", "no simulation finished"),
-    "representatives": ("Representatives and their estimate error", "no representatives"),
-    "fidelity": ("Synthetic jobs' fidelity", "no synthetic jobs were compared"),
-}
+HEADLINE_TRENDS = ("step_ns", "sim_finish_ns")  # a flagged job's sparkline: the first of these it has
 
 
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return html.escape(str(value))
+def folder_of(date: str) -> str:
+    """A day's folder under the reports root."""
+    return f"date={date}"
 
 
-def html_table(table: pa.Table) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.column_names)
-    rows = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row.values()) + "</tr>"
-                   for row in table.to_pylist())
-    return f"<table><tr>{head}</tr>{rows}</table>"
+def _exists(url: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
 
 
-def family_plot(families: pa.Table) -> str:
-    """Device time by family, recorded and predicted side by side, as a base64 PNG."""
-    rows = families.to_pylist()
-    names = sorted({r["family"] for r in rows}, key=lambda f: -sum(r["ns"] for r in rows if r["family"] == f))
-    fig, ax = figure(size=(8, 3.5))
-    for offset, variant in ((-0.2, "recorded"), (0.2, "predicted")):
-        ns = {r["family"]: r["ns"] for r in rows if r["variant"] == variant}
-        ax.bar([i + offset for i in range(len(names))], [ns.get(n, 0) / 1e6 for n in names], 0.4, label=variant)
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set_ylabel("device time (ms, all jobs)")
-    ax.legend()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def render(day: str, sections: dict[str, pa.Table]) -> str:
-    """The page's HTML."""
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Fleet report {html.escape(day)}"
-             f"</title><style>{STYLE}</style></head><body><h1>Fleet report {html.escape(day)}</h1>"]
-    jobs, rejects = sections["jobs"], sections["rejects"]
-    parts.append(f"<p>{jobs.num_rows} jobs converted, {rejects.num_rows} files rejected.</p>")
-    families = sections["device_families"]
-    parts.append("<h2>Where device time goes across the fleet</h2>")
-    if families.num_rows:
-        parts.append(f"<img alt='device time by family' src='data:image/png;base64,{family_plot(families)}'>")
-        parts.append(html_table(families))
-    else:
-        parts.append("<p class='note'>no job with device kernels</p>")
-    for name, (heading, empty) in HEADINGS.items():
-        table = sections[name]
-        parts.append(f"<h2>{heading}</h2>")
-        parts.append(html_table(table) if table.num_rows else f"<p class='note'>{empty}</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+def _write(url: str, text: str) -> str:
+    with open_output(url, "w") as f:
+        f.write(text)
+    return url
 
 
 def write_report(warehouse: str, out_dir: str, date: str | None = None) -> str:
-    """DIR/index.html for the day (default: the latest); returns its URL."""
-    from chakra_core.analysis.daily import day_sections
-
-    day, sections = day_sections(warehouse, date)
-    url = out_dir.rstrip("/") + "/index.html"
-    with open_output(url, "w") as f:
-        f.write(render(day, sections))
+    """The day's page, its job pages and timelines in out_dir, the index of days in its parent;
+    returns the day page's URL."""
+    day = daily.open_day(warehouse, date)
+    sections = {name: table.to_pylist() for name, table in daily.sections_of(day).items()}
+    out_dir = out_dir.rstrip("/")
+    root = out_dir.rsplit("/", 1)[0] if "/" in out_dir else "."
+    days = daily.days_index(day)
+    earlier = [d["date"] for d in days if d["date"] < day.date and _exists(f"{root}/{folder_of(d['date'])}/index.html")]
+    previous = {"date": earlier[0], "folder": folder_of(earlier[0])} if earlier else None
+    jobs = [j["job_id"] for j in sections["jobs"]]
+    history_rows = daily.history(day, jobs).to_pylist()
+    by_job: dict[str, list[dict]] = defaultdict(list)
+    for row in history_rows:
+        by_job[row["job_id"]].append(row)
+    models = job_models(sections, previous)
+    for job in jobs:
+        _write(f"{out_dir}/{page_of(job)}", job_page(day, job, models[job], by_job[job], out_dir))
+    url = _write(f"{out_dir}/index.html", render("day.html.j2", **day_context(day, sections, by_job, previous)))
+    write_index(day, days, root)
     return url
+
+
+def job_models(sections: dict[str, list[dict]], previous: dict | None) -> dict[str, dict]:
+    """What the day's sections say of each job, for its page."""
+    pick = {name: {r["job_id"]: r for r in sections[name]} for name in ("device_jobs", "systems")}
+    grouped = {name: defaultdict(list) for name in ("rejects", "not_simulated", "changes")}
+    for name, rows in grouped.items():
+        for r in sections[name]:
+            rows[r["job_id"]].append(r)
+    return {j["job_id"]: {"info": j, "device": pick["device_jobs"].get(j["job_id"]),
+                          "systems": pick["systems"].get(j["job_id"]),
+                          "not_simulated": grouped["not_simulated"][j["job_id"]],
+                          "rejected": grouped["rejects"][j["job_id"]], "flagged": grouped["changes"][j["job_id"]],
+                          "previous": previous}
+            for j in sections["jobs"]}
+
+
+def day_context(day: daily.Day, sections: dict[str, list[dict]], history: dict[str, list[dict]],
+                previous: dict | None) -> dict:
+    """The day page's template context."""
+    rejected = defaultdict(int)
+    for r in sections["rejects"]:
+        rejected[r["job_id"]] += len(r["files"])
+    flagged = defaultdict(int)
+    for r in sections["changes"]:
+        flagged[r["job_id"]] += 1
+    jobs = [{**j, "rejected_files": rejected[j["job_id"]], "flagged": flagged[j["job_id"]]} for j in sections["jobs"]]
+    not_simulated = defaultdict(list)
+    for r in sections["not_simulated"]:
+        not_simulated[r["job_id"]].append(r)
+    estimate = sections["estimate"][0] if sections["estimate"] else None
+    if estimate:
+        estimate = {**estimate, "errors": json.loads(estimate["estimate_errors"] or "{}")}
+    families = sections["device_families"]
+    return {
+        "day": day.date, "previous": previous, "jobs": jobs, "rejects": sections["rejects"],
+        "rejected_files": sum(rejected.values()), "rejected_jobs": len({r["job_id"] for r in sections["rejects"]}),
+        "has_history": day.has("job_history"), "changes": change_blocks(sections["changes"], history),
+        "compared": sum(1 for rows in history.values() if len({str(r["date"]) for r in rows}) > 1),
+        "families": families, "family_plot": report_plots.family_bars(families) if families else None,
+        "device_jobs": sections["device_jobs"],
+        "host_bound": [d for d in sections["device_jobs"] if "host" in (d["bound"], d["predicted_bound"])],
+        "systems": [{**s, "not_simulated": not_simulated[s["job_id"]]} for s in sections["systems"]],
+        "representatives": [{**r, "rejected_files": rejected[r["job_id"]]} for r in sections["representatives"]],
+        "estimate": estimate, "fidelity": sections["fidelity"],
+    }
+
+
+def change_blocks(changes: list[dict], history: dict[str, list[dict]]) -> list[dict]:
+    """The flagged changes by job, each with a sparkline of its step time over the days held."""
+    by_job: dict[str, list[dict]] = defaultdict(list)
+    for r in changes:
+        by_job[r["job_id"]].append(r)
+    blocks = []
+    for job, rows in by_job.items():
+        block = {"job": job, "rows": rows, "spark": None}
+        for metric in HEADLINE_TRENDS:
+            points = [(str(h["date"]), h["value"]) for h in history.get(job, []) if h["metric"] == metric]
+            if len(points) >= 2:
+                values = [v for _, v in points]
+                block.update(spark=report_plots.sparkline(points), spark_days=len(points),
+                             spark_label="step time" if metric == "step_ns" else "simulated finish",
+                             spark_range=f"{ms(min(values))} to {ms(max(values))}, today {ms(values[-1])}")
+                break
+        blocks.append(block)
+    return blocks
+
+
+def write_index(day: daily.Day, days: list[dict], root: str) -> str:
+    """root/index.html: every day of the warehouse, linking the day pages found under root."""
+    keys = ("jobs", "ranks", "rejected_files", "simulations_ok", "simulations", "flagged", "regressions",
+            "improvements")
+    rows = []
+    for d in days:
+        folder = folder_of(d["date"])
+        page = f"{folder}/index.html" if _exists(f"{root}/{folder}/index.html") else None
+        rows.append({**{k: d.get(k) for k in keys}, "flagged_jobs": d.get("flagged_jobs") or [], "date": d["date"],
+                     "folder": folder, "page": page})
+    return _write(f"{root}/index.html", render("index.html.j2", days=rows))
 
 
 def add_report_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="write a day's fleet report: one self-contained HTML page (DIR/index.html)",
-        description="One page of a day of the nightly warehouse: jobs and rejects, device time by family across "
-        "the fleet, device time per job and the host-bound jobs, the best system per job, the representatives "
-        "and their estimate error, the synthetic jobs' fidelity. Plots inline; no network fetches.")
+        "report", help="write the fleet report's pages: an index of days, a page per day and per job",
+        description="Self-contained HTML pages of the nightly warehouse under DIR: DIR/index.html (every day, its "
+        "counts and flagged changes), DIR/date=<d>/index.html (what changed since the day before, then the day's "
+        "jobs, rejects, device time, simulated systems, representatives and synthetic jobs) and "
+        "DIR/date=<d>/job=<id>.html per job (per-rank step breakdown, top kernels, history, the comparison with "
+        "the day before) with a Perfetto timeline beside it. Plots inline; no scripts, no network fetches.")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL", help="the warehouse (default out/warehouse)")
-    p.add_argument("--date", metavar="YYYY-MM-DD", help="the day (default: the latest day of the traces table)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write index.html into")
+    p.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+                   help="the day (default: the latest day of the traces table); repeat it for several days")
+    p.add_argument("-o", "--output", metavar="DIR", help="the reports folder (default: WAREHOUSE/reports, where the "
+                   "nightly flow writes them)")
     p.set_defaults(run=cmd_report)
 
 
 def cmd_report(args) -> int:
-    url = write_report(args.warehouse, args.output, args.date)
-    print(f"wrote {url}", file=sys.stderr)
+    root = (args.output or args.warehouse.rstrip("/") + "/reports").rstrip("/")
+    dates = sorted(args.date) if args.date else [daily.open_day(args.warehouse).date]
+    for date in dates:  # oldest first, so that each day page finds the one before it
+        url = write_report(args.warehouse, f"{root}/{folder_of(date)}", date)
+        print(f"wrote {url}", file=sys.stderr)
+    print(f"index: {root}/index.html", file=sys.stderr)
     return 0
