@@ -16,7 +16,7 @@ for d in "$previous" "$day"; do
     .venv/bin/python -m tools.make_drop --root "$source_url" --date "$d" --other-formats
 done
 .venv/bin/python -m flows.nightly --date "$previous" --date "$day" --source "$source_url" \
-    --warehouse "$warehouse_url" | tee out/nightly.log | grep -v '^report: '
+    --warehouse "$warehouse_url" | tee out/nightly.log | grep -v '^report'
 echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
 .venv/bin/chakra query --warehouse "$warehouse_url" "
     SELECT topology, npus, count(*) AS jobs, round(avg(max_exposed_comm_ns) / 1e6, 3) AS avg_exposed_comm_ms,
@@ -35,5 +35,4 @@ job=gen-dp-000-n8
     --network pipeline/sweeps/Ring_8npus.yml --system pipeline/sweeps/ring_system.json -o "out/timelines/$job.json"
 echo "plots: out/plots/*.png; timeline: out/timelines/$job.json (ui.perfetto.dev)"
 echo "flagged changes on $day: chakra query --warehouse out/warehouse \"SELECT * FROM regressions WHERE date = '$day'\""
-grep '^report: ' out/nightly.log
-echo "report pages: out/warehouse/reports/index.html (every day; $day's opens with what changed)"
+grep '^report' out/nightly.log  # each day's page, then the index of days: last, where a newcomer looks

@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_summary(summary)
         reports.append(summary["report"])
     print("report: " + "\nreport: ".join(reports))
+    print("report pages: " + reports[-1].rsplit("/date=", 1)[0] + "/index.html (every day)")
     return 0
 
 

@@ -105,13 +105,15 @@ def diff(before: Side, after: Side) -> JobDiff:
 
 
 def _kernels(before: dict[str, dict], after: dict[str, dict]) -> list[dict]:
-    """Kernels by name, largest change of time first."""
+    """Kernels by name, largest change of time first; `changed` where the count differs or the
+    time moves beyond the floor of times (changes.FLOORS), so that a day's drift is not news."""
     rows = []
     for name in {*before, *after}:
         a, b = before.get(name), after.get(name)
-        status = "added" if a is None else "vanished" if b is None else "changed" if (
-            a["total_ns"] != b["total_ns"] or a["count"] != b["count"]) else "same"
         ns_a, ns_b = (a or {}).get("total_ns", 0), (b or {}).get("total_ns", 0)
+        moved = abs(ns_b - ns_a) > changes.FLOORS["ns"] * ns_a
+        status = "added" if a is None else "vanished" if b is None else "changed" if (
+            moved or a["count"] != b["count"]) else "same"
         rows.append({"name": name, "family": (b or a)["family"], "count_before": (a or {}).get("count", 0),
                      "count_after": (b or {}).get("count", 0), "ns_before": ns_a, "ns_after": ns_b,
                      "change": (ns_b - ns_a) / ns_a if ns_a else None, "status": status})
