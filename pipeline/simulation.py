@@ -13,11 +13,14 @@ import os
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
+
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.sim import reference
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
+from chakra_core.table_schema import TableSchema, column
 from pipeline.simulated_system import SimulatedSystem
 from pipeline.sweep_file import load_sweep_file
 from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
@@ -41,6 +44,16 @@ def reference_system(systems: list[SimulatedSystem]) -> SimulatedSystem:
 # where the time of the NPU that finishes last went (sim/breakdown.py): the columns add up to finish_ns
 PARTS = {"compute": "compute_ns", "host": "host_ns", "memory": "memory_ns", "communication": "exposed_comm_ns",
          "idle": "idle_ns"}
+# simulate_job's row: the `sim_results` table, the first columns of a sweep's (pipeline/sweep_table.py);
+# a simulation that did not run has an error and no times
+SIM_RESULTS = TableSchema("sim_results", (
+    column("job_id", pa.string()), column("system", pa.string()), column("topology", pa.string()),
+    column("npus", pa.int32()), column("traced_npus", pa.int32()), column("status", pa.string()),
+    column("error", pa.string(), nullable=True),
+    *(column(name, pa.int64(), nullable=True) for name in (
+        "finish_ns", "max_compute_ns", "max_cpu_ns", "max_exposed_comm_ns", "comm_ns")),
+    column("what_if", pa.string(), nullable=True),
+    *(column(name, pa.int64(), nullable=True) for name in (*PARTS.values(), "astra_exposed_comm_ns"))))
 
 
 def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, on: SimulatedSystem) -> dict:

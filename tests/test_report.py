@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 
+import pyarrow as pa
 import pytest
 
 from chakra_core.cli import main
@@ -33,12 +34,19 @@ def _warehouse(root) -> str:
         "representatives": [{"job_id": "gpu-gpt", "npus": 1, "representative": True, "weight": 2.0,
                              "estimate_error": 0.01}],
     }
-    for name in tables.SCHEMAS:
-        if name != "sweep_results":
-            tables.write_day(url, name, DATE, tables.from_rows(name, [
-                {k: int(v) if isinstance(v, float) and k.endswith("ns") else v for k, v in r.items()}
-                for r in rows.get(name, [])]))
+    for name in tables.TABLES:
+        tables.write_day(url, name, DATE, tables.from_rows(name, [
+            {**_placeholders(name), **{k: int(v) if isinstance(v, float) and k.endswith("ns") else v
+                                       for k, v in r.items()}} for r in rows.get(name, [])]))
     return url
+
+
+def _placeholders(table: str) -> dict:
+    """A value for each required column the report does not read (the rows above give the rest)."""
+    def value(kind: pa.DataType):
+        return "" if pa.types.is_string(kind) else False if pa.types.is_boolean(kind) else 0
+
+    return {c.name: value(c.type) for c in tables.TABLES[table].columns if not c.nullable}
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from chakra_core.analysis import device_time
 from chakra_core.analysis.device_time import CAUSES
 from chakra_core.analysis.facade import VARIANTS, JobAnalysis
 from chakra_core.analysis.history import fingerprint
 from chakra_core.analysis.predicted import prediction_system
+from chakra_core.table_schema import TableSchema, column
 
+# the step figures (device_time.STEP) a device_verdicts row keeps, declared (types, nulls) with the steps
 VERDICT_FIGURES = ("span_ns", "busy_ns", "compute_ns", "busy_share", *(f"idle_{c}_ns" for c in CAUSES),
                    "exposed_comm_ns", "overlap", "launches", "launch_delay_p50_ns", "bound")
+
+# The record's tables (the nightly adds its run_id: pipeline/tables.py)
+_JOB, _RANK, _VARIANT = column("job_id", pa.string()), column("rank", pa.int32()), column("variant", pa.string())
+DEVICE_TIME = TableSchema("device_time", (_JOB, _RANK, _VARIANT, *device_time.FAMILY.columns))
+DEVICE_VERDICTS = TableSchema("device_verdicts", (
+    _JOB, _RANK, _VARIANT, column("system", pa.string()),
+    *(device_time.STEP.field(name) for name in VERDICT_FIGURES),
+    column("steps", pa.int32())))
+KERNELS = TableSchema("kernels", (_JOB, *device_time.TOP.columns, column("ranks", pa.int32())))
 
 
 @dataclass
