@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
 from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, network_from_document, read_document, system_from_document
-from pipeline.simulated_system import (
+from pipeline.sweep_point import (
     NETWORK_KEYS,
     OPTIONS,
     PER_DIMENSION_SYSTEM_KEYS,
-    SimulatedSystem,
+    SweepPoint,
     column_name,
     condition_values,
     network_values,
@@ -83,12 +83,12 @@ class _Draft:
 
 @dataclass(frozen=True)
 class Sweep:
-    points: list[SimulatedSystem]
+    points: list[SweepPoint]
     where: list[Condition]  # the conditions on traced_npus, checked per job (the others pruned the grid)
     columns: list[str]  # the parameter columns, in grid order
     cost: dict[str, float]
 
-    def points_for(self, traced_npus: int) -> list[SimulatedSystem]:
+    def points_for(self, traced_npus: int) -> list[SweepPoint]:
         """The points a job of `traced_npus` ranks is simulated on."""
         if not self.where:
             return self.points
@@ -276,7 +276,7 @@ def _spread(value, dims: int) -> list:
     return list(value) if isinstance(value, list) else [value] * dims
 
 
-def _configured(path: str, drafts: list[_Draft]) -> list[SimulatedSystem]:
+def _configured(path: str, drafts: list[_Draft]) -> list[SweepPoint]:
     """The systems with their network and system objects, each distinct configuration made once by
     the simulator's own validation (so that a bad value is found before any simulation, named by
     its key)."""
@@ -288,7 +288,7 @@ def _configured(path: str, drafts: list[_Draft]) -> list[SimulatedSystem]:
             made[text] = _made(path, p.name, what, document, make)
         return made[text]
 
-    return [SimulatedSystem(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
+    return [SweepPoint(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
                             config(p, "system", p.system, system_from_document), p.mode, p.scaling, p.swept, p.key)
             for p in drafts]
 

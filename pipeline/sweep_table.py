@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from chakra_core.outputs import open_output
 from pipeline.layout import filesystem, join, sweep_table_dir
-from pipeline.simulated_system import SimulatedSystem
+from pipeline.sweep_point import SweepPoint
 from pipeline.sweep_file import SweepError
 from pipeline.tables import SCHEMAS
 
@@ -41,7 +41,7 @@ def sweep_folder(warehouse: str, name: str, date: str | None = None) -> str:
     return sweep_table_dir(warehouse, name, date)
 
 
-def schema(columns: list[str], points: list[SimulatedSystem]) -> pa.Schema:
+def schema(columns: list[str], points: list[SweepPoint]) -> pa.Schema:
     """The table's schema for a sweep with these parameter columns (their types from the points' values)."""
     params = []
     for column in columns:

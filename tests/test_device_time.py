@@ -181,8 +181,8 @@ def test_verdicts_of_the_runs(converted):
 
 
 def test_predicted_variant_takes_any_system_file(converted):
-    reference = JobAnalysis.from_files(converted["mlp_tiny"], system=None).gpu()[0]["predicted"]
-    given = JobAnalysis.from_files(converted["mlp_tiny"], system=str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
+    reference = JobAnalysis.from_files(converted["mlp_tiny"], prediction_file=None).gpu()[0]["predicted"]
+    given = JobAnalysis.from_files(converted["mlp_tiny"], prediction_file=str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
     figures = given.gpu()[0]["predicted"]
     assert figures["system"].endswith("Ring_4chunks.json") and reference["system"] == "reference"
     assert {k: v for k, v in figures.items() if k != "system"} == {k: v for k, v in reference.items() if k != "system"}

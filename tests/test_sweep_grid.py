@@ -13,7 +13,7 @@ import pytest
 from chakra_core.generate.workloads import generate
 from chakra_core.sim import reference
 from chakra_core.sim.config import load_system
-from pipeline.simulated_system import network_values
+from pipeline.sweep_point import network_values
 from pipeline.sweep_file import SweepError, load_sweep_file
 from pipeline.sweep_jobs import Sources
 from pipeline.sweep_run import batches, plan

@@ -17,7 +17,7 @@ from pipeline import history, jobs, tables
 from pipeline.drop import list_day
 from pipeline.jobs import process_job
 from pipeline.represent import representatives_table
-from pipeline.simulation import load_sweep, reference_system, simulate_row
+from pipeline.simulation import load_sweep, reference_point, simulate_row
 
 DATE = "2026-11-26"
 TOY = TableSchema("toy", (column("job_id", pa.string()), column("ns", pa.int64()),
@@ -101,7 +101,7 @@ def test_each_jobs_rows_have_their_tables_columns(day):
 def test_simulations_history_and_representatives_have_their_tables_columns(day):
     warehouse, found = day
     converted = [o for o in found["outcomes"] if o.prefix]
-    reference = reference_system(load_sweep())
+    reference = reference_point(load_sweep())
     sims = [simulate_row(o.job_id, o.prefix, o.ranks, o.comm_groups, reference) for o in converted]
     _exact("sim_results", sims)
     day_tables = {"traces": tables.from_rows("traces", [r for o in converted for r in o.traces]),

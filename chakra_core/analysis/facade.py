@@ -29,25 +29,25 @@ VARIANTS = ("recorded", "predicted")
 
 
 class JobAnalysis:
-    """`system`: the system file of the device analysis's predicted variant (predicted.py);
+    """`prediction_file`: the system file of the device analysis's predicted variant (predicted.py);
     `predict` False leaves that variant out (e.g. for a job of which some ranks are missing).
     `ranks`: the rank of each of the job's tables when it holds only some of them (default 0..N-1);
     every table is labelled with it."""
 
-    def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM,
+    def __init__(self, job: Job, prefix: str | None = None, prediction_file: str | None = predicted.PREDICTION_SYSTEM,
                  predict: bool = True, ranks: list[int] | None = None):
         self.job = job
         self.prefix = prefix or job.name  # how findings name a rank's file
-        self.system = system
+        self.prediction_file = prediction_file
         self.predict = predict
         self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
         self.ranks = list(range(job.npus)) if ranks is None else ranks
         self._tables = dict(zip(self.ranks, job.tables))
 
     @classmethod
-    def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
-                   ) -> JobAnalysis:
-        return cls(Job.read(prefix, npus), prefix, system)
+    def from_files(cls, prefix: str, npus: int | None = None,
+                   prediction_file: str | None = predicted.PREDICTION_SYSTEM) -> JobAnalysis:
+        return cls(Job.read(prefix, npus), prefix, prediction_file)
 
     @cached_property
     def _trace_rows(self) -> list[dict]:
@@ -96,7 +96,7 @@ class JobAnalysis:
                              for r in self.device_ranks}, "predicted": {}}
         if self.device_ranks and self.prediction_error is None:
             try:
-                timeline = predicted.predict(self.job, predicted.prediction_system(self.system)[0]).timeline
+                timeline = predicted.predict(self.job, predicted.prediction_system(self.prediction_file)[0]).timeline
             except ChakraError as exc:
                 self.prediction_error = str(exc)
                 return work
@@ -126,7 +126,7 @@ class JobAnalysis:
             figures = device_time.summary(work)
             ahead = device_time.summary(forecast[rank]) if rank in forecast else None
             if ahead is not None:
-                ahead["system"] = predicted.prediction_system(self.system)[1]
+                ahead["system"] = predicted.prediction_system(self.prediction_file)[1]
             out[rank] = {**figures, "recorded_bound": figures["bound"], "bound": ahead and ahead["bound"],
                          "predicted": ahead}
         return out

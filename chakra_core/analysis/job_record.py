@@ -59,7 +59,7 @@ def device_rows(analysis: JobAnalysis) -> tuple[list[dict], list[dict]]:
     job_id = analysis.job.name
     if not analysis.device_ranks:
         return [], []
-    system = prediction_system(analysis.system)[1]
+    system = prediction_system(analysis.prediction_file)[1]
     times, verdicts = [], []
     for variant in VARIANTS:
         label = "recorded" if variant == "recorded" else system

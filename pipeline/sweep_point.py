@@ -1,4 +1,5 @@
-"""A simulated system: what one simulation of a job runs on, from the sweep file to the row.
+"""A sweep point: what one simulation of a job runs on (a named system or a grid point of a
+sweep file; "system" itself is only ever the simulator's SystemConfig), from the file to the row.
 
 It holds the simulator's own network and system objects (chakra_core.sim.config) and its
 options; a sweep's parameter columns, the values its `where` conditions see and the cost are
@@ -21,7 +22,7 @@ OPTIONS = {"mode": ("unaware", "aware"), "scaling": ("weak", "strong")}
 
 
 @dataclass(frozen=True)
-class SimulatedSystem:
+class SweepPoint:
     """One system a job is simulated on (a named system or a grid point of a sweep file)."""
 
     name: str
