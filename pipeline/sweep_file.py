@@ -37,6 +37,7 @@ from pipeline.sweep_point import (
     condition_values,
     network_values,
     parameter_columns,
+    split_column,
 )
 from pipeline.sweep_where import Condition, parse_where
 
@@ -132,20 +133,16 @@ def _is_name(name: str) -> bool:
     """Whether `where` may name it: a parameter column, a derived figure or traced_npus."""
     if name in ("total_npus", "dims", "traced_npus", *OPTIONS):
         return True
-    key, _, index = name.rpartition("_")
+    key, dimension = split_column(name)
     per_dimension = {column_name(k) for k in (*NETWORK_KEYS, *PER_DIMENSION_SYSTEM_KEYS)}
     scalar = {column_name(k) for k in ASTRA_SIM_SYSTEM_KEYS if k not in PER_DIMENSION_SYSTEM_KEYS}
-    return (index.isdigit() and key in per_dimension) or name in scalar
+    return (dimension is not None and key in per_dimension) or name in scalar
 
 
 def _in_order(columns: list[str]) -> list[str]:
     """Per-dimension columns together: topology_0, topology_1, npus_count_0, ..."""
-    def split(column: str) -> tuple[str, int]:
-        key, _, index = column.rpartition("_")
-        return (key, int(index)) if index.isdigit() else (column, 0)
-
-    keys = list(dict.fromkeys(split(c)[0] for c in columns))
-    return sorted(columns, key=lambda c: (keys.index(split(c)[0]), split(c)[1]))
+    keys = list(dict.fromkeys(split_column(c)[0] for c in columns))
+    return sorted(columns, key=lambda c: (keys.index(split_column(c)[0]), split_column(c)[1] or 0))
 
 
 def _read(path: str, base: str, name: str, what: str) -> dict:

@@ -24,6 +24,7 @@ import pyarrow as pa
 from chakra_core.analysis import device_time, device_work, predicted, stats, validate
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job, rank_url
+from chakra_core.sim.config import SystemConfig
 
 VARIANTS = ("recorded", "predicted")
 
@@ -89,6 +90,17 @@ class JobAnalysis:
         return [rank for rank, table in self._tables.items() if device_work.has_device_work(table)]
 
     @cached_property
+    def _prediction(self) -> tuple[SystemConfig, str]:
+        """The predicted variant's system and its label, its file read once per job; ConfigError
+        for a bad file (not cached: every use raises it)."""
+        return predicted.prediction_system(self.prediction_file)
+
+    @property
+    def prediction_label(self) -> str:
+        """What the predicted variant ran with (device_verdicts' `system`): the file, or its name."""
+        return self._prediction[1]
+
+    @cached_property
     def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
         """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
         tables = self._tables
@@ -96,7 +108,7 @@ class JobAnalysis:
                              for r in self.device_ranks}, "predicted": {}}
         if self.device_ranks and self.prediction_error is None:
             try:
-                timeline = predicted.predict(self.job, predicted.prediction_system(self.prediction_file)[0]).timeline
+                timeline = predicted.predict(self.job, self._prediction[0]).timeline
             except ChakraError as exc:
                 self.prediction_error = str(exc)
                 return work
@@ -126,7 +138,7 @@ class JobAnalysis:
             figures = device_time.summary(work)
             ahead = device_time.summary(forecast[rank]) if rank in forecast else None
             if ahead is not None:
-                ahead["system"] = predicted.prediction_system(self.prediction_file)[1]
+                ahead["system"] = self.prediction_label
             out[rank] = {**figures, "recorded_bound": figures["bound"], "bound": ahead and ahead["bound"],
                          "predicted": ahead}
         return out

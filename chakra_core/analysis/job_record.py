@@ -18,7 +18,6 @@ from chakra_core.analysis import device_time
 from chakra_core.analysis.device_time import CAUSES
 from chakra_core.analysis.facade import VARIANTS, JobAnalysis
 from chakra_core.analysis.history import fingerprint
-from chakra_core.analysis.predicted import prediction_system
 from chakra_core.table_schema import TableSchema, column
 
 # the step figures (device_time.STEP) a device_verdicts row keeps, declared (types, nulls) with the steps
@@ -59,10 +58,9 @@ def device_rows(analysis: JobAnalysis) -> tuple[list[dict], list[dict]]:
     job_id = analysis.job.name
     if not analysis.device_ranks:
         return [], []
-    system = prediction_system(analysis.prediction_file)[1]
     times, verdicts = [], []
     for variant in VARIANTS:
-        label = "recorded" if variant == "recorded" else system
+        label = "recorded" if variant == "recorded" else analysis.prediction_label
         times += [{"job_id": job_id, "variant": variant, **row} for row in analysis.device_families(variant).to_pylist()]
         steps = analysis.device_steps(variant).to_pylist()
         counts = Counter(row["rank"] for row in steps if row["step"] != "all")

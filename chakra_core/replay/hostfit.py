@@ -20,14 +20,11 @@ import numpy as np
 from chakra_core.format.job import Job
 from chakra_core.format.columns import device_compute
 from chakra_core.replay.calibrate import CalibrationError, unprofiled_ns, unprofiled_steps_of
-from chakra_core.sim.config import HostOverhead, NetworkConfig, SystemConfig
+from chakra_core.sim.config import HostOverhead, SystemConfig
 from chakra_core.sim.engine import simulate
 
 START = (0.2, 10_000.0)  # scale, launch_ns: where the search starts (near the shipped fit)
 MAX_EVALUATIONS = 200
-
-
-REFERENCE_LINK = {"latency_ns": 500.0, "bandwidth_gbps": 50.0}  # ASTRA-sim's example network's links
 
 
 def has_device_work(job: Job) -> bool:
@@ -80,13 +77,3 @@ def _model(x) -> HostOverhead | None:
     if not (0 < scale <= 1 and 0 <= launch_ns <= 1e7):
         return None
     return HostOverhead(scale=scale, launch_ns=launch_ns)
-
-
-def reference_ring(npus: int, latency_ns: float = REFERENCE_LINK["latency_ns"],
-                   bandwidth_gbps: float = REFERENCE_LINK["bandwidth_gbps"]) -> NetworkConfig:
-    """A ring of npus (ASTRA-sim's example link by default): the network of a job with no
-    collectives to fit one on."""
-    from chakra_core.sim.config import network_from_document
-
-    return network_from_document("<ring>", {"topology": ["Ring"], "npus_count": [npus],
-                                            "bandwidth": [bandwidth_gbps], "latency": [latency_ns]})

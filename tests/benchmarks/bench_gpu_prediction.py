@@ -28,14 +28,14 @@ sys.path.insert(0, str(REPO))
 from chakra_core.convert.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
-from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_ns  # noqa: E402
-from chakra_core.replay.hostfit import fit_host_overhead, reference_ring  # noqa: E402
+from chakra_core.replay.calibrate import calibrated_system, compute_scale, unprofiled_ns  # noqa: E402
+from chakra_core.replay.hostfit import fit_host_overhead  # noqa: E402
+from chakra_core.sim.reference import reference_network  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.config import (  # noqa: E402
     DEFAULT_HOST_OVERHEAD_SYSTEM,
     HostOverhead,
     load_system,
-    system_from_document,
 )
 from chakra_core.sim.engine import simulate  # noqa: E402
 
@@ -51,16 +51,16 @@ def main(runs: list[Path]) -> None:
         convert_job(str(run), str(work / run.name), "job")
         prefix = str(work / run.name / "job")
         jobs.append((prefix, Job.read(prefix)))
-    system = system_from_document("<calibrated>", system_json())
+    system = calibrated_system()
     reference = load_system(str(REFERENCE_SYSTEM))
     shipped = load_system(DEFAULT_HOST_OVERHEAD_SYSTEM)
-    everything = fit_host_overhead(jobs, reference_ring, system)
+    everything = fit_host_overhead(jobs, reference_network, system)
     print(f"fitted on all: scale {everything['scale']:.4f}, launch {everything['launch_ns'] / 1e3:.2f} us")
     print(f"{'run':30} {'recorded':>10} {'as recorded':>12} {'compute-scale':>14} {'shipped model':>14} "
           f"{'model, all':>11} {'model, others':>14}")
     for k, (prefix, job) in enumerate(jobs):
         measured = unprofiled_ns(prefix, job.tables[0])
-        network = reference_ring(job.npus)
+        network = reference_network(job.npus)
         as_recorded = simulate(job, network, reference).finish_ns
         scaled = simulate(job, network, reference, compute_scale=compute_scale(prefix)).finish_ns
         model = HostOverhead(scale=everything["scale"], launch_ns=everything["launch_ns"])
@@ -69,7 +69,7 @@ def main(runs: list[Path]) -> None:
         others = [j for i, j in enumerate(jobs) if i != k]
         held_out = "-"
         if others:
-            fit = fit_host_overhead(others, reference_ring, system)
+            fit = fit_host_overhead(others, reference_network, system)
             alone = HostOverhead(scale=fit["scale"], launch_ns=fit["launch_ns"])
             held_out = f"{simulate(job, network, reference.model_copy(update={'host_overhead': alone})).finish_ns / measured - 1:+.1%}"
         span = max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(job.npus))
