@@ -24,6 +24,9 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
@@ -45,8 +48,6 @@ DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
 REFERENCE = "reference"  # a named system's (or the grid's) system: chakra_core/sim/reference.py's
 GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS)
-COST_KEYS = ("npus", "bandwidth")
-FILE_KEYS = ("systems", "grid", "system", "network", "where", "cost")
 # the network keys a grid need not give: the reference network's (npus_count has no default)
 NETWORK_DEFAULTS = {"topology": "Ring", "bandwidth": reference.BANDWIDTH_GBPS, "latency": reference.LATENCY_NS}
 # a grid this many times the limit is refused before expanding it: `where` could not prune it in time
@@ -55,6 +56,66 @@ EXPANSION_FACTOR = 10
 
 class SweepError(ChakraError):
     """A sweep that cannot run: one line naming the file (or option) and the key."""
+
+
+class _FileModel(BaseModel):
+    """Frozen, no unknown keys, no conversions (a bandwidth of "50" or a mode of 1 is an error)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class _NamedSystem(_FileModel):
+    model_config = ConfigDict(coerce_numbers_to_str=True)
+
+    name: str = Field(strict=False, description="the row's `system`; a number is taken as its text")
+    network: str = Field(description=f"a network file, or {NATIVE_RING}: a Ring of the job's own ranks")
+    system: str = Field(description=f"a system file, or {REFERENCE}: chakra_core/sim/reference.py's")
+    mode: Literal[OPTIONS["mode"]] = "unaware"
+    scaling: Literal[OPTIONS["scaling"]] = "weak"
+
+
+class _Cost(_FileModel):
+    npus: float | None = Field(None, ge=0, description="price of an NPU")
+    bandwidth: float | None = Field(None, ge=0, description="price of a GB/s of one NPU's link, per dimension")
+
+
+class _SweepFile(_FileModel):
+    """The sweep file's keys (the module's docstring); a grid's shape is checked by _check_grid
+    and its values by the simulator's own models, when its points are made."""
+
+    systems: list[_NamedSystem] | None = None
+    grid: Any = None
+    system: str = REFERENCE
+    network: str | None = None
+    where: Any = None  # sweep_where.parse_where's
+    cost: _Cost | None = None
+
+    @model_validator(mode="after")
+    def _something_to_simulate(self) -> _SweepFile:
+        if self.systems is None and self.grid is None:
+            raise ValueError("expected `systems: [{name, network, system}, ...]` or `grid: {key: [values]}`")
+        return self
+
+
+def _validated(path: str, document) -> _SweepFile:
+    """The file's model; SweepError: every problem on one line, each named by its key's path."""
+    try:
+        return _SweepFile.model_validate(document)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors(include_url=False):
+            key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+            if e["type"] == "extra_forbidden":
+                message = "unknown key" + ("" if len(e["loc"]) > 1 else
+                                           f"; a sweep file has {', '.join(_SweepFile.model_fields)}")
+            elif e["type"] == "missing":
+                message = "missing"
+            else:
+                message = e["msg"].removeprefix("Value error, ")
+                if "input" in e and not isinstance(e["input"], (dict, list)) and e["type"] != "value_error":
+                    message += f", got {e['input']!r}"
+            problems.append(f"{key}: {message}" if key else message)
+        raise SweepError(f"{path}: " + "; ".join(problems)) from None
 
 
 @dataclass(frozen=True)
@@ -104,17 +165,12 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
         _, document = read_document(path)
     except ChakraError as exc:
         raise SweepError(str(exc)) from None
-    unknown = [k for k in document if k not in FILE_KEYS]
-    if unknown:
-        raise SweepError(f"{path}: {unknown[0]}: unknown key; a sweep file has {', '.join(FILE_KEYS)}")
-    if "systems" not in document and "grid" not in document:
-        raise SweepError(f"{path}: expected `systems: [{{name, network, system}}, ...]` or `grid: {{key: [values]}}`")
+    spec = _validated(path, document)
     base = os.path.dirname(os.path.abspath(path)) if "://" not in path else path.rsplit("/", 1)[0]
-    conditions = parse_where(path, document.get("where"), _is_name)
-    points = _named_points(path, base, document.get("systems"))
-    if "grid" in document:
-        points += _grid_points(path, base, document, [c for c in conditions if not c.uses("traced_npus")],
-                               max_points)
+    conditions = parse_where(path, spec.where, _is_name)
+    points = _named_points(path, base, spec.systems or [])
+    if spec.grid is not None:
+        points += _grid_points(path, base, spec, [c for c in conditions if not c.uses("traced_npus")], max_points)
     unique: dict[str, _Draft] = {}
     for p in points:  # one of each configuration (grids may overlap), the first kept
         unique.setdefault(p.key, p)
@@ -126,7 +182,7 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
     points = _configured(path, drafts)
     columns = _in_order(list(dict.fromkeys(c for p in points for c in p.params)))
     return Sweep(points, [c for c in conditions if c.uses("traced_npus")], columns,
-                 _cost(path, document.get("cost")))
+                 spec.cost.model_dump(exclude_none=True) if spec.cost else {})
 
 
 def _is_name(name: str) -> bool:
@@ -165,19 +221,9 @@ def _base_network(path: str, base: str, name: str) -> dict:
     return network_values(_made(path, name, "network", document, network_from_document))
 
 
-def _named_points(path: str, base: str, systems) -> list[_Draft]:
-    if systems is None:
-        return []
-    if not isinstance(systems, list) or not all(isinstance(s, dict) for s in systems):
-        raise SweepError(f"{path}: systems: expected a list of {{name, network, system}}")
-    points = []
-    for i, entry in enumerate(systems):
-        missing = [k for k in ("name", "network", "system") if k not in entry]
-        if missing:
-            raise SweepError(f"{path}: systems[{i}]: {missing[0]}: missing (each system has name, network, system)")
-        network = None if entry["network"] == NATIVE_RING else _read(path, base, entry["network"], "network")
-        options = {k: _option(path, f"systems[{i}].{k}", entry[k]) for k in OPTIONS if k in entry}
-        points.append(_Draft(str(entry["name"]), network, _read(path, base, entry["system"], "system"), **options))
+def _named_points(path: str, base: str, systems: list[_NamedSystem]) -> list[_Draft]:
+    points = [_Draft(entry.name, None if entry.network == NATIVE_RING else _read(path, base, entry.network, "network"),
+                     _read(path, base, entry.system, "system"), entry.mode, entry.scaling) for entry in systems]
     names = [p.name for p in points]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -192,10 +238,11 @@ def _option(path: str, key: str, value) -> str:
     return value
 
 
-def _grid_points(path: str, base: str, document: dict, conditions: list[Condition], max_points: int) -> list[_Draft]:
-    grids = document["grid"] if isinstance(document["grid"], list) else [document["grid"]]
-    system = _read(path, base, document.get("system", REFERENCE), "system")
-    network = _base_network(path, base, document["network"]) if "network" in document else {}
+def _grid_points(path: str, base: str, spec: _SweepFile, conditions: list[Condition], max_points: int
+                 ) -> list[_Draft]:
+    grids = spec.grid if isinstance(spec.grid, list) else [spec.grid]
+    system = _read(path, base, spec.system, "system")
+    network = _base_network(path, base, spec.network) if spec.network is not None else {}
     for i, grid in enumerate(grids):
         _check_grid(path, f"grid[{i}]" if len(grids) > 1 else "grid", grid)
     swept = tuple(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
@@ -297,16 +344,3 @@ def _made(path: str, name: str, what: str, document: dict, make):
         key = getattr(exc, "key", None)
         detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
         raise SweepError(f"{path}: {name}: {what} {detail}") from None
-
-
-def _cost(path: str, cost) -> dict[str, float]:
-    if cost is None:
-        return {}
-    if not isinstance(cost, dict):
-        raise SweepError(f"{path}: cost: expected a mapping like {{bandwidth: 0.01}}")
-    for key, rate in cost.items():
-        if key not in COST_KEYS:
-            raise SweepError(f"{path}: cost: {key}: unknown key; cost keys: {', '.join(COST_KEYS)}")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
-            raise SweepError(f"{path}: cost: {key}: expected a number >= 0, got {rate!r}")
-    return {k: float(v) for k, v in cost.items()}
