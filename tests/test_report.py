@@ -8,8 +8,8 @@ import re
 import shutil
 import subprocess
 
-import pyarrow as pa
 import pytest
+from table_rows import complete
 
 from chakra_core.cli import main
 from pipeline import tables
@@ -36,17 +36,9 @@ def _warehouse(root) -> str:
     }
     for name in tables.TABLES:
         tables.write_day(url, name, DATE, tables.from_rows(name, [
-            {**_placeholders(name), **{k: int(v) if isinstance(v, float) and k.endswith("ns") else v
-                                       for k, v in r.items()}} for r in rows.get(name, [])]))
+            complete(name, {k: int(v) if isinstance(v, float) and k.endswith("ns") else v for k, v in r.items()})
+            for r in rows.get(name, [])]))
     return url
-
-
-def _placeholders(table: str) -> dict:
-    """A value for each required column the report does not read (the rows above give the rest)."""
-    def value(kind: pa.DataType):
-        return "" if pa.types.is_string(kind) else False if pa.types.is_boolean(kind) else 0
-
-    return {c.name: value(c.type) for c in tables.TABLES[table].columns if not c.nullable}
 
 
 @pytest.fixture(scope="module")
