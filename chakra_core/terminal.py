@@ -24,6 +24,15 @@ def printable(text: str) -> str:
                    for c in text)
 
 
+def human_bytes(size: float, compact: bool = False) -> str:
+    """A size in binary units as humanize spells them (`512 Bytes`, `1.5 KiB`, `64.0 MiB`): the
+    one way sizes are written for people. compact: without a trailing `.0` (`64 MiB`, axis ticks)."""
+    import humanize
+
+    text = humanize.naturalsize(size, binary=True, format="%.1f")
+    return text.replace(".0 ", " ") if compact else text
+
+
 def console():
     """A rich Console on stdout: the terminal's width there, unlimited width in a pipe."""
     from rich.console import Console

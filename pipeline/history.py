@@ -18,11 +18,23 @@ import pyarrow.parquet as pq
 
 from chakra_core.analysis import changes
 from chakra_core.analysis.history import figures, unit
-from pipeline.layout import filesystem, join
-from pipeline.tables import PART, from_rows
+from chakra_core.table_schema import TableSchema, column
+from pipeline.jobs import KERNELS
+from pipeline.layout import PART, filesystem, join
 
 HISTORY_DAYS = 28
 HISTORY_COLUMNS = ["job_id", "fingerprint", "metric", "value"]
+
+_JOB, _METRIC, _RUN = column("job_id", pa.string()), column("metric", pa.string()), column("run_id", pa.string())
+# history_rows' rows: one per job and metric
+JOB_HISTORY = TableSchema("job_history", (_JOB, column("fingerprint", pa.string()), _METRIC,
+                                          column("value", pa.float64()), column("unit", pa.string()), _RUN))
+# regression_rows': a changed program has no values to compare; a change without history, no noise
+REGRESSIONS = TableSchema("regressions", (
+    _JOB, _METRIC, *(column(name, pa.float64(), nullable=True) for name in ("before", "after", "change")),
+    column("threshold", pa.float64()), column("noise", pa.float64(), nullable=True), column("kind", pa.string()),
+    column("cause", pa.string()), column("explained", pa.float64(), nullable=True),
+    column("baseline_date", pa.date32()), column("history_days", pa.int32()), _RUN))
 
 
 def history_rows(day_tables: Mapping[str, pa.Table], fingerprints: Mapping[str, str], reference: str,
@@ -106,5 +118,5 @@ def memory_tables(day_tables: Mapping[str, pa.Table], fingerprints: Mapping[str,
                   reference: str, history: Mapping[str, list], run_id: str) -> dict[str, pa.Table]:
     """The night's job_history, kernels and regressions tables."""
     today = history_rows(day_tables, fingerprints, reference, run_id)
-    return {"job_history": from_rows("job_history", today), "kernels": from_rows("kernels", kernels),
-            "regressions": from_rows("regressions", regression_rows(today, history, run_id))}
+    return {"job_history": JOB_HISTORY.from_rows(today), "kernels": KERNELS.from_rows(kernels),
+            "regressions": REGRESSIONS.from_rows(regression_rows(today, history, run_id))}

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from chakra_core.analysis.facade import JobAnalysis
+from chakra_core.analysis import job_record, stats
 from chakra_core.analysis.job_record import JobRecord, record_job
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, read_comm_groups
 from chakra_core.inputs import InputHashes, content_hashes
 from chakra_core.outputs import open_output
+from chakra_core.table_schema import TableSchema, column
 from pipeline.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
 from pipeline.layout import (
     filesystem,
@@ -32,7 +34,21 @@ from pipeline.layout import (
     staging_dir,
     traces_dir,
 )
-from pipeline.tables import SCHEMAS
+
+# The tables of a job's files and traces (every row made here; rejects of files outside job folders: run.py)
+_JOB, _FILE, _RUN = column("job_id", pa.string()), column("file", pa.string()), column("run_id", pa.string())
+INGEST_LOG = TableSchema("ingest_log", (
+    _JOB, _FILE, column("kind", pa.string()), column("bytes", pa.int64()), column("sha256", pa.string()),
+    column("status", pa.string()), column("duplicate_of", pa.string(), nullable=True), _RUN))
+REJECTS = TableSchema("rejects", (  # no job: a file outside job folders; no sha256: a file never opened
+    column("job_id", pa.string(), nullable=True), _FILE, column("bytes", pa.int64()),
+    column("sha256", pa.string(), nullable=True), column("stage", pa.string()), column("reason", pa.string()), _RUN))
+TRACES = TableSchema("traces", (_JOB, column("rank", pa.int32()), column("path", pa.string()),
+                                column("source_format", pa.string()), *stats.TRACE_ROW.columns))
+COLLECTIVES = TableSchema("collectives", (_JOB, column("rank", pa.int32()), *stats.COLLECTIVE_ROWS.columns))
+# the job record's device and kernel rows, with the night's run id
+DEVICE_TIME, DEVICE_VERDICTS, KERNELS = (t.extended(back=[_RUN]) for t in (
+    job_record.DEVICE_TIME, job_record.DEVICE_VERDICTS, job_record.KERNELS))
 
 
 @dataclass
@@ -157,8 +173,8 @@ def _summarise(job: JobInput, tables: list[pa.Table], paths: list[str], groups: 
     collectives = None
     if record.collectives is not None:
         found = record.collectives
-        collectives = found.add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())) \
-            .cast(SCHEMAS["collectives"])
+        collectives = COLLECTIVES.from_table(
+            found.add_column(0, "job_id", pa.array([job.job_id] * found.num_rows, pa.string())))
     return rows, collectives, record
 
 

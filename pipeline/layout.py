@@ -15,8 +15,11 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 T = TypeVar("T")
+PART = "part-0.parquet"  # each table and day is ONE Parquet object (pipeline/tables.py)
 RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, then back
 # Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
 PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError)
@@ -125,6 +128,17 @@ def publish(staging: str, final: str) -> None:
 def table_dir(warehouse: str, table: str, date: str) -> str:
     """tables/<table>/date=<d> (an ad hoc sweep's parts: sweep_table_dir)."""
     return join(warehouse, "tables", table, f"date={date}")
+
+
+def table_part(warehouse: str, table: str, date: str) -> str:
+    """The one Parquet object of a table and day (pipeline/tables.py writes it)."""
+    return join(table_dir(warehouse, table, date), PART)
+
+
+def read_day(warehouse: str, table: str, date: str) -> pa.Table:
+    fs, path = filesystem(table_part(warehouse, table, date))
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f)
 
 
 def sweep_table_dir(warehouse: str, name: str, date: str | None = None) -> str:

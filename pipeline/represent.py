@@ -22,9 +22,20 @@ from chakra_core.analysis.select import (
     SelectionError,
     select_representatives,
 )
-from pipeline.tables import from_rows
+from chakra_core.table_schema import TableSchema, column
 
 DEFAULT_REPRESENTATIVES = 8
+# representatives_table's rows: a job that could not be placed has only its status (the reason)
+REPRESENTATIVES = TableSchema("representatives", (
+    column("job_id", pa.string()), column("npus", pa.int32(), nullable=True),
+    column("family", pa.string(), nullable=True), column("cluster", pa.int32(), nullable=True),
+    column("representative", pa.bool_(), nullable=True),
+    *(column(name, pa.float64(), nullable=True) for name in ("distance", "weight")),
+    column("finish_ns", pa.int64(), nullable=True),
+    *(column(name, pa.float64(), nullable=True) for name in (
+        "cluster_time_share", "cluster_estimate_error", "coverage", "estimate_error")),
+    *(column(name, pa.string(), nullable=True) for name in ("estimate_errors", "estimates")),
+    column("k", pa.int32(), nullable=True), column("status", pa.string()), column("run_id", pa.string())))
 
 
 def job_summaries(traces: pa.Table, reference_rows: list[dict]) -> tuple[list[JobSummary], dict[str, str]]:
@@ -67,4 +78,4 @@ def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, 
             rows += _selected_rows(select_representatives(summaries, min(k, len(summaries))), summaries, run_id)
         except SelectionError as exc:
             rows += [{"job_id": s.job_id, "status": f"not selected: {exc}", "run_id": run_id} for s in summaries]
-    return from_rows("representatives", sorted(rows, key=lambda r: r["job_id"]))
+    return REPRESENTATIVES.from_rows(sorted(rows, key=lambda r: r["job_id"]))

@@ -22,8 +22,8 @@ from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
 from pipeline.layout import remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
-from pipeline.simulated_system import SimulatedSystem
-from pipeline.simulation import reference_system, simulate_row
+from pipeline.sweep_point import SweepPoint
+from pipeline.simulation import reference_point, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
 from pipeline.tables import SCHEMAS, empty, from_rows
 
@@ -62,7 +62,7 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> tu
     return process_job(job, date, warehouse, run_id), ray.get_runtime_context().get_node_id()
 
 
-def run_day(date: str, source: str, warehouse: str, systems: list[SimulatedSystem],
+def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             progress: Callable[[str, int, int], None] | None = None,
             representatives: int = DEFAULT_REPRESENTATIVES,
             synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct) -> DayResult:
@@ -72,7 +72,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SimulatedSyste
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
                         lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
     result.jobs = len(jobs)
-    reference = reference_system(systems)
+    reference = reference_point(systems)
     if reference not in systems:  # representatives need every job on the reference system
         systems = [*systems, reference]
     # No barrier between the stages: a job's simulations start as soon as its conversion returns
@@ -158,7 +158,7 @@ class _Simulations:
     conversions return, submitted to Ray when released, collected as they finish, in the
     conversion stage and then in `finish` (the simulation stage)."""
 
-    def __init__(self, systems: list[SimulatedSystem], progress: Callable[[str, int, int], None] | None):
+    def __init__(self, systems: list[SweepPoint], progress: Callable[[str, int, int], None] | None):
         import ray
 
         self.systems, self.progress = systems, progress

@@ -2,8 +2,8 @@
 
 The nightly flow simulates each job on a sweep file's systems (`load_sweep`, `simulate_row`);
 an ad hoc sweep (flows/sweep.py) runs batches of one job's points (`simulate_batch`). Both
-read sweep files with pipeline/sweep_file.py into SimulatedSystems (the simulator's configuration
-objects, pipeline/simulated_system.py) and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
+read sweep files with pipeline/sweep_file.py into SweepPoints (the simulator's configuration
+objects, pipeline/sweep_point.py) and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
 and simulates every point on the same node tables.
 """
 
@@ -13,12 +13,15 @@ import os
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
+
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.sim import reference
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
-from pipeline.simulated_system import SimulatedSystem
+from chakra_core.table_schema import TableSchema, column
+from pipeline.sweep_point import SweepPoint
 from pipeline.sweep_file import load_sweep_file
 from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
 
@@ -26,31 +29,42 @@ DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml"
 INT64_MAX = 2**63 - 1
 
 
-def load_sweep(path: str | None = None) -> list[SimulatedSystem]:
+def load_sweep(path: str | None = None) -> list[SweepPoint]:
     """The systems of a sweep file (pipeline/sweep_file.py: named systems and grids)."""
     return load_sweep_file(path or DEFAULT_SWEEP).points
 
 
-def reference_system(systems: list[SimulatedSystem]) -> SimulatedSystem:
-    """The sweep's native-ring entry (the reference system of synthesis and selection), or the
-    reference system itself when the sweep has none."""
-    return next((s for s in systems if s.network is None),
-                SimulatedSystem("reference", None, reference.reference_system()))
+def reference_point(points: list[SweepPoint]) -> SweepPoint:
+    """The sweep's native-ring entry (the reference point of synthesis and selection), or the
+    reference system on a native ring when the sweep has none."""
+    return next((p for p in points if p.network is None),
+                SweepPoint("reference", None, reference.reference_system()))
 
 
 # where the time of the NPU that finishes last went (sim/breakdown.py): the columns add up to finish_ns
 PARTS = {"compute": "compute_ns", "host": "host_ns", "memory": "memory_ns", "communication": "exposed_comm_ns",
          "idle": "idle_ns"}
+# simulate_job's row: the `sim_results` table, the first columns of a sweep's (pipeline/sweep_table.py);
+# a simulation that did not run has an error and no times
+SIM_RESULTS = TableSchema("sim_results", (
+    column("job_id", pa.string()), column("system", pa.string()), column("topology", pa.string()),
+    column("npus", pa.int32()), column("traced_npus", pa.int32()), column("status", pa.string()),
+    column("error", pa.string(), nullable=True),
+    *(column(name, pa.int64(), nullable=True) for name in (
+        "finish_ns", "max_compute_ns", "max_cpu_ns", "max_exposed_comm_ns", "comm_ns")),
+    column("what_if", pa.string(), nullable=True),
+    column("simulated_npus", pa.int32(), nullable=True), column("unshared", pa.string(), nullable=True),
+    *(column(name, pa.int64(), nullable=True) for name in (*PARTS.values(), "astra_exposed_comm_ns"))))
 
 
-def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, on: SimulatedSystem) -> dict:
+def simulate_row(job_id: str, prefix: str, ranks: int, comm_groups: str | None, on: SweepPoint) -> dict:
     """One sim_results row: the job read from `<prefix>.<rank>.et` and its groups file (none when
     that does not exist), scaled to the network's NPU count, on one system."""
     groups = comm_groups if comm_groups and exists(comm_groups) else None
     return simulate_job(job_id, lambda: read_job(prefix, ranks, groups), ranks, on)
 
 
-def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: SimulatedSystem) -> dict:
+def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: SweepPoint) -> dict:
     """One sim_results row: a job of `ranks` traced ranks in memory (or what reads it) on one
     system. The simulator leaves the job's tables as they are (scaling makes new ones), so one
     Job serves every system of a batch."""
@@ -83,7 +97,7 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Simu
     return row
 
 
-def simulate_batch(job: SweepJob, points: list[SimulatedSystem], cost: dict[str, float]) -> list[dict]:
+def simulate_batch(job: SweepJob, points: list[SweepPoint], cost: dict[str, float]) -> list[dict]:
     """A sweep_results row per point: the job read once into this worker's memory (read_sweep_job),
     then simulated on each point; a job that cannot be read fails every point of the batch."""
     try:
@@ -93,7 +107,7 @@ def simulate_batch(job: SweepJob, points: list[SimulatedSystem], cost: dict[str,
     return [_sweep_row(job, loaded, p, cost) for p in points]
 
 
-def _sweep_row(job: SweepJob, loaded: Job, p: SimulatedSystem, cost: dict[str, float]) -> dict:
+def _sweep_row(job: SweepJob, loaded: Job, p: SweepPoint, cost: dict[str, float]) -> dict:
     start = time.perf_counter()
     row = simulate_job(job.job_id, loaded, job.npus, p)
     row.update(_sweep_columns(job, p), cost=p.cost(cost, row["npus"]),
@@ -105,13 +119,13 @@ def _sweep_row(job: SweepJob, loaded: Job, p: SimulatedSystem, cost: dict[str, f
     return row
 
 
-def failed_row(job: SweepJob, p: SimulatedSystem, error: str, cost: dict[str, float]) -> dict:
+def failed_row(job: SweepJob, p: SweepPoint, error: str, cost: dict[str, float]) -> dict:
     """The row of a point that could not run at all."""
     npus = p.npus or job.npus
     return {"job_id": job.job_id, "system": p.name, "npus": npus, "traced_npus": job.npus, "status": "failed",
             "error": error, "topology": p.topology, "cost": p.cost(cost, npus), **_sweep_columns(job, p)}
 
 
-def _sweep_columns(job: SweepJob, p: SimulatedSystem) -> dict:
+def _sweep_columns(job: SweepJob, p: SweepPoint) -> dict:
     return {"origin": job.origin, "job_sha256": job.sha256, "point_key": p.key, "mode": p.mode,
             "scaling": p.scaling, **p.params}

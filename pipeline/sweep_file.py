@@ -24,20 +24,24 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
 from chakra_core.sim.backends import DEFAULT_MODE
 from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, network_from_document, read_document, system_from_document
-from pipeline.simulated_system import (
+from pipeline.sweep_point import (
     NETWORK_KEYS,
     OPTIONS,
     PER_DIMENSION_SYSTEM_KEYS,
-    SimulatedSystem,
+    SweepPoint,
     column_name,
     condition_values,
     network_values,
     parameter_columns,
+    split_column,
 )
 from pipeline.sweep_where import Condition, parse_where
 
@@ -45,8 +49,6 @@ DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
 REFERENCE = "reference"  # a named system's (or the grid's) system: chakra_core/sim/reference.py's
 GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS)
-COST_KEYS = ("npus", "bandwidth")
-FILE_KEYS = ("systems", "grid", "system", "network", "where", "cost")
 # the network keys a grid need not give: the reference network's (npus_count has no default)
 NETWORK_DEFAULTS = {"topology": "Ring", "bandwidth": reference.BANDWIDTH_GBPS, "latency": reference.LATENCY_NS}
 # a grid this many times the limit is refused before expanding it: `where` could not prune it in time
@@ -55,6 +57,66 @@ EXPANSION_FACTOR = 10
 
 class SweepError(ChakraError):
     """A sweep that cannot run: one line naming the file (or option) and the key."""
+
+
+class _FileModel(BaseModel):
+    """Frozen, no unknown keys, no conversions (a bandwidth of "50" or a mode of 1 is an error)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class _NamedSystem(_FileModel):
+    model_config = ConfigDict(coerce_numbers_to_str=True)
+
+    name: str = Field(strict=False, description="the row's `system`; a number is taken as its text")
+    network: str = Field(description=f"a network file, or {NATIVE_RING}: a Ring of the job's own ranks")
+    system: str = Field(description=f"a system file, or {REFERENCE}: chakra_core/sim/reference.py's")
+    mode: Literal[OPTIONS["mode"]] = "unaware"
+    scaling: Literal[OPTIONS["scaling"]] = "weak"
+
+
+class _Cost(_FileModel):
+    npus: float | None = Field(None, ge=0, description="price of an NPU")
+    bandwidth: float | None = Field(None, ge=0, description="price of a GB/s of one NPU's link, per dimension")
+
+
+class _SweepFile(_FileModel):
+    """The sweep file's keys (the module's docstring); a grid's shape is checked by _check_grid
+    and its values by the simulator's own models, when its points are made."""
+
+    systems: list[_NamedSystem] | None = None
+    grid: Any = None
+    system: str = REFERENCE
+    network: str | None = None
+    where: Any = None  # sweep_where.parse_where's
+    cost: _Cost | None = None
+
+    @model_validator(mode="after")
+    def _something_to_simulate(self) -> _SweepFile:
+        if self.systems is None and self.grid is None:
+            raise ValueError("expected `systems: [{name, network, system}, ...]` or `grid: {key: [values]}`")
+        return self
+
+
+def _validated(path: str, document) -> _SweepFile:
+    """The file's model; SweepError: every problem on one line, each named by its key's path."""
+    try:
+        return _SweepFile.model_validate(document)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors(include_url=False):
+            key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+            if e["type"] == "extra_forbidden":
+                message = "unknown key" + ("" if len(e["loc"]) > 1 else
+                                           f"; a sweep file has {', '.join(_SweepFile.model_fields)}")
+            elif e["type"] == "missing":
+                message = "missing"
+            else:
+                message = e["msg"].removeprefix("Value error, ")
+                if "input" in e and not isinstance(e["input"], (dict, list)) and e["type"] != "value_error":
+                    message += f", got {e['input']!r}"
+            problems.append(f"{key}: {message}" if key else message)
+        raise SweepError(f"{path}: " + "; ".join(problems)) from None
 
 
 @dataclass(frozen=True)
@@ -84,12 +146,12 @@ class _Draft:
 
 @dataclass(frozen=True)
 class Sweep:
-    points: list[SimulatedSystem]
+    points: list[SweepPoint]
     where: list[Condition]  # the conditions on traced_npus, checked per job (the others pruned the grid)
     columns: list[str]  # the parameter columns, in grid order
     cost: dict[str, float]
 
-    def points_for(self, traced_npus: int) -> list[SimulatedSystem]:
+    def points_for(self, traced_npus: int) -> list[SweepPoint]:
         """The points a job of `traced_npus` ranks is simulated on."""
         if not self.where:
             return self.points
@@ -104,17 +166,12 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
         _, document = read_document(path)
     except ChakraError as exc:
         raise SweepError(str(exc)) from None
-    unknown = [k for k in document if k not in FILE_KEYS]
-    if unknown:
-        raise SweepError(f"{path}: {unknown[0]}: unknown key; a sweep file has {', '.join(FILE_KEYS)}")
-    if "systems" not in document and "grid" not in document:
-        raise SweepError(f"{path}: expected `systems: [{{name, network, system}}, ...]` or `grid: {{key: [values]}}`")
+    spec = _validated(path, document)
     base = os.path.dirname(os.path.abspath(path)) if "://" not in path else path.rsplit("/", 1)[0]
-    conditions = parse_where(path, document.get("where"), _is_name)
-    points = _named_points(path, base, document.get("systems"))
-    if "grid" in document:
-        points += _grid_points(path, base, document, [c for c in conditions if not c.uses("traced_npus")],
-                               max_points)
+    conditions = parse_where(path, spec.where, _is_name)
+    points = _named_points(path, base, spec.systems or [])
+    if spec.grid is not None:
+        points += _grid_points(path, base, spec, [c for c in conditions if not c.uses("traced_npus")], max_points)
     unique: dict[str, _Draft] = {}
     for p in points:  # one of each configuration (grids may overlap), the first kept
         unique.setdefault(p.key, p)
@@ -126,27 +183,23 @@ def load_sweep_file(path: str, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
     points = _configured(path, drafts)
     columns = _in_order(list(dict.fromkeys(c for p in points for c in p.params)))
     return Sweep(points, [c for c in conditions if c.uses("traced_npus")], columns,
-                 _cost(path, document.get("cost")))
+                 spec.cost.model_dump(exclude_none=True) if spec.cost else {})
 
 
 def _is_name(name: str) -> bool:
     """Whether `where` may name it: a parameter column, a derived figure or traced_npus."""
     if name in ("total_npus", "dims", "traced_npus", *OPTIONS):
         return True
-    key, _, index = name.rpartition("_")
+    key, dimension = split_column(name)
     per_dimension = {column_name(k) for k in (*NETWORK_KEYS, *PER_DIMENSION_SYSTEM_KEYS)}
     scalar = {column_name(k) for k in ASTRA_SIM_SYSTEM_KEYS if k not in PER_DIMENSION_SYSTEM_KEYS}
-    return (index.isdigit() and key in per_dimension) or name in scalar
+    return (dimension is not None and key in per_dimension) or name in scalar
 
 
 def _in_order(columns: list[str]) -> list[str]:
     """Per-dimension columns together: topology_0, topology_1, npus_count_0, ..."""
-    def split(column: str) -> tuple[str, int]:
-        key, _, index = column.rpartition("_")
-        return (key, int(index)) if index.isdigit() else (column, 0)
-
-    keys = list(dict.fromkeys(split(c)[0] for c in columns))
-    return sorted(columns, key=lambda c: (keys.index(split(c)[0]), split(c)[1]))
+    keys = list(dict.fromkeys(split_column(c)[0] for c in columns))
+    return sorted(columns, key=lambda c: (keys.index(split_column(c)[0]), split_column(c)[1] or 0))
 
 
 def _read(path: str, base: str, name: str, what: str) -> dict:
@@ -169,19 +222,9 @@ def _base_network(path: str, base: str, name: str) -> dict:
     return network_values(_made(path, name, "network", document, network_from_document))
 
 
-def _named_points(path: str, base: str, systems) -> list[_Draft]:
-    if systems is None:
-        return []
-    if not isinstance(systems, list) or not all(isinstance(s, dict) for s in systems):
-        raise SweepError(f"{path}: systems: expected a list of {{name, network, system}}")
-    points = []
-    for i, entry in enumerate(systems):
-        missing = [k for k in ("name", "network", "system") if k not in entry]
-        if missing:
-            raise SweepError(f"{path}: systems[{i}]: {missing[0]}: missing (each system has name, network, system)")
-        network = None if entry["network"] == NATIVE_RING else _read(path, base, entry["network"], "network")
-        options = {k: _option(path, f"systems[{i}].{k}", entry[k]) for k in OPTIONS if k in entry}
-        points.append(_Draft(str(entry["name"]), network, _read(path, base, entry["system"], "system"), **options))
+def _named_points(path: str, base: str, systems: list[_NamedSystem]) -> list[_Draft]:
+    points = [_Draft(entry.name, None if entry.network == NATIVE_RING else _read(path, base, entry.network, "network"),
+                     _read(path, base, entry.system, "system"), entry.mode, entry.scaling) for entry in systems]
     names = [p.name for p in points]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -196,10 +239,11 @@ def _option(path: str, key: str, value) -> str:
     return value
 
 
-def _grid_points(path: str, base: str, document: dict, conditions: list[Condition], max_points: int) -> list[_Draft]:
-    grids = document["grid"] if isinstance(document["grid"], list) else [document["grid"]]
-    system = _read(path, base, document.get("system", REFERENCE), "system")
-    network = _base_network(path, base, document["network"]) if "network" in document else {}
+def _grid_points(path: str, base: str, spec: _SweepFile, conditions: list[Condition], max_points: int
+                 ) -> list[_Draft]:
+    grids = spec.grid if isinstance(spec.grid, list) else [spec.grid]
+    system = _read(path, base, spec.system, "system")
+    network = _base_network(path, base, spec.network) if spec.network is not None else {}
     for i, grid in enumerate(grids):
         _check_grid(path, f"grid[{i}]" if len(grids) > 1 else "grid", grid)
     swept = tuple(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
@@ -277,7 +321,7 @@ def _spread(value, dims: int) -> list:
     return list(value) if isinstance(value, list) else [value] * dims
 
 
-def _configured(path: str, drafts: list[_Draft]) -> list[SimulatedSystem]:
+def _configured(path: str, drafts: list[_Draft]) -> list[SweepPoint]:
     """The systems with their network and system objects, each distinct configuration made once by
     the simulator's own validation (so that a bad value is found before any simulation, named by
     its key)."""
@@ -289,7 +333,7 @@ def _configured(path: str, drafts: list[_Draft]) -> list[SimulatedSystem]:
             made[text] = _made(path, p.name, what, document, make)
         return made[text]
 
-    return [SimulatedSystem(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
+    return [SweepPoint(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
                             config(p, "system", p.system, system_from_document), p.mode, p.scaling, p.swept, p.key)
             for p in drafts]
 
@@ -301,16 +345,3 @@ def _made(path: str, name: str, what: str, document: dict, make):
         key = getattr(exc, "key", None)
         detail = f"{key}: {exc.message}" if key else getattr(exc, "message", str(exc))
         raise SweepError(f"{path}: {name}: {what} {detail}") from None
-
-
-def _cost(path: str, cost) -> dict[str, float]:
-    if cost is None:
-        return {}
-    if not isinstance(cost, dict):
-        raise SweepError(f"{path}: cost: expected a mapping like {{bandwidth: 0.01}}")
-    for key, rate in cost.items():
-        if key not in COST_KEYS:
-            raise SweepError(f"{path}: cost: {key}: unknown key; cost keys: {', '.join(COST_KEYS)}")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate >= 0:
-            raise SweepError(f"{path}: cost: {key}: expected a number >= 0, got {rate!r}")
-    return {k: float(v) for k, v in cost.items()}

@@ -28,9 +28,8 @@ from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, groups_url, read_comm_groups
 from chakra_core.inputs import sha256
 from chakra_core.outputs import open_output
-from pipeline.layout import filesystem, join
+from pipeline.layout import filesystem, join, read_day
 from pipeline.sweep_file import SweepError
-from pipeline.tables import read_day
 
 MADE = "_sweep_job.json"  # written last into a made job's folder: its files and hash
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.layout import join, retried, sweep_jobs_dir
 from pipeline.simulation import failed_row, simulate_batch
-from pipeline.simulated_system import SimulatedSystem
+from pipeline.sweep_point import SweepPoint
 from pipeline.sweep_file import Sweep, SweepError
 from pipeline.sweep_jobs import Sources, SweepJob, list_jobs, prepare_job
 from pipeline.sweep_table import PartWriter, done_keys, schema, sweep_folder
@@ -32,13 +32,13 @@ MAX_BATCH_NPUS = 32 * 1024  # simulated NPUs per batch: about 26 s at 0.8 ms eac
 FLUSH_ROWS = 10_000
 FLUSH_SECONDS = 60.0
 Progress = Callable[[str, int, int], None]
-Batch = tuple[SweepJob, list[SimulatedSystem]]
+Batch = tuple[SweepJob, list[SweepPoint]]
 
 
 @dataclass
 class Plan:
     jobs: list[SweepJob]
-    points: dict[str, list[SimulatedSystem]]  # job id -> its points
+    points: dict[str, list[SweepPoint]]  # job id -> its points
     problems: list[str]  # folders that are not jobs
 
     @property
@@ -131,7 +131,7 @@ def simulate(sweep: Sweep, jobs: list[SweepJob], planned: Plan, result: SweepRes
     return result
 
 
-def _rows(ref, job: SweepJob, points: list[SimulatedSystem], cost: dict[str, float]) -> list[dict]:
+def _rows(ref, job: SweepJob, points: list[SweepPoint], cost: dict[str, float]) -> list[dict]:
     """A batch's rows, or failed rows saying why its task failed (Ray retried a dead worker already)."""
     import ray
 
@@ -152,14 +152,14 @@ def _flush(writer: PartWriter, rows: list[dict], result: SweepResult) -> None:
 
 def batches(work: list[Batch], cpus: int) -> list[Batch]:
     """Each job's points in runs of about the same simulated NPUs, the costliest batches first."""
-    def cost(job: SweepJob, p: SimulatedSystem) -> int:
+    def cost(job: SweepJob, p: SweepPoint) -> int:
         return max(p.npus or job.npus, job.npus)
 
     total = sum(cost(job, p) for job, points in work for p in points)
     budget = max(1, min(MAX_BATCH_NPUS, total // (BATCHES_PER_CPU * max(cpus, 1))))
     out: list[tuple[int, Batch]] = []
     for job, points in work:
-        run: list[SimulatedSystem] = []
+        run: list[SweepPoint] = []
         spent = 0
         for p in sorted(points, key=lambda p: cost(job, p)):  # alike sizes together
             run.append(p)

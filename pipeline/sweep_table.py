@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from chakra_core.outputs import open_output
 from pipeline.layout import filesystem, join, sweep_table_dir
-from pipeline.simulated_system import SimulatedSystem
+from pipeline.sweep_point import SweepPoint, split_column
 from pipeline.sweep_file import SweepError
 from pipeline.tables import SCHEMAS
 
@@ -41,11 +41,11 @@ def sweep_folder(warehouse: str, name: str, date: str | None = None) -> str:
     return sweep_table_dir(warehouse, name, date)
 
 
-def schema(columns: list[str], points: list[SimulatedSystem]) -> pa.Schema:
+def schema(columns: list[str], points: list[SweepPoint]) -> pa.Schema:
     """The table's schema for a sweep with these parameter columns (their types from the points' values)."""
     params = []
     for column in columns:
-        key = column.rpartition("_")[0]
+        key = split_column(column)[0]
         values = [p.params[column] for p in points if column in p.params]
         params.append((column, FIXED_TYPES.get(key) or _inferred(values)))
     return pa.schema([*SCHEMAS["sweep_results"], *EXTRA, *params])

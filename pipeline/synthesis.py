@@ -24,6 +24,7 @@ import math
 import json
 
 import fsspec
+import pyarrow as pa
 
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import split_rank_url
@@ -31,10 +32,30 @@ from chakra_core.outputs import open_output
 from chakra_core.synth.fidelity import report_rows
 from chakra_core.synth.model import save_model
 from chakra_core.synth.synthesize import fit, load_training, synthesize
+from chakra_core.table_schema import TableSchema, column
 from pipeline.layout import join, synthetic_dir, traces_day
 
 JOBS_PER_NPU_COUNT = 4
 MAX_JOBS_PER_NPU_COUNT = 32  # bounds the nightly's time: each synthetic job is sampled and simulated
+
+# synthesize_npus' rows: a job that could not be sampled has only its NPU count, status and problems
+_RUN = column("run_id", pa.string())
+SYNTHETIC_TRACES = TableSchema("synthetic_traces", (
+    column("job_id", pa.string()), column("npus", pa.int32()), column("cluster", pa.int32(), nullable=True),
+    *(column(name, pa.int64(), nullable=True) for name in ("nodes", "operations_per_rank", "finish_ns",
+                                                            "exposed_comm_ns")),
+    column("status", pa.string()), column("problems", pa.string(), nullable=True),
+    column("path", pa.string(), nullable=True), _RUN))
+# _fidelity_row's: a figure the comparison could not make (too few samples, no messages) is null
+FIDELITY = TableSchema("fidelity", (
+    column("npus", pa.int32()), column("cluster", pa.int32()), column("real_jobs", pa.int32()),
+    column("synthetic_jobs", pa.int32()),
+    *(column(name, pa.float64(), nullable=True) for name in ("composition_tv", "message_size_ks_worst")),
+    column("message_size_ks", pa.string()),
+    *(column(name, pa.float64(), nullable=True) for name in (
+        "real_median_ns", "synthetic_median_ns", "iteration_time_relative_error", "exposed_comm_relative_error")),
+    column("meets_targets", pa.bool_()), column("samples_needed", pa.int32(), nullable=True),
+    column("verdict", pa.string()), _RUN))
 
 
 def fit_day(date: str, warehouse: str, seed: int = 0) -> dict:

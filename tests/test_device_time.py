@@ -187,8 +187,8 @@ def test_verdicts_of_the_runs(converted):
 
 
 def test_predicted_variant_takes_any_system_file(converted):
-    reference = JobAnalysis.from_files(converted["mlp_tiny"], system=None).gpu()[0]["predicted"]
-    given = JobAnalysis.from_files(converted["mlp_tiny"], system=str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
+    reference = JobAnalysis.from_files(converted["mlp_tiny"], prediction_file=None).gpu()[0]["predicted"]
+    given = JobAnalysis.from_files(converted["mlp_tiny"], prediction_file=str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
     figures = given.gpu()[0]["predicted"]
     assert figures["system"].endswith("Ring_4chunks.json") and reference["system"] == "reference"
     assert {k: v for k, v in figures.items() if k != "system"} == {k: v for k, v in reference.items() if k != "system"}
@@ -237,3 +237,15 @@ def test_timeline_of_a_gpu_job_shows_threads_streams_and_launches(converted):
     assert "stream 7" in threads and {"CPU thread 1", "CPU thread 2"} <= threads
     launches = [e for e in doc["traceEvents"] if e.get("ph") == "s" and e["name"] == "launch"]
     assert len(launches) == 2726  # every kernel's, before any other flow
+
+
+def test_the_prediction_system_file_is_read_once_per_job(converted, monkeypatch):
+    from chakra_core.analysis import predicted
+    from chakra_core.analysis.job_record import record_job
+
+    read, load = [], predicted.load_system
+    monkeypatch.setattr(predicted, "load_system", lambda url: read.append(url) or load(url))
+    analysis = JobAnalysis.from_files(converted["mlp_tiny"])
+    record = record_job(analysis)
+    assert analysis.gpu()[0]["predicted"]["system"] == record.device_verdicts[-1]["system"] == predicted.DEFAULT_LABEL
+    assert read == [predicted.PREDICTION_SYSTEM]

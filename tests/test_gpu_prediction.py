@@ -18,8 +18,8 @@ from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.generate.builder import RankGraph
-from chakra_core.replay.calibrate import system_json
-from chakra_core.replay.hostfit import reference_ring
+from chakra_core.replay.calibrate import calibrated_system
+from chakra_core.sim.reference import reference_network
 from chakra_core.replay.profcost import checked_probe, probe_terms, read_probe
 from chakra_core.sim.config import DeviceTiming, HostOverhead, load_system, system_from_document
 from chakra_core.sim.engine import simulate
@@ -92,10 +92,10 @@ def test_the_simulator_adds_launch_latency_and_gaps():
     first = graph.compute("k1", [launcher], duration_us=5)
     graph.compute("k2", [launcher], duration_us=5, ctrl_deps=[first])
     job = [graph.table()]
-    system = system_from_document("<s>", system_json())
-    assert simulate(job, reference_ring(1), system).finish_ns == 20_000
+    system = calibrated_system()
+    assert simulate(job, reference_network(1), system).finish_ns == 20_000
     timed = system.model_copy(update={"device_timing": DeviceTiming(launch_latency_ns=2000, kernel_gap_ns=700)})
-    assert simulate(job, reference_ring(1), timed).finish_ns == 10_000 + 2000 + 5000 + 700 + 5000
+    assert simulate(job, reference_network(1), timed).finish_ns == 10_000 + 2000 + 5000 + 700 + 5000
 
 
 def test_the_per_operator_model():

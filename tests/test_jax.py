@@ -23,7 +23,7 @@ from chakra_core.convert.sources import detect_format
 from chakra_core.format.job import Job
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 from chakra_core.format.schema import et_def_pb2 as pb
-from chakra_core.replay.hostfit import reference_ring
+from chakra_core.sim.reference import reference_network
 from chakra_core.replay.plan import recorded_ns
 from chakra_core.sim.config import load_system
 from chakra_core.sim.engine import simulate
@@ -114,7 +114,7 @@ def test_simulated_as_recorded_within_15_percent_of_the_recorded_span(run, conve
     _, job = converted[run]
     recorded = recorded_ns(pa.concat_tables(job.tables))
     system = load_system(str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
-    simulated = simulate(job, reference_ring(job.npus), system).finish_ns
+    simulated = simulate(job, reference_network(job.npus), system).finish_ns
     assert abs(simulated / recorded - 1) < 0.15, (simulated, recorded)
 
 
@@ -178,4 +178,4 @@ def test_a_gpu_run_converts_from_its_stream_lines_and_simulates_as_recorded(tmp_
     assert {family(name) for name in kernels} >= {"gemm", "reduction"}
     recorded = recorded_ns(pa.concat_tables(job.tables))
     system = load_system(str(REFERENCE_CONFIGS / "Ring_4chunks.json"))
-    assert abs(simulate(job, reference_ring(1), system).finish_ns / recorded - 1) < 0.15
+    assert abs(simulate(job, reference_network(1), system).finish_ns / recorded - 1) < 0.15

@@ -24,7 +24,8 @@ def _fill(warehouse: str) -> None:
         _sim_row("a", "Ring", 8, 1_000), _sim_row("b", "Switch", 8, 3_000)]))
     write_day(warehouse, "sim_results", "2026-01-02", from_rows("sim_results", [_sim_row("a", "Ring", 8, 2_000)]))
     write_day(warehouse, "rejects", "2026-01-02", from_rows("rejects", [
-        {"job_id": "x", "file": "x/rank0.et.json.gz", "stage": "ingest", "reason": "r " * 200}]))
+        {"job_id": "x", "file": "x/rank0.et.json.gz", "bytes": 9, "stage": "ingest", "reason": "r " * 200,
+         "run_id": "0a1b2c"}]))
     PartWriter(sweep_folder(warehouse, "bw", "2026-01-02"), SCHEMAS["sweep_results"], "0a1b2c").write(
         [_sim_row("a", "Ring", 16, 5)])
     write_day(warehouse, "traces", "2026-01-02", from_rows("traces", []))  # an empty day is still a table

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from table_rows import complete
 
 from chakra_core.analysis import daily, job_day
 from chakra_core.cli import main
@@ -95,9 +96,8 @@ def _warehouse(root: Path) -> str:
     url = str(root / "warehouse")
     for index, day in enumerate(DAYS):
         rows = _day_rows(day, index, url)
-        for name in tables.SCHEMAS:
-            if name != "sweep_results":
-                tables.write_day(url, name, day, tables.from_rows(name, rows.get(name, [])))
+        for name in tables.TABLES:
+            tables.write_day(url, name, day, tables.from_rows(name, [complete(name, r) for r in rows.get(name, [])]))
         generate("mlp", 2).job().write(f"{url}/traces/date={day}/job=gen-tiny", "gen-tiny")
     return url
 

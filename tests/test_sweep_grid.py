@@ -13,7 +13,7 @@ import pytest
 from chakra_core.generate.workloads import generate
 from chakra_core.sim import reference
 from chakra_core.sim.config import load_system
-from pipeline.simulated_system import network_values
+from pipeline.sweep_point import network_values
 from pipeline.sweep_file import SweepError, load_sweep_file
 from pipeline.sweep_jobs import Sources
 from pipeline.sweep_run import batches, plan
@@ -97,8 +97,14 @@ cost: {bandwidth: 0.01, npus: 1}
     ("grid: {npus_count: [8], mode: [fast]}", r"grid.mode: 'fast' is not one of unaware, aware"),
     ("grid: {bandwidth: [50]}", r"grid: npus_count: missing"),
     ("grid: {npus_count: 8}", r"grid: npus_count: expected a non-empty list of values, got 8"),
-    ("grid: {npus_count: [8]}\ncost: {watts: 1}", r"cost: watts: unknown key"),
+    ("grid: {npus_count: [8]}\ncost: {watts: 1}", r"cost.watts: unknown key"),
     ("grids: {npus_count: [8]}", r"grids: unknown key"),
+    ("systems: [{name: a, network: native-ring}]", r"systems\[0\]\.system: missing$"),
+    ("systems: [{name: a, network: native-ring, system: reference, mode: fast}]",
+     r"systems\[0\]\.mode: Input should be 'unaware' or 'aware', got 'fast'$"),
+    ("grid: {npus_count: [8]}\ncost: {npus: true, bandwidth: -1}",  # every problem, each by its key
+     r"cost\.npus: Input should be a valid number, got True; cost\.bandwidth: .* greater than or equal to 0, got -1$"),
+    ("where: [total_npus > 1]", r"grid\.yaml: expected `systems: \[\{name, network, system\}, \.\.\.\]` or `grid"),
 ])
 def test_a_bad_sweep_file_is_one_line_naming_the_key(tmp_path, text, message):
     with pytest.raises(SweepError, match=message) as raised:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from table_rows import complete
 
 from chakra_core.generate.workloads import generate
 from pipeline import tables
@@ -92,7 +93,7 @@ def _fleet(root: Path) -> tuple[Path, str, str]:
     day = root / "wh" / "traces" / f"date={DATE}" / "job=nightly"
     files = generate("mlp", 2, layers=2).write(str(day), "nightly")
     tables.write_day(warehouse, "traces", DATE, tables.from_rows("traces", [
-        {"job_id": "nightly", "rank": rank, "path": path} for rank, path in enumerate(files)]))
+        complete("traces", {"job_id": "nightly", "rank": rank, "path": path}) for rank, path in enumerate(files)]))
     return root / "jobs", model, warehouse
 
 

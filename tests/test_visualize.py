@@ -173,7 +173,7 @@ def test_graphml_attributes(comm_et, chain_et, tmp_path):
     assert {(a, b): d["dependency"] for a, b, d in g.edges(data=True)} == {
         ("10", "20"): "data", ("10", "30"): "control", ("20", "30"): "both", ("30", "40"): "both"}
     assert g.nodes["10"]["size"] == 4096 and g.nodes["20"]["size"] == 8
-    assert "comm 4.0 KB" in g.nodes["10"]["label"]
+    assert "comm 4.0 KiB" in g.nodes["10"]["label"]
 
 
 def test_dot_text_has_colours_labels_styles_and_legend(comm_et, tmp_path):
@@ -183,7 +183,7 @@ def test_dot_text_has_colours_labels_styles_and_legend(comm_et, tmp_path):
     assert "rankdir=TB" in text
     assert "shape=box" in text
     assert viz.TYPE_COLORS[COLL] in text and viz.TYPE_COLORS[COMP] in text and viz.TYPE_COLORS[SEND] in text
-    assert "allreduce_a\\nCOMM_COLL ALL_REDUCE  #10\\n0 µs\\ncomm 4.0 KB" in text
+    assert "allreduce_a\\nCOMM_COLL ALL_REDUCE  #10\\n0 µs\\ncomm 4.0 KiB" in text
     assert "cluster_legend" in text and "COMM_RECV" in text
     assert '10 -> 12 [style=dashed]' in text  # control
     assert "10 -> 11\n" in text  # data: plain solid arrow

@@ -32,6 +32,7 @@ import pyarrow as pa
 from chakra_core.analysis import intervals
 from chakra_core.analysis.device_work import DeviceWork
 from chakra_core.analysis.kernels import FAMILY_NAMES
+from chakra_core.table_schema import TableSchema, column
 
 CAUSES = ("host_launch", "synchronisation", "communication", "other")
 BOUNDS = ("device", "host", "communication")
@@ -39,13 +40,18 @@ TOP_KERNELS = 10
 ADDITIVE = ("span_ns", "busy_ns", "compute_ns", "device_comm_ns", "idle_ns", *(f"idle_{c}_ns" for c in CAUSES),
             "exposed_comm_ns", "comm_time_ns", "overlapped_ns", "launches")
 
-STEP_SCHEMA = pa.schema([("step", pa.string()), *((name, pa.int64()) for name in ADDITIVE),
-                         ("overlap", pa.float64()), ("busy_share", pa.float64()),
-                         ("launch_delay_p50_ns", pa.int64()), ("launch_delay_p90_ns", pa.int64()),
-                         ("bound", pa.string())])
-FAMILY_SCHEMA = pa.schema([("family", pa.string()), ("ns", pa.int64()), ("count", pa.int64())])
-TOP_SCHEMA = pa.schema([("name", pa.string()), ("family", pa.string()), ("count", pa.int64()),
-                        ("total_ns", pa.int64()), ("median_ns", pa.int64())])
+# a step's figures; null: overlap without communication, launch delays without launches, bound of an empty span
+STEP = TableSchema("device steps", (
+    column("step", pa.string()), *(column(name, pa.int64()) for name in ADDITIVE),
+    column("overlap", pa.float64(), nullable=True), column("busy_share", pa.float64()),
+    column("launch_delay_p50_ns", pa.int64(), nullable=True), column("launch_delay_p90_ns", pa.int64(), nullable=True),
+    column("bound", pa.string(), nullable=True)))
+FAMILY = TableSchema("device families", (column("family", pa.string()), column("ns", pa.int64()),
+                                         column("count", pa.int64())))
+TOP = TableSchema("top kernels", (column("name", pa.string()), column("family", pa.string()),
+                                  column("count", pa.int64()), column("total_ns", pa.int64()),
+                                  column("median_ns", pa.int64())))
+STEP_SCHEMA, FAMILY_SCHEMA, TOP_SCHEMA = STEP.schema, FAMILY.schema, TOP.schema
 
 
 def _window_figures(work: DeviceWork, w0: int, w1: int, chosen: np.ndarray) -> dict:

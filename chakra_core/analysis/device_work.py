@@ -66,7 +66,10 @@ def has_device_work(table: pa.Table) -> bool:
 
 
 def recorded_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of every node in ns as recorded; -1 for nodes without a start time."""
+    """(start, end) of every node in ns as recorded; -1 for nodes without a start time. Exact: a
+    Chakra ET holds whole microseconds (start_time_micros and duration_micros are uint64 in the
+    schema), so the times are multiples of 1000 ns; a sub-microsecond part would have to be kept
+    by the conversion, in the trace, first."""
     start = to_numpy(table.column("start_time_micros"), 0).astype(np.int64) * 1000
     end = start + to_numpy(table.column("duration_micros"), 0).astype(np.int64) * 1000
     untimed = start <= 0

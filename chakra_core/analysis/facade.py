@@ -24,21 +24,22 @@ import pyarrow as pa
 from chakra_core.analysis import device_time, device_work, predicted, stats, validate
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job, rank_url
+from chakra_core.sim.config import SystemConfig
 
 VARIANTS = ("recorded", "predicted")
 
 
 class JobAnalysis:
-    """`system`: the system file of the device analysis's predicted variant (predicted.py);
+    """`prediction_file`: the system file of the device analysis's predicted variant (predicted.py);
     `predict` False leaves that variant out (e.g. for a job of which some ranks are missing).
     `ranks`: the rank of each of the job's tables when it holds only some of them (default 0..N-1);
     every table is labelled with it."""
 
-    def __init__(self, job: Job, prefix: str | None = None, system: str | None = predicted.PREDICTION_SYSTEM,
+    def __init__(self, job: Job, prefix: str | None = None, prediction_file: str | None = predicted.PREDICTION_SYSTEM,
                  predict: bool = True, ranks: list[int] | None = None):
         self.job = job
         self.prefix = prefix or job.name  # how findings name a rank's file
-        self.system = system
+        self.prediction_file = prediction_file
         self.predict = predict
         self.prediction_error: str | None = None if predict else "not predicted"  # why the variant is missing
         self.ranks = list(range(job.npus)) if ranks is None else ranks
@@ -46,9 +47,9 @@ class JobAnalysis:
         self._critical_paths: dict[int, dict[str, int]] = {}  # predicted: per rank, what held its critical path
 
     @classmethod
-    def from_files(cls, prefix: str, npus: int | None = None, system: str | None = predicted.PREDICTION_SYSTEM
-                   ) -> JobAnalysis:
-        return cls(Job.read(prefix, npus), prefix, system)
+    def from_files(cls, prefix: str, npus: int | None = None,
+                   prediction_file: str | None = predicted.PREDICTION_SYSTEM) -> JobAnalysis:
+        return cls(Job.read(prefix, npus), prefix, prediction_file)
 
     @cached_property
     def _trace_rows(self) -> list[dict]:
@@ -90,6 +91,17 @@ class JobAnalysis:
         return [rank for rank, table in self._tables.items() if device_work.has_device_work(table)]
 
     @cached_property
+    def _prediction(self) -> tuple[SystemConfig, str]:
+        """The predicted variant's system and its label, its file read once per job; ConfigError
+        for a bad file (not cached: every use raises it)."""
+        return predicted.prediction_system(self.prediction_file)
+
+    @property
+    def prediction_label(self) -> str:
+        """What the predicted variant ran with (device_verdicts' `system`): the file, or its name."""
+        return self._prediction[1]
+
+    @cached_property
     def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
         """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
         tables = self._tables
@@ -97,7 +109,7 @@ class JobAnalysis:
                              for r in self.device_ranks}, "predicted": {}}
         if self.device_ranks and self.prediction_error is None:
             try:
-                result = predicted.predict(self.job, predicted.prediction_system(self.system)[0])
+                result = predicted.predict(self.job, self._prediction[0])
             except ChakraError as exc:
                 self.prediction_error = str(exc)
                 return work
@@ -134,7 +146,7 @@ class JobAnalysis:
             figures = device_time.summary(work)
             ahead = device_time.summary(forecast[rank]) if rank in forecast else None
             if ahead is not None:
-                ahead["system"] = predicted.prediction_system(self.system)[1]
+                ahead["system"] = self.prediction_label
                 path = self._critical_paths.get(rank)
                 ahead.update(busy_bound=ahead["bound"], critical_path=path, bound=device_time.path_bound(path)
                              or ahead["bound"])

@@ -14,13 +14,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from chakra_core.analysis import device_time
 from chakra_core.analysis.device_time import CAUSES
 from chakra_core.analysis.facade import VARIANTS, JobAnalysis
 from chakra_core.analysis.history import fingerprint
-from chakra_core.analysis.predicted import prediction_system
+from chakra_core.table_schema import TableSchema, column
 
+# the step figures (device_time.STEP) a device_verdicts row keeps, declared (types, nulls) with the steps
 VERDICT_FIGURES = ("span_ns", "busy_ns", "compute_ns", "busy_share", *(f"idle_{c}_ns" for c in CAUSES),
                    "exposed_comm_ns", "overlap", "launches", "launch_delay_p50_ns", "bound")
+
+# The record's tables (the nightly adds its run_id: pipeline/tables.py)
+_JOB, _RANK, _VARIANT = column("job_id", pa.string()), column("rank", pa.int32()), column("variant", pa.string())
+DEVICE_TIME = TableSchema("device_time", (_JOB, _RANK, _VARIANT, *device_time.FAMILY.columns))
+DEVICE_VERDICTS = TableSchema("device_verdicts", (
+    _JOB, _RANK, _VARIANT, column("system", pa.string()),
+    *(device_time.STEP.field(name) for name in VERDICT_FIGURES),
+    column("steps", pa.int32())))
+KERNELS = TableSchema("kernels", (_JOB, *device_time.TOP.columns, column("ranks", pa.int32())))
 
 
 @dataclass
@@ -47,10 +58,9 @@ def device_rows(analysis: JobAnalysis) -> tuple[list[dict], list[dict]]:
     job_id = analysis.job.name
     if not analysis.device_ranks:
         return [], []
-    system = prediction_system(analysis.system)[1]
     times, verdicts = [], []
     for variant in VARIANTS:
-        label = "recorded" if variant == "recorded" else system
+        label = "recorded" if variant == "recorded" else analysis.prediction_label
         times += [{"job_id": job_id, "variant": variant, **row} for row in analysis.device_families(variant).to_pylist()]
         steps = analysis.device_steps(variant).to_pylist()
         counts = Counter(row["rank"] for row in steps if row["step"] != "all")

@@ -36,6 +36,7 @@ from chakra_core.format.depgraph import (
 from chakra_core.format.columns import COMM_TYPES, device_compute
 from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
 from chakra_core.format.normalize import normalize_table
+from chakra_core.table_schema import TableSchema, column
 
 STRAGGLER_FACTOR = 1.1  # compute time this much above the job's median marks a straggler rank
 
@@ -53,11 +54,23 @@ OP_CLASSES = (
 
 OP_CLASS_NAMES = tuple(name for name, _ in OP_CLASSES) + ("other",)  # every class op_class returns
 
-COLLECTIVE_FIELDS = (
-    ("node_id", pa.uint64()), ("name", pa.string()), ("kind", pa.string()), ("comm_size", pa.int64()),
-    ("pg_name", pa.string()), ("comm_src", pa.int64()), ("comm_dst", pa.int64()), ("comm_tag", pa.int64()),
-    ("duration_micros", pa.uint64()),
-)
+# trace_row's figures, in its order: the `traces` table's columns after the job's (pipeline/jobs.py)
+TRACE_ROW = TableSchema("trace_row", (
+    *(column(name, pa.int64()) for name in (
+        "nodes", "comp_nodes", "collective_nodes", "p2p_nodes", "dependencies", "compute_micros",
+        "npu_compute_micros", "num_ops", "collective_bytes", "p2p_bytes", "message_p50", "message_p90",
+        "message_p99", "message_max", "critical_path_micros", "critical_path_nodes")),
+    column("critical_path_compute_share", pa.float64()), column("critical_path_comm_share", pa.float64()),
+    *(column(name, pa.int64()) for name in ("depth", "width", "missing_parents", "cycle_edges_set_aside")),
+    *(column(name, pa.string()) for name in ("node_types", "compute_by_class", "comm_by_kind", "comm_by_group")),
+))
+# collective_rows' columns (the attributes a communication node may lack are nullable)
+COLLECTIVE_ROWS = TableSchema("collective_rows", (
+    column("node_id", pa.uint64()), column("name", pa.string()), column("kind", pa.string(), nullable=True),
+    column("comm_size", pa.int64(), nullable=True), column("pg_name", pa.string(), nullable=True),
+    column("comm_src", pa.int64(), nullable=True), column("comm_dst", pa.int64(), nullable=True),
+    column("comm_tag", pa.int64(), nullable=True), column("duration_micros", pa.uint64()),
+))
 
 
 def op_class(name: str) -> str:
@@ -210,7 +223,7 @@ def collective_rows(table: pa.Table) -> pa.Table:
         "comm_dst": comm.column("comm_dst"),
         "comm_tag": comm.column("comm_tag"),
         "duration_micros": comm.column("duration_micros"),
-    }, schema=pa.schema(COLLECTIVE_FIELDS))
+    }, schema=COLLECTIVE_ROWS.schema)
 
 
 def _ratios(values: dict[int, int]) -> dict:

@@ -74,9 +74,3 @@ def per_file(urls: list[str], command: str, label: str, work: Callable[[str], ob
     return done_ok, failed
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -8,11 +8,10 @@ from chakra_core.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FINDINGS,
     EXIT_OK,
-    human_bytes,
     per_file,
     print_json,
 )
-from chakra_core.terminal import Progress, console, for_a_person, plain_table
+from chakra_core.terminal import Progress, console, for_a_person, human_bytes, plain_table
 
 COMMANDS = {
     "info": "summarise a trace: node counts by type, collectives by type and bytes, metadata",

@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 
-from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, human_bytes, positive_int, print_json
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, positive_int, print_json
 from chakra_core.errors import ChakraError
-from chakra_core.terminal import Progress, console, for_a_person, plain_table
+from chakra_core.terminal import Progress, console, for_a_person, human_bytes, plain_table
 
 COMMANDS = {
     "generate": "generate a training job (mlp, dlrm, transformer) as one Chakra ET per NPU",

@@ -64,23 +64,25 @@ def _fit_network(samples: list[tuple], jobs: list) -> dict:
     """The fitted ring; with no collectives to fit but GPU jobs whose host model is to be fitted
     (one-GPU jobs), ASTRA-sim's reference ring, said as such."""
     from chakra_core.replay.calibrate import CalibrationError, fit
-    from chakra_core.replay.hostfit import REFERENCE_LINK, host_model_jobs
+    from chakra_core.replay.hostfit import host_model_jobs
+    from chakra_core.sim import reference
 
     try:
         return fit(samples)
     except CalibrationError:
         if not host_model_jobs(jobs):
             raise
-        return {**REFERENCE_LINK, "samples": [], "median_abs_error": None, "network": "reference (no collectives to fit)"}
+        return {"latency_ns": reference.LATENCY_NS, "bandwidth_gbps": reference.BANDWIDTH_GBPS, "samples": [],
+                "median_abs_error": None, "network": "reference (no collectives to fit)"}
 
 
 def _fit_time(args, jobs: list, result: dict) -> None:
     """The host-overhead model for GPU jobs with unprofiled steps; else, as before, the compute
     scale of the first job (CPU runs, where all compute is host time)."""
-    from chakra_core.replay.calibrate import compute_scale, system_json, unprofiled_steps_of
-    from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, host_model_jobs, probe_of, reference_ring
+    from chakra_core.replay.calibrate import calibrated_system, compute_scale, unprofiled_steps_of
+    from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, host_model_jobs, probe_of
     from chakra_core.replay.profcost import probe_terms, read_probe
-    from chakra_core.sim.config import system_from_document
+    from chakra_core.sim.reference import reference_network
 
     timed = host_model_jobs(jobs)
     if timed and args.measured_ms is None:
@@ -88,9 +90,9 @@ def _fit_time(args, jobs: list, result: dict) -> None:
         timing = device_timing_of(prefixes)
         result["device_timing"] = timing.model_dump() if timing else None
         probe = probe_terms(read_probe(args.probe)) if args.probe else probe_of(prefixes)
-        system = system_from_document("<calibrated system>", system_json(device_timing=result["device_timing"]))
+        system = calibrated_system(device_timing=result["device_timing"])
         result["host_overhead"] = fit_host_overhead(
-            timed, lambda npus: reference_ring(npus, result["latency_ns"], result["bandwidth_gbps"]), system, probe)
+            timed, lambda npus: reference_network(npus, result["bandwidth_gbps"], result["latency_ns"]), system, probe)
     elif args.measured_ms is not None:
         if not args.workloads:
             raise ValueError("--measured-ms needs a job (PREFIX) whose traces it measured")

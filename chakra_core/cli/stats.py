@@ -8,11 +8,10 @@ import sys
 from chakra_core.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
-    human_bytes,
     per_file,
     print_json,
 )
-from chakra_core.terminal import console, plain_table
+from chakra_core.terminal import console, human_bytes, plain_table
 
 COMMANDS = {
     "stats": "statistics per trace (and per job for <prefix>.<rank>.et files)",

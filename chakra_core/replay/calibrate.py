@@ -31,6 +31,7 @@ from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.job import Job, rank_url, read_ranks
 from chakra_core.format.nodetypes import COLL
 from chakra_core.outputs import open_output
+from chakra_core.sim.config import SystemConfig, system_from_document
 
 GIB = 1 << 30
 FITTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -183,7 +184,7 @@ def network_yaml(npus: int, result: dict) -> str:
             f"latency: [ {result['latency_ns']:.9g} ]\n")
 
 
-def system_json(host_overhead: dict | None = None, device_timing: dict | None = None) -> dict:
+def calibrated_system(host_overhead: dict | None = None, device_timing: dict | None = None) -> SystemConfig:
     """The ring algorithm for every collective, one chunk, no endpoint delay, and a local memory
     so fast that reductions cost nothing: what the fit assumes. The fitted network times each
     call's whole cost on the runtime, so the CPU nodes a converted trace keeps for a blocking
@@ -193,14 +194,14 @@ def system_json(host_overhead: dict | None = None, device_timing: dict | None = 
     from chakra_core.sim.config import HostOverhead
 
     model_keys = [key for key in HostOverhead.model_fields if host_overhead and key in host_overhead]
-    return {"scheduling-policy": "LIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
-            "preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
-            "all-gather-implementation": ["ring"], "reduce-scatter-implementation": ["ring"],
-            "all-to-all-implementation": ["ring"], "collective-optimization": "baseline", "local-mem-bw": 1e9,
-            "call-time-in-network": 1,
-            **({"host-overhead": {key: host_overhead[key] for key in model_keys
-                                  if key in ("scale", "launch_ns") or host_overhead[key]}} if host_overhead else {}),
-            **({"device-timing": device_timing} if device_timing else {})}
+    return system_from_document("<calibrated system>", {
+        "scheduling-policy": "LIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"],
+        "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["ring"],
+        "collective-optimization": "baseline", "local-mem-bw": 1e9, "call-time-in-network": 1,
+        **({"host-overhead": {key: host_overhead[key] for key in model_keys
+                              if key in ("scale", "launch_ns") or host_overhead[key]}} if host_overhead else {}),
+        **({"device-timing": device_timing} if device_timing else {})})
 
 
 def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
@@ -209,7 +210,7 @@ def write_calibration(out_dir: str, npus: int, result: dict) -> dict[str, str]:
     with open_output(paths["network"], "w") as f:
         f.write(network_yaml(npus, result))
     with open_output(paths["system"], "w") as f:
-        json.dump(system_json(result.get("host_overhead"), result.get("device_timing")), f, indent=1)
+        f.write(calibrated_system(result.get("host_overhead"), result.get("device_timing")).to_astra_sim_json())
     with open_output(paths["calibration"], "w") as f:
         json.dump({**result, "npus": npus}, f, indent=1)
     return paths

@@ -25,15 +25,12 @@ from chakra_core.format.columns import device_compute
 from chakra_core.format.job import Job
 from chakra_core.replay.calibrate import CalibrationError, unprofiled_ns, unprofiled_steps_of
 from chakra_core.replay.profcost import checked_probe, probe_terms
-from chakra_core.sim.config import DeviceTiming, HostOverhead, NetworkConfig, SystemConfig
+from chakra_core.sim.config import DeviceTiming, HostOverhead, SystemConfig
 from chakra_core.sim.engine import simulate
 
 START = (0.2, 10_000.0)  # scale, launch_ns: where the search starts (near the shipped fit)
 MAX_EVALUATIONS = 200
 MIN_SAMPLES = 10  # launches (or gaps) a rank must have measured for its median to count
-
-
-REFERENCE_LINK = {"latency_ns": 500.0, "bandwidth_gbps": 50.0}  # ASTRA-sim's example network's links
 
 
 def has_device_work(job: Job) -> bool:
@@ -136,13 +133,3 @@ def _report(prefix: str) -> dict:
     except ConfigError:
         return {}
     return document if isinstance(document, dict) else {}
-
-
-def reference_ring(npus: int, latency_ns: float = REFERENCE_LINK["latency_ns"],
-                   bandwidth_gbps: float = REFERENCE_LINK["bandwidth_gbps"]) -> NetworkConfig:
-    """A ring of npus (ASTRA-sim's example link by default): the network of a job with no
-    collectives to fit one on."""
-    from chakra_core.sim.config import network_from_document
-
-    return network_from_document("<ring>", {"topology": ["Ring"], "npus_count": [npus],
-                                            "bandwidth": [bandwidth_gbps], "latency": [latency_ns]})

@@ -18,7 +18,7 @@ import pyarrow as pa
 from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, NetworkConfig, SystemConfig
 from chakra_core.sim.engine import SimResult, simulate
 
-BANDWIDTH_GBPS = 50.0
+BANDWIDTH_GBPS = 50.0  # the reference link (ASTRA-sim's example network's): its one home
 LATENCY_NS = 500.0
 SYSTEM = {  # ASTRA-sim's dashed keys, as in its system JSON
     "scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
@@ -28,9 +28,11 @@ SYSTEM = {  # ASTRA-sim's dashed keys, as in its system JSON
 }
 
 
-def reference_network(npus: int) -> NetworkConfig:
-    return NetworkConfig.model_validate({"dims": [{"topology": "Ring", "npus": npus, "bandwidth_gbps": BANDWIDTH_GBPS,
-                                                   "latency_ns": LATENCY_NS}]})
+def reference_network(npus: int, bandwidth_gbps: float = BANDWIDTH_GBPS, latency_ns: float = LATENCY_NS
+                      ) -> NetworkConfig:
+    """A Ring of `npus` NPUs; its links ASTRA-sim's example network's unless given (a calibrated ring's)."""
+    return NetworkConfig.model_validate({"dims": [{"topology": "Ring", "npus": npus, "bandwidth_gbps": bandwidth_gbps,
+                                                   "latency_ns": latency_ns}]})
 
 
 def reference_system() -> SystemConfig:

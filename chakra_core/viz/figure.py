@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from chakra_core.outputs import open_output
+from chakra_core.terminal import human_bytes
 
 FORMATS = (".png", ".svg")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -89,8 +90,5 @@ def save(fig, out: str) -> str:
 
 
 def fmt_bytes(value: float, _pos=None) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            v = value / scale
-            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
-    return f"{value:.0f} B"
+    """A size as an axis tick or legend shows it (matplotlib's FuncFormatter passes the position)."""
+    return human_bytes(value, compact=True)

@@ -35,7 +35,7 @@ from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, NODE_TYPES
 from chakra_core.outputs import open_output
-from chakra_core.terminal import printable
+from chakra_core.terminal import human_bytes, printable
 
 DATA, CTRL = 1, 2  # edge kind bits
 DEPENDENCY = {DATA: "data", CTRL: "control", DATA | CTRL: "both"}
@@ -270,13 +270,6 @@ def select(table, *, around: int | None = None, depth: int = 2, only: str | None
 # Output
 
 
-def human_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def _column(table, name: str, fill):

@@ -40,14 +40,14 @@ sys.path.insert(0, str(REPO))
 from chakra_core.convert.pytorch.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
-from chakra_core.replay.calibrate import system_json, unprofiled_ns, unprofiled_steps_of  # noqa: E402
-from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, probe_of, reference_ring  # noqa: E402
+from chakra_core.replay.calibrate import calibrated_system, unprofiled_ns, unprofiled_steps_of  # noqa: E402
+from chakra_core.replay.hostfit import device_timing_of, fit_host_overhead, probe_of  # noqa: E402
+from chakra_core.sim.reference import reference_network  # noqa: E402
 from chakra_core.replay.plan import recorded_ns  # noqa: E402
 from chakra_core.sim.config import (  # noqa: E402
     DEFAULT_HOST_OVERHEAD_SYSTEM,
     HostOverhead,
     load_system,
-    system_from_document,
 )
 from chakra_core.sim.engine import simulate  # noqa: E402
 
@@ -75,12 +75,12 @@ def main(runs: list[Path], quick: bool) -> None:
     families = [FAMILIES.get(name, name) for name in names]
     timing = device_timing_of([prefix for prefix, _ in jobs])
     probe = probe_of([prefix for prefix, _ in jobs])
-    system = system_from_document("<calibrated>", system_json(device_timing=timing and timing.model_dump()))
+    system = calibrated_system(device_timing=timing and timing.model_dump())
     print(f"device timing over the runs: launch latency {timing.launch_latency_ns:.0f} ns, "
           f"gap {timing.kernel_gap_ns:.0f} ns")
     shipped = load_system(DEFAULT_HOST_OVERHEAD_SYSTEM)
     two = [j for j, name in zip(jobs, names) if name in ("gpt", "mlp_tiny")]
-    fit_two = fit_host_overhead(two, reference_ring, system, probe)
+    fit_two = fit_host_overhead(two, reference_network, system, probe)
     model_two = HostOverhead(**{k: fit_two[k] for k in HostOverhead.model_fields})
     print(f"calibrated on gpt and mlp_tiny with the probe: {model_two}")
     measured = [unprofiled_ns(prefix, job.tables[0]) for prefix, job in jobs]
@@ -92,7 +92,7 @@ def main(runs: list[Path], quick: bool) -> None:
           f"{'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
     rows = []
     for k, ((prefix, job), name, family, m) in enumerate(zip(jobs, names, families, measured)):
-        network = reference_ring(job.npus)
+        network = reference_network(job.npus)
         span = max(recorded_ns(read_table(f"{prefix}.{r}.et")) for r in range(job.npus))
         as_recorded = simulate(job, network, load_system(str(REFERENCE_SYSTEM))).finish_ns / span - 1
         errors = [simulate(job, network, s).finish_ns / m - 1 for s in

@@ -245,7 +245,9 @@ def _confined_query(sql: str) -> None:
 
     tables = Path(_WAREHOUSE) / "tables"
     if not tables.exists():
-        write_day(_WAREHOUSE, "sim_results", "2026-01-01", from_rows("sim_results", [{"job_id": "a", "finish_ns": 1}]))
+        write_day(_WAREHOUSE, "sim_results", "2026-01-01", from_rows("sim_results", [
+            {"job_id": "a", "system": "s", "topology": "Ring", "npus": 2, "traced_npus": 2, "status": "ok",
+             "finish_ns": 1}]))
         write_day(_WAREHOUSE, "rejects", "2026-01-01", from_rows("rejects", []))
     with tempfile.TemporaryDirectory() as out:
         con, _, _ = open_warehouse(_WAREHOUSE)

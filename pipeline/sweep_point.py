@@ -1,4 +1,5 @@
-"""A simulated system: what one simulation of a job runs on, from the sweep file to the row.
+"""A sweep point: what one simulation of a job runs on (a named system or a grid point of a
+sweep file; "system" itself is only ever the simulator's SystemConfig), from the file to the row.
 
 It holds the simulator's own network and system objects (chakra_core.sim.config) and its
 options; a sweep's parameter columns, the values its `where` conditions see and the cost are
@@ -22,7 +23,7 @@ OPTIONS = {"mode": MODES, "scaling": ("weak", "strong")}
 
 
 @dataclass(frozen=True)
-class SimulatedSystem:
+class SweepPoint:
     """One system a job is simulated on (a named system or a grid point of a sweep file)."""
 
     name: str
@@ -93,7 +94,7 @@ def parameter_columns(values: dict, swept: tuple[str, ...] | list[str]) -> dict:
     params = {}
     for key in swept:
         if key in NETWORK_KEYS or key in PER_DIMENSION_SYSTEM_KEYS:
-            params.update({f"{column_name(key)}_{d}": v for d, v in enumerate(values.get(key) or [])})
+            params.update({dimension_column(key, d): v for d, v in enumerate(values.get(key) or [])})
         else:
             params[column_name(key)] = values.get(key)
     return params
@@ -106,3 +107,14 @@ def condition_values(params: dict, npus: int | None, dims: int, mode: str, scali
 
 def column_name(key: str) -> str:
     return key.replace("-", "_")
+
+
+def dimension_column(key: str, dimension: int) -> str:
+    """The parameter column of a per-dimension key's value in one dimension: `<key>_<d>`."""
+    return f"{column_name(key)}_{dimension}"
+
+
+def split_column(column: str) -> tuple[str, int | None]:
+    """(column_name of the key, dimension) of a parameter column; None for a key of one value."""
+    key, _, index = column.rpartition("_")
+    return (key, int(index)) if index.isdigit() else (column, None)
