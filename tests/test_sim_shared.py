@@ -130,14 +130,14 @@ def test_a_sweep_row_records_what_was_shared(monkeypatch):
     from chakra_core.format.job import Job
     from chakra_core.sim.engine import Engine
     from chakra_core.sim.sharing import SymmetryBroken
-    from pipeline.simulated_system import SimulatedSystem
+    from pipeline.sweep_point import SweepPoint
     from pipeline.simulation import simulate_job
 
     net = network(("Ring", 2, 200, 500), ("Switch", 2, 50, 1000))
     tables = job(*[[comp(0, 1), comp(1, 2, 0)] for _ in range(4)])
 
     def row():
-        return simulate_job("j", Job(tables), 4, SimulatedSystem("s", net, TWO_D_SYSTEM))
+        return simulate_job("j", Job(tables), 4, SweepPoint("s", net, TWO_D_SYSTEM))
     assert (row()["simulated_npus"], row()["unshared"]) == (1, None)
 
     def broken(self, workload, shortcuts):
