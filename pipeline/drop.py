@@ -105,9 +105,10 @@ def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
             job.problem = (f"{job.job_id}: the same job as {earlier}, its name differing only in case; a job is"
                            " processed once")
         for file_path, relative, file_size, file_problem in _job_files(fs, path, root):
+            file_problem = file_problem or _name_problem(relative)  # a file with a problem is never opened
             kind = "unknown" if file_problem is not None else kind_in_job(fs, file_path, relative)
             job.files.append(InputFile(fs.unstrip_protocol(file_path), f"{job.job_id}/{printable(relative)}",
-                                       file_size, kind, file_problem or _name_problem(relative)))
+                                       file_size, kind, file_problem))
         jobs.append(job)
     return jobs, loose
 

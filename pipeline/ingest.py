@@ -4,15 +4,16 @@ files a job cannot use, or why its rank traces do not make one job (docs/pipelin
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from chakra_core.convert.sources import SourceOptions, detect_format
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.format.job import COMM_GROUPS_SUFFIX, split_rank_url
 
-PYTORCH_ET = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
-KINETO = re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$")
-TIMING = re.compile(r"^rank(\d+)\.timing\.json$")  # steps timed with the profiler off (TraceRecorder timed_steps)
+PYTORCH_ET = re.compile(r"^rank([0-9]+)\.et\.json(\.gz)?\Z")
+KINETO = re.compile(r"^rank([0-9]+)\.kineto\.json(\.gz)?\Z")
+TIMING = re.compile(r"^rank([0-9]+)\.timing\.json\Z")  # steps timed with the profiler off (TraceRecorder timed_steps)
 RANK_NAME = {"pytorch_et": PYTORCH_ET, "kineto": KINETO, "timing": TIMING}  # chakra_et: <name>.<R>.et[.gz], format.job
 # One file that describes a whole job, and the `chakra convert --from` format that reads it.
 SINGLE_FILE = {"flexflow": "flexflow", "text_workload": "text"}
@@ -126,6 +127,9 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     is) and a one-line reason; None when they do. Files a converter would silently pass over (a
     second file of a rank, a Chakra ET beside PyTorch traces) make the job ambiguous, so the
     whole job is rejected rather than guessed at."""
+    odd = _meant_as_trace(job)
+    if odd is not None:
+        return odd
     if job.trace_format == "none":
         return None, f"{job.job_id}: the job folder holds no rank trace"
     traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
@@ -140,6 +144,30 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     kineto = sorted((f for f in job.files if f.kind == "kineto" and job.trace_format == "pytorch_et"),
                     key=lambda f: f.name)
     return _double_claim(traces) or _double_claim(kineto) or _names_differ(traces) or _ranks_missing(job, traces)
+
+
+def _meant_as_trace(job: JobInput) -> tuple[InputFile, str] | None:
+    """A file at the top of the job whose name is a trace's but for spaces, invisible or control
+    characters, other scripts' digits or look-alike letters (`rank1.et.json `, `rank١.et.json`),
+    or a rank trace that must not be opened (a link): a rank of the job that cannot be told for
+    sure, so the job is rejected whole rather than converted without it."""
+    for f in sorted(job.files, key=lambda f: f.name):
+        raw = f.url.rsplit("/", 1)[-1]
+        if f.kind in (*RANK_NAME, "chakra_et") or f.name.count("/") > 1:
+            continue
+        if kind_of(plain_name(raw)) in ("pytorch_et", "chakra_et"):  # a side file (Kineto, timing) is rejected alone
+            why = f.problem or ("spaces, invisible or control characters, or other digits in its name")
+            return f, (f"{f.name}: named like a rank file ({plain_name(raw)}) but not one ({why}); the job's ranks"
+                       " cannot be told apart for sure: rename or remove it")
+    return None
+
+
+def plain_name(name: str) -> str:
+    """name without spaces, control and format characters, its digits ASCII and its letters
+    NFKC-folded: what a person reading it takes it to be."""
+    kept = (str(unicodedata.decimal(c)) if c.isdecimal() else c for c in unicodedata.normalize("NFKC", name)
+            if not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf"))
+    return "".join(kept)
 
 
 def _double_claim(files: list[InputFile]) -> tuple[InputFile, str] | None:

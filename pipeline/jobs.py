@@ -48,6 +48,10 @@ from pipeline.layout import (
 from pipeline.tables import SCHEMAS
 
 
+class InconsistentRanks(ChakraError):
+    """Rank traces that convert one by one but do not make one job; the job is rejected whole."""
+
+
 @dataclass
 class JobOutcome:
     job_id: str
@@ -83,6 +87,8 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
         usable = [f for f in job.files if f.name not in unusable]
         out_dir = traces_dir(warehouse, date, job.job_id)
         stage, problem = "ingest", job_problem(job)
+        if problem is not None and problem[0] is not None and problem[0].name in unusable:
+            unusable[problem[0].name] = problem[1]  # a file the job cannot be told without says why
         if problem is None:
             try:
                 done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), read,
@@ -151,6 +157,8 @@ def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
     with why) written into out_dir."""
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id, accounted=accounted)
+        if result.mismatches:  # e.g. ranks of two recordings, or a rank missing: not one job
+            raise InconsistentRanks(f"{job.job_id}: its ranks do not make one job: {result.mismatches[0]}")
         set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
         return result.tables, result.et_files, result.comm_group_file, set_aside
     if job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json

@@ -85,21 +85,32 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SimulatedSyste
                                   f"{len(sims.rows)} done")
     per_count = synthetic_jobs if result.jobs_converted else 0
     fitting = _start_fit(date, warehouse, per_count)
-    sim_rows = stage("simulate (Ray)", sims.finish,
-                     lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok "
-                                  f"({sims.after_conversion} finished in this stage)")
+    sim_rows = stage("simulate (Ray)", sims.finish, lambda rows: simulation_counts(rows, sims.after_conversion))
     result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
     result.tables["representatives"] = stage(
         "select representatives", lambda: representatives_table(
             result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives,
             result.run_id),
-        lambda table: f"{sum(r['representative'] for r in table.to_pylist())} representatives of {table.num_rows} jobs")
+        representatives_counts)
     synthetic, fidelity, result.training = stage(
         "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id, per_count, progress, fitting),
         lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
     result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
     result.tables["fidelity"] = from_rows("fidelity", fidelity)
     return result
+
+
+def simulation_counts(rows: list[dict], after_conversion: int) -> str:
+    """The simulation stage's line; a job that could not be simulated has its row, status and error."""
+    ok = sum(r["status"] == "ok" for r in rows)
+    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} not ({after_conversion} finished in this stage)"
+
+
+def representatives_counts(table: pa.Table) -> str:
+    """The selection stage's line; a job that could not be placed has a row whose status says why."""
+    rows = table.to_pylist()
+    chosen, unplaced = sum(r["representative"] is True for r in rows), sum(r["status"] != "ok" for r in rows)
+    return f"{chosen} representatives of {len(rows)} jobs ({unplaced} not selected)"
 
 
 def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[InputFile]]:

@@ -28,11 +28,11 @@ from chakra_core.documents import read_document
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import read_bounded
 
-RANK_FILE = re.compile(r"^rank(\d+)\.et\.json(\.gz)?$")
-SIDE_FILE = re.compile(r"^rank(\d+)\.(kineto\.json(?:\.gz)?|timing\.json)$")
+RANK_FILE = re.compile(r"^rank([0-9]+)\.et\.json(\.gz)?\Z")
+SIDE_FILE = re.compile(r"^rank([0-9]+)\.(kineto\.json(?:\.gz)?|timing\.json)\Z")
 MEANT_AS_JOB_FILE = re.compile(r"\.(et|kineto|timing)\.json(\.gz)?$")
 RECORDED_WITH_THE_JOB = re.compile(r"^(job\.json|rank\d+\.program\.json)$")  # tools/collect.py's companions
-RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
+RANK_IN_NAME = re.compile(r"(?:rank|\.)([0-9]+)\.(?:et\.)?json(?:\.gz)?\Z")
 BUNDLES = (".tar", ".tar.gz", ".tgz", ".zip")
 
 

@@ -287,10 +287,15 @@ def _describe(record: CommRecord) -> str:
 
 
 def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:
-    """Every mismatch between ranks, the first one per process group / peer pair."""
+    """Every mismatch between ranks, the first one per process group / peer pair; first, ranks
+    the traces' world group holds that the job lacks."""
+    ranks = {c.rank for c in conversions}
+    world = max((c.groups.world_size or 0 for c in conversions), default=0)
+    lacking = [r for r in range(min(world, max(ranks, default=0) + 2)) if r not in ranks]
+    if lacking:
+        return [f"the traces' world group has {world:,} ranks, and the job lacks rank {lacking[0]}"]
     if len(conversions) < 2:
         return []
-    ranks = {c.rank for c in conversions}
     per_group: dict[str, dict[int, list[CommRecord]]] = defaultdict(lambda: defaultdict(list))
     sends: dict[tuple, list[CommRecord]] = defaultdict(list)
     recvs: dict[tuple, list[CommRecord]] = defaultdict(list)

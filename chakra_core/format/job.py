@@ -28,7 +28,7 @@ from chakra_core.errors import ChakraError
 from chakra_core.outputs import afterwards, open_output, together
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
-RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>[0-9]+)\.et(?P<gz>\.gz)?\Z")
 SCHEMA_VERSION = "0.0.4"
 
 CommGroups = dict[int, tuple[int, ...]]
