@@ -37,12 +37,15 @@ from pipeline.ingest import (
     unusable_files,
 )
 from pipeline.layout import (
+    StorageError,
+    describe,
     filesystem,
     join,
     publish,
     remove,
     staged,
     staging_dir,
+    storage_fault,
     traces_dir,
 )
 from pipeline.tables import SCHEMAS
@@ -94,6 +97,7 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
                 done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), read,
                                 frozenset(_stored_name(f) for f in job.files if f.name in unusable))
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
+                _raise_if_storage(exc, job, warehouse)
                 stage, problem = "convert", _blame(exc, usable)
         hashes = _hashes(job, read)
     outcome.rejects = [_reject(job, f, hashes, "ingest", unusable[f.name], run_id)
@@ -114,6 +118,14 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
                        "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
                        "duplicate_of": None, "run_id": run_id} for f in usable if f.name not in set_aside]
     return outcome
+
+
+def _raise_if_storage(exc: Exception, job: JobInput, warehouse: str) -> None:
+    """A fault of the storage (full, no rights, a bucket gone, a timeout) is not the job's: it
+    ends the run with one line, and no input is rejected for it."""
+    if storage_fault(exc) is not None:
+        raise StorageError(f"storage failed while job {job.job_id} was processed (drop {job.url}, warehouse "
+                           f"{warehouse}): {describe(exc)}") from None
 
 
 def _hashes(job: JobInput, read: InputHashes) -> dict[str, str]:

@@ -19,7 +19,7 @@ from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day
 from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
-from pipeline.layout import remove, retried, staging_day
+from pipeline.layout import StorageError, remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.simulated_system import SimulatedSystem
 from pipeline.simulation import reference_system, simulate_row
@@ -141,7 +141,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
                 sims.collect(ready)
                 continue
             i = pending.pop(ready[0])
-            outcome, node = ray.get(ready[0])
+            outcome, node = _result(ready[0])
             result.ray_nodes.add(node)
             outcomes[i] = outcome
             if outcome.prefix:
@@ -157,6 +157,19 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
         sims.cancel()
         raise
     return list(zip(jobs, outcomes))
+
+
+def _result(ref) -> Any:
+    """A task's value; a storage fault it raised, as the one-line StorageError it is (Ray wraps it
+    with the task's traceback)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, StorageError):
+            raise exc.cause from None
+        raise
 
 
 class _Simulations:
