@@ -21,6 +21,8 @@ from typing import TypeVar
 
 import fsspec
 
+from chakra_core.literal import files_below, move_file, remove_tree
+
 T = TypeVar("T")
 RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, then back
 # Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
@@ -203,7 +205,7 @@ def remove(url: str) -> None:
     """Remove a folder and everything under it, if it is there."""
     fs, path = filesystem(url)
     if fs.exists(path):
-        fs.rm(path, recursive=True)
+        remove_tree(fs, path)  # literal: a job named `a*` is not every job
 
 
 @contextmanager
@@ -233,8 +235,8 @@ def publish(staging: str, final: str) -> None:
     fs, source = filesystem(staging)
     target = filesystem(final)[1].rstrip("/")
     fs.makedirs(target, exist_ok=True)
-    for path in fs.find(source):
-        fs.mv(path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
+    for path in files_below(fs, source):
+        move_file(fs, path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
 
 
 def table_dir(warehouse: str, table: str, date: str) -> str:
