@@ -158,7 +158,7 @@ def _print_summary(summary: dict) -> None:
     from chakra_core.terminal import console as stdout_console
 
     console = stdout_console()
-    console.print(f"[bold]nightly {summary['date']}[/bold] (run {summary['run_id']}): {summary['jobs']} jobs, "
+    console.print(f"nightly {summary['date']} (run {summary['run_id']}): {summary['jobs']} jobs, "
                   f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
                   f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
                   f"{summary['simulations']} simulations")

@@ -18,6 +18,7 @@ import sys
 import pyarrow as pa
 
 from chakra_core.outputs import open_output
+from chakra_core.terminal import printable
 from chakra_core.viz.figure import figure
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:72em;color:#222}"
@@ -42,11 +43,17 @@ def _cell(value) -> str:
         return f"{value:.3g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return html.escape(str(value))
+    return text(str(value))
+
+
+def text(value: str) -> str:
+    """Untrusted text for the page: HTML escaped, and bidirectional controls (which reorder what
+    a reader sees) and other control characters shown as escapes, as in the terminal."""
+    return html.escape(printable(value))
 
 
 def html_table(table: pa.Table) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.column_names)
+    head = "".join(f"<th>{text(c)}</th>" for c in table.column_names)
     rows = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row.values()) + "</tr>"
                    for row in table.to_pylist())
     return f"<table><tr>{head}</tr>{rows}</table>"

@@ -1,0 +1,125 @@
+"""Issue 41, items 4-6: text stays text (no markup read in untrusted strings, escape sequences
+and bidi controls shown escaped, CSV with LF); `chakra query` confined and bounded (a table named
+with a keyword, a link to /, ./.tmp beside the caller, a time and memory limit); numbers at the
+edges of the environment and the options refused in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chakra_core.cli import main
+from chakra_core.terminal import console, printable
+from chakra_core.viz.report import text
+from pipeline.tables import from_rows, write_day
+
+PROJECT = Path(__file__).resolve().parents[1]
+HOSTILE = ["ok[/]", "[red]job-A", "gemm[/]0", "\x1b]52;c;cHduZWQ=\x07osc", "\x1b[2J\x1b[31mcsi", "abc\u202etxt.et"]
+
+
+def _warehouse(tmp_path: Path) -> str:
+    warehouse = str(tmp_path / "wh")
+    write_day(warehouse, "rejects", "2026-01-02", from_rows("rejects", [
+        {"job_id": value, "file": f"{value}/x", "stage": "ingest", "reason": "r"} for value in HOSTILE]))
+    return warehouse
+
+
+def test_query_values_print_verbatim_and_escapes_escaped(tmp_path):
+    """Before: MarkupError on `ok[/]`, `[red]job-A` printed as `job-A`, OSC/CSI reached the terminal."""
+    warehouse = _warehouse(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "query", "--warehouse", warehouse,
+                          "SELECT job_id FROM rejects ORDER BY job_id"], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    shown = run.stdout.splitlines()[1:-1]
+    assert sorted(line.strip() for line in shown) == sorted(printable(v) for v in HOSTILE)
+    assert "\x1b" not in run.stdout and "\u202e" not in run.stdout
+    assert "[red]job-A" in run.stdout and "ok[/]" in run.stdout
+
+
+def test_csv_lines_end_in_lf(tmp_path, capsys):
+    assert main(["query", "--warehouse", _warehouse(tmp_path), "--csv", "SELECT stage FROM rejects LIMIT 2"]) == 0
+    out = capsys.readouterr().out
+    assert "\r" not in out and out == "stage\ningest\ningest\n"
+
+
+def test_the_console_reads_no_markup():
+    out = console()
+    with out.capture() as captured:
+        out.print("[bold]x[/bold] [/] \x1b[31m")
+    assert captured.get() == "[bold]x[/bold] [/] \\x1b[31m\n"
+
+
+def test_pages_neutralise_bidi_controls_and_escape_html():
+    assert text("a\u202eb<script>") == "a\\u202eb&lt;script&gt;"
+    assert text("\u2066x\u2069") == "\\u2066x\\u2069"
+
+
+def test_a_table_named_with_a_keyword_is_a_table(tmp_path, capsys):
+    warehouse = _warehouse(tmp_path)
+    import pyarrow.parquet as pq
+
+    (Path(warehouse) / "tables" / "select" / "date=2026-01-02").mkdir(parents=True)
+    pq.write_table(from_rows("rejects", [{"job_id": "k", "file": "k/x"}]),
+                   Path(warehouse) / "tables" / "select" / "date=2026-01-02" / "part-0.parquet")
+    assert main(["query", "--warehouse", warehouse, "--json", 'SELECT count(*) n FROM "select"']) == 0
+    assert '"n": 1' in capsys.readouterr().out
+    assert main(["query", "--warehouse", warehouse, "--json", "SELECT count(*) n FROM rejects"]) == 0
+
+
+def test_a_link_out_of_the_warehouse_is_never_followed(tmp_path, capsys):
+    warehouse = _warehouse(tmp_path)
+    os.symlink("/", Path(warehouse) / "tables" / "root")
+    part = next((Path(warehouse) / "tables" / "rejects").rglob("part-0.parquet"))
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(part.read_bytes())
+    os.symlink(outside, part.parent / "part-1.parquet")
+    assert main(["query", "--warehouse", warehouse, "--json", "SELECT count(*) n FROM rejects"]) == 0
+    out, err = capsys.readouterr()
+    assert f'"n": {len(HOSTILE)}' in out  # the linked part left out, the table still queryable
+    assert "root: a symbolic link" in err and "part-1.parquet" in err
+
+
+def test_duckdbs_tmp_beside_the_caller_is_not_readable(tmp_path, capsys, monkeypatch):
+    """DuckDB allowed ./.tmp (its default temporary directory) relative to the current folder."""
+    warehouse = _warehouse(tmp_path)
+    (tmp_path / "cwd" / ".tmp").mkdir(parents=True)
+    (tmp_path / "cwd" / ".tmp" / "secret.txt").write_text("TOP-SECRET")
+    monkeypatch.chdir(tmp_path / "cwd")
+    code = main(["query", "--warehouse", warehouse, "--json", "SELECT content FROM read_text('.tmp/secret.txt')"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "TOP-SECRET" not in out and "Permission" in err
+
+
+def test_a_query_past_its_time_is_stopped_in_one_line(tmp_path, capsys):
+    code = main(["query", "--warehouse", _warehouse(tmp_path), "--timeout", "0.5",
+                 "SELECT count(*) FROM range(100000000000) a"])
+    err = capsys.readouterr().err
+    assert code == 2 and "time limit of 0.5 s (--timeout raises it)" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("option, value", [("--memory-limit", "1e308"), ("--memory-limit", "12"),
+                                           ("--timeout", "0"), ("--timeout", "inf"), ("--timeout", "1e308")])
+def test_query_bounds_are_range_checked(tmp_path, capsys, option, value):
+    with pytest.raises(SystemExit) as info:
+        main(["query", "--warehouse", str(tmp_path), option, value, "SELECT 1"])
+    assert info.value.code == 2 and option in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "1e400", "9" * 5000, "\u0661", "huge"])
+def test_the_decode_pool_size_is_range_checked(tmp_path, value):
+    """Before: OverflowError for a huge value, a negative one accepted."""
+    run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "info", str(tmp_path / "none.et")],
+                         capture_output=True, text=True, env={**os.environ, "CHAKRA_DECODE_POOL_BYTES": value})
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "CHAKRA_DECODE_POOL_BYTES" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "\u0661", "9" * 5000])
+def test_counts_take_ascii_digits_only(capsys, value):
+    with pytest.raises(SystemExit):
+        main(["generate", "mlp", "--npus", value, "-o", "/nonexistent"])
+    assert "--npus" in capsys.readouterr().err
