@@ -123,3 +123,55 @@ def test_counts_take_ascii_digits_only(capsys, value):
     with pytest.raises(SystemExit):
         main(["generate", "mlp", "--npus", value, "-o", "/nonexistent"])
     assert "--npus" in capsys.readouterr().err
+
+
+def test_a_graph_naming_a_far_device_is_refused_before_any_rank_is_written(tmp_path, capsys):
+    """Before: 120 bytes naming device 65535 wrote 65,536 rank files (274 MB)."""
+    graph = tmp_path / "far.graph"
+    graph.write_text('digraph t { node0 [label="{device_id=0|a|Forward|COMP_NODE|simulated_run_time=1}"];\n'
+                     'node1 [label="{device_id=65535|b|Forward|COMP_NODE|simulated_run_time=1}"]; }\n')
+    assert main(["convert", str(graph), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "65,536 ranks" in err and "2 device(s)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("argv", [["--npus", "4", "--first-dim-npus", "0"], ["--npus", "0"], ["--npus", "4", "--passes", "0"],
+                                  ["--npus", "4", "--npu-frequency", "0"]])
+def test_a_text_workloads_options_are_range_checked(tmp_path, capsys, argv):
+    text_workload = next((PROJECT / "datasets" / "other-formats" / "text").glob("*.txt"))
+    with pytest.raises(SystemExit) as info:
+        main(["convert", str(text_workload), "-o", str(tmp_path / "out"), *argv])
+    assert info.value.code == 2 and argv[-2] in capsys.readouterr().err
+
+
+def test_job_json_options_are_range_checked():
+    from chakra_core.convert.source_file import SourceOptionError, SourceOptions
+
+    for options in ({"npus": 4, "first_dim_npus": 0}, {"npus": 4, "passes": 10**9}, {"npus": True},
+                    {"npus": 4, "npu_frequency_mhz": 1e308}):
+        with pytest.raises(SourceOptionError, match=next(iter(k for k in options if k != "npus"), "npus")):
+            SourceOptions(**options)
+
+
+@pytest.mark.parametrize("latency", ["1e308", "1e13"])
+def test_a_latency_beyond_any_network_is_one_line(tmp_path, latency):
+    """Before: OverflowError in simulate."""
+    from chakra_core.errors import ChakraError
+    from chakra_core.sim.config import load_network
+
+    net = tmp_path / "net.yml"
+    net.write_text(f"topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50 ]\nlatency: [ {latency} ]\n")
+    with pytest.raises(ChakraError, match="latency"):
+        load_network(str(net))
+
+
+@pytest.mark.parametrize("steps", [[0], [True], [1e300], [-5]])
+def test_unusable_unprofiled_step_times_are_no_measurement(tmp_path, steps):
+    """Before: unprofiled_step_ns [0] divided by zero in calibrate."""
+    import json
+
+    from chakra_core.replay.calibrate import unprofiled_steps_of
+
+    (tmp_path / "j.report.json").write_text(json.dumps({"unprofiled_step_ns": steps}))
+    assert unprofiled_steps_of(str(tmp_path / "j")) is None

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chakra_core.errors import SourceFormatError
+from chakra_core import limits
+from chakra_core.errors import ChakraError, SourceFormatError
 from chakra_core.format.job import Job
 from chakra_core.inputs import read_bounded
+
+
+MAX_PASSES = 1_000_000  # training passes of a text workload: each repeats every layer's nodes
+
+
+class SourceOptionError(ChakraError):
+    """An option of a single-file conversion out of range (one line naming it)."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +27,14 @@ class SourceOptions:
     npu_frequency_mhz: float | None = None  # text: cycles -> microseconds (None: cycles kept, as the reference)
     first_dim_npus: int | None = None       # text: NPUs of the first network dimension (hybrid policies)
     time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
+
+    def __post_init__(self):
+        """Each number in range (job.json gives them too): 0 NPUs in a dimension divided by zero."""
+        for name, low, high in (("npus", 1, limits.value("npus")), ("first_dim_npus", 1, limits.value("npus")),
+                                ("passes", 1, MAX_PASSES), ("npu_frequency_mhz", 1e-3, 1e7)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not low <= value <= high):
+                raise SourceOptionError(f"{name} {value!r}: expected a number from {low:,} to {high:,}")
 
 
 @dataclass

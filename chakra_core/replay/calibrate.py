@@ -117,7 +117,12 @@ def unprofiled_steps_of(prefix: str) -> list[int] | None:
     except ConfigError:
         return None
     steps = document.get("unprofiled_step_ns") if isinstance(document, dict) else None
-    return steps if isinstance(steps, list) and steps and all(isinstance(v, (int, float)) for v in steps) else None
+    return steps if isinstance(steps, list) and steps and all(_a_step_time(v) for v in steps) else None
+
+
+def _a_step_time(value) -> bool:
+    """A step time in ns: a number (not a bool) from 1 ns to 1e15 ns (11 days); 0 divided by zero."""
+    return type(value) in (int, float) and 1 <= value <= 1e15
 
 
 def unprofiled_ns(prefix: str, table) -> float:
