@@ -169,8 +169,9 @@ def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
     with why) written into out_dir."""
     if job.trace_format == "pytorch_et":
         result = convert_job(job.url, out_dir, job.job_id, accounted=accounted)
-        if result.mismatches:  # e.g. ranks of two recordings, or a rank missing: not one job
-            raise InconsistentRanks(f"{job.job_id}: its ranks do not make one job: {result.mismatches[0]}")
+        problem = result.lacking_rank or next(iter(result.mismatches), None)
+        if problem:  # a rank missing, or ranks of two recordings: not one job
+            raise InconsistentRanks(f"{job.job_id}: its ranks do not make one job: {problem}")
         set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
         return result.tables, result.et_files, result.comm_group_file, set_aside
     if job.trace_format in SINGLE_FILE:  # a FlexFlow graph or a text workload, options from job.json

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, positive_int, positive_number, print_json
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, positive_int, print_json
 from chakra_core.terminal import Progress, console, plain_table
 
 COMMANDS = {
@@ -121,9 +121,9 @@ def _add_job_arguments(p) -> None:
     p.add_argument("--from", dest="source_format", choices=("pytorch", "flexflow", "text"),
                    help="the input's format (default: told from its content)")
     text = p.add_argument_group("ASTRA-sim 1.0 text workloads")
-    text.add_argument("--npus", type=positive_int, metavar="N", help="NPUs to run the workload on (required)")
-    text.add_argument("--passes", type=positive_int, default=1, metavar="P", help="training passes (default 1)")
-    text.add_argument("--npu-frequency", type=positive_number, metavar="MHZ",
+    text.add_argument("--npus", type=int, metavar="N", help="NPUs to run the workload on (required)")
+    text.add_argument("--passes", type=int, default=1, metavar="P", help="training passes (default 1)")
+    text.add_argument("--npu-frequency", type=float, metavar="MHZ",
                       help="turn compute cycles into microseconds at this clock (default: cycles kept as "
                       "microseconds, as the reference converter)")
     text.add_argument("--first-dim-npus", type=positive_int, metavar="D",

@@ -53,6 +53,7 @@ class JobResult:
     unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
     input_notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
+    lacking_rank: str | None = None  # a rank of the traces' world group the job lacks (lacking_rank)
     tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next
     source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
 
@@ -155,6 +156,7 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         result.nodes += table.num_rows
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
+    result.lacking_rank = lacking_rank(conversions)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
 
 
@@ -286,16 +288,20 @@ def _describe(record: CommRecord) -> str:
     return f"{comms.kind_label(record.kind)} of {record.size:,} B (node {record.node_id})"
 
 
-def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:
-    """Every mismatch between ranks, the first one per process group / peer pair; first, ranks
-    the traces' world group holds that the job lacks."""
+def lacking_rank(conversions: list[RankConversion]) -> str | None:
+    """A rank the traces' world group holds that the job lacks (a job given whole must have
+    them all; converting some ranks of a job on purpose is not a mistake, so this is no mismatch)."""
     ranks = {c.rank for c in conversions}
     world = max((c.groups.world_size or 0 for c in conversions), default=0)
-    lacking = [r for r in range(min(world, max(ranks, default=0) + 2)) if r not in ranks]
-    if lacking:
-        return [f"the traces' world group has {world:,} ranks, and the job lacks rank {lacking[0]}"]
+    lacking = next((r for r in range(min(world, max(ranks, default=0) + 2)) if r not in ranks), None)
+    return None if lacking is None else f"the traces' world group has {world:,} ranks, and rank {lacking} is missing"
+
+
+def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:
+    """Every mismatch between ranks, the first one per process group / peer pair."""
     if len(conversions) < 2:
         return []
+    ranks = {c.rank for c in conversions}
     per_group: dict[str, dict[int, list[CommRecord]]] = defaultdict(lambda: defaultdict(list))
     sends: dict[tuple, list[CommRecord]] = defaultdict(list)
     recvs: dict[tuple, list[CommRecord]] = defaultdict(list)

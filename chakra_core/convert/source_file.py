@@ -11,11 +11,8 @@ from chakra_core.format.job import Job
 from chakra_core.inputs import read_bounded
 
 
-MAX_PASSES = 1_000_000  # training passes of a text workload: each repeats every layer's nodes
-
-
 class SourceOptionError(ChakraError):
-    """An option of a single-file conversion out of range (one line naming it)."""
+    """Options that do not fit the input, or out of range (one line naming them)."""
 
 
 @dataclass(frozen=True)
@@ -29,12 +26,12 @@ class SourceOptions:
     time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
 
     def __post_init__(self):
-        """Each number in range (job.json gives them too): 0 NPUs in a dimension divided by zero."""
-        for name, low, high in (("npus", 1, limits.value("npus")), ("first_dim_npus", 1, limits.value("npus")),
-                                ("passes", 1, MAX_PASSES), ("npu_frequency_mhz", 1e-3, 1e7)):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not low <= value <= high):
-                raise SourceOptionError(f"{name} {value!r}: expected a number from {low:,} to {high:,}")
+        """first_dim_npus a whole number in range (job.json gives it too): 0 NPUs in a dimension
+        divided by zero. The other numbers are checked on conversion, naming the file."""
+        value, high = self.first_dim_npus, limits.value("npus")
+        if value is not None and (type(value) is not int or not 1 <= value <= high):
+            raise SourceOptionError(f"first_dim_npus (--first-dim-npus) {value!r}: expected a whole number from 1 to"
+                                    f" {high:,}")
 
 
 @dataclass

@@ -13,8 +13,7 @@ from collections.abc import Callable
 
 import fsspec
 
-from chakra_core.convert.source_file import SourceOptions
-from chakra_core.errors import ChakraError
+from chakra_core.convert.source_file import SourceOptionError, SourceOptions
 from chakra_core.inputs import open_raw
 
 FORMATS = ("pytorch", "flexflow", "text")
@@ -22,10 +21,6 @@ HEAD_BYTES = 4096
 _DOT = re.compile(rb"^(?:\xef\xbb\xbf)?\s*(?:strict\s+)?digraph\b", re.IGNORECASE)
 # a policy word alone on line 1 (DLRM adds a number, HYBRID_TRANSFORMER key: value pairs), the layer count on line 2
 _TEXT = re.compile(rb"^(?:\xef\xbb\xbf)?[ \t]*[A-Z][A-Z_]*(?:[ \t][^\r\n]*)?\r?\n[ \t]*\d+[ \t]*(?:\r?\n|$)")
-
-
-class SourceOptionError(ChakraError):
-    """Options that do not fit the input's format (e.g. --npus for a FlexFlow graph)."""
 
 
 TEXT_OPTIONS = ("npus", "passes", "npu_frequency_mhz", "first_dim_npus")
