@@ -174,3 +174,14 @@ def test_unusable_unprofiled_step_times_are_no_measurement(tmp_path, steps):
 
     (tmp_path / "j.report.json").write_text(json.dumps({"unprofiled_step_ns": steps}))
     assert unprofiled_steps_of(str(tmp_path / "j")) is None
+
+
+def test_a_report_of_a_day_the_warehouse_lacks_is_one_line(tmp_path, capsys):
+    """Before: a page for any date given, and `Fleet report None` for a warehouse of empty days."""
+    warehouse = str(tmp_path / "wh")
+    write_day(warehouse, "traces", "2026-01-02", from_rows("traces", []))
+    assert main(["report", "--warehouse", warehouse, "--date", "2031-01-01", "-o", str(tmp_path / "page")]) == 2
+    err = capsys.readouterr().err
+    assert "no day 2031-01-01 (its days: 2026-01-02 to 2026-01-02, 1 in all)" in err and len(err.splitlines()) == 1
+    assert main(["report", "--warehouse", warehouse, "-o", str(tmp_path / "page")]) == 0
+    assert "Fleet report 2026-01-02" in (tmp_path / "page" / "index.html").read_text()

@@ -133,8 +133,9 @@ def unprofiled_ns(prefix: str, table) -> float:
     report = f"{prefix}.report.json"
     steps = unprofiled_steps_of(prefix)
     if not steps:
-        raise CalibrationError(f"{report}: no unprofiled step times (record with TraceRecorder(timed_steps=K) and "
-                               "convert again, or give --measured-ms)")
+        raise CalibrationError(f"{report}: no usable unprofiled step times (unprofiled_step_ns: numbers from 1 to "
+                               "1e15 ns; record with TraceRecorder(timed_steps=K) and convert again, or give "
+                               "--measured-ms)")
     recorded = len(pc.unique(table.filter(pc.starts_with(table.column("name"), "ProfilerStep#")).column("name")))
     if not recorded:
         raise CalibrationError(f"{rank_url(prefix, 0)}: no ProfilerStep#N nodes: cannot tell how many steps it recorded")
