@@ -95,8 +95,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
             report = _written("the report page", lambda: write_report(warehouse, date), warehouse, paths,
                               len(day.tables))
     except (StageFailed, DayLocked, StorageError) as e:  # the run fails with one line, no second traceback
-        get_run_logger().error(str(e))
-        return Failed(message=str(e))
+        return Failed(message=str(e))  # said once, as the run's final state (a stage's failure was logged by it)
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,

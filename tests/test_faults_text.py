@@ -185,3 +185,44 @@ def test_a_report_of_a_day_the_warehouse_lacks_is_one_line(tmp_path, capsys):
     assert "no day 2031-01-01 (its days: 2026-01-02 to 2026-01-02, 1 in all)" in err and len(err.splitlines()) == 1
     assert main(["report", "--warehouse", warehouse, "-o", str(tmp_path / "page")]) == 0
     assert "Fleet report 2026-01-02" in (tmp_path / "page" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("stream", ['"7"', str(2**80), "-1", "true"])
+def test_a_kernels_stream_is_a_whole_number_or_one_line(tmp_path, stream):
+    """Before: a stream id given as a string or as 2**80 silently became stream 0."""
+    from chakra_core.convert.kineto import read_kineto
+    from chakra_core.errors import ChakraError
+
+    path = tmp_path / "rank0.kineto.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 2, "tid": 7,'
+                    f' "args": {{"stream": {stream}, "correlation": 3}}}}]}}')
+    with pytest.raises(ChakraError, match="stream"):
+        read_kineto(str(path))
+
+
+@pytest.mark.parametrize("scale", ['"0.5"', "true"])
+def test_a_host_overhead_scale_is_a_number(tmp_path, scale):
+    from chakra_core.errors import ChakraError
+    from chakra_core.sim.config import load_system
+
+    system = tmp_path / "sys.json"
+    system.write_text('{"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,'
+                      ' "preferred-dataset-splits": 4, "all-reduce-implementation": ["ring"],'
+                      ' "all-gather-implementation": ["ring"], "reduce-scatter-implementation": ["ring"],'
+                      ' "all-to-all-implementation": ["ring"], "collective-optimization": "baseline",'
+                      f' "local-mem-bw": 50, "host-overhead": {{"scale": {scale}}}}}')
+    with pytest.raises(ChakraError, match="scale"):
+        load_system(str(system))
+
+
+def test_a_second_nodes_member_is_one_line(tmp_path):
+    """Before: a second `nodes` key was read (or ignored) in silence."""
+    from chakra_core.convert.pytorch_et import read_host_trace
+    from chakra_core.errors import ChakraError
+
+    real = (PROJECT / "datasets" / "pytorch-et" / "allgather_2ranks.rank0.et.json").read_text()
+    twice = real.rstrip().rstrip("}") + ', "nodes": []}'
+    path = tmp_path / "rank0.et.json"
+    path.write_text(twice)
+    with pytest.raises(ChakraError, match="'nodes' appears twice"):
+        read_host_trace(str(path))

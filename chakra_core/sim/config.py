@@ -76,6 +76,13 @@ class Topology(str, Enum):
     SWITCH = "Switch"  # two hops (NPU -> switch -> NPU): latency twice, serialization once
 
 
+def _a_number(value: Any) -> Any:
+    """A number written as a string (`"0.5"`) is a mistake pydantic's lax mode would take."""
+    if isinstance(value, str):
+        raise ValueError(f"expected a number, got the string {value!r}")
+    return value
+
+
 def _within_limit(name: str):
     """A pydantic validator refusing numbers over a limit of chakra_core/limits.py: they would
     make the simulator allocate per chunk, queue or NPU without bound."""
@@ -295,6 +302,8 @@ class HostOverhead(_ConfigModel):
                          description="Share of a CPU node's recorded duration it keeps unprofiled.")
     launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
                              description="Host time per device kernel, copy or memset the node launched (ns).")
+
+    _check_numbers = field_validator("scale", "launch_ns", mode="before")(lambda value: _a_number(_no_bool(value)))
 
     def host_ns(self, recorded_ns: int, launches: int) -> int:
         return max(1, min(recorded_ns, math.floor(self.scale * recorded_ns + self.launch_ns * launches)))
