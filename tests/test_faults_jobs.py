@@ -95,3 +95,18 @@ def test_a_job_without_a_reference_simulation_is_counted_not_summed():
     assert representatives_counts(table) == "0 representatives of 1 jobs (1 not selected)"
     sims = [{"status": "not simulated"}, {"status": "ok"}, {"status": "failed"}]
     assert simulation_counts(sims, 0) == "3 simulations, 1 ok, 2 not (0 finished in this stage)"
+
+
+def test_twins_of_a_job_name_and_names_too_long_for_the_warehouse_are_rejected(tmp_path):
+    """Before: NFC/NFD and zero-width twins were weighted as separate jobs; names of 240-255
+    bytes failed on the staging path."""
+    source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()
+    for job in ("caf\u00e9", "cafe\u0301", "job\u200b1", "job1", "x" * 240):
+        gloo_job(source, job)
+    jobs = {j.job_id: j for j in list_day(source, DATE)[0]}
+    assert sum(j.problem is None for j in jobs.values()) == 2  # one of each twin pair
+    twins = [j.problem for j in jobs.values() if j.problem and "the same job as" in j.problem]
+    assert len(twins) == 2 and all("Unicode form or invisible characters" in p for p in twins)
+    assert "a job name of 240 bytes; at most 200" in jobs["x" * 240].problem
+    outcome = process_job(jobs["x" * 240], DATE, warehouse, "r1")
+    assert outcome.prefix is None and len(outcome.rejects) == len(jobs["x" * 240].files)
