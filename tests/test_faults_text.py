@@ -226,3 +226,17 @@ def test_a_second_nodes_member_is_one_line(tmp_path):
     path.write_text(twice)
     with pytest.raises(ChakraError, match="'nodes' appears twice"):
         read_host_trace(str(path))
+
+
+def test_a_text_workload_too_large_to_build_is_refused_before_it_is_built(tmp_path, capsys, monkeypatch):
+    """Before: a 1M-layer workload, within the nodes limit, needed over 3.4 GB (ArrowMemoryError).
+    The same bound, scaled down for CI time (parsing a million lines takes a minute)."""
+    monkeypatch.setenv("CHAKRA_MAX_SOURCE_NODES", "100000")
+    layers = 20_000
+    path = tmp_path / "big.txt"
+    with open(path, "w") as f:
+        f.write(f"DATA\n{layers}\n")
+        f.writelines(f"l{i} -1 5 NONE 0 5 NONE 0 5 ALLREDUCE 1024 5\n" for i in range(layers))
+    assert main(["convert", str(path), "-o", str(tmp_path / "out"), "--npus", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "CHAKRA_MAX_SOURCE_NODES" in err and len(err.splitlines()) == 1
