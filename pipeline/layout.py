@@ -28,7 +28,8 @@ RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, the
 # Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
 PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError)
 # Storage that cannot take the write or the read (full, read-only, no rights): waiting does not help.
-STORAGE_PERMANENT = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+STORAGE_PERMANENT = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG,
+                     errno.ENOTDIR}  # a warehouse or drop path through a file: the storage is set up wrong
 STORAGE_TRANSIENT = {errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EHOSTUNREACH,
                      errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN, errno.EPIPE, errno.EIO}
 # botocore's and aiohttp's words for a store that is slow or away for a moment
