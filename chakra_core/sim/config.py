@@ -76,13 +76,6 @@ class Topology(str, Enum):
     SWITCH = "Switch"  # two hops (NPU -> switch -> NPU): latency twice, serialization once
 
 
-def _a_number(value: Any) -> Any:
-    """A number written as a string (`"0.5"`) is a mistake pydantic's lax mode would take."""
-    if isinstance(value, str):
-        raise ValueError(f"expected a number, got the string {value!r}")
-    return value
-
-
 def _within_limit(name: str):
     """A pydantic validator refusing numbers over a limit of chakra_core/limits.py: they would
     make the simulator allocate per chunk, queue or NPU without bound."""
@@ -95,10 +88,10 @@ def _within_limit(name: str):
     return check
 
 
-def _no_bool(value: Any) -> Any:
-    """pydantic's lax mode takes True/False as 1/0; a boolean where a number belongs is a mistake."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got the boolean {value!r}")
+def _a_number(value: Any) -> Any:
+    """pydantic's lax mode takes True/False as 1/0 and "0.5" as 0.5; either where a number belongs is a mistake."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"expected a number, got the {type(value).__name__.replace('str', 'string')} {value!r}")
     return value
 
 
@@ -112,8 +105,7 @@ class _ConfigModel(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-MAX_LATENCY_NS = 1e12  # 1,000 s per hop: beyond any network, and far inside the simulator's int64 times
-MAX_BANDWIDTH_GBPS = 1e9
+MAX_LATENCY_NS, MAX_BANDWIDTH_GBPS = 1e12, 1e9  # 1,000 s per hop: beyond any network, inside int64 times
 
 
 class NetworkDim(_ConfigModel):
@@ -127,7 +119,7 @@ class NetworkDim(_ConfigModel):
     latency_ns: float = Field(  # bounded: 1e308 overflowed the simulator's integer times
         ge=0, le=MAX_LATENCY_NS, allow_inf_nan=False, description="Latency per hop in ns (ASTRA-sim: latency).")
 
-    _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_no_bool)
+    _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_a_number)
     _check_npus = field_validator("npus")(_within_limit("npus"))
 
     @property
@@ -303,7 +295,7 @@ class HostOverhead(_ConfigModel):
     launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
                              description="Host time per device kernel, copy or memset the node launched (ns).")
 
-    _check_numbers = field_validator("scale", "launch_ns", mode="before")(lambda value: _a_number(_no_bool(value)))
+    _check_numbers = field_validator("scale", "launch_ns", mode="before")(_a_number)
 
     def host_ns(self, recorded_ns: int, launches: int) -> int:
         return max(1, min(recorded_ns, math.floor(self.scale * recorded_ns + self.launch_ns * launches)))
@@ -373,7 +365,7 @@ class SystemConfig(_ConfigModel):
 
     _check_numbers = field_validator(
         "endpoint_delay_ns", "active_chunks_per_dim", "dataset_splits", "local_mem_bw_gbps",
-        "peak_perf_tflops", "num_queues_per_dim", "injection_scale", mode="before")(_no_bool)
+        "peak_perf_tflops", "num_queues_per_dim", "injection_scale", mode="before")(_a_number)
     _check_chunks = field_validator("dataset_splits", "active_chunks_per_dim", "num_queues_per_dim")(
         _within_limit("chunks"))
 

@@ -240,16 +240,6 @@ def _confined_query(sql: str) -> None:
         assert not os.listdir(out), f"{sql!r} wrote {os.listdir(out)}"
 
 
-def _sql_target(name: str, inputs):
-    @SETTINGS
-    @given(inputs)
-    def target(sql):
-        _confined_query(sql)
-
-    target.__name__ = target.__qualname__ = name
-    return target
-
-
 # Names other libraries read as something else: patterns, markup, escapes, reordering, other digits.
 HOSTILE_PIECES = ["rank0.et.json", "rank1.et.json.gz", "j.0.et", "rank0.kineto.json", "*", "?", "[", "]", "{a,b}",
                   "[/]", "[red]", "\n", "\r", "\x1b[2J", "\x1b]52;c;eA==\x07", "\u202e", "\u2066", "\u200b",
@@ -360,7 +350,7 @@ TARGETS = [
             load_system, load_network, read_comm_groups),
     _target("bundles_odd", odd_bundle(), ".zip", _convert),
     _target("yaml_aliases", yaml_with_aliases(), ".yml", _read_document, load_network, read_comm_groups),
-    _sql_target("sql_confined", hostile_sql()),
+    _plain_target("sql_confined", hostile_sql(), _confined_query),
     _plain_target("drop_hostile_names", hostile_drop(), _process_drop),
     _plain_target("text_untrusted", HOSTILE_TEXT, _shown_as_text),
     _plain_target("env_numbers", HOSTILE_TEXT | st.integers().map(str) | st.floats().map(str), _environment_number),
