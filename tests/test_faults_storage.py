@@ -185,3 +185,40 @@ def test_a_killed_run_takes_its_ray_and_prefect_server_with_it(tmp_path):
         os.kill(p, signal.SIGKILL)
     assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if _alive(p)]
     assert not (tmp_path / "wh" / ".locks" / f"date={DATE}.json").exists()  # the lock went with the run
+
+
+@pytest.mark.slow
+def test_a_full_warehouse_ends_the_night_in_one_line_and_rejects_nothing(tmp_path, monkeypatch):
+    """Before: the run died with a 147-line traceback after 9 of 10 tables, ENOSPC retried for 15 s."""
+    import ray
+    from prefect.exceptions import FailedRun
+
+    from flows import nightly as nightly_module
+    from pipeline import tables
+    from pipeline.cluster import start_ray
+    from test_pipeline import DATE as DAY, make_small_drop
+
+    make_small_drop(tmp_path / "source", DAY)
+    real_write, calls = tables.write_day, []
+
+    def full(warehouse, table, date, data):
+        calls.append(table)
+        if table == "fidelity":
+            raise OSError(errno.ENOSPC, "No space left on device", f"{warehouse}/tables/fidelity")
+        return real_write(warehouse, table, date, data)
+
+    monkeypatch.setattr(nightly_module.tables, "write_day", full)
+    ray.shutdown()
+    start_ray(num_cpus=2)
+    try:
+        with pytest.raises(FailedRun) as info:
+            nightly_module.nightly(DAY, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), synthetic_jobs=0)
+    finally:
+        ray.shutdown()
+    message = str(info.value)
+    assert calls.count("fidelity") == 1  # a full disk is not retried
+    assert "No space left on device [ENOSPC]" in message and "9 of 10 tables written" in message
+    assert "no input was rejected" in message and "\n" not in message
+    rejects = tables.read_day((tmp_path / "wh").as_uri(), "rejects", DAY).to_pylist()
+    assert not any("space" in r["reason"] for r in rejects)
+    assert not (tmp_path / "wh" / ".locks" / f"date={DAY}.json").exists()  # released

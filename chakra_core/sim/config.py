@@ -88,10 +88,11 @@ def _within_limit(name: str):
     return check
 
 
-def _a_number(value: Any) -> Any:
-    """pydantic's lax mode takes True/False as 1/0 and "0.5" as 0.5; either where a number belongs is a mistake."""
-    if isinstance(value, (bool, str)):
-        raise ValueError(f"expected a number, got the {type(value).__name__.replace('str', 'string')} {value!r}")
+def _no_bool(value: Any) -> Any:
+    """pydantic's lax mode takes True/False as 1/0; a boolean where a number belongs is a mistake.
+    (Strings stay allowed: YAML 1.1 reads an unquoted 1e-3 as one.)"""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got the boolean {value!r}")
     return value
 
 
@@ -119,7 +120,7 @@ class NetworkDim(_ConfigModel):
     latency_ns: float = Field(  # bounded: 1e308 overflowed the simulator's integer times
         ge=0, le=MAX_LATENCY_NS, allow_inf_nan=False, description="Latency per hop in ns (ASTRA-sim: latency).")
 
-    _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_a_number)
+    _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_no_bool)
     _check_npus = field_validator("npus")(_within_limit("npus"))
 
     @property
@@ -290,12 +291,10 @@ class HostOverhead(_ConfigModel):
     operators take several times as long (every operator and launch is recorded); device work,
     timed by the device, does not (docs/gpu.md, 'The profiler's cost')."""
 
-    scale: float = Field(gt=0, le=1, allow_inf_nan=False,
+    scale: float = Field(gt=0, le=1, allow_inf_nan=False, strict=True,  # "0.5" or true is a mistake, not 0.5 or 1
                          description="Share of a CPU node's recorded duration it keeps unprofiled.")
-    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                              description="Host time per device kernel, copy or memset the node launched (ns).")
-
-    _check_numbers = field_validator("scale", "launch_ns", mode="before")(_a_number)
 
     def host_ns(self, recorded_ns: int, launches: int) -> int:
         return max(1, min(recorded_ns, math.floor(self.scale * recorded_ns + self.launch_ns * launches)))
@@ -365,7 +364,7 @@ class SystemConfig(_ConfigModel):
 
     _check_numbers = field_validator(
         "endpoint_delay_ns", "active_chunks_per_dim", "dataset_splits", "local_mem_bw_gbps",
-        "peak_perf_tflops", "num_queues_per_dim", "injection_scale", mode="before")(_a_number)
+        "peak_perf_tflops", "num_queues_per_dim", "injection_scale", mode="before")(_no_bool)
     _check_chunks = field_validator("dataset_splits", "active_chunks_per_dim", "num_queues_per_dim")(
         _within_limit("chunks"))
 
