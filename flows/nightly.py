@@ -126,13 +126,15 @@ def _write_tables(warehouse: str, date: str, data: dict) -> dict[str, str]:
 
 
 def _written(what: str, write, warehouse: str, paths: dict[str, str], total: int) -> str:
+    """write(); a fault of the storage as StorageError naming the warehouse and the tables written."""
     try:
         return write()
     except Exception as e:
         if storage_fault(e) is None:
             raise
-        raise StorageError(f"writing {what} to the warehouse {warehouse} failed: {describe(e)}; {len(paths)} of {total} tables written ({', '.join(paths) or 'none'})"
-                           "; no input was rejected for it: re-run the day once the storage is fixed") from None
+        raise StorageError(f"writing {what} to the warehouse {warehouse} failed: {describe(e)}; {len(paths)} of "
+                           f"{total} tables written ({', '.join(paths) or 'none'}); no input was rejected for it: "
+                           "re-run the day once the storage is fixed") from None
 
 
 def _synthetic_summary(day: DayResult) -> dict:

@@ -113,9 +113,10 @@ def day_lock(warehouse: str, date: str) -> Iterator[None]:
     if not _create(fs, path, me):
         held = _holder(fs, path)
         if held is not None and not _stale(held):
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(held.get("since", 0)))
             raise DayLocked(f"another run of {date} holds the warehouse's lock ({url}: host {held.get('host')}, pid "
-                            f"{held.get('pid')}, since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(held.get('since', 0)))}"
-                            "); wait for it to end, or remove the lock if that run is dead")
+                            f"{held.get('pid')}, since {since}); wait for it to end, or remove the lock if that run "
+                            "is dead")
         fs.rm_file(path)
         if not _create(fs, path, me):
             raise DayLocked(f"another run of {date} took the warehouse's lock ({url}) just now")

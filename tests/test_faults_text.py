@@ -136,7 +136,8 @@ def test_a_graph_naming_a_far_device_is_refused_before_any_rank_is_written(tmp_p
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("argv", [["--npus", "4", "--first-dim-npus", "0"], ["--npus", "4", "--first-dim-npus", "9" * 5000]])
+@pytest.mark.parametrize("argv", [["--npus", "4", "--first-dim-npus", "0"],
+                                  ["--npus", "4", "--first-dim-npus", "9" * 5000]])
 def test_a_text_workloads_options_are_range_checked(tmp_path, capsys, argv):
     text_workload = next((PROJECT / "datasets" / "other-formats" / "text").glob("*.txt"))
     with pytest.raises(SystemExit) as info:
