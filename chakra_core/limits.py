@@ -41,6 +41,9 @@ LIMITS: dict[str, Limit] = {
                            "repeats"),
     "archive_members": Limit("CHAKRA_MAX_ARCHIVE_MEMBERS", 100_000, "members of one .zip or .tar job bundle"),
     "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 500_000, "issue/callback lines of one simulator log"),
+    "source_nodes": Limit("CHAKRA_MAX_SOURCE_NODES", 4_000_000,
+                          "nodes of a job built node by node from an ASTRA-sim text workload, over all NPUs (about "
+                          "370 bytes each while built: 4,000,000 take about 1.6 GB)"),
     "source_bytes": Limit("CHAKRA_MAX_SOURCE_BYTES", 256 << 20,
                           "bytes of a FlexFlow task graph or an ASTRA-sim 1.0 text workload (read whole)"),
 }
@@ -63,14 +66,26 @@ class LimitExceeded(ChakraError):
 def value(name: str) -> int:
     """The limit in force: the environment variable when set, else the default."""
     limit = LIMITS[name]
-    text = os.environ.get(limit.env)
+    found = environment_int(limit.env, 1, 2**62 - 1, "a positive whole number below 2**62")
+    return limit.default if found is None else found
+
+
+def environment_int(env: str, low: int, high: int, expected: str | None = None) -> int | None:
+    """The whole number an environment variable holds, from low to high; None when it is unset.
+    ASCII digits only (int() would read `١` as 1, float() `1e3` and `1.5`), at most 19 of them
+    (never thousands of digits), else one line naming the variable."""
+    text = os.environ.get(env)
     if text is None or not text.strip():
-        return limit.default
-    try:
-        number = int(float(text))  # inf and nan raise too: a bound must be a number
-    except (ValueError, OverflowError):
-        raise ChakraError(f"{limit.env}={text!r}: expected a positive whole number below 2**62") from None
-    if not 0 < number < 2**62:
-        raise ChakraError(f"{limit.env}={text!r}: expected a positive whole number below 2**62")
-    return number
+        return None
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19 and low <= int(digits) <= high):
+        raise ChakraError(f"{env}={text[:40]!r}: expected {expected or f'a whole number from {low:,} to {high:,}'}")
+    return int(digits)
+
+
+# chakra query's bounds on one query (options raise them: docs/cli.md): DuckDB's memory, beyond
+# which it spills into a scratch folder of its own, at most QUERY_SPILL there; its time.
+QUERY_MEMORY = "2GB"
+QUERY_SPILL = "8GB"
+QUERY_TIMEOUT_S = 300.0
 

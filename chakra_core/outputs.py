@@ -34,6 +34,7 @@ import fsspec
 
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import file_kind, is_local
+from chakra_core.literal import move_file, remove_file
 
 
 @dataclass
@@ -98,7 +99,7 @@ def open_output(url: str, mode: str = "wb", gzipped: bool | None = None) -> Iter
             yield sink
         pending = _PENDING.get()
         if pending is None:
-            fs.mv(temporary, path)
+            move_file(fs, temporary, path)
         else:
             pending.moves.append((fs, temporary, path))
     except BaseException:
@@ -127,7 +128,7 @@ def together() -> Iterator[None]:
         outer.actions += pending.actions
         return
     for fs, temporary, path in pending.moves:
-        fs.mv(temporary, path)
+        move_file(fs, temporary, path)
     for action in pending.actions:
         action()
 
@@ -145,7 +146,7 @@ def afterwards(action: Callable[[], None]) -> None:
 def _discard(fs, temporary: str) -> None:
     with contextlib.suppress(OSError, FileNotFoundError):
         if fs.exists(temporary):
-            fs.rm(temporary)
+            remove_file(fs, temporary)
 
 
 @contextlib.contextmanager

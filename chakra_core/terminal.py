@@ -15,13 +15,24 @@ import unicodedata
 _UNLIMITED_WIDTH = 1 << 20
 
 
+# Characters that reorder the text around them (bidirectional embeddings, overrides, isolates
+# and marks): in untrusted text they make `abc.et` display as another name.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def printable(text: str) -> str:
-    """text with control characters (a newline, a NUL, an escape) written as escapes (\\n, \\x00,
-    \\x1b): untrusted names in one-line messages, tables, GraphML and SVG."""
-    if all(unicodedata.category(c) != "Cc" for c in text):
+    """text with control characters (a newline, a NUL, an escape) and bidirectional controls
+    written as escapes (\\n, \\x00, \\x1b, \\u202e): untrusted names in one-line messages,
+    tables, GraphML and SVG."""
+    if all(unicodedata.category(c) != "Cc" and c not in BIDI_CONTROLS for c in text):
         return text
-    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" else c
-                   for c in text)
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" or c in BIDI_CONTROLS
+                   else c for c in text)
+
+
+def _shown(text: str) -> str:
+    """printable(text), keeping the line breaks and tabs of what the commands print themselves."""
+    return "\n".join("\t".join(printable(part) for part in line.split("\t")) for line in text.split("\n"))
 
 
 def human_bytes(size: float, compact: bool = False) -> str:
@@ -34,12 +45,20 @@ def human_bytes(size: float, compact: bool = False) -> str:
 
 
 def console():
-    """A rich Console on stdout: the terminal's width there, unlimited width in a pipe."""
+    """A rich Console on stdout: the terminal's width there, unlimited width in a pipe. Text is
+    text: no markup is read in it (a value `ok[/]` or `[red]x` prints as it is), and escape
+    sequences and other control characters in it print escaped (OSC and CSI never reach the
+    terminal); style goes in rich.text.Text objects."""
     from rich.console import Console
 
+    class _TextConsole(Console):
+        def render_str(self, text: str, **options):
+            return super().render_str(_shown(text), **options)
+
     if sys.stdout.isatty():
-        return Console(highlight=False)
-    return Console(highlight=False, width=_UNLIMITED_WIDTH, soft_wrap=True, no_color=True, emoji=False)
+        return _TextConsole(highlight=False, markup=False, emoji=False)
+    return _TextConsole(highlight=False, markup=False, width=_UNLIMITED_WIDTH, soft_wrap=True, no_color=True,
+                        emoji=False)
 
 
 def plain_table(*columns: str, **options):

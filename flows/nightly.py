@@ -26,7 +26,7 @@ import sys
 
 # first: it sets Prefect's environment
 from flows.stages import (CHECKOUT_SOURCE, CHECKOUT_WAREHOUSE, DEFAULT_SOURCE, DEFAULT_WAREHOUSE, StageFailed,
-                          from_cwd, in_checkout, quiet_console, run_stage)
+                          from_cwd, in_checkout, quiet_console, run_stage, transient_only)
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
@@ -34,7 +34,7 @@ from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
-from pipeline.layout import report_dir  # noqa: E402
+from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
@@ -44,12 +44,13 @@ STORAGE_RETRIES = 3
 
 
 @task(name="write table", task_run_name="write {table}", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10],
-      cache_policy=NO_CACHE)
+      cache_policy=NO_CACHE, retry_condition_fn=transient_only)
 def write_table(warehouse: str, table: str, date: str, data) -> str:
     return tables.write_day(warehouse, table, date, data)
 
 
-@task(name="write report", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE)
+@task(name="write report", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE,
+      retry_condition_fn=transient_only)
 def write_report(warehouse: str, date: str) -> str:
     """The day's report page beside the tables, linked as a Prefect artifact of the run."""
     from prefect.artifacts import create_link_artifact
@@ -87,13 +88,16 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         get_run_logger().error(str(e))
         return Failed(message=str(e))
     try:
-        day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs, run_stage)
-    except StageFailed as e:  # the run fails with the stage's line as its message, no second traceback
-        return Failed(message=str(e))
-    paths = {name: write_table(warehouse, name, date, data) for name, data in day.tables.items()}
-    changes = _changes(day)
-    _changes_artifact(date, changes)
-    report = write_report(warehouse, date)
+        with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
+            day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
+                          run_stage)
+            paths = _write_tables(warehouse, date, day.tables)
+            changes = _changes(day)
+            _changes_artifact(date, changes)
+            report = _written("the report page", lambda: write_report(warehouse, date), warehouse, paths,
+                              len(day.tables))
+    except (StageFailed, DayLocked, StorageError) as e:  # the run fails with one line, no second traceback
+        return Failed(message=str(e))  # said once, as the run's final state (a stage's failure was logged by it)
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,
@@ -132,6 +136,28 @@ def _changes_artifact(date: str, changes: list[dict]) -> None:
                           description=f"{len(changes)} flagged change(s) against each job's history on {date}")
 
 
+def _write_tables(warehouse: str, date: str, data: dict) -> dict[str, str]:
+    """Each table for the day; a storage fault (after the retries of a transient one) as one line
+    saying what was written."""
+    paths: dict[str, str] = {}
+    for name, table in data.items():
+        paths[name] = _written(f"table {name}", lambda: write_table(warehouse, name, date, table), warehouse, paths,
+                               len(data))
+    return paths
+
+
+def _written(what: str, write, warehouse: str, paths: dict[str, str], total: int) -> str:
+    """write(); a fault of the storage as StorageError naming the warehouse and the tables written."""
+    try:
+        return write()
+    except Exception as e:
+        if storage_fault(e) is None:
+            raise
+        raise StorageError(f"writing {what} to the warehouse {warehouse} failed: {describe(e)}; {len(paths)} of "
+                           f"{total} tables written ({', '.join(paths) or 'none'}); no input was rejected for it: "
+                           "re-run the day once the storage is fixed") from None
+
+
 def _synthetic_summary(day: DayResult) -> dict:
     import json
 
@@ -154,7 +180,7 @@ def _print_summary(summary: dict) -> None:
     from chakra_core.terminal import console as stdout_console
 
     console = stdout_console()
-    console.print(f"[bold]nightly {summary['date']}[/bold] (run {summary['run_id']}): {summary['jobs']} jobs, "
+    console.print(f"nightly {summary['date']} (run {summary['run_id']}): {summary['jobs']} jobs, "
                   f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
                   f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
                   f"{summary['simulations']} simulations")
@@ -204,6 +230,18 @@ def _print_changes(console, changes: list[dict]) -> None:
 
 
 
+def _end_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's or `kill`'s stop) end the run as Ctrl-C does, so that its
+    lock, its Ray processes and Prefect's temporary server end with it (their exit handlers run)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
     parser.add_argument("--date", action="append", metavar="YYYY-MM-DD",
@@ -221,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
+    _end_on_signals()
     from chakra_core.terminal import Progress
 
     quiet_console(args.verbose)

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight  # noqa: E402
-from pipeline.layout import StorageError  # noqa: E402
+from pipeline.layout import StorageError, storage_fault  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 # The flows' defaults are literals, folders of the checkout: `prefect deploy` evaluates the
@@ -67,6 +67,12 @@ def quiet_console(verbose: bool) -> None:
         if isinstance(handler, PrefectConsoleHandler):
             handler.setLevel(logging.WARNING)
     logging.getLogger("ray").setLevel(logging.ERROR)
+
+
+def transient_only(task, task_run, state) -> bool:
+    """A Prefect task's retry_condition_fn: a storage step is retried only when its fault may pass
+    (a timeout, a dropped connection), never when storage is full, read-only or forbids it."""
+    return storage_fault(state.data) == "transient" if isinstance(state.data, BaseException) else True
 
 
 class StageFailed(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 
 from chakra_core.inputs import file_kind, is_local
 from chakra_core.terminal import printable
@@ -25,8 +26,27 @@ REGULAR_FILES_ONLY = "a drop holds regular files only; not read"
 
 def _name_problem(name: str) -> str | None:
     if printable(name) != name:
-        return f"{printable(name)}: the name holds a control character; not read"
+        return f"{printable(name)}: the name holds a control character or a bidirectional control; not read"
     return None
+
+
+# A job's name is a folder and a file prefix in the warehouse (job=<id>/<id>.<R>.et,
+# <id>.comm_groups.json, staging's job=<id>-<run>): they must fit a file name (255 bytes).
+MAX_JOB_NAME_BYTES = 200
+
+
+def _job_name_problem(name: str) -> str | None:
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > MAX_JOB_NAME_BYTES:
+        return (f"{printable(name)[:60]}...: a job name of {size} bytes; at most {MAX_JOB_NAME_BYTES}, so that the"
+                " warehouse's file names of the job fit 255 bytes")
+    return _name_problem(name)
+
+
+def _identity(name: str) -> str:
+    """What tells two jobs apart for a person: not case, Unicode form (NFC or NFD é) or invisible
+    characters (a zero-width space)."""
+    return "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf").casefold()
 
 
 def _link_problem(path: str, root: str) -> str:
@@ -99,15 +119,16 @@ def list_day(source: str, date: str) -> tuple[list[JobInput], list[InputFile]]:
             loose.append(InputFile(fs.unstrip_protocol(path), printable(name), size, "unknown",
                                    problem or _name_problem(name)))
             continue
-        job = JobInput(printable(name), fs.unstrip_protocol(path), problem=_name_problem(name))
-        earlier = first_of.setdefault(name.casefold(), job.job_id)
+        job = JobInput(printable(name), fs.unstrip_protocol(path), problem=_job_name_problem(name))
+        earlier = first_of.setdefault(_identity(name), job.job_id)
         if earlier != job.job_id and job.problem is None:
-            job.problem = (f"{job.job_id}: the same job as {earlier}, its name differing only in case; a job is"
-                           " processed once")
+            job.problem = (f"{job.job_id}: the same job as {earlier}, its name differing only in case, Unicode form or"
+                           " invisible characters; a job is processed once")
         for file_path, relative, file_size, file_problem in _job_files(fs, path, root):
+            file_problem = file_problem or _name_problem(relative)  # a file with a problem is never opened
             kind = "unknown" if file_problem is not None else kind_in_job(fs, file_path, relative)
             job.files.append(InputFile(fs.unstrip_protocol(file_path), f"{job.job_id}/{printable(relative)}",
-                                       file_size, kind, file_problem or _name_problem(relative)))
+                                       file_size, kind, file_problem))
         jobs.append(job)
     return jobs, loose
 

@@ -4,6 +4,8 @@ Every source, its files and their names come from the registry (chakra_core/conv
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from chakra_core.convert import sources
@@ -104,6 +106,9 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
     is) and a one-line reason; None when they do. Files a converter would silently pass over (a
     second file of a rank, a Chakra ET beside PyTorch traces) make the job ambiguous, so the
     whole job is rejected rather than guessed at."""
+    odd = _meant_as_trace(job)
+    if odd is not None:
+        return odd
     if job.trace_format == "none":
         return None, f"{job.job_id}: the job folder holds no rank trace"
     traces = sorted((f for f in job.files if f.kind == job.trace_format), key=lambda f: f.name)
@@ -119,6 +124,31 @@ def job_problem(job: JobInput) -> tuple[InputFile | None, str] | None:
               if sources.SIDE_FILES[kind].claims]
     return (_double_claim(traces) or next(filter(None, map(_double_claim, claims)), None) or _names_differ(traces)
             or _ranks_missing(job, traces))
+
+
+def _meant_as_trace(job: JobInput) -> tuple[InputFile, str] | None:
+    """A file at the top of the job whose name is a trace's but for spaces, invisible or control
+    characters, other scripts' digits or look-alike letters (`rank1.et.json `, `rank١.et.json`),
+    or a rank trace that must not be opened (a link): a rank of the job that cannot be told for
+    sure, so the job is rejected whole rather than converted without it."""
+    for f in sorted(job.files, key=lambda f: f.name):
+        raw = f.url.rsplit("/", 1)[-1]
+        if f.kind != UNKNOWN or f.name.count("/") > 1:
+            continue
+        meant = sources.of_trace_kind(sources.kind_of(plain_name(raw)) or "")
+        if meant is not None and meant.trace.rank(plain_name(raw)) is not None:  # a side file is rejected alone
+            why = f.problem or ("spaces, invisible or control characters, or other digits in its name")
+            return f, (f"{f.name}: named like a rank file ({plain_name(raw)}) but not one ({why}); the job's ranks"
+                       " cannot be told apart for sure: rename or remove it")
+    return None
+
+
+def plain_name(name: str) -> str:
+    """name without spaces, control and format characters, its digits ASCII and its letters
+    NFKC-folded: what a person reading it takes it to be."""
+    kept = (str(unicodedata.decimal(c)) if c.isdecimal() else c for c in unicodedata.normalize("NFKC", name)
+            if not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf"))
+    return "".join(kept)
 
 
 def _double_claim(files: list[InputFile]) -> tuple[InputFile, str] | None:

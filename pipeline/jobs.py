@@ -26,12 +26,15 @@ from chakra_core.outputs import open_output
 from chakra_core.table_schema import TableSchema, column
 from pipeline.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
 from pipeline.layout import (
+    StorageError,
+    describe,
     filesystem,
     join,
     publish,
     remove,
     staged,
     staging_dir,
+    storage_fault,
     traces_dir,
 )
 
@@ -49,6 +52,10 @@ COLLECTIVES = TableSchema("collectives", (_JOB, column("rank", pa.int32()), *sta
 # the job record's device and kernel rows, with the night's run id
 DEVICE_TIME, DEVICE_VERDICTS, KERNELS = (t.extended(back=[_RUN]) for t in (
     job_record.DEVICE_TIME, job_record.DEVICE_VERDICTS, job_record.KERNELS))
+
+
+class InconsistentRanks(ChakraError):
+    """Rank traces that convert one by one but do not make one job; the job is rejected whole."""
 
 
 @dataclass
@@ -88,11 +95,14 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
         usable = [f for f in job.files if f.name not in unusable]
         out_dir = traces_dir(warehouse, date, job.job_id)
         stage, problem = "ingest", job_problem(job)
+        if problem is not None and problem[0] is not None and problem[0].name in unusable:
+            unusable[problem[0].name] = problem[1]  # a file the job cannot be told without says why
         if problem is None:
             try:
                 done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), read,
                                 frozenset(_stored_name(f) for f in job.files if f.name in unusable))
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
+                _raise_if_storage(exc, job, warehouse)
                 stage, problem = "convert", _blame(exc, usable)
         hashes = _hashes(job, read)
     outcome.rejects = [_reject(job, f, hashes, "ingest", unusable[f.name], run_id)
@@ -116,6 +126,14 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str) -> JobOut
                        "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
                        "duplicate_of": None, "run_id": run_id} for f in usable if f.name not in set_aside]
     return outcome
+
+
+def _raise_if_storage(exc: Exception, job: JobInput, warehouse: str) -> None:
+    """A fault of the storage (full, no rights, a bucket gone, a timeout) is not the job's: it
+    ends the run with one line, and no input is rejected for it."""
+    if storage_fault(exc) is not None:
+        raise StorageError(f"storage failed while job {job.job_id} was processed (drop {job.url}, warehouse "
+                           f"{warehouse}): {describe(exc)}") from None
 
 
 def _hashes(job: JobInput, read: InputHashes) -> dict[str, str]:
@@ -157,8 +175,12 @@ def _convert(job: JobInput, out_dir: str, accounted: frozenset[str]
              ) -> tuple[list[pa.Table], list[str], str | None, dict[str, str]]:
     """(rank tables, their files, communicator groups file, side files set aside by base name,
     with why) written into out_dir by the job's source, as `chakra convert` would (its options
-    from job.json)."""
+    from job.json). Ranks that do not make one job (one missing from the traces' world group, or
+    collectives that do not match: two recordings) are an error, the whole job rejected."""
     result = job.source.convert(job_input(job), out_dir, job.job_id, source_options(job), accounted=accounted)
+    problem = result.lacking_rank or next(iter(result.mismatches), None)
+    if problem:
+        raise InconsistentRanks(f"{job.job_id}: its ranks do not make one job: {problem}")
     set_aside = {url.rsplit("/", 1)[-1]: " ".join(why.split()) for url, why in result.set_aside.items()}
     return result.tables, result.et_files, result.comm_group_file, set_aside
 

@@ -9,7 +9,12 @@ WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet   
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -18,31 +23,145 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chakra_core.literal import files_below, move_file, remove_tree
+
 T = TypeVar("T")
 PART = "part-0.parquet"  # each table and day is ONE Parquet object (pipeline/tables.py)
 RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, then back
 # Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
 PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError)
+# Storage that cannot take the write or the read (full, read-only, no rights): waiting does not help.
+STORAGE_PERMANENT = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG,
+                     errno.ENOTDIR}  # a warehouse or drop path through a file: the storage is set up wrong
+STORAGE_TRANSIENT = {errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EHOSTUNREACH,
+                     errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN, errno.EPIPE, errno.EIO}
+# botocore's and aiohttp's words for a store that is slow or away for a moment
+TRANSIENT_NAMES = ("Timeout", "EndpointConnectionError", "ConnectionClosedError", "ClientConnectionError",
+                   "ServerDisconnectedError", "SlowDown", "ServiceUnavailable", "RequestTimeout", "Throttl")
 
 
 class StorageError(Exception):
-    """Storage failed after its retries; the message is one line that names the URL."""
+    """Storage failed (after its retries, when the fault was transient); the message is one line
+    that names the storage. Never a reason to reject an input."""
+
+
+def storage_fault(exc: BaseException) -> str | None:
+    """'transient' or 'permanent' when exc is a fault of the storage (space, rights, a vanished
+    bucket, a timeout, a dropped connection), None when it is not (bad input, a bug)."""
+    if isinstance(exc, StorageError):
+        return "permanent"
+    names = " ".join(type(c).__name__ for c in type(exc).__mro__) + " " + str(exc)[:200]
+    if isinstance(exc, (TimeoutError, ConnectionError)) or any(n in names for n in TRANSIENT_NAMES):
+        return "transient"
+    if isinstance(exc, OSError) and exc.errno in STORAGE_TRANSIENT:
+        return "transient"
+    if isinstance(exc, OSError) and exc.errno in STORAGE_PERMANENT or isinstance(exc, PermissionError):
+        return "permanent"
+    if isinstance(exc, FileNotFoundError) and ("bucket" in str(exc).lower() or "NoSuchBucket" in names):
+        return "permanent"  # s3fs's word for a bucket that is gone
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: an OSError by its code's words and the path it names."""
+    if isinstance(exc, StorageError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror} [{errno.errorcode.get(exc.errno, exc.errno)}]{where}"
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail or 'no detail'}"
 
 
 def retried(what: str, url: str, call: Callable[[], T], delays: tuple[float, ...] = RETRY_DELAYS) -> T:
-    """call(), retried with backoff when storage fails transiently, then StorageError."""
+    """call(), retried with backoff when storage fails transiently, then StorageError; a
+    permanent fault of storage (full, no rights, no bucket) is StorageError at once."""
     attempt = 0
     while True:
         try:
             return call()
-        except PERMANENT:
-            raise
         except Exception as e:  # noqa: BLE001 - fsspec backends raise their own types (botocore, aiohttp)
+            fault = storage_fault(e)
+            if fault == "permanent":
+                raise StorageError(f"{what} {url}: {describe(e)}") from None
+            if fault is None and isinstance(e, PERMANENT):
+                raise
             if attempt == len(delays):
-                detail = str(e).splitlines()[0] if str(e) else "no detail"
-                raise StorageError(f"{what} {url} failed {attempt + 1} times: {type(e).__name__}: {detail}") from None
+                raise StorageError(f"{what} {url} failed {attempt + 1} times: {describe(e)}") from None
             time.sleep(delays[attempt])
             attempt += 1
+
+
+class DayLocked(Exception):
+    """Another run of the day holds the warehouse's lock; the message is one line."""
+
+
+LOCK_STALE_SECONDS = 24 * 3600  # a lock older than a day is a dead run's, wherever it ran
+
+
+def lock_url(warehouse: str, date: str) -> str:
+    """.locks/date=<d>.json: who runs the day now (host, pid, since)."""
+    return join(warehouse, ".locks", f"date={date}.json")
+
+
+@contextmanager
+def day_lock(warehouse: str, date: str) -> Iterator[None]:
+    """The day's lock for the block: taken by creating the lock object exclusively (O_EXCL on a
+    disk, If-None-Match on S3), so of two runs of one day started together one is refused. A
+    lock left by a dead run (its process gone on this host, or older than a day) is taken over."""
+    url = lock_url(warehouse, date)
+    fs, path = filesystem(url)
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), "token": uuid.uuid4().hex}
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    if not _create(fs, path, me):
+        held = _holder(fs, path)
+        if held is not None and not _stale(held):
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(held.get("since", 0)))
+            raise DayLocked(f"another run of {date} holds the warehouse's lock ({url}: host {held.get('host')}, pid "
+                            f"{held.get('pid')}, since {since}); wait for it to end, or remove the lock if that run "
+                            "is dead")
+        fs.rm_file(path)
+        if not _create(fs, path, me):
+            raise DayLocked(f"another run of {date} took the warehouse's lock ({url}) just now")
+    try:
+        yield
+    finally:
+        if (_holder(fs, path) or {}).get("token") == me["token"]:
+            fs.rm_file(path)
+
+
+def _create(fs, path: str, holder: dict) -> bool:
+    try:
+        with fs.open(path, "xb") as f:
+            f.write(json.dumps(holder).encode())
+    except FileExistsError:
+        return False
+    return True
+
+
+def _holder(fs, path: str) -> dict | None:
+    try:
+        held = json.loads(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # a lock half written by a run that died at once
+        return {}
+    return held if isinstance(held, dict) else {}
+
+
+def _stale(held: dict) -> bool:
+    if not isinstance(held.get("since"), (int, float)):
+        return False  # unreadable: refused, and the message says where it is
+    if time.time() - held["since"] > LOCK_STALE_SECONDS:
+        return True
+    if held.get("host") == socket.gethostname() and isinstance(held.get("pid"), int):
+        try:
+            os.kill(held["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
 
 
 def join(base: str, *parts: str) -> str:
@@ -91,7 +210,7 @@ def remove(url: str) -> None:
     """Remove a folder and everything under it, if it is there."""
     fs, path = filesystem(url)
     if fs.exists(path):
-        fs.rm(path, recursive=True)
+        remove_tree(fs, path)  # literal: a job named `a*` is not every job
 
 
 @contextmanager
@@ -121,8 +240,8 @@ def publish(staging: str, final: str) -> None:
     fs, source = filesystem(staging)
     target = filesystem(final)[1].rstrip("/")
     fs.makedirs(target, exist_ok=True)
-    for path in fs.find(source):
-        fs.mv(path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
+    for path in files_below(fs, source):
+        move_file(fs, path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
 
 
 def table_dir(warehouse: str, table: str, date: str) -> str:

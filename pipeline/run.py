@@ -20,7 +20,7 @@ from pipeline.drop import list_day
 from pipeline.history import memory_tables, read_history
 from pipeline.ingest import InputFile, JobInput
 from pipeline.jobs import JobOutcome, process_job
-from pipeline.layout import remove, retried, staging_day
+from pipeline.layout import StorageError, remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep_point import SweepPoint
 from pipeline.simulation import reference_point, simulate_row
@@ -86,9 +86,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
                                   f"{len(sims.rows)} done")
     per_count = synthetic_jobs if result.jobs_converted else 0
     fitting = _start_fit(date, warehouse, per_count)
-    sim_rows = stage("simulate (Ray)", sims.finish,
-                     lambda rows: f"{len(rows)} simulations, {sum(r['status'] == 'ok' for r in rows)} ok "
-                                  f"({sims.after_conversion} finished in this stage)")
+    sim_rows = stage("simulate (Ray)", sims.finish, lambda rows: simulation_counts(rows, sims.after_conversion))
     result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
     result.tables.update(stage(
         "compare with history", lambda: _remember(result, outcomes, reference.name, warehouse),
@@ -98,13 +96,26 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
         "select representatives", lambda: representatives_table(
             result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives,
             result.run_id),
-        lambda table: f"{sum(r['representative'] for r in table.to_pylist())} representatives of {table.num_rows} jobs")
+        representatives_counts)
     synthetic, fidelity, result.training = stage(
         "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id, per_count, progress, fitting),
         lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
     result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
     result.tables["fidelity"] = from_rows("fidelity", fidelity)
     return result
+
+
+def simulation_counts(rows: list[dict], after_conversion: int) -> str:
+    """The simulation stage's line; a job that could not be simulated has its row, status and error."""
+    ok = sum(r["status"] == "ok" for r in rows)
+    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} not ({after_conversion} finished in this stage)"
+
+
+def representatives_counts(table: pa.Table) -> str:
+    """The selection stage's line; a job that could not be placed has a row whose status says why."""
+    rows = table.to_pylist()
+    chosen, unplaced = sum(r["representative"] is True for r in rows), sum(r["status"] != "ok" for r in rows)
+    return f"{chosen} representatives of {len(rows)} jobs ({unplaced} not selected)"
 
 
 def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[InputFile]]:
@@ -135,7 +146,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
                 sims.collect(ready)
                 continue
             i = pending.pop(ready[0])
-            outcome, node = ray.get(ready[0])
+            outcome, node = _result(ready[0])
             result.ray_nodes.add(node)
             outcomes[i] = outcome
             if outcome.prefix:
@@ -151,6 +162,19 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
         sims.cancel()
         raise
     return list(zip(jobs, outcomes))
+
+
+def _result(ref) -> Any:
+    """A task's value; a storage fault it raised, as the one-line StorageError it is (Ray wraps it
+    with the task's traceback)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, StorageError):
+            raise exc.cause from None
+        raise
 
 
 class _Simulations:

@@ -94,6 +94,10 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Swee
                unshared=result.sharing.get("unshared") or result.sharing.get("not_shared", {}).get("why"))
     last = max(result.npus, key=lambda n: n.finish_ns)  # the NPU the job waits for: its parts add up to finish_ns
     row.update({column: last.time_by_category[part] for part, column in PARTS.items()})
+    too_large = next((k for k, v in row.items() if isinstance(v, int) and not -INT64_MAX <= v <= INT64_MAX), None)
+    if too_large:  # e.g. a bandwidth near 0 or a node of 2**62 µs: a time no int64 column holds
+        error = f"{too_large} of {len(str(abs(row[too_large])))} digits does not fit in int64"
+        row.update(dict.fromkeys(k for k in row if k.endswith("_ns")), status="failed", error=error)
     return row
 
 
@@ -112,10 +116,6 @@ def _sweep_row(job: SweepJob, loaded: Job, p: SweepPoint, cost: dict[str, float]
     row = simulate_job(job.job_id, loaded, job.npus, p)
     row.update(_sweep_columns(job, p), cost=p.cost(cost, row["npus"]),
                seconds=time.perf_counter() - start)
-    too_large = next((k for k, v in row.items() if isinstance(v, int) and not -INT64_MAX <= v <= INT64_MAX), None)
-    if too_large:  # e.g. a bandwidth near 0: a time no int64 column holds
-        error = f"{too_large} of {len(str(abs(row[too_large])))} digits does not fit in int64"
-        row.update(dict.fromkeys(k for k in row if k.endswith("_ns")), status="failed", error=error)
     return row
 
 

@@ -117,21 +117,38 @@ def _date(day: str) -> str:
     return f"CAST({literal(day)} AS DATE)"
 
 
-def latest_day(con, files_by_table: dict) -> str:
-    if not files_by_table.get("traces"):
+def latest_day(files_by_table: dict) -> str:
+    return max(_days(files_by_table))
+
+
+def _days(files_by_table: dict) -> set[str]:
+    """The days the nightly wrote (a traces part each, empty days included), by their folders."""
+    days = {part[5:] for f in files_by_table.get("traces", []) for part in f.split("/") if part.startswith("date=")}
+    if not days:
         raise WarehouseError("the warehouse has no traces table: no day to report")
-    return str(run_query(con, "SELECT max(date) AS d FROM traces").column("d")[0].as_py())
+    return days
+
+
+def _known_day(files_by_table: dict, date: str) -> str:
+    """date, when the nightly wrote it; else one line naming the days there are (no page of a day
+    the warehouse lacks)."""
+    days = _days(files_by_table)
+    if date not in days:
+        raise WarehouseError(f"the warehouse has no day {date} (its days: {min(days)} to {max(days)}, {len(days)} "
+                             "in all)")
+    return date
 
 
 def open_day(url: str, date: str | None = None) -> Day:
     con, files_by_table, skipped = open_warehouse(url)
     for warning in skipped:  # parts that are not Parquet, left out of their tables
         print(f"report: warning: {warning}", file=sys.stderr)
-    day = date or latest_day(con, files_by_table)
+    day = date or latest_day(files_by_table)
     try:
         dt.date.fromisoformat(day)
     except ValueError:
         raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
+    _known_day(files_by_table, day)
     return Day(con, files_by_table, day)
 
 

@@ -20,12 +20,19 @@ not Parquet (judged by its PAR1 magic at both ends) is left out of its view with
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import shutil
+import tempfile
+import threading
 
 import fsspec
 
+from chakra_core import limits
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import InputKindError, is_local, open_raw
+from chakra_core.literal import files_below
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARQUET_MAGIC = b"PAR1"
@@ -39,9 +46,11 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def open_warehouse(url: str, full_engine: bool = False):
+def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limits.QUERY_MEMORY):
     """(DuckDB connection, {table: [parquet files]}, [warnings]) with a view per table of the
-    warehouse; the connection confined to it unless full_engine (see the module docstring)."""
+    warehouse; the connection confined to it unless full_engine (see the module docstring), its
+    memory bounded by memory_limit (DuckDB's form: "2GB") and its spill files in a scratch
+    folder of its own."""
     import duckdb
 
     fs, root = fsspec.core.url_to_fs(url)
@@ -60,19 +69,40 @@ def open_warehouse(url: str, full_engine: bool = False):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
         if not _TABLE_NAME.match(name) or not fs.isdir(entry):
             continue
+        if local and os.path.islink(entry):  # never followed: a link to / would open every file on the machine
+            warnings.append(f"{entry}: a symbolic link; a table is a folder of the warehouse, left out")
+            continue
         files = _parquet_parts(fs, entry, warnings)
         files_by_table[name] = [scheme + f.lstrip("/") if scheme else f for f in files]
         if files:
-            con.execute(f"CREATE VIEW {name} AS {_union(files_by_table[name])}")
+            con.execute(f"CREATE VIEW {_identifier(name)} AS {_union(files_by_table[name])}")
+    _bound(con, memory_limit)
     if not full_engine:
         _confine(con, scheme + tables_root.lstrip("/") if scheme else tables_root)
     return con, files_by_table, warnings
 
 
+def _identifier(name: str) -> str:
+    """A table name as SQL: quoted, so that a folder named `select` (any keyword) is a table."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _bound(con, memory_limit: str) -> None:
+    """Memory and spill bounded; DuckDB's temporary directory (by default ./.tmp of the caller's
+    folder, which its confinement then allows) a scratch folder of this process's own, removed
+    at exit."""
+    scratch = tempfile.mkdtemp(prefix="chakra-query-")
+    atexit.register(shutil.rmtree, scratch, True)
+    con.execute(f"SET memory_limit = {_quoted(memory_limit)}")
+    con.execute(f"SET temp_directory = {_quoted(scratch)}")
+    con.execute(f"SET max_temp_directory_size = {_quoted(limits.QUERY_SPILL)}")
+
+
 def _parquet_parts(fs, table_folder: str, warnings: list[str]) -> list[str]:
-    """The table's *.parquet files (not temporaries) that are Parquet; a warning for each other."""
+    """The table's *.parquet files (not temporaries) that are Parquet; a warning for each other
+    (a link among them is left out, never followed)."""
     parts = []
-    for f in sorted(f for f in fs.glob(table_folder.rstrip("/") + "/**/*.parquet") if "/." not in f):
+    for f in sorted(f for f in _files_below(fs, table_folder) if f.endswith(".parquet") and "/." not in f):
         problem = _not_parquet(fs, f)
         if problem is None:
             parts.append(f)
@@ -81,8 +111,22 @@ def _parquet_parts(fs, table_folder: str, warnings: list[str]) -> list[str]:
     return parts
 
 
+def _files_below(fs, folder: str) -> list[str]:
+    """Files below the folder, listed (its name may hold `*` or `[`); on a local disk without
+    following links, each link a name of its own (then left out as not a regular file)."""
+    if not is_local(fs):
+        return files_below(fs, folder)
+    found = []
+    for here, folders, files in os.walk(folder, followlinks=False):
+        found += [os.path.join(here, name) for name in files]
+        found += [os.path.join(here, name) for name in folders if os.path.islink(os.path.join(here, name))]
+    return found
+
+
 def _not_parquet(fs, path: str) -> str | None:
-    """Why the file is not a Parquet file (a FIFO, a device, no PAR1 magic at both ends), or None."""
+    """Why the file is not a Parquet file (a link, a FIFO, a device, no PAR1 magic at both ends), or None."""
+    if is_local(fs) and os.path.islink(path):
+        return "a symbolic link, never followed (a table's parts are files of the warehouse)"
     try:
         with (open_raw(path) if is_local(fs) else fs.open(path, "rb")) as part:
             head = part.read(4)
@@ -115,18 +159,27 @@ def _union(files: list[str]) -> str:
         "union_by_name = true)" for group in layouts.values())
 
 
-def run_query(con, sql: str, full_engine: bool = False):
+def run_query(con, sql: str, full_engine: bool = False, timeout_s: float = limits.QUERY_TIMEOUT_S):
     """The query's result as a pyarrow Table; DuckDB's complaint, or why the statement is not
-    allowed (without full_engine: one read-only statement), as one WarehouseError line."""
+    allowed (without full_engine: one read-only statement), as one WarehouseError line. A query
+    still running after timeout_s seconds is interrupted."""
     import duckdb
 
+    timer = threading.Timer(timeout_s, con.interrupt)
+    timer.start()
     try:
         if not full_engine:
             _one_read_only_statement(con, sql)
         relation = con.sql(sql)
         return None if relation is None else relation.to_arrow_table()  # None: CREATE, SET, ...
+    except duckdb.InterruptException:
+        raise WarehouseError(f"the query ran past its time limit of {timeout_s:g} s (--timeout raises it)") from None
+    except duckdb.OutOfMemoryException as exc:
+        raise WarehouseError(f"{' '.join(str(exc).split())} (--memory-limit raises the limit)") from None
     except duckdb.Error as exc:
         raise WarehouseError(" ".join(str(exc).split())) from None
+    finally:
+        timer.cancel()
 
 
 def _one_read_only_statement(con, sql: str) -> None:
@@ -147,6 +200,6 @@ def table_counts(con, files_by_table: dict[str, list[str]]) -> list[dict]:
     rows = []
     for name, files in files_by_table.items():
         days = {part for f in files for part in f.split("/") if part.startswith("date=")}
-        count = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0] if files else 0
+        count = con.execute(f"SELECT count(*) FROM {_identifier(name)}").fetchone()[0] if files else 0
         rows.append({"table": name, "days": len(days), "rows": count, "files": len(files)})
     return rows

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from chakra_core.cli import convert, diff, files, fleet, replay, simulate, stats, viz
 from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from chakra_core.errors import ChakraError
+from chakra_core.terminal import printable
 
 # in the order `chakra --help` lists their commands
 GROUPS = (files, simulate, stats, diff, viz, convert, fleet, replay)
@@ -81,13 +82,13 @@ def _run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namesp
     try:
         return run(args)
     except ChakraError as exc:
-        print(f"chakra {command}: {exc}", file=sys.stderr)
+        print(f"chakra {command}: {printable(str(exc))}", file=sys.stderr)
     except BrokenPipeError:  # e.g. `chakra info --json x.et | head`: the reader left, nothing to say
         raise
     except (OSError, ValueError) as exc:
         if os.environ.get("CHAKRA_DEBUG"):
             raise
-        print(f"chakra {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"chakra {command}: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"chakra {command}: interrupted", file=sys.stderr)
     return EXIT_BAD_INPUT

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from chakra_core.errors import ChakraError
 from chakra_core.terminal import Progress
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+MEMORY_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT])(i?)B$", re.IGNORECASE)
 FACTOR_RANGE = (1e-6, 1e6)  # a scale or speed beyond makes times of hundreds of digits, or none at all
 
 
@@ -35,8 +37,8 @@ def factor(text: str) -> float:
 def positive_int(text: str) -> int:
     """A count that must be at least 1 (NPUs, jobs, iterations), below 2**31."""
     try:
-        value = int(text)
-    except ValueError:
+        value = int(text) if text.strip().isascii() else 0  # int() reads other scripts' digits too
+    except ValueError:  # not a number, or thousands of digits
         value = 0
     if not 0 < value < 2**31:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from 1 to {2**31 - 1:,}")
@@ -51,6 +53,26 @@ def positive_number(text: str) -> float:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number above 0")
+    return value
+
+
+def memory_size(text: str) -> str:
+    """A memory size as DuckDB reads it (`512MB`, `2GB`, `1.5GiB`), from 64 MB to 1 TiB."""
+    match = MEMORY_SIZE.match(text.strip())
+    value = 0.0
+    if match:
+        power = "KMGT".index(match[2].upper()) + 1
+        value = float(match[1]) * (1024 if match[3] else 1000) ** power
+    if not 64e6 <= value <= 2**40:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 512MB or 4GB, from 64MB to 1TiB")
+    return text.strip()
+
+
+def seconds(text: str) -> float:
+    """A time limit in seconds: above 0, at most a day."""
+    value = positive_number(text)
+    if value > 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds from above 0 to 86,400 (a day)")
     return value
 
 

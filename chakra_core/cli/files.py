@@ -11,7 +11,7 @@ from chakra_core.cli.common import (
     per_file,
     print_json,
 )
-from chakra_core.terminal import Progress, console, for_a_person, human_bytes, plain_table
+from chakra_core.terminal import Progress, console, for_a_person, human_bytes, plain_table, printable
 
 COMMANDS = {
     "info": "summarise a trace: node counts by type, collectives by type and bytes, metadata",
@@ -31,10 +31,12 @@ def cmd_info(args) -> int:
     if args.json:
         print_json(summaries[0] if len(args.inputs) == 1 and summaries else summaries)
         return status
+    from rich.text import Text
+
     out = console()
     for s in summaries:
         meta = s["metadata"]
-        out.print(f"[bold]{s['path']}[/bold]")
+        out.print(Text(printable(s["path"]), style="bold"))
         out.print(f"  schema version: {meta['version'] or '(empty)'}")
         for name, value in meta["attributes"].items():
             text = str(value)

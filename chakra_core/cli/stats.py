@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import sys
 
+from chakra_core import limits
 from chakra_core.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
+    memory_size,
     per_file,
     print_json,
+    seconds,
 )
 from chakra_core.terminal import console, human_bytes, plain_table
 
@@ -98,7 +101,7 @@ def _print_csv(rows: list[dict]) -> None:
     import csv
 
     if rows:
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -189,20 +192,20 @@ def _note_set_aside(row: dict) -> None:
 def cmd_query(args) -> int:
     from chakra_core.analysis.warehouse import open_warehouse, run_query, table_counts
 
-    con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine)
+    con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine, args.memory_limit)
     for warning in warnings:
         print(f"chakra query: warning: {warning}", file=sys.stderr)
     if args.sql is None:
         rows, columns = table_counts(con, files_by_table), ["table", "days", "rows", "files"]
     else:
-        result = run_query(con, args.sql, args.unsafe_full_engine)
+        result = run_query(con, args.sql, args.unsafe_full_engine, args.timeout)
         rows, columns = ([], []) if result is None else (result.to_pylist(), result.column_names)
     if args.json:
         print_json(rows, default=str)
     elif args.csv:
         import csv
 
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # LF, as every other line printed
         writer.writerow(columns)
         writer.writerows([row[c] for c in columns] for row in rows)
     else:
@@ -250,6 +253,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--unsafe-full-engine", action="store_true",
                    help="run any SQL with all of DuckDB's powers: several statements, writes (COPY TO), any file "
                    "on the machine, ATTACH, INSTALL from the network; for a trusted user only")
+    p.add_argument("--memory-limit", default=limits.QUERY_MEMORY, type=memory_size, metavar="SIZE",
+                   help=f"DuckDB's memory for the query, beyond which it spills to a scratch folder of its own "
+                   f"(default {limits.QUERY_MEMORY})")
+    p.add_argument("--timeout", default=limits.QUERY_TIMEOUT_S, type=seconds, metavar="S",
+                   help=f"stop a query still running after S seconds (default {limits.QUERY_TIMEOUT_S:g})")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="the rows as a JSON list of objects")
     form.add_argument("--csv", action="store_true", help="the rows as CSV with a header")

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from chakra_core import limits
 from chakra_core.errors import ChakraError
 from chakra_core.format.names import COMM_GROUPS_SUFFIX, is_kineto_head, split_rank_url
 from chakra_core.format.names import RANK_FILE as CHAKRA_RANK_FILE
@@ -27,10 +28,11 @@ _DOT = re.compile(rb"^(?:\xef\xbb\xbf)?\s*(?:strict\s+)?digraph\b", re.IGNORECAS
 # a policy word alone on line 1 (DLRM adds a number, HYBRID_TRANSFORMER key: value pairs), the layer count on line 2
 _TEXT = re.compile(rb"^(?:\xef\xbb\xbf)?[ \t]*[A-Z][A-Z_]*(?:[ \t][^\r\n]*)?\r?\n[ \t]*\d+[ \t]*(?:\r?\n|$)")
 
-# PyTorch's own naming beyond its rank files (pytorch/discover.py): a single trace's rank in its
+# Rank numbers in names are ASCII digits to the very end (\Z: `$` would match before a final
+# newline, `\d` would take rank١). PyTorch's own naming beyond its rank files (pytorch/discover.py): a single trace's rank in its
 # name (`resnet.rank3.et.json`, `trace.3.json`), names meant as a job's file, tools/collect.py's
 # companions of the traces, and a lone trace's Kineto file `<base>.kineto.json[.gz]`.
-PYTORCH_RANK_IN_NAME = re.compile(r"(?:rank|\.)(\d+)\.(?:et\.)?json(?:\.gz)?$")
+PYTORCH_RANK_IN_NAME = re.compile(r"(?:rank|\.)([0-9]+)\.(?:et\.)?json(?:\.gz)?\Z")
 PYTORCH_MEANT_AS_JOB_FILE = re.compile(r"\.(et|kineto|timing)\.json(\.gz)?$")
 PYTORCH_RECORDED_WITH_THE_JOB = re.compile(r"^(job\.json|rank\d+\.program\.json)$")
 PYTORCH_TRACE_BASE = re.compile(r"^(.*)\.et\.json(\.gz)?$")
@@ -55,6 +57,14 @@ class SourceOptions:
     npu_frequency_mhz: float | None = None  # text: cycles -> microseconds (None: cycles kept, as the reference)
     first_dim_npus: int | None = None       # text: NPUs of the first network dimension (hybrid policies)
     time_unit: str = "ms"                   # flexflow: the unit of the graph's run times
+
+    def __post_init__(self):
+        """first_dim_npus a whole number in range (job.json gives it too): 0 NPUs in a dimension
+        divided by zero. The other numbers are checked on conversion, naming the file."""
+        value, high = self.first_dim_npus, limits.value("npus")
+        if value is not None and (type(value) is not int or not 1 <= value <= high):
+            raise SourceOptionError(f"first_dim_npus (--first-dim-npus) {value!r}: expected a whole number from 1 to"
+                                    f" {high:,}")
 
 
 class SourceOptionError(ChakraError):
@@ -156,10 +166,10 @@ OPTIONS = {o.name: o for o in (
 assert set(OPTIONS) == {f.name for f in fields(SourceOptions)}  # one flag per option
 
 SIDE_FILES = {s.kind: s for s in (
-    SideRule("kineto", re.compile(r"^rank(\d+)\.kineto\.json(\.gz)?$"), "rank<R>.kineto.json[.gz]",
+    SideRule("kineto", re.compile(r"^rank([0-9]+)\.kineto\.json(\.gz)?\Z"), "rank<R>.kineto.json[.gz]",
              claims="the Kineto trace of rank", beside_other="{name}: a Kineto trace beside {format}, which has no "
              "use for it", orphan="{name}: a Kineto trace of rank {rank}, which has no {trace}"),
-    SideRule("timing", re.compile(r"^rank(\d+)\.timing\.json$"), "rank<R>.timing.json",  # TraceRecorder timed_steps
+    SideRule("timing", re.compile(r"^rank([0-9]+)\.timing\.json\Z"), "rank<R>.timing.json",  # TraceRecorder timed_steps
              claims="the unprofiled step times of rank",
              beside_other="{name}: unprofiled step times beside no PyTorch trace, which alone they describe",
              orphan="{name}: unprofiled step times of rank {rank}, which has no {trace}"),
@@ -177,7 +187,7 @@ SIDE_FILES = {s.kind: s for s in (
 # In this order a job's format is decided and an unknown file is told what is expected.
 SOURCES = (
     Source("pytorch", "PyTorch traces", "a PyTorch trace",
-           FileRule("pytorch_et", re.compile(r"^rank(\d+)\.et\.json(\.gz)?$"), "rank<R>.et.json[.gz]"),
+           FileRule("pytorch_et", re.compile(r"^rank([0-9]+)\.et\.json(\.gz)?\Z"), "rank<R>.et.json[.gz]"),
            "chakra_core.convert.pytorch.job:convert_pytorch", sides=("kineto", "timing")),
     Source("chakra", "Chakra ETs", "a Chakra ET",
            FileRule("chakra_et", CHAKRA_RANK_FILE, "<name>.<R>.et",
@@ -197,8 +207,8 @@ SOURCES = (
            counter="chakra_core.convert.text.workload:devices"),
     # a job of Kineto traces alone (beside another source's traces they are its side files: job_source)
     Source("kineto", "Kineto traces", "a Kineto trace",
-           FileRule("kineto", re.compile(r"^(?:rank(?P<rank>\d+)\.kineto\.json|.*?worker(?P<rank_worker>\d+)[^/]*?"
-                                         r"\.pt\.trace\.json|.+\.pt\.trace\.json)(?:\.gz)?$"),
+           FileRule("kineto", re.compile(r"^(?:rank(?P<rank>[0-9]+)\.kineto\.json|.*?worker(?P<rank_worker>[0-9]+)[^/]*?"
+                                         r"\.pt\.trace\.json|.+\.pt\.trace\.json)(?:\.gz)?\Z"),
                     "rank<R>.kineto.json[.gz] or <name>.pt.trace.json[.gz]"),
            "chakra_core.convert.kineto.job:convert_kineto", sides=("timing",),
            detect=is_kineto_head),

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chakra_core import limits
 from chakra_core._native import _etcodec
 from chakra_core.format.columns import (
     ARROW_TYPE_OF_CLASS,
@@ -29,10 +30,11 @@ from chakra_core.format.columns import (
 FormatError = _etcodec.FormatError
 
 _etcodec.configure([(a.name, int(a.value_class), KIND_FIELD[a.default_kind]) for a in WELL_KNOWN_ATTRIBUTES])
-if os.environ.get("CHAKRA_DECODE_POOL_BYTES"):
-    # freed column buffers kept for reuse (default 1 GiB; the first 128 MiB stay mapped, the
-    # rest the kernel may reclaim): 0 gives every buffer back at once
-    _etcodec.pool(max(0, int(os.environ["CHAKRA_DECODE_POOL_BYTES"])))
+# freed column buffers kept for reuse (default 1 GiB; the first 128 MiB stay mapped, the rest the
+# kernel may reclaim): 0 gives every buffer back at once; at most 1 TiB (a size_t in C)
+_POOL_BYTES = limits.environment_int("CHAKRA_DECODE_POOL_BYTES", 0, 1 << 40)
+if _POOL_BYTES is not None:
+    _etcodec.pool(_POOL_BYTES)
 
 _KIND_DICTIONARY = pa.array(VALUE_KINDS, pa.string())
 _IO_FIELDS = ("values", "shapes", "types")
@@ -40,9 +42,9 @@ _IO_FIELDS = ("values", "shapes", "types")
 
 def default_decode_threads() -> int:
     """Threads for decoding: CHAKRA_DECODE_THREADS, else the CPUs this process may use (at most 16)."""
-    configured = os.environ.get("CHAKRA_DECODE_THREADS")
-    if configured:
-        return max(1, int(configured))
+    configured = limits.environment_int("CHAKRA_DECODE_THREADS", 1, 1024)
+    if configured is not None:
+        return configured
     return max(1, min(16, len(os.sched_getaffinity(0))))
 
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.errors import ChakraError
 from chakra_core.format.names import COMM_GROUPS_SUFFIX, RANK_FILE, split_rank_url  # noqa: F401  (re-exported)
+from chakra_core.literal import rank_siblings, remove_file
 from chakra_core.outputs import afterwards, open_output, together
 
 SCHEMA_VERSION = "0.0.4"
@@ -48,7 +49,7 @@ def groups_url(prefix: str) -> str:
 def _rank_files(prefix: str) -> tuple[object, list[tuple[int, str]]]:
     """(filesystem, [(rank, path)]) of every ``<prefix>.<R>.et[.gz]`` there is."""
     fs, path = fsspec.core.url_to_fs(prefix)
-    return fs, [(found[1], p) for p in fs.glob(f"{path}.*.et*") if (found := split_rank_url(p)) and found[0] == path]
+    return fs, [(found[1], p) for p in rank_siblings(fs, path) if (found := split_rank_url(p)) and found[0] == path]
 
 
 def remove_other_ranks(prefix: str, npus: int) -> None:
@@ -57,7 +58,7 @@ def remove_other_ranks(prefix: str, npus: int) -> None:
     fs, found = _rank_files(prefix)
     for rank, path in found:
         if rank >= npus or path.endswith(".gz"):
-            fs.rm(path)
+            remove_file(fs, path)
 
 
 def find_ranks(prefix: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 COMM_GROUPS_SUFFIX = ".comm_groups.json"
-RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>[0-9]+)\.et(?P<gz>\.gz)?\Z")  # ASCII digits to the very end
 
 
 def split_rank_url(url: str) -> tuple[str, int] | None:

@@ -118,7 +118,12 @@ def unprofiled_steps_of(prefix: str) -> list[int] | None:
     except ConfigError:
         return None
     steps = document.get("unprofiled_step_ns") if isinstance(document, dict) else None
-    return steps if isinstance(steps, list) and steps and all(isinstance(v, (int, float)) for v in steps) else None
+    return steps if isinstance(steps, list) and steps and all(_a_step_time(v) for v in steps) else None
+
+
+def _a_step_time(value) -> bool:
+    """A step time in ns: a number (not a bool) from 1 ns to 1e15 ns (11 days); 0 divided by zero."""
+    return type(value) in (int, float) and 1 <= value <= 1e15
 
 
 def unprofiled_ns(prefix: str, table) -> float:
@@ -129,8 +134,9 @@ def unprofiled_ns(prefix: str, table) -> float:
     report = f"{prefix}.report.json"
     steps = unprofiled_steps_of(prefix)
     if not steps:
-        raise CalibrationError(f"{report}: no unprofiled step times (record with TraceRecorder(timed_steps=K) and "
-                               "convert again, or give --measured-ms)")
+        raise CalibrationError(f"{report}: no usable unprofiled step times (unprofiled_step_ns: numbers from 1 to "
+                               "1e15 ns; record with TraceRecorder(timed_steps=K) and convert again, or give "
+                               "--measured-ms)")
     recorded = len(pc.unique(table.filter(pc.starts_with(table.column("name"), "ProfilerStep#")).column("name")))
     if not recorded:
         raise CalibrationError(f"{rank_url(prefix, 0)}: no ProfilerStep#N nodes: cannot tell how many steps it recorded")

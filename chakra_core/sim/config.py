@@ -90,7 +90,8 @@ def _within_limit(name: str):
 
 
 def _no_bool(value: Any) -> Any:
-    """pydantic's lax mode takes True/False as 1/0; a boolean where a number belongs is a mistake."""
+    """pydantic's lax mode takes True/False as 1/0; a boolean where a number belongs is a mistake.
+    (Strings stay allowed: YAML 1.1 reads an unquoted 1e-3 as one.)"""
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got the boolean {value!r}")
     return value
@@ -106,16 +107,19 @@ class _ConfigModel(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
+MAX_LATENCY_NS, MAX_BANDWIDTH_GBPS = 1e12, 1e9  # 1,000 s per hop: beyond any network, inside int64 times
+
+
 class NetworkDim(_ConfigModel):
     """One dimension of the analytical network."""
 
     topology: Topology = Field(description="Ring, FullyConnected or Switch.")
     npus: int = Field(ge=1, description="NPUs in this dimension (ASTRA-sim: npus_count).")
     bandwidth_gbps: float = Field(
-        gt=0, allow_inf_nan=False,
+        gt=0, le=MAX_BANDWIDTH_GBPS, allow_inf_nan=False,
         description="Link bandwidth in GB/s with 1 GB = 2**30 B, as ASTRA-sim reads it (ASTRA-sim: bandwidth).")
-    latency_ns: float = Field(
-        ge=0, allow_inf_nan=False, description="Latency per hop in ns (ASTRA-sim: latency).")
+    latency_ns: float = Field(  # bounded: 1e308 overflowed the simulator's integer times
+        ge=0, le=MAX_LATENCY_NS, allow_inf_nan=False, description="Latency per hop in ns (ASTRA-sim: latency).")
 
     _check_numbers = field_validator("npus", "bandwidth_gbps", "latency_ns", mode="before")(_no_bool)
     _check_npus = field_validator("npus")(_within_limit("npus"))

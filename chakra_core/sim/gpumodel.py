@@ -27,18 +27,18 @@ class HostOverhead(_GpuModel):
     model is min(recorded, scale x recorded + launch_ns x L). Device work, timed by the device,
     keeps its recorded durations."""
 
-    scale: float = Field(gt=0, le=1, allow_inf_nan=False,
+    scale: float = Field(gt=0, le=1, allow_inf_nan=False, strict=True,
                          description="Share of a CPU node's recorded duration beyond the small-operator "
                                      "prediction that it keeps unprofiled.")
-    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                              description="Host time per device kernel, copy or memset the node launched (ns).")
-    op_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    op_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                          description="Unprofiled host time of an operator besides its launches (ns).")
-    recorded_op_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    recorded_op_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                                   description="Recorded time of an operator of no work of its own (ns).")
-    recorded_input_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    recorded_input_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                                      description="Recorded time per input of such an operator (ns).")
-    recorded_launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    recorded_launch_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                                       description="Recorded time per launch of such an operator (ns).")
 
     @property
@@ -60,7 +60,7 @@ class DeviceTiming(_GpuModel):
     the device idle starts launch_latency_ns after it became free to run (its launch), one that
     was waiting for the previous device work kernel_gap_ns after that work ended."""
 
-    launch_latency_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    launch_latency_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                                      description="Delay from a launch to its start on an idle device (ns).")
-    kernel_gap_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    kernel_gap_ns: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False, strict=True,
                                  description="Delay between back-to-back device work (ns).")

@@ -121,7 +121,10 @@ def read_training_job(job, simulate: bool = True) -> tuple[TrainingJob | None, d
         _, profile = profile_job(job.job_id, tables, groups)
     except CrossRankError as exc:
         return None, {"job": job.job_id, "reason": f"ranks disagree: {exc}"}, set()
-    measure = measure_job(profile, tables, groups, simulate)
+    try:
+        measure = measure_job(profile, tables, groups, simulate)
+    except (ChakraError, ValueError, ArithmeticError) as exc:  # e.g. times beyond int64: the job is skipped
+        return None, {"job": job.job_id, "reason": f"not simulated: {type(exc).__name__}: {exc}"}, set()
     clashes: set[str] = set()
     for table in tables:
         clashes |= vocabulary_clashes(table_strings(table))

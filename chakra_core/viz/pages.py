@@ -16,6 +16,7 @@ import humanize
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from chakra_core.analysis.history import unit
+from chakra_core.terminal import printable
 
 # term -> what it means (title attributes where a term first appears, and each page's glossary)
 GLOSSARY = {
@@ -80,6 +81,12 @@ def figure(value, metric: str) -> str:
     return {"ns": ms, "bytes": size, "share": pct}.get(kind, count)(value)
 
 
+def _untrusted(value):
+    """Every string a page shows, as text: control and bidirectional characters (which reorder
+    what a reader sees) written as escapes, as in the terminal (autoescape then escapes HTML)."""
+    return printable(value) if isinstance(value, str) else value
+
+
 def page_of(job_id: str) -> str:
     """The file name of a job's page beside its day page."""
     return f"job={job_id}.html"
@@ -92,7 +99,8 @@ def href(name: str) -> str:
 @functools.cache
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("chakra_core.viz", "templates"), autoescape=select_autoescape(["j2"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      finalize=_untrusted)
     env.filters.update(ms=ms, pct=pct, signed=signed, size=size, count=count, figure=figure, href=href,
                        page_of=page_of)
     env.globals["GLOSSARY"] = GLOSSARY

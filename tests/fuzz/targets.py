@@ -1,7 +1,8 @@
 """Fuzz targets: random and mutated real inputs for every reader of untrusted bytes (ETs, PyTorch
 and Kineto traces, FlexFlow task graphs, ASTRA-sim text workloads, JAX profiles and HLO text,
-configurations), job
-bundles with odd members, YAML built of aliases, and SQL that tries to leave the warehouse.
+configurations), job bundles with odd members, YAML built of aliases, SQL that tries to leave
+the warehouse, and (issue 41) a drop of hostile file names, untrusted text on the console and the
+page, numbers at the edges of the environment, a network and a conversion's options.
 
 Each target must end in success or in the project's own error type (ChakraError), never in
 another exception, a crash, unbounded memory or unbounded time. `python tests/fuzz/run.py`
@@ -258,11 +259,99 @@ def _confined_query(sql: str) -> None:
         assert not os.listdir(out), f"{sql!r} wrote {os.listdir(out)}"
 
 
-def _sql_target(name: str, inputs):
+# Names other libraries read as something else: patterns, markup, escapes, reordering, other digits.
+HOSTILE_PIECES = ["rank0.et.json", "rank1.et.json.gz", "j.0.et", "rank0.kineto.json", "*", "?", "[", "]", "{a,b}",
+                  "[/]", "[red]", "\n", "\r", "\x1b[2J", "\x1b]52;c;eA==\x07", "\u202e", "\u2066", "\u200b",
+                  "\u0661", "\uff11", " ", "\t", "..", "%20", "\\", "é", "e\u0301", ".txt", ".gz"]
+HOSTILE_TEXT = st.lists(st.sampled_from(HOSTILE_PIECES) | st.text(max_size=4), min_size=1, max_size=5).map("".join)
+
+
+@st.composite
+def hostile_drop(draw) -> dict[str, bytes]:
+    """A job folder of hostile file names holding real, empty or odd bytes."""
+    names = draw(st.lists(HOSTILE_TEXT.filter(lambda n: "/" not in n and n not in ("", ".", "..")), min_size=1,
+                          max_size=4, unique=True))
+    return {name: draw(st.sampled_from([b"", b"{}", REAL_ET[0]])) for name in names}
+
+
+def _process_drop(files: dict[str, bytes]) -> None:
+    """The day's listing and the job's processing never raise: every file ends in exactly one of
+    the ingest rows and reject rows (a bad name costs its job at most)."""
+    import fsspec
+
+    from pipeline.drop import list_day
+    from pipeline.jobs import process_job
+
+    fs = fsspec.filesystem("memory")
+    fs.store.clear()
+    for name, data in files.items():
+        fs.pipe_file(f"/drops/2026-01-01/job/{name}", data)
+    jobs, loose = list_day("memory://drops", "2026-01-01")
+    for job in jobs:
+        outcome = process_job(job, "2026-01-01", "memory://wh", "fuzz")
+        logged = sorted(r["file"] for r in outcome.ingest + outcome.rejects)
+        assert logged == sorted(f.name for f in job.files), (logged, [f.name for f in job.files])
+
+
+def _shown_as_text(value: str) -> None:
+    """Printed through the console and put on a page, untrusted text is text: no markup read,
+    no escape sequence or bidi control left raw."""
+    from chakra_core.terminal import BIDI_CONTROLS, console, printable
+    from chakra_core.viz.report import text
+
+    out = console()
+    with out.capture() as captured:
+        out.print(value)
+        out.print(value, value)
+    shown = captured.get()
+    assert "\x1b" not in shown and not BIDI_CONTROLS & set(shown) and not BIDI_CONTROLS & set(text(value)), shown
+    assert all(printable(c) in shown for c in value if not c.isspace()), shown
+
+
+def _environment_number(value: str) -> None:
+    from chakra_core import limits
+
+    os.environ["CHAKRA_DECODE_POOL_BYTES"] = value
+    try:
+        found = limits.environment_int("CHAKRA_DECODE_POOL_BYTES", 0, 1 << 40)
+        assert found is None or 0 <= found <= 1 << 40
+    except ChakraError:
+        pass
+    finally:
+        del os.environ["CHAKRA_DECODE_POOL_BYTES"]
+
+
+NUMBERS = (st.integers() | st.floats() | st.sampled_from([0, -1, 10**400, 1e308, True, "1", None]))
+
+
+@st.composite
+def network_numbers(draw) -> bytes:
+    """A 4-NPU ring whose bandwidth and latency are drawn from the edges of the numbers."""
+    return (f"topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ {draw(NUMBERS)} ]\n"
+            f"latency: [ {draw(NUMBERS)} ]\n").encode()
+
+
+def _simulate_on(path: str) -> None:
+    from chakra_core.sim.files import simulate_files
+
+    simulate_files(str(DATASETS / "astra-sim-microbenchmarks/all_reduce/4npus_1MB/all_reduce"), path,
+                   str(DATASETS / "astra-sim-reference/configs/Ring_4chunks.json"))
+
+
+def _source_options(values: tuple) -> None:
+    from chakra_core.convert.source_file import SourceOptions
+
+    try:
+        SourceOptions(*values)
+    except ChakraError:
+        pass
+
+
+def _plain_target(name: str, inputs, check):
     @SETTINGS
     @given(inputs)
-    def target(sql):
-        _confined_query(sql)
+    def target(value):
+        check(value)
 
     target.__name__ = target.__qualname__ = name
     return target
@@ -282,5 +371,10 @@ TARGETS = [
             load_system, load_network, read_comm_groups),
     _target("bundles_odd", odd_bundle(), ".zip", _convert),
     _target("yaml_aliases", yaml_with_aliases(), ".yml", _read_document, load_network, read_comm_groups),
-    _sql_target("sql_confined", hostile_sql()),
+    _plain_target("sql_confined", hostile_sql(), _confined_query),
+    _plain_target("drop_hostile_names", hostile_drop(), _process_drop),
+    _plain_target("text_untrusted", HOSTILE_TEXT, _shown_as_text),
+    _plain_target("env_numbers", HOSTILE_TEXT | st.integers().map(str) | st.floats().map(str), _environment_number),
+    _target("network_numbers", network_numbers(), ".yml", load_network, _simulate_on),
+    _plain_target("source_options", st.tuples(NUMBERS, NUMBERS, NUMBERS, NUMBERS), _source_options),
 ]

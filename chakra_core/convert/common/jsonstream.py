@@ -203,6 +203,8 @@ class StreamedDocument:
         while True:
             pos = self._expect(pos, b'"', "a member name")
             key, pos = self._value(pos)
+            if key in self.fields or (key == self.array_key and self.array_seen):  # which one is meant?
+                raise TraceJSONError(self.url, f"the member {key!r} appears twice", self._base + pos)
             pos = self._expect(pos, b":", "':'") + 1
             if key == self.array_key:
                 pos = self._expect(pos, b"[", f"an array for {key!r}") + 1

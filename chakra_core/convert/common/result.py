@@ -32,6 +32,7 @@ class JobResult:
     unprofiled_step_ns: list[int] | None = None  # per timed step, the slowest rank's (every rank timed)
     input_notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
+    lacking_rank: str | None = None  # a rank of the traces' world group the job lacks (pytorch/job.lacking_rank)
     tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next
     source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
     profiler_cost: dict | None = None  # profiler_cost.json beside the traces, as read (checked by chakra calibrate)

@@ -158,6 +158,9 @@ def _order(path: str, tasks: dict[str, Task], edges: list[tuple[str, str, int]])
     return order, preds
 
 
+IDLE_DEVICES_ALLOWED = 16  # ranks per device a graph's tasks use (plus as many), before the numbering is refused
+
+
 def _npus(path: str, tasks: dict[str, Task]) -> int:
     devices = [t.device for t in tasks.values()] + [t.dst for t in tasks.values() if t.kind == TRANSFER]
     if not any(t.kind == COMPUTE for t in tasks.values()):
@@ -165,6 +168,10 @@ def _npus(path: str, tasks: dict[str, Task]) -> int:
     npus = max(devices) + 1
     if npus > limits.value("npus"):
         raise limits.LimitExceeded(path, "npus", f"device id {npus - 1}")
+    used = len(set(devices))
+    if npus > IDLE_DEVICES_ALLOWED * used + IDLE_DEVICES_ALLOWED:  # 120 bytes naming device 65535: 65,536 rank files
+        raise SourceFormatError(path, f"device id {npus - 1:,} makes {npus:,} ranks, but the graph's tasks use "
+                                f"{used:,} device(s): over {IDLE_DEVICES_ALLOWED}x as many ranks would be idle")
     return npus
 
 

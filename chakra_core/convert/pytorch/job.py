@@ -93,6 +93,7 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         result.nodes += table.num_rows
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
+    result.lacking_rank = lacking_rank(conversions)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
 
 
@@ -232,6 +233,15 @@ def keep_own_time(conversions: list[RankConversion], resolved: dict, groups: Pro
 # ---------------------------------------------------------------------------- checks
 def _describe(record: CommRecord) -> str:
     return f"{comms.kind_label(record.kind)} of {record.size:,} B (node {record.node_id})"
+
+
+def lacking_rank(conversions: list[RankConversion]) -> str | None:
+    """A rank the traces' world group holds that the job lacks (a job given whole must have
+    them all; converting some ranks of a job on purpose is not a mistake, so this is no mismatch)."""
+    ranks = {c.rank for c in conversions}
+    world = max((c.groups.world_size or 0 for c in conversions), default=0)
+    lacking = next((r for r in range(min(world, max(ranks, default=0) + 2)) if r not in ranks), None)
+    return None if lacking is None else f"the traces' world group has {world:,} ranks, and rank {lacking} is missing"
 
 
 def check_collectives(conversions: list[RankConversion], groups: ProcessGroups) -> list[str]:

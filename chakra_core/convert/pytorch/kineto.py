@@ -141,8 +141,11 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
                         trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
                                                           name, dur))
                 else:
-                    stream = args.get("stream", tid)
-                    trace.device.append(DeviceEvent(name, category, ts, dur, stream if type(stream) is int else 0,
+                    stream = args.get("stream", tid if type(tid) is int else 0)
+                    if type(stream) is not int or not 0 <= stream < 2**31:  # was silently stream 0
+                        raise TraceJSONError(url, f"event {name!r} (ts {event.get('ts')!r}): stream {stream!r}: "
+                                             "expected a whole number from 0 to 2**31", element=index)
+                    trace.device.append(DeviceEvent(name, category, ts, dur, stream,
                                                     _int_or_none(args.get("External id")),
                                                     _int_or_none(args.get("correlation"))))
     finally:

@@ -253,9 +253,11 @@ def _graph(program: Program, rank: int, npus: int, pg: dict[str, str], frequency
 
 
 def _check_size(path: str, nodes: int) -> None:
-    most = limits.value("nodes")
-    if nodes > most:
-        raise limits.LimitExceeded(path, "nodes", f"the job would have {nodes:,} nodes over all NPUs")
+    """Within the nodes limit, and the lower one of jobs built in Python (source_nodes: a
+    1M-layer workload within the first needed over 3.4 GB)."""
+    for name in ("nodes", "source_nodes"):
+        if nodes > limits.value(name):
+            raise limits.LimitExceeded(path, name, f"the job would have {nodes:,} nodes over all NPUs")
 
 
 def _check_options(path: str, options: SourceOptions) -> None:
