@@ -53,7 +53,7 @@ def _day_rows(day: str, index: int, prefix: str) -> dict[str, list[dict]]:
                             "sim_exposed_comm_ns": 3e6,
                             "comm_bytes:all_reduce": 2**30 * (2 if day == LAST else 1), "ranks": 2}}
     return {
-        "traces": [{"job_id": "gpu-gpt", "rank": 0, "nodes": 18813, "source_format": "pytorch_et", "path": None},
+        "traces": [{"job_id": "gpu-gpt", "rank": 0, "nodes": 18813, "source_format": "pytorch_et"},
                    *({"job_id": "gloo-w4", "rank": r, "nodes": 1000, "source_format": "pytorch_et"} for r in range(4)),
                    *({"job_id": "gen-tiny", "rank": r, "nodes": 25, "source_format": "chakra_et",
                       "path": f"{prefix}/traces/date={day}/job=gen-tiny/gen-tiny.{r}.et"} for r in range(2)),
