@@ -136,7 +136,8 @@ def _meant_as_trace(job: JobInput) -> tuple[InputFile, str] | None:
         if f.kind != UNKNOWN or f.name.count("/") > 1:
             continue
         meant = sources.of_trace_kind(sources.kind_of(plain_name(raw)) or "")
-        if meant is not None and meant.trace.rank(plain_name(raw)) is not None:  # a side file is rejected alone
+        side = meant is not None and meant.trace.kind in sources.SIDE_FILES and meant.trace.kind != job.trace_format
+        if meant is not None and not side and meant.trace.rank(plain_name(raw)) is not None:  # a side file: alone
             why = f.problem or ("spaces, invisible or control characters, or other digits in its name")
             return f, (f"{f.name}: named like a rank file ({plain_name(raw)}) but not one ({why}); the job's ranks"
                        " cannot be told apart for sure: rename or remove it")

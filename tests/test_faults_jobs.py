@@ -9,6 +9,7 @@ the stages' own functions, on a drop in memory:// or a local folder.
 from __future__ import annotations
 
 import pytest
+from table_rows import complete
 
 from pipeline.drop import list_day
 from pipeline.ingest import plain_name
@@ -88,7 +89,7 @@ def _reference_rows(status: str) -> list[dict]:
 
 def test_a_job_without_a_reference_simulation_is_counted_not_summed():
     """The stage's count summed a column that is null for unplaced jobs (TypeError: int + NoneType)."""
-    traces = from_rows("traces", [{"job_id": "a", "rank": 0, "nodes": 3}])
+    traces = from_rows("traces", [complete("traces", {"job_id": "a", "rank": 0, "nodes": 3})])
     table = representatives_table(traces, _reference_rows("not simulated"), 4, "r1")
     row = table.to_pylist()[0]
     assert row["representative"] is None and row["status"].startswith("not selected: no reference simulation")
