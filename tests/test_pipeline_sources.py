@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from datapaths import JAX_CPU
+from datapaths import DATASETS, JAX_CPU
 from flexflow_graphs import ALEXNET, TEXT
 
 from chakra_core.format.etfile import read_table
@@ -116,7 +116,8 @@ def test_a_jax_run_folder_is_a_job_and_its_unused_files_are_rejected_with_why():
 
 
 def test_jax_files_beside_a_pytorch_trace_are_rejected_alone():
-    put("torch-and-timing", {"rank0.et.json.gz": GLOO_RANK.read_bytes(), "timing.json": b'{"steps_ns": [1]}',
+    one_rank = DATASETS / "gpu-h200" / "mlp_tiny" / "rank0.et.json.gz"  # a whole job of one rank (world size 1)
+    put("torch-and-timing", {"rank0.et.json.gz": one_rank.read_bytes(), "timing.json": b'{"steps_ns": [1]}',
                              "hlo/module_1.jit_step.cpu_after_optimizations.txt": b"HloModule x\n"})
     outcome, rejects = run("torch-and-timing")
     assert outcome.ranks == 1

@@ -97,8 +97,8 @@ def timeline(day: Day, job: str, info: dict, out_dir: str) -> tuple[str | None, 
     try:
         traces = Job.read(found[0], info["ranks"])
         result = predict(traces, reference_system())
-    except (ChakraError, OSError) as exc:
-        return None, f"No timeline: {' '.join(str(exc).split())}"
+    except (ChakraError, OSError, ValueError, ArithmeticError) as exc:  # a job the model cannot run (times past
+        return None, f"No timeline: {' '.join(str(exc).split())}"          # int64 overflow): a note, not a failed night
     name = f"job={job}.timeline.json.gz"
     write_timeline(timeline_from_simulation(result, traces.tables), f"{out_dir.rstrip('/')}/{name}")
     return name, ""

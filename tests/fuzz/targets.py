@@ -297,14 +297,14 @@ def _shown_as_text(value: str) -> None:
     """Printed through the console and put on a page, untrusted text is text: no markup read,
     no escape sequence or bidi control left raw."""
     from chakra_core.terminal import BIDI_CONTROLS, console, printable
-    from chakra_core.viz.report import text
+    from chakra_core.viz.pages import environment
 
     out = console()
     with out.capture() as captured:
         out.print(value)
         out.print(value, value)
     shown = captured.get()
-    assert "\x1b" not in shown and not BIDI_CONTROLS & set(shown) and not BIDI_CONTROLS & set(text(value)), shown
+    assert "\x1b" not in shown and not BIDI_CONTROLS & set(shown) and not BIDI_CONTROLS & set(environment().from_string("{{ v }}").render(v=value)), shown
     assert all(printable(c) in shown for c in value if not c.isspace()), shown
 
 
@@ -339,7 +339,7 @@ def _simulate_on(path: str) -> None:
 
 
 def _source_options(values: tuple) -> None:
-    from chakra_core.convert.source_file import SourceOptions
+    from chakra_core.convert.sources import SourceOptions
 
     try:
         SourceOptions(*values)
