@@ -10,12 +10,17 @@ of a task but reject rows, so it is never retried.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
 WORKER_RETRIES = 3
+_AT_EXIT: list = []  # what this process registered with atexit
 
 # runs a named step and says what it did with counts(result); the flows run each as a Prefect task
 Stage = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
@@ -34,6 +39,51 @@ def start_ray(num_cpus: int | None = None) -> None:
     else:  # "local": without it, ray.init joins a `ray start` cluster found on this machine
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=level)
+        if _stop_local_ray not in _AT_EXIT:  # once a process; runs before Ray's own exit handler (registered later,
+            _AT_EXIT.append(_stop_local_ray)  # run first)
+            atexit.register(_stop_local_ray)
+
+
+def _stop_local_ray(grace_s: float = 3.0) -> None:
+    """Ends the local Ray this process started, its every process included: ray.shutdown asks
+    them to stop, and one still alive `grace_s` later (Ray's dashboard agent, on a loaded machine)
+    is killed, so that a stopped run leaves nothing of its own running."""
+    import ray
+
+    started = _descendants(os.getpid())
+    ray.shutdown()
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_running(p) for p in started):
+        time.sleep(0.1)
+    for pid in started:
+        if _running(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below pid, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if entry.isdigit():
+                    parent = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(parent, []).append(int(entry))
+    found, pending = set(), [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.add(child)
+            pending.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def direct(name: str, step: Callable[[], Any], counts: Callable[[Any], str]) -> Any:

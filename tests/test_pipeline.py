@@ -131,7 +131,9 @@ def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, c
            " SELECT variant, bound FROM device_verdicts ORDER BY variant")
     assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[0]]) == 0
     times = json.loads(capsys.readouterr().out)
-    assert [r["variant"] for r in times] == ["predicted", "recorded"] and times[0]["ns"] == times[1]["ns"] > 10**6
+    # the prediction keeps every kernel as recorded: to the µs the simulator times it in (recorded: to the ns)
+    assert [r["variant"] for r in times] == ["predicted", "recorded"] and times[1]["ns"] > 10**6
+    assert times[0]["ns"] == pytest.approx(times[1]["ns"], rel=0.02)
     assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[1]]) == 0
     assert json.loads(capsys.readouterr().out) == [{"variant": "predicted", "bound": "host"},
                                                    {"variant": "recorded", "bound": "host"}]

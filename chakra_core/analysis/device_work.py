@@ -66,12 +66,15 @@ def has_device_work(table: pa.Table) -> bool:
 
 
 def recorded_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of every node in ns as recorded; -1 for nodes without a start time. Exact: a
-    Chakra ET holds whole microseconds (start_time_micros and duration_micros are uint64 in the
-    schema), so the times are multiples of 1000 ns; a sub-microsecond part would have to be kept
-    by the conversion, in the trace, first."""
+    """(start, end) of every node in ns as recorded; -1 for nodes without a start time. A Chakra
+    ET holds whole microseconds (start_time_micros, duration_micros); a node's `duration_ns`
+    attribute, where the conversion kept one (device work timed by Kineto), gives its duration
+    to the ns, so that sums over many short kernels are not off by their rounding."""
     start = to_numpy(table.column("start_time_micros"), 0).astype(np.int64) * 1000
-    end = start + to_numpy(table.column("duration_micros"), 0).astype(np.int64) * 1000
+    micros = to_numpy(table.column("duration_micros"), 0).astype(np.int64) * 1000
+    fine = to_numpy(table.column("duration_ns"), -1).astype(np.int64) if "duration_ns" in table.column_names \
+        else np.full(len(micros), -1, np.int64)
+    end = start + np.where(fine >= 0, fine, micros)
     untimed = start <= 0
     start[untimed], end[untimed] = -1, -1
     return start, end

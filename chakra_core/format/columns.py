@@ -76,6 +76,8 @@ WELL_KNOWN_ATTRIBUTES: tuple[WellKnownAttribute, ...] = (
     WellKnownAttribute("tid", ValueClass.INT, "int64_val", "PyTorch thread id"),
     WellKnownAttribute("fw_tid", ValueClass.INT, "int64_val", "PyTorch forward thread id"),
     WellKnownAttribute("stream", ValueClass.INT, "int64_val", "device stream of a GPU operation"),
+    WellKnownAttribute("duration_ns", ValueClass.INT, "int64_val",
+                       "duration in ns, where the source timed finer than duration_micros (device work from Kineto)"),
     WellKnownAttribute("op_schema", ValueClass.STRING, "string_val", "PyTorch operator schema"),
 )
 WELL_KNOWN_BY_NAME = {a.name: a for a in WELL_KNOWN_ATTRIBUTES}
