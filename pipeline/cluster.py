@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,17 @@ def start_ray(num_cpus: int | None = None) -> None:
         if _stop_local_ray not in _AT_EXIT:  # once a process; runs before Ray's own exit handler (registered later,
             _AT_EXIT.append(_stop_local_ray)  # run first)
             atexit.register(_stop_local_ray)
+        if threading.current_thread() is threading.main_thread():  # ray.init replaced SIGTERM's handler with its own
+            signal.signal(signal.SIGTERM, _stopped)
+
+
+def _stopped(signum, frame) -> None:
+    """SIGTERM (a scheduler's or `kill`'s stop): every process this one started (Ray's, Prefect's
+    temporary server) is asked to stop now, then the run ends as on Ctrl-C (its lock released)."""
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
 def _stop_local_ray(grace_s: float = 3.0) -> None:
