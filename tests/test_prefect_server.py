@@ -130,7 +130,9 @@ def test_schedule_fires_and_a_worker_completes_a_run(server, s3, tmp_path):
                      f"system: {REPO}/pipeline/sweeps/ring_system.json}}\n")
     parameters = {"date": DATE, "source": "s3://prefect-drops/fleet", "warehouse": "s3://prefect-warehouse/wh",
                   "sweep": str(sweep), "num_cpus": 2, "synthetic_jobs": 0}
-    run = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}).json()
+    created = wait_for("the flow run to be created", lambda: _created(client, deployment["id"], parameters), 60,
+                       tmp_path / "server.log")  # a server under a whole suite's load may answer an error first
+    run = created.json()
 
     log = tmp_path / "worker.log"
     worker = start([PREFECT, "worker", "start", "--pool", POOL, "--run-once", "--limit", "1"], env, log)
@@ -148,6 +150,11 @@ def test_schedule_fires_and_a_worker_completes_a_run(server, s3, tmp_path):
     tables = {"ingest_log", "rejects", "traces", "collectives", "sim_results", "representatives",
               "synthetic_traces", "fidelity", "device_time", "device_verdicts", "job_history", "kernels", "regressions"}
     assert {t["name"].rsplit("-", 1)[0] for t in tasks} == stages | {f"write {table}" for table in tables}
+
+
+def _created(client: httpx.Client, deployment_id: str, parameters: dict) -> httpx.Response | None:
+    response = client.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters})
+    return response if response.is_success else None
 
 
 def _final_state(client: httpx.Client, run_id: str) -> str | None:
