@@ -50,7 +50,7 @@ def start_ray(num_cpus: int | None = None) -> None:
 def _stopped(signum, frame) -> None:
     """SIGTERM (a scheduler's or `kill`'s stop): every process this one started (Ray's, Prefect's
     temporary server) is asked to stop now, then the run ends as on Ctrl-C (its lock released)."""
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
     raise KeyboardInterrupt(f"stopped by signal {signum}")
@@ -62,7 +62,7 @@ def _stop_local_ray(grace_s: float = 3.0) -> None:
     is killed, so that a stopped run leaves nothing of its own running."""
     import ray
 
-    started = _descendants(os.getpid())
+    started = descendants(os.getpid())
     ray.shutdown()
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_running(p) for p in started):
@@ -73,7 +73,7 @@ def _stop_local_ray(grace_s: float = 3.0) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _descendants(pid: int) -> set[int]:
+def descendants(pid: int) -> set[int]:
     """Every process below pid, from /proc (none where there is no /proc)."""
     children: dict[int, list[int]] = {}
     with contextlib.suppress(OSError):

@@ -24,6 +24,7 @@ from pipeline import layout
 from pipeline.jobs import process_job
 from pipeline.layout import DayLocked, StorageError, day_lock, lock_url, retried, storage_fault
 from test_pipeline_accounting import DATE, SOURCE, WAREHOUSE, chakra_job, warehouse_files
+from pipeline.cluster import descendants
 from pipeline.drop import list_day
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -129,24 +130,6 @@ def test_the_lock_is_exclusive_on_s3(s3):
     assert not s3.exists(f"chakra-locks/wh/.locks/date={DATE}.json")
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below pid (from /proc: no psutil here)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, pending = set(), [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.add(child)
-            pending.append(child)
-    return found
-
-
 def _alive(pid: int) -> bool:
     """Running, not a zombie nor a process being torn down (its command line already gone)."""
     try:
@@ -171,12 +154,12 @@ def test_a_killed_run_takes_its_ray_and_prefect_server_with_it(tmp_path):
                            cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline, helpers = time.monotonic() + 240, set()
     while time.monotonic() < deadline and run.poll() is None:
-        helpers |= _descendants(run.pid)
+        helpers |= descendants(run.pid)
         if (tmp_path / "wh" / ".locks").exists() and len(helpers) >= 3:  # Ray's processes are up and work began
             break
         time.sleep(0.5)
     assert run.poll() is None, run.stderr.read().decode()[-2000:]
-    helpers |= _descendants(run.pid)
+    helpers |= descendants(run.pid)
     run.send_signal(signal.SIGTERM)
     run.wait(timeout=60)
     # The issue saw Ray's agents and Prefect's server alive long after (they never ended). Ending them
