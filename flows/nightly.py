@@ -33,7 +33,7 @@ from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
-from pipeline.cluster import start_ray  # noqa: E402
+from pipeline.cluster import end_on_signals, start_ray, stop_signal  # noqa: E402
 from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day  # noqa: E402
@@ -230,18 +230,6 @@ def _print_changes(console, changes: list[dict]) -> None:
 
 
 
-def _end_on_signals() -> None:
-    """SIGTERM and SIGHUP (a scheduler's or `kill`'s stop) end the run as Ctrl-C does, so that its
-    lock, its Ray processes and Prefect's temporary server end with it (their exit handlers run)."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(f"stopped by signal {signum}")
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
     parser.add_argument("--date", action="append", metavar="YYYY-MM-DD",
@@ -259,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
-    _end_on_signals()
+    end_on_signals()
     from chakra_core.terminal import Progress
 
     quiet_console(args.verbose)
@@ -272,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         except FailedRun as e:  # a preflight refusal or a failed stage: its one line
             print(f"nightly: {e}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # Ctrl-C, or a stop signal (end_on_signals)
+            print(f"nightly: stopped by {stop_signal() or 'Ctrl-C'}", file=sys.stderr)
+            return 130
         _print_summary(summary)
         reports.append(summary["report"])
     print("report: " + "\nreport: ".join(reports))

@@ -22,6 +22,7 @@ from typing import Any
 
 WORKER_RETRIES = 3
 _AT_EXIT: list = []  # what this process registered with atexit
+_STOP_SIGNAL: list[str] = []  # the stop signal received, once one is
 
 # runs a named step and says what it did with counts(result); the flows run each as a Prefect task
 Stage = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
@@ -44,33 +45,52 @@ def start_ray(num_cpus: int | None = None) -> None:
             _AT_EXIT.append(_stop_local_ray)  # run first)
             atexit.register(_stop_local_ray)
         if threading.current_thread() is threading.main_thread():  # ray.init replaced SIGTERM's handler with its own
-            signal.signal(signal.SIGTERM, _stopped)
+            end_on_signals()
 
 
-def _stopped(signum, frame) -> None:
-    """SIGTERM (a scheduler's or `kill`'s stop): every process this one started (Ray's, Prefect's
-    temporary server) is asked to stop now, then the run ends as on Ctrl-C (its lock released)."""
-    for pid in descendants(os.getpid()):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
+def end_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's or `kill`'s stop) end the run as Ctrl-C does: it unwinds
+    (its lock released, its end recorded by Prefect), then the exit handlers end Ray's processes
+    and Prefect's temporary server. Ending them here instead would leave the unwinding talking
+    to dead servers: Prefect's client retries for minutes, Ray's exception hook waits on its GCS."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+
+
+def stop_signal() -> str | None:
+    """The name of the signal that stopped this run (Prefect re-raises its KeyboardInterrupt bare)."""
+    return _STOP_SIGNAL[0] if _STOP_SIGNAL else None
+
+
+def _interrupt(signum, frame) -> None:
+    _STOP_SIGNAL[:] = [signal.Signals(signum).name]
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 def _stop_local_ray(grace_s: float = 3.0) -> None:
-    """Ends the local Ray this process started, its every process included: ray.shutdown asks
-    them to stop, and one still alive `grace_s` later (Ray's dashboard agent, on a loaded machine)
-    is killed, so that a stopped run leaves nothing of its own running."""
+    """Ends every process this one started, Ray's and Prefect's temporary server included:
+    ray.shutdown asks Ray's to stop, and one still alive `grace_s` later after a SIGTERM (Ray's
+    dashboard agent on a loaded machine, a server's graceful shutdown) is killed, so that a
+    stopped run leaves nothing of its own running."""
     import ray
 
+    if threading.current_thread() is threading.main_thread():  # already ending: a stop signal now would cut it short
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
     started = descendants(os.getpid())
-    ray.shutdown()
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_running(p) for p in started):
-        time.sleep(0.1)
-    for pid in started:
-        if _running(pid):
+    try:
+        ray.shutdown()
+    finally:
+        for pid in started:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_running(p) for p in started):
+            time.sleep(0.1)
+        for pid in started:
+            if _running(pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def descendants(pid: int) -> set[int]:

@@ -145,7 +145,7 @@ def test_a_killed_run_takes_its_ray_and_prefect_server_with_it(tmp_path):
     """SIGTERM (what a scheduler or `kill` sends) ends the run's Ray and Prefect's temporary server too."""
     from test_pipeline import make_small_drop
 
-    make_small_drop(tmp_path / "source")
+    make_small_drop(tmp_path / "source", DATE)
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "RAY_AUTH_MODE": "disabled",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}  # a loaded machine starts it slowly
     env.pop("PREFECT_API_URL", None)
@@ -162,6 +162,8 @@ def test_a_killed_run_takes_its_ray_and_prefect_server_with_it(tmp_path):
     helpers |= descendants(run.pid)
     run.send_signal(signal.SIGTERM)
     run.wait(timeout=60)
+    said = run.stderr.read().decode()
+    assert (run.returncode, said.splitlines()[-1]) == (130, "nightly: stopped by SIGTERM"), said[-3000:]
     # The issue saw Ray's agents and Prefect's server alive long after (they never ended). Ending them
     # takes seconds: Ray's processes and Prefect's uvicorn stop gracefully, slowly on a loaded 2-core
     # machine (a whole suite beside it), so they get 30 s to go.
