@@ -114,7 +114,8 @@ class NodeRows:
         for _, event, launcher, _ in self.kernels:
             items[launcher] += 1
             calls[launcher].add(event.correlation if event.correlation is not None else ("item", id(event)))
-        counts = np.array([len(calls[i]) if len(calls[i]) < items[i] else 0 for i in host_ids.tolist()], np.int64)
+        fewer = {launcher: len(ids) for launcher, ids in calls.items() if len(ids) < items[launcher]}
+        counts = np.array([fewer.get(i, 0) for i in host_ids.tolist()], np.int64)
         return pa.array(counts, pa.int64(), mask=counts == 0)
 
     def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
