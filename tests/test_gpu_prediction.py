@@ -45,8 +45,17 @@ def test_the_probe_measures_the_profilers_cost_on_cpu(probe_document, tmp_path):
     assert all(c["launches_per_call"] == 0 and c["recorded_ns"] > 0 for c in cases.values())  # no device here
     path = profcost.write(tmp_path, probe_document)
     terms = probe_terms(read_probe(str(path)))
-    assert set(terms) == {"recorded_op_ns", "recorded_input_ns", "recorded_launch_ns", "op_ns", "launch_ns"}
+    assert set(terms) == {"recorded_op_ns", "recorded_input_ns", "recorded_launch_ns", "recorded_child_ns", "op_ns",
+                          "launch_ns"}
     assert all(v >= 0 for v in terms.values()) and terms["recorded_op_ns"] + terms["recorded_input_ns"] > 0
+
+
+def test_the_h200_probe_gives_an_operators_cost_inside_another_and_per_child():
+    terms = probe_terms(read_probe(str(MORE / "gpt6-d512" / "profiler_cost.json")))
+    # a call from Python costs ~1.7 us beyond its launches; an operator inside it ~0.7 us (the dispatcher)
+    assert 400 < terms["op_ns"] < 1000 and 7000 < terms["launch_ns"] < 10_000
+    # the profiler's work per call outside its operators' spans, which a parent's own time holds per child
+    assert 4000 < terms["recorded_child_ns"] < 8000
 
 
 def test_a_bad_probe_file_is_one_clear_error(tmp_path):
@@ -106,7 +115,25 @@ def test_the_per_operator_model():
     assert model.host_ns(41_000, launches=1, inputs=2) == 5000 + 15_000  # half of what lies beyond
     assert model.host_ns(3000, launches=1, inputs=2) == 3000  # never more than recorded
     old = HostOverhead(scale=0.25, launch_ns=1000)
-    assert old.host_ns(8000, launches=2) == 4000 and not old.reads_inputs
+    assert old.host_ns(8000, launches=2) == 4000 and not old.reads_inputs and not old.reads_children
+    # a parent's own time holds the profiler's records of its children, which it does not keep
+    nested = model.model_copy(update={"recorded_child_ns": 5000})
+    assert nested.reads_children
+    assert nested.host_ns(6000 + 2 * 1000 + 3000 + 3 * 5000, launches=1, inputs=2, children=3) == 1000 + 4000
+    # a CUDA graph's replay: the profiler records each of its 100 kernels, the host makes one call
+    graph = model.host_ns(6000 + 100 * 3000, launches=100, launch_calls=1)
+    assert graph == 1000 + 4000 and model.host_ns(6000 + 100 * 3000, launches=100) == 306_000  # capped: recorded
+
+
+def test_the_conversion_counts_children_and_a_graphs_launch_calls():
+    table = Job.read(_converted_once()).tables[0]
+    rows = table.select(["name", "children", "launch_calls"]).to_pylist()
+    step = next(r for r in rows if r["name"].startswith("ProfilerStep"))
+    assert step["children"] > 10 and step["launch_calls"] is None
+    graphs = [r for r in rows if r["name"].startswith("## Call CompiledFxGraph")]
+    assert graphs and all(r["launch_calls"] == 1 for r in graphs)  # one cudaGraphLaunch for 108 or 214 kernels
+    assert all(r["launch_calls"] is None for r in rows if r["name"] in ("aten::copy_", "aten::_foreach_mul_"))
+    assert all(r["children"] is None for r in rows if r["name"] == "aten::as_strided")  # a leaf
 
 
 def test_inputs_are_counted_from_the_recorded_types():

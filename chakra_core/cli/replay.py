@@ -116,9 +116,10 @@ def _print_calibration(args, result: dict, paths: dict) -> None:
         model = result["host_overhead"]
         if model["probe"]:
             print(f"host time without the profiler: {model['op_ns'] / 1e3:,.2f} us per operator + "
-                  f"{model['launch_ns'] / 1e3:,.2f} us per launch + {model['scale']:.3f} x the recorded time beyond "
+                  f"{model['launch_ns'] / 1e3:,.2f} us per launch call + {model['scale']:.3f} x the recorded time beyond "
                   f"{model['recorded_op_ns'] / 1e3:,.2f} us + {model['recorded_input_ns'] / 1e3:,.2f} us per input + "
-                  f"{model['recorded_launch_ns'] / 1e3:,.2f} us per launch (the probe's; fitted on "
+                  f"{model['recorded_launch_ns'] / 1e3:,.2f} us per launch + "
+                  f"{model['recorded_child_ns'] / 1e3:,.2f} us per operator inside (the probe's; fitted on "
                   f"{len(model['jobs'])} job(s), median error {model['median_abs_error']:.1%}):")
         else:
             print(f"host time without the profiler: {model['scale']:.3f} x recorded + {model['launch_ns'] / 1e3:,.2f} us "

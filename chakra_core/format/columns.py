@@ -78,6 +78,12 @@ WELL_KNOWN_ATTRIBUTES: tuple[WellKnownAttribute, ...] = (
     WellKnownAttribute("stream", ValueClass.INT, "int64_val", "device stream of a GPU operation"),
     WellKnownAttribute("duration_ns", ValueClass.INT, "int64_val",
                        "duration in ns, where the source timed finer than duration_micros (device work from Kineto)"),
+    WellKnownAttribute("children", ValueClass.INT, "int64_val",
+                       "host operators recorded directly inside a host operator (the profiler's records of them "
+                       "sit in its own time; docs/gpu.md)"),
+    WellKnownAttribute("launch_calls", ValueClass.INT, "int64_val",
+                       "runtime calls that launched a host operator's device work, where fewer than the work "
+                       "(a CUDA graph's replay)"),
     WellKnownAttribute("op_schema", ValueClass.STRING, "string_val", "PyTorch operator schema"),
 )
 WELL_KNOWN_BY_NAME = {a.name: a for a in WELL_KNOWN_ATTRIBUTES}

@@ -5,7 +5,8 @@
 Converts the sixteen one-GPU runs of datasets/gpu-h200/ (gpt, mlp_tiny), gpu-h200-heldout/ and
 gpu-h200-more/ (recorded with the profiler-cost probe, profiler_cost.json) and prints per run:
 the measured unprofiled time (median step times the two recorded steps, with the steps'
-spread: the first and third quartiles against the median), the simulation as recorded against
+spread: the first and third quartiles against the median, and their drift: the median of the
+later half of the steps against the median of all), the simulation as recorded against
 the recorded span (reference system, no model), and the error against the measured time of:
 
 - `shipped`: the shipped system file (chakra_core/sim/defaults/gpu_host_overhead.json);
@@ -61,7 +62,9 @@ FAMILIES = {"gpt": "eager GPT", "gpt4-d128": "eager GPT", "gpt6-d512": "eager GP
             "transformer_ddp-large-cuda-w1": "encoder", "resnet18-b4": "ResNet-18", "resnet18-b64": "ResNet-18",
             "resnet50-b8": "ResNet-50", "resnet50-b64": "ResNet-50", "resnet50-b128": "ResNet-50"}
 REFERENCE_SYSTEM = DATA / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
-GRID = {"scale": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4), "launch_ns": (0.0, 5_000.0, 10_000.0, 15_000.0, 20_000.0)}
+GRID = {"scale": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5),
+        "launch_ns": (0.0, 5_000.0, 7_500.0, 10_000.0, 12_500.0, 15_000.0, 17_500.0, 20_000.0)}
+RETIMED = sorted(p for p in (DATA / "gpu-h200-retimed").iterdir() if p.is_dir())
 
 
 def main(runs: list[Path], quick: bool) -> None:
@@ -88,7 +91,7 @@ def main(runs: list[Path], quick: bool) -> None:
     old = _grid_errors(jobs, measured, system, None) if not quick else None
     best_all = _best(new, range(len(jobs)))
     print(f"per-operator model fitted on all (grid): {dict(zip(GRID, best_all))}")
-    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'as recorded':>12} {'shipped':>8} "
+    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'drift':>6} {'as recorded':>12} {'shipped':>8} "
           f"{'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
     rows = []
     for k, ((prefix, job), name, family, m) in enumerate(zip(jobs, names, families, measured)):
@@ -102,16 +105,35 @@ def main(runs: list[Path], quick: bool) -> None:
                    old[_best(old, others)][k] if old and others else math.nan]
         steps = np.array(unprofiled_steps_of(prefix))
         spread = f"{np.percentile(steps, 25) / np.median(steps) - 1:+.0%}/{np.percentile(steps, 75) / np.median(steps) - 1:+.0%}"
+        drift = np.median(steps[len(steps) // 2:]) / np.median(steps) - 1  # the later half against all
         rows.append(errors)
-        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {as_recorded:+11.1%} "
+        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {drift:+6.0%} {as_recorded:+11.1%} "
               + " ".join(f"{e:+{w}.0%}" for e, w in zip(errors, (8, 7, 6, 10, 15))))
     table = np.abs(np.array(rows))
     print("median |error| " + " ".join(f"{label} {np.nanmedian(table[:, i]):.1%}" for i, label in
                                        enumerate(("shipped", "2 runs", "all", "leave out", "old, leave out"))))
+    print("within 15% (5%) " + " ".join(f"{label} {np.sum(table[:, i] < 0.15)} ({np.sum(table[:, i] < 0.05)})"
+                                        for i, label in enumerate(("shipped", "2 runs", "all", "leave out",
+                                                                   "old, leave out"))) + f" of {len(rows)}")
+    if not quick:
+        _retimed(work, system.model_copy(update={"host_overhead": model_two}))
     start = time.perf_counter()
     subprocess.run([str(REPO / ".venv" / "bin" / "chakra"), "convert", str(runs[0]), "-o", str(work / "timed")],
                    check=True, capture_output=True)
     print(f"chakra convert {runs[0].name}, whole process: {time.perf_counter() - start:.2f} s")
+
+
+def _retimed(work: Path, system) -> None:
+    """The runs recorded again on another H200 (gpu-h200-retimed/), predicted with the `2 runs`
+    model: the step against the median and quartiles of their 60 unprofiled steps."""
+    for run in RETIMED:
+        convert_job(str(run), str(work / "retimed" / run.name), "job")
+        prefix = str(work / "retimed" / run.name / "job")
+        job = Job.read(prefix)
+        steps = np.array(unprofiled_steps_of(prefix))
+        ratio = simulate(job, reference_network(job.npus), system).finish_ns / unprofiled_ns(prefix, job.tables[0])
+        print(f"retimed {run.name:20} measured median step {np.median(steps) / 1e6:6.2f} ms, quartiles "
+              f"{np.percentile(steps, 25) / 1e6:.2f} to {np.percentile(steps, 75) / 1e6:.2f} ms; 2 runs {ratio - 1:+.0%}")
 
 
 def _grid_errors(jobs, measured, system, probe) -> dict[tuple, list[float]]:
@@ -121,7 +143,7 @@ def _grid_errors(jobs, measured, system, probe) -> dict[tuple, list[float]]:
     for scale, launch_ns in itertools.product(*GRID.values()):
         model = HostOverhead(scale=scale, launch_ns=launch_ns, **fixed)
         with_model = system.model_copy(update={"host_overhead": model})
-        out[(scale, launch_ns)] = [simulate(job, reference_ring(job.npus), with_model).finish_ns / m - 1
+        out[(scale, launch_ns)] = [simulate(job, reference_network(job.npus), with_model).finish_ns / m - 1
                                    for (_, job), m in zip(jobs, measured)]
     return out
 

@@ -195,6 +195,8 @@ class RankConversion(RankAnalysis):
         if self.comm_waits:
             counts["communication ops after the device work launched before them"] = len(self.comm_waits)
         _keep_innermost_num_ops(rows, self.parent, host)
+        parents = np.asarray(self.parent, np.int64)
+        rows.children = np.bincount(parents[parents >= 0], minlength=len(host))
         return rows.table(host), self._metadata(sim_names)
 
     def _name_groups(self, resolved: dict[int, tuple[str, str]] | None) -> None:

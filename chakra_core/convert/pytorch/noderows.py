@@ -3,6 +3,8 @@ device work, gathered into the Chakra node table."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+
 import numpy as np
 import pyarrow as pa
 
@@ -25,6 +27,7 @@ class NodeRows:
         self.kernels: list[tuple] = []  # (id, DeviceEvent, launcher id, previous id on its stream)
         self.device_deps: list[tuple[int, int]] = []  # (host row, id of the device work it waited for)
         self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
+        self.children: np.ndarray | None = None  # per host index, the host nodes directly inside it
 
     def table(self, host: HostTrace) -> pa.Table:
         index, kernels = self.host_index, self.kernels
@@ -92,9 +95,28 @@ class NodeRows:
             "pg_name": comm_column("pg_name", pa.string()),
             **{k: with_kernels(pa.array(gather(host.attr_columns[k]), pa.int64())) for k in ID_ATTRS},
             "stream": with_kernels(pa.nulls(n_host, pa.int64()), [k[1].stream for k in kernels]),
+            "children": with_kernels(self._children()),
+            "launch_calls": with_kernels(self._launch_calls(host_ids)),
             "op_schema": with_kernels(pa.array(host.op_schemas, pa.string()).take(pa.array(index))),
         })
 
+
+    def _children(self) -> pa.Array:
+        """Per host row, the host nodes directly inside it; null (not written) for none."""
+        counts = self.children[self.host_index] if self.children is not None else np.zeros(len(self.host_index), np.int64)
+        return pa.array(counts, pa.int64(), mask=counts == 0)
+
+    def _launch_calls(self, host_ids: np.ndarray) -> pa.Array:
+        """Per host row, the runtime calls that launched its device work where they were fewer
+        than the work (a CUDA graph's replay: one cudaGraphLaunch, many kernels sharing its
+        correlation id); null elsewhere (one call per kernel, copy or memset)."""
+        items, calls = Counter(), defaultdict(set)
+        for _, event, launcher, _ in self.kernels:
+            items[launcher] += 1
+            calls[launcher].add(event.correlation if event.correlation is not None else ("item", id(event)))
+        fewer = {launcher: len(ids) for launcher, ids in calls.items() if len(ids) < items[launcher]}
+        counts = np.array([fewer.get(i, 0) for i in host_ids.tolist()], np.int64)
+        return pa.array(counts, pa.int64(), mask=counts == 0)
 
     def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, parent ids) of the host rows' data_deps: tensor flow and waits, minus what

@@ -95,6 +95,9 @@ class NodeDecoder:
             cols["launches"] = self._launches(t, feeder.ids)
             if self.system.host_overhead.reads_inputs:
                 cols["inputs"] = input_counts(t)
+            if self.system.host_overhead.reads_children:
+                cols["children"] = _column(t, "children", 0)
+            cols["launch_calls"] = _column(t, "launch_calls")
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
         nodes = []
         interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
@@ -141,8 +144,11 @@ class NodeDecoder:
         if ntype == COMP:
             launches = (cols["launches"][i] if "launches" in cols else 0) if is_cpu else None
             inputs = cols["inputs"][i] if "inputs" in cols else 0
+            children = (cols["children"][i] or 0) if "children" in cols else 0
+            calls = cols["launch_calls"][i] if "launch_calls" in cols else None
             return Node(DO_COMPUTE, slot, duration=self._compute_ns(
-                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id, inputs))
+                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id, inputs,
+                children, calls))
         if ntype == COLL:
             return self._collective(cols, i, npu, slot, duration_us, path, node_id)
         if ntype in (SEND, RECV):
@@ -154,10 +160,11 @@ class NodeDecoder:
         raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
 
     def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, launches: int | None, path: str,
-                    node_id: int, inputs: int = 0) -> int:
+                    node_id: int, inputs: int = 0, children: int = 0, launch_calls: int | None = None) -> int:
         """launches: None for device compute; for a CPU node, the device work it launched where the
         system takes the profiler's cost out of host time (SystemConfig.host_overhead), else 0;
-        inputs: the node's recorded inputs where that model reads them."""
+        inputs, children, launch_calls: the node's recorded inputs, operators directly inside it
+        and runtime launch calls (null: one per launch), where that model reads them."""
         sysc = self.system
         is_cpu = launches is not None
         if sysc.roofline_enabled and not is_cpu and not sysc.replay_only:
@@ -171,7 +178,7 @@ class NodeDecoder:
         else:
             ns = duration_us * 1000 or 1
         if is_cpu and sysc.host_overhead is not None:
-            ns = sysc.host_overhead.host_ns(ns, launches, inputs)
+            ns = sysc.host_overhead.host_ns(ns, launches, inputs, children, launch_calls)
         scale = self.compute_scale / self.npu_speed[npu]
         return ns if scale == 1.0 else max(1, math.floor(ns * scale))
 
