@@ -1,4 +1,4 @@
-"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node digest, DAG critical path); all other metadata lives in pyproject.toml."""
+"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node and Kineto event digests, DAG critical path); all other metadata lives in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -24,6 +24,12 @@ setup(
         Extension(
             "chakra_core._native._ptdigest",
             sources=["chakra_core/_native/ptdigest.c"],
+            depends=["chakra_core/_native/jsonscan.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
+        ),
+        Extension(
+            "chakra_core._native._kinetodigest",
+            sources=["chakra_core/_native/kinetodigest.c"],
             depends=["chakra_core/_native/jsonscan.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
         ),

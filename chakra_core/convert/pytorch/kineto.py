@@ -24,18 +24,21 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
-from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError
+from chakra_core._native import _kinetodigest
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
 from chakra_core.errors import ChakraFormatError
 
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime")
-CATEGORIES = CPU_CATEGORIES + DEVICE_CATEGORIES + RUNTIME_CATEGORIES
+CATEGORIES = CPU_CATEGORIES + DEVICE_CATEGORIES + RUNTIME_CATEGORIES  # kinetodigest.c's category codes index this
+ODD = 3  # kinetodigest.c's code of an event it leaves to add_event
 MAX_MICROS = 2**62  # ts and dur become uint64 microseconds, and ts + dur must not overflow
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class CpuEvent:
     name: str
     tid: int
@@ -48,7 +51,7 @@ class CpuEvent:
     args: dict | None = None  # kept only where read_kineto's keep_args asks (a Kineto-only conversion)
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class DeviceEvent:
     name: str
     category: str
@@ -59,7 +62,7 @@ class DeviceEvent:
     correlation: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class RuntimeEvent:
     """A launch on the host (cudaLaunchKernel, cudaMemcpyAsync, ...)."""
 
@@ -115,44 +118,112 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
                 keep_args: Callable[[str], bool] | None = None) -> KinetoTrace:
     """The trace's events; the args of CPU events whose name keep_args accepts are kept (the
     Kineto-only source reads communication sizes and shapes from them)."""
-    doc = StreamedDocument(url, "traceEvents", progress=progress)
-    trace = KinetoTrace(url, doc.fields)
+    reader = _EventReader(url, keep_args)
+    doc = StreamedDocument(url, "traceEvents", progress=progress, decode=reader.digest_batch)
+    reader.doc = doc
+    reader.trace = trace = KinetoTrace(url, doc.fields)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for batch in doc.batches():
-            for index, event in enumerate(batch, doc.elements - len(batch)):
-                if not isinstance(event, dict) or event.get("ph") != "X":
-                    continue
-                category = event.get("cat")
-                if category not in CATEGORIES:
-                    continue
-                name, tid, ts, dur, args = _fields(event, index, url)
-                if category in CPU_CATEGORIES:
-                    if name.startswith("ProfilerStep#"):
-                        trace.has_profiler_steps = True
-                    rf_id = _int_or_none(args.get("Record function id"))
-                    trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
-                    trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id,
-                                              args=args if keep_args is not None and keep_args(name) else None))
-                elif category in RUNTIME_CATEGORIES:
-                    correlation = _int_or_none(args.get("correlation"))
-                    if correlation is not None:
-                        trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
-                                                          name, dur))
-                else:
-                    stream = args.get("stream", tid if type(tid) is int else 0)
-                    if type(stream) is not int or not 0 <= stream < 2**31:  # was silently stream 0
-                        raise TraceJSONError(url, f"event {name!r} (ts {event.get('ts')!r}): stream {stream!r}: "
-                                             "expected a whole number from 0 to 2**31", element=index)
-                    trace.device.append(DeviceEvent(name, category, ts, dur, stream,
-                                                    _int_or_none(args.get("External id")),
-                                                    _int_or_none(args.get("correlation"))))
+        for _ in doc.batches():
+            pass
     finally:
         if gc_was_enabled:
             gc.enable()
     trace.after_children = _exclusive_times(trace.cpu)
     return trace
+
+
+class _EventReader:
+    """Reads each batch of events with the C digest (chakra_core/_native/kinetodigest.c), which
+    hands back the few fields kept per event; the events it leaves to Python (odd types, escapes,
+    errors to word) and batches that are not strictly valid JSON are read by add_event."""
+
+    def __init__(self, url: str, keep_args: Callable[[str], bool] | None):
+        self.url = url
+        self.keep_args = keep_args
+        self.doc: StreamedDocument | None = None
+        self.trace: KinetoTrace | None = None
+        self.names: dict[str, str] = {}  # one str per distinct event name, across batches
+
+    def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
+        d = _kinetodigest.digest(buf, start, end, self.names)
+        if d is None:  # not strictly valid JSON: parse_json accepts what JSON allows and refuses the rest
+            batch = parse_json(memoryview(buf)[start:end], self.url, self.doc.stream_offset(start), first_element)
+            for index, event in enumerate(batch, first_element):
+                self.add_event(event, index)
+            return
+        trace = self.trace
+        cpu, runtime, device = self._cpu_events(buf, d["cpu"]), self._runtime_events(d["runtime"]), \
+            self._device_events(d["device"])
+        if not d["odd"]:
+            trace.cpu.extend(cpu)
+            trace.runtime.extend(runtime)
+            trace.device.extend(device)
+            return
+        made, odd = (iter(cpu), iter(runtime), iter(device)), iter(d["odd"])
+        targets = (trace.cpu, trace.runtime, trace.device)
+        for kind in d["order"]:  # file order: the digested events with the odd ones between them
+            if kind == ODD:
+                index, a, b = next(odd)
+                self.add_event(parse_json(memoryview(buf)[a:b], self.url, self.doc.stream_offset(a),
+                                          first_element + index), first_element + index)
+            else:
+                targets[kind].append(next(made[kind]))
+
+    def _cpu_events(self, buf: bytearray, columns: tuple) -> list[CpuEvent]:
+        names, tids, ts, dur, external_ids, rf_ids, starts, ends = columns
+        if not names:
+            return []
+        trace = self.trace
+        trace.has_profiler_steps = trace.has_profiler_steps or any(n.startswith("ProfilerStep#") for n in set(names))
+        trace.has_rf_ids = trace.has_rf_ids or rf_ids.count(None) < len(rf_ids)
+        args = repeat(None)
+        if self.keep_args is not None:
+            view = memoryview(buf)
+            args = [(parse_json(view[a:b]).get("args") or {}) if self.keep_args(n) else None
+                    for n, a, b in zip(names, starts, ends)]
+        return list(map(CpuEvent, names, tids, ts, dur, external_ids, rf_ids, repeat(0.0), repeat(0.0), args))
+
+    @staticmethod
+    def _runtime_events(columns: tuple) -> list[RuntimeEvent]:
+        names, tids, ts, dur, correlations, external_ids = columns
+        return list(map(RuntimeEvent, tids, ts, correlations, external_ids, names, dur))
+
+    @staticmethod
+    def _device_events(columns: tuple) -> list[DeviceEvent]:
+        names, categories, ts, dur, streams, external_ids, correlations = columns
+        return list(map(DeviceEvent, names, map(CATEGORIES.__getitem__, categories), ts, dur, streams, external_ids,
+                        correlations))
+
+    def add_event(self, event, index: int) -> None:
+        """One event parsed whole: kept in its list, skipped, or refused (see the module docstring)."""
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            return
+        category = event.get("cat")
+        if category not in CATEGORIES:
+            return
+        trace, url = self.trace, self.url
+        name, tid, ts, dur, args = _fields(event, index, url)
+        if category in CPU_CATEGORIES:
+            if name.startswith("ProfilerStep#"):
+                trace.has_profiler_steps = True
+            rf_id = _int_or_none(args.get("Record function id"))
+            trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
+            trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id,
+                                      args=args if self.keep_args is not None and self.keep_args(name) else None))
+        elif category in RUNTIME_CATEGORIES:
+            correlation = _int_or_none(args.get("correlation"))
+            if correlation is not None:
+                trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
+                                                  name, dur))
+        else:
+            stream = args.get("stream", tid if type(tid) is int else 0)
+            if type(stream) is not int or not 0 <= stream < 2**31:  # was silently stream 0
+                raise TraceJSONError(url, f"event {name!r} (ts {event.get('ts')!r}): stream {stream!r}: "
+                                     "expected a whole number from 0 to 2**31", element=index)
+            trace.device.append(DeviceEvent(name, category, ts, dur, stream, _int_or_none(args.get("External id")),
+                                            _int_or_none(args.get("correlation"))))
 
 
 def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
