@@ -26,7 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from chakra_core._native import _kinetodigest
+import numpy as np
+
+from chakra_core._native import _kinetodigest, _threadspans
 from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
 from chakra_core.errors import ChakraFormatError
 
@@ -242,51 +244,26 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
 
 
 def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, float]]:
-    """Each event's exclusive time: the sum of its exclusive_segments. Returns the segments that
-    follow one of the event's children (where a thread may wait in no operator: hosttime.py,
+    """Sets each event's exclusive time and idle_before (see _thread_columns and threadspans.c:
+    every stretch of a thread's time is given to the innermost event open then, the latest
+    started; for nested events, an event's duration minus its children's; where spans overlap
+    without nesting (gloo's send/recv spans run on past the op that started them), still a
+    partition of the thread's time, so no instant is counted twice; idle_before: the time its
+    thread had no event open before it). Returns the stretches (event, start, end) that follow
+    one of the event's children (where a thread may wait in no operator: hosttime.py,
     threadwait.py), so that they are walked once."""
-    for e in events:
-        e.exclusive = 0.0
-    after_children = []
-    for segment in exclusive_segments(events):
-        e, a, b = segment
-        e.exclusive += b - a
-        if a > e.ts:
-            after_children.append(segment)
-    return after_children
-
-
-def exclusive_segments(events: list[CpuEvent]):
-    """(event, start, end) for every stretch of a thread's time, given to the innermost event
-    open then (the latest started): for nested events, an event's duration minus its
-    children's; where spans overlap without nesting (gloo's send/recv spans run on past the op
-    that started them), still a partition of the thread's time, so no instant is counted
-    twice. A stretch ends where the next event starts or its own event ends. Sets idle_before."""
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in events:
-        e.idle_before = 0.0
-        by_thread[e.tid].append(e)
-    for thread_events in by_thread.values():
-        thread_events.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[tuple[float, CpuEvent]] = []  # (end, event) of open events, the innermost on top
-        at, covered = 0.0, None  # covered: the latest end of the events so far
-        for e in [*thread_events, None]:
-            to = e.ts if e is not None else math.inf
-            while stack and at < to:  # give [at, to) to the innermost open event at each instant
-                end, top = stack[-1]
-                if end <= at:
-                    stack.pop()  # ended (one below the top that ended is dropped when it surfaces)
-                    continue
-                upto = min(to, end)
-                yield top, at, upto
-                at = upto
-            if e is not None:
-                end = e.ts + e.dur
-                stack.append((end, e))
-                at = e.ts
-                if covered is not None and e.ts > covered:
-                    e.idle_before = e.ts - covered
-                covered = end if covered is None or end > covered else covered
+    if not events:
+        return []
+    codes: dict = {}  # thread -> its number, in order of first appearance
+    thread = np.fromiter((codes.setdefault(e.tid, len(codes)) for e in events), np.int64, len(events))
+    ts = np.fromiter((e.ts for e in events), np.float64, len(events))
+    dur = np.fromiter((e.dur for e in events), np.float64, len(events))
+    order = np.lexsort((-dur, ts, thread))  # stable, as the sort by thread then (ts, -dur) it replaces
+    exclusive, idle, seg_event, seg_a, seg_b = _threadspans.exclusive(order, thread, ts, dur)
+    for e, x, gap in zip(events, np.frombuffer(exclusive).tolist(), np.frombuffer(idle).tolist()):
+        e.exclusive, e.idle_before = x, gap
+    return list(zip(map(events.__getitem__, np.frombuffer(seg_event, np.int64).tolist()),
+                    np.frombuffer(seg_a).tolist(), np.frombuffer(seg_b).tolist()))
 
 
 @dataclass
@@ -367,24 +344,23 @@ def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
 
 
 def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
-    """For each call, the innermost of `events` open on its thread when it was made (None: none)."""
-    by_thread: dict[int, list] = defaultdict(list)
-    for e in events:
-        by_thread[e.tid].append((e.ts, 0, -e.dur, e))
-    for k, r in enumerate(calls):
-        by_thread[r.tid].append((r.ts, 1, k, r))
-    found: list[CpuEvent | None] = [None] * len(calls)
-    for items in by_thread.values():
-        items.sort(key=lambda x: (x[0], x[1], x[2]))
-        stack: list[CpuEvent] = []
-        for ts, is_call, k, item in items:
-            while stack and stack[-1].ts + stack[-1].dur < ts:
-                stack.pop()
-            if not is_call:
-                stack.append(item)
-            elif stack:
-                found[k] = stack[-1]
-    return found
+    """For each call, the innermost of `events` open on its thread when it was made (None: none):
+    events and calls of a thread in order of (ts, events before calls, longer events first, calls
+    in list order), the events that ended before each item popped from the top of the stack of
+    open ones (threadspans.c)."""
+    items = [*events, *calls]
+    if not calls:
+        return []
+    codes: dict = {}
+    thread = np.fromiter((codes.setdefault(x.tid, len(codes)) for x in items), np.int64, len(items))
+    ts = np.fromiter((x.ts for x in items), np.float64, len(items))
+    dur = np.fromiter((x.dur for x in events), np.float64, len(events))
+    is_call = np.r_[np.zeros(len(events), np.uint8), np.ones(len(calls), np.uint8)]
+    third = np.r_[-dur, np.arange(len(calls), dtype=np.float64)]
+    end = np.r_[ts[:len(events)] + dur, ts[len(events):]]
+    order = np.lexsort((third, is_call, ts, thread))
+    found = np.frombuffer(_threadspans.innermost(order, thread, ts, end, is_call), np.int64)[len(events):]
+    return [events[k] if k >= 0 else None for k in found.tolist()]
 
 
 def _link_by_rf_id(names, rf_ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:
