@@ -19,8 +19,9 @@ The nodes out are checked against K times the single recording's, less what a re
 once (process and thread roots, the process-group node); a mismatch exits 1.
 
 --compare-with CHECKOUT: convert every trace again with another checkout of the project (its
-.venv/bin/python, in its folder; e.g. main's) and check the .et files are byte-identical (exit 1
-if not); its times are printed beside. Targets (issue 40): ET+Kineto CPU at most 2.5x the floor, peak RSS under
+code, built in place, run from its folder by this checkout's interpreter, so that both run with
+the same libraries; e.g. main) and check the .et files are byte-identical (exit 1 if not); its
+times are printed beside. Targets (issue 40): ET+Kineto CPU at most 2.5x the floor, peak RSS under
 750 MB on an 882 MB trace (K = 32 of gpt); issue 36: Kineto alone no slower per MB.
 """
 
@@ -62,9 +63,9 @@ def floor(files: list[Path]) -> tuple[float, float]:
 
 
 def convert(checkout: Path, src: Path, out: Path) -> tuple[float, float, int]:
-    """(CPU s, peak RSS MiB, nodes written) of `chakra convert src -o out --json` by a checkout."""
-    python = checkout / ".venv" / "bin" / "python"
-    cpu, rss, text = measured([str(python), "-m", "chakra_core.cli", "convert", str(src), "-o", str(out), "--json"],
+    """(CPU s, peak RSS MiB, nodes written) of `chakra convert src -o out --json` by a checkout's code
+    (`-m` imports chakra_core from the folder it runs in)."""
+    cpu, rss, text = measured([sys.executable, "-m", "chakra_core.cli", "convert", str(src), "-o", str(out), "--json"],
                               checkout)
     return cpu, rss, json.loads(text)["nodes"]
 
@@ -76,7 +77,7 @@ def same_outputs(a: Path, b: Path) -> bool:
 
 
 def row(label: str, mb: float, nodes: int, cpu: float, floor_cpu: float, rss: float) -> str:
-    return f"{label:14s} {mb:9.1f} {nodes:10,d} {cpu:8.2f} {mb / cpu:8.1f} {cpu / floor_cpu:7.2f} {rss:9.0f}"
+    return f"{label:22s} {mb:9.1f} {nodes:10,d} {cpu:8.2f} {mb / cpu:8.1f} {cpu / floor_cpu:7.2f} {rss:9.0f}"
 
 
 def main() -> int:
@@ -91,7 +92,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-big-") as tmp:
         where = args.keep or Path(tmp)
-        print(f"{'K / path':14s} {'JSON MB':>9s} {'nodes':>10s} {'CPU s':>8s} {'MB/CPU s':>8s} {'/floor':>7s} "
+        print(f"{'K, path':22s} {'JSON MB':>9s} {'nodes':>10s} {'CPU s':>8s} {'MB/CPU s':>8s} {'/floor':>7s} "
               f"{'peak MiB':>9s}")
         single = None
         for k in args.k:
@@ -99,14 +100,13 @@ def main() -> int:
             made = bigtrace.make(source, both, k)
             alone = where / f"{args.run}-k{k}-kineto"
             bigtrace.kineto_only(both, alone)
-            files = sorted(both.glob("*.json.gz"))
-            floor_cpu, floor_rss = floor(files)
-            mb = made.json_bytes / 1e6
-            print(row(f"K={k} gunzip", mb, 0, floor_cpu, floor_cpu, floor_rss))
-            for label, src, in_mb in (("ET+Kineto", both, mb), ("Kineto alone", alone, made.kineto_bytes / 1e6)):
+            for label, src, in_mb in (("ET+Kineto", both, made.json_bytes / 1e6),
+                                      ("Kineto alone", alone, made.kineto_bytes / 1e6)):
+                floor_cpu, floor_rss = floor(sorted(src.glob("*.json.gz")))
+                print(row(f"K={k} {label}", in_mb, 0, floor_cpu, floor_cpu, floor_rss) + "  (gunzip: the floor)")
                 out = Path(tmp) / "out" / f"{label}-{k}"
                 cpu, rss, nodes = convert(REPO, src, out)
-                print(row(f"  {label}", in_mb, nodes, cpu, floor_cpu, rss))
+                print(row("  converted", in_mb, nodes, cpu, floor_cpu, rss))
                 if label == "ET+Kineto":
                     if single is None and k == 1:
                         single = nodes
@@ -118,8 +118,8 @@ def main() -> int:
                     ref_cpu, ref_rss, _ = convert(args.compare_with, src, ref)
                     same = same_outputs(out, ref)
                     ok = ok and same
-                    print(f"  {'reference':12s} {'':9s} {'':10s} {ref_cpu:8.2f} {in_mb / ref_cpu:8.1f} "
-                          f"{ref_cpu / floor_cpu:7.2f} {ref_rss:9.0f}  .et {'identical' if same else 'DIFFERENT'}")
+                    print(row("  reference", in_mb, nodes, ref_cpu, floor_cpu, ref_rss) +
+                          f"  .et {'identical' if same else 'DIFFERENT'}")
     print(f"targets: ET+Kineto CPU <= {FLOOR_TARGET}x the floor and peak < {RSS_TARGET_MB} MB at 882 MB of JSON;"
           " Kineto alone no slower per MB than ET+Kineto")
     return 0 if ok else 1
