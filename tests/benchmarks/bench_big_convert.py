@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bigtrace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ Repeat r (0 .. K-1) of every node and event is shifted so that the whole stays c
 What a recording has once stays once: the process and thread roots and the process-group node
 of the ET (at the front and back of the node list as recorded), Kineto's metadata, instant and
 profiler-span events. Written compact (one event or node per line) and gzip'd like the shipped
-files. Used by bench_big_convert.py and tests/test_big_convert.py.
+files. Used by benchmarks/bench_big_convert.py and test_big_convert.py.
 """
 
 from __future__ import annotations
