@@ -20,6 +20,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,3 +189,7 @@ def _write(path: Path, document: dict, array_key: str, items) -> int:
         tail = b"".join(b",\n" + orjson.dumps(key) + b": " + orjson.dumps(value) for key, value in members[at + 1:])
         put(b"\n]" + tail + b"\n}\n")
     return size
+
+
+if __name__ == "__main__":  # bigtrace.py SOURCE DEST K: make (in a process of its own) and print what was made
+    print(json.dumps(make(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])).__dict__))

@@ -15,8 +15,9 @@ come from os.wait4:
 - ET+Kineto: `chakra convert` of the folder;
 - Kineto alone: `chakra convert` of a folder holding the Kineto trace only.
 Printed per K: JSON MB, nodes out, CPU s, MB of JSON per CPU s, CPU time / floor, peak RSS.
-The nodes out are checked against K times the single recording's, less what a recording has
-once (process and thread roots, the process-group node); a mismatch exits 1.
+When K = 1 comes first in --k, the nodes out of each larger K are checked against K times the
+single recording's, less what a recording has once (the process-group node; roots are dropped
+anyway); a mismatch exits 1.
 
 --compare-with CHECKOUT: convert every trace again with another checkout of the project (its
 code, built in place, run from its folder by this checkout's interpreter, so that both run with
@@ -55,6 +56,14 @@ def measured(argv: list[str], cwd: Path = REPO) -> tuple[float, float, str]:
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}): {err.strip()[-2000:]}")
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
+
+
+def make(source: Path, dest: Path, k: int) -> bigtrace.Made:
+    """bigtrace.make in a child process: a child's peak RSS counts the memory of the process it
+    was forked from, so this one stays small."""
+    text = subprocess.run([sys.executable, bigtrace.__file__, str(source), str(dest), str(k)], check=True,
+                          capture_output=True, text=True).stdout
+    return bigtrace.Made(**json.loads(text))
 
 
 def floor(files: list[Path]) -> tuple[float, float]:
@@ -97,7 +106,7 @@ def main() -> int:
         single = None
         for k in args.k:
             both = where / f"{args.run}-k{k}"
-            made = bigtrace.make(source, both, k)
+            made = make(source, both, k)
             alone = where / f"{args.run}-k{k}-kineto"
             bigtrace.kineto_only(both, alone)
             for label, src, in_mb in (("ET+Kineto", both, made.json_bytes / 1e6),
