@@ -1,4 +1,4 @@
-"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node digest, DAG critical path); all other metadata lives in pyproject.toml."""
+"""Builds the C extensions (ET codec, JSON scanner, PyTorch ET node and Kineto event digests, thread span walks, DAG critical path); all other metadata lives in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -25,6 +25,17 @@ setup(
             "chakra_core._native._ptdigest",
             sources=["chakra_core/_native/ptdigest.c"],
             depends=["chakra_core/_native/jsonscan.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
+        ),
+        Extension(
+            "chakra_core._native._kinetodigest",
+            sources=["chakra_core/_native/kinetodigest.c"],
+            depends=["chakra_core/_native/jsonscan.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
+        ),
+        Extension(
+            "chakra_core._native._threadspans",
+            sources=["chakra_core/_native/threadspans.c"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
         ),
     ]

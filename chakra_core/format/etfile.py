@@ -38,6 +38,9 @@ from chakra_core.outputs import open_output
 READ_CHUNK_BYTES = 4 << 20
 MAX_WINDOW_BYTES = 32 << 20  # of a memory-mapped file decoded at once (see ETReader._iter_mapped)
 DEFAULT_BATCH_NODES = 65536
+# Written in smaller batches: a batch's encoded bytes (about 400 per node) and the arrays the
+# codec reads are held until written, on top of the table being written.
+WRITE_BATCH_NODES = 16384
 METADATA_KEY = b"chakra.global_metadata"  # base64 of the serialized GlobalMetadata message
 SOURCE_KEY = b"chakra.source"
 MAX_METADATA_BYTES = 1 << 30
@@ -378,7 +381,7 @@ class ETWriter:
             raise ChakraFormatError(self.url, f"cannot encode: {exc}") from None
         self.nodes_written += batch.num_rows
 
-    def write_table(self, table: pa.Table, batch_nodes: int = DEFAULT_BATCH_NODES) -> None:
+    def write_table(self, table: pa.Table, batch_nodes: int = WRITE_BATCH_NODES) -> None:
         for batch in normalize_table(table).to_batches(max_chunksize=batch_nodes):
             self.write_batch(batch)
 

@@ -20,6 +20,7 @@ dependencies on each other (their order on each thread stays).
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -76,6 +77,21 @@ class _Builder:
             trace.whole[node_id - 1] = {"id": node_id, "name": name, "ctrl_deps": parent, **whole}
         return node_id
 
+    def add_operators(self, names: list[str], parents: list[int], tids: list[int], rf_ids: list[int],
+                      num_ops: list[int]) -> None:
+        """Nodes for the operators, as add() would one by one (the bulk of a trace: in columns)."""
+        trace, n = self.trace, len(names)
+        zeros = array("q", bytes(8 * n))
+        trace.ids.extend(range(len(trace.ids) + 1, len(trace.ids) + 1 + n))
+        trace.parents.extend(parents)
+        trace.names.extend(names)
+        for key in ID_ATTRS:
+            trace.attr_columns[key].extend(tids if key == "tid" else rf_ids if key == "rf_id" else zeros)
+        trace.op_schemas.extend([""] * n)
+        trace.num_ops.extend(num_ops)
+        for column in (trace.tensor_bytes, trace.read_ends, trace.write_ends):
+            column.extend(zeros)
+
     def tensors(self, dims, dtype: str | None, op: str) -> list:
         """The tensors of a shape or of a (nested) list of shapes, each [tensor id, storage id,
         offset, numel, itemsize, device] as an ET writes one."""
@@ -96,7 +112,8 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     """The host trace Kineto's CPU events describe (see the module docstring); sets each event's
     rf_id to its node's, so that linking pairs them."""
     b = _Builder(kineto)
-    events = sorted(kineto.cpu, key=lambda e: (e.ts, -e.dur))
+    ts, dur = (np.fromiter((getattr(e, key) for e in kineto.cpu), np.float64, len(kineto.cpu)) for key in ("ts", "dur"))
+    events = [kineto.cpu[k] for k in np.lexsort((-dur, ts)).tolist()]  # by (ts, -dur), stable
     _number(events)
     kineto.has_rf_ids = True
     root = b.add(PROCESS_ROOT, 0, 0, 0)
@@ -109,16 +126,21 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
                                          "outputs": {}, "attrs": {}})
     open_on: dict[int | str, list[tuple[float, CpuEvent, int]]] = defaultdict(list)  # thread -> still open
     parent_event: dict[int, CpuEvent] = {}
-    for e in events:
+    parents, num_ops = [], []
+    for node_id, e in enumerate(events, len(b.trace.ids) + 1):
         stack = open_on[e.tid]
         while stack and stack[-1][0] <= e.ts:
             stack.pop()
-        parent = stack[-1][2] if stack else thread_root[e.tid]
         if stack:
+            parents.append(stack[-1][2])
             parent_event[id(e)] = stack[-1][1]
-        ops = compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []}) \
-            if e.name in COST_OPS else NO_ESTIMATE
-        stack.append((e.ts + e.dur, e, b.add(e.name, parent, threads[e.tid], e.rf_id, None, ops)))
+        else:
+            parents.append(thread_root[e.tid])
+        num_ops.append(compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
+                       if e.name in COST_OPS else NO_ESTIMATE)
+        stack.append((e.ts + e.dur, e, node_id))
+    b.add_operators([e.name for e in events], parents, [threads[e.tid] for e in events], [e.rf_id for e in events],
+                    num_ops)
     dtypes = _list_dtypes(events, parent_event)
     for index, e in enumerate(events, len(b.trace.ids) - len(events)):
         if is_kept_whole(e.name):

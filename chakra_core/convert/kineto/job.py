@@ -32,23 +32,30 @@ def convert_kineto(src: str, out_dir: str, prefix: str, options: SourceOptions,
     inputs = _find_ranks(src, accounted)
     conversions, claimed = [], {}
     for item in inputs.ranks:
-        kineto = read_kineto(item.kineto, keep_args=keep_args)
-        recorded = kineto.distributed_info.get("rank")
-        rank = checked_rank(recorded if type(recorded) is int else max(item.rank, 0), item.kineto)
-        if rank in claimed:
-            raise JobInputError(f"{src}: {os.path.basename(claimed[rank])} and {os.path.basename(item.kineto)} "
-                                f"both are rank {rank}")
-        claimed[rank] = item.kineto
-        item.rank = rank
-        conversions.append(RankConversion(host_trace(kineto), kineto, rank))
-        if not kineto.device and not kineto.runtime:
-            conversions[-1].report.notes.append("no device events in the Kineto trace: host operators only")
-        elif kineto.device and all(d.correlation is None for d in kineto.device):
-            conversions[-1].report.notes.append("the device events carry no correlation ids (no flows): they "
-                                                "cannot be tied to their launches; converted host-only")
+        conversions.append(_analysed(src, item, claimed))
     order = sorted(range(len(conversions)), key=lambda k: conversions[k].rank)
     inputs.ranks = [inputs.ranks[k] for k in order]
     return convert_ranks([conversions[k] for k in order], inputs, out_dir, prefix)
+
+
+def _analysed(src: str, item: RankInput, claimed: dict[int, str]) -> RankConversion:
+    """One rank's Kineto trace read, its host trace rebuilt, analysed (the trace is referenced by
+    the conversion alone, which releases it once emitted)."""
+    kineto = read_kineto(item.kineto, keep_args=keep_args)
+    recorded = kineto.distributed_info.get("rank")
+    rank = checked_rank(recorded if type(recorded) is int else max(item.rank, 0), item.kineto)
+    if rank in claimed:
+        raise JobInputError(f"{src}: {os.path.basename(claimed[rank])} and {os.path.basename(item.kineto)} "
+                            f"both are rank {rank}")
+    claimed[rank] = item.kineto
+    item.rank = rank
+    conversion = RankConversion(host_trace(kineto), kineto, rank)
+    if not kineto.device and not kineto.runtime:
+        conversion.report.notes.append("no device events in the Kineto trace: host operators only")
+    elif kineto.device and all(d.correlation is None for d in kineto.device):
+        conversion.report.notes.append("the device events carry no correlation ids (no flows): they "
+                                       "cannot be tied to their launches; converted host-only")
+    return conversion
 
 
 def _find_ranks(src: str, accounted: frozenset[str]) -> JobInputs:

@@ -199,6 +199,15 @@ class RankConversion(RankAnalysis):
         rows.children = np.bincount(parents[parents >= 0], minlength=len(host))
         return rows.table(host), self._metadata(sim_names)
 
+    def release(self) -> None:
+        """Drops the traces and what the analysis found in them, once the table is emitted: a job
+        goes on to use only each rank's number, groups, communication records and report
+        (job.check_collectives, lacking_rank), and the table is then encoded without the inputs
+        it was made from beside it (a long trace's largest moment)."""
+        kept = {"rank", "groups", "records", "report"}
+        for name in [n for n in vars(self) if n not in kept]:
+            delattr(self, name)
+
     def _name_groups(self, resolved: dict[int, tuple[str, str]] | None) -> None:
         """Every communication op's process group: its own, else one inferred across ranks
         (`resolved`), else the world group; the report's notes say which came from where."""

@@ -26,7 +26,7 @@ from chakra_core.convert.common.result import JobResult, published
 from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_document
-from chakra_core.convert.pytorch.discover import JobInputs, checked_rank, find_ranks, unprofiled_steps
+from chakra_core.convert.pytorch.discover import JobInputs, RankInput, checked_rank, find_ranks, unprofiled_steps
 from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch.conversion import RankConversion
 from chakra_core.convert.pytorch.analysis import CommRecord
@@ -51,15 +51,19 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
     names of files in src the caller has dealt with (discover.find_ranks leaves them alone)."""
     with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
         inputs = find_ranks(src, workdir, accounted)
-        conversions = []
-        for item in inputs.ranks:
-            kineto = read_kineto(item.kineto) if item.kineto else None
-            rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
-            step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None
-            total = _size(item.host)
-            host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
-            conversions.append(RankConversion(host, kineto, rank))
+        conversions = [_analysed(item, progress) for item in inputs.ranks]
         return convert_ranks(conversions, inputs, out_dir, prefix)
+
+
+def _analysed(item: RankInput, progress: Callable[[str, int, int], None] | None) -> RankConversion:
+    """One rank read and analysed (the traces are referenced by the conversion alone, which
+    releases them once emitted)."""
+    kineto = read_kineto(item.kineto) if item.kineto else None
+    rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
+    step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None
+    total = _size(item.host)
+    host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
+    return RankConversion(host, kineto, rank)
 
 
 def convert_ranks(conversions: list[RankConversion], inputs: JobInputs, out_dir: str, prefix: str) -> JobResult:
@@ -85,6 +89,7 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
     """Every rank's ET, then the communicator groups (each file atomically)."""
     for c in conversions:
         table, metadata = c.emit(resolved.get(c.rank), job_groups)
+        c.release()
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
         write_table(table, url, metadata)

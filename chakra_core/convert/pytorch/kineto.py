@@ -24,18 +24,23 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
-from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError
+import numpy as np
+
+from chakra_core._native import _kinetodigest, _threadspans
+from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
 from chakra_core.errors import ChakraFormatError
 
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime")
-CATEGORIES = CPU_CATEGORIES + DEVICE_CATEGORIES + RUNTIME_CATEGORIES
+CATEGORIES = CPU_CATEGORIES + DEVICE_CATEGORIES + RUNTIME_CATEGORIES  # kinetodigest.c's category codes index this
+ODD = 3  # kinetodigest.c's code of an event it leaves to add_event
 MAX_MICROS = 2**62  # ts and dur become uint64 microseconds, and ts + dur must not overflow
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class CpuEvent:
     name: str
     tid: int
@@ -48,7 +53,7 @@ class CpuEvent:
     args: dict | None = None  # kept only where read_kineto's keep_args asks (a Kineto-only conversion)
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class DeviceEvent:
     name: str
     category: str
@@ -59,7 +64,7 @@ class DeviceEvent:
     correlation: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
 class RuntimeEvent:
     """A launch on the host (cudaLaunchKernel, cudaMemcpyAsync, ...)."""
 
@@ -115,44 +120,112 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
                 keep_args: Callable[[str], bool] | None = None) -> KinetoTrace:
     """The trace's events; the args of CPU events whose name keep_args accepts are kept (the
     Kineto-only source reads communication sizes and shapes from them)."""
-    doc = StreamedDocument(url, "traceEvents", progress=progress)
-    trace = KinetoTrace(url, doc.fields)
+    reader = _EventReader(url, keep_args)
+    doc = StreamedDocument(url, "traceEvents", progress=progress, decode=reader.digest_batch)
+    reader.doc = doc
+    reader.trace = trace = KinetoTrace(url, doc.fields)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for batch in doc.batches():
-            for index, event in enumerate(batch, doc.elements - len(batch)):
-                if not isinstance(event, dict) or event.get("ph") != "X":
-                    continue
-                category = event.get("cat")
-                if category not in CATEGORIES:
-                    continue
-                name, tid, ts, dur, args = _fields(event, index, url)
-                if category in CPU_CATEGORIES:
-                    if name.startswith("ProfilerStep#"):
-                        trace.has_profiler_steps = True
-                    rf_id = _int_or_none(args.get("Record function id"))
-                    trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
-                    trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id,
-                                              args=args if keep_args is not None and keep_args(name) else None))
-                elif category in RUNTIME_CATEGORIES:
-                    correlation = _int_or_none(args.get("correlation"))
-                    if correlation is not None:
-                        trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
-                                                          name, dur))
-                else:
-                    stream = args.get("stream", tid if type(tid) is int else 0)
-                    if type(stream) is not int or not 0 <= stream < 2**31:  # was silently stream 0
-                        raise TraceJSONError(url, f"event {name!r} (ts {event.get('ts')!r}): stream {stream!r}: "
-                                             "expected a whole number from 0 to 2**31", element=index)
-                    trace.device.append(DeviceEvent(name, category, ts, dur, stream,
-                                                    _int_or_none(args.get("External id")),
-                                                    _int_or_none(args.get("correlation"))))
+        for _ in doc.batches():
+            pass
     finally:
         if gc_was_enabled:
             gc.enable()
     trace.after_children = _exclusive_times(trace.cpu)
     return trace
+
+
+class _EventReader:
+    """Reads each batch of events with the C digest (chakra_core/_native/kinetodigest.c), which
+    hands back the few fields kept per event; the events it leaves to Python (odd types, escapes,
+    errors to word) and batches that are not strictly valid JSON are read by add_event."""
+
+    def __init__(self, url: str, keep_args: Callable[[str], bool] | None):
+        self.url = url
+        self.keep_args = keep_args
+        self.doc: StreamedDocument | None = None
+        self.trace: KinetoTrace | None = None
+        self.names: dict[str, str] = {}  # one str per distinct event name, across batches
+
+    def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
+        d = _kinetodigest.digest(buf, start, end, self.names)
+        if d is None:  # not strictly valid JSON: parse_json accepts what JSON allows and refuses the rest
+            batch = parse_json(memoryview(buf)[start:end], self.url, self.doc.stream_offset(start), first_element)
+            for index, event in enumerate(batch, first_element):
+                self.add_event(event, index)
+            return
+        trace = self.trace
+        cpu, runtime, device = self._cpu_events(buf, d["cpu"]), self._runtime_events(d["runtime"]), \
+            self._device_events(d["device"])
+        if not d["odd"]:
+            trace.cpu.extend(cpu)
+            trace.runtime.extend(runtime)
+            trace.device.extend(device)
+            return
+        made, odd = (iter(cpu), iter(runtime), iter(device)), iter(d["odd"])
+        targets = (trace.cpu, trace.runtime, trace.device)
+        for kind in d["order"]:  # file order: the digested events with the odd ones between them
+            if kind == ODD:
+                index, a, b = next(odd)
+                self.add_event(parse_json(memoryview(buf)[a:b], self.url, self.doc.stream_offset(a),
+                                          first_element + index), first_element + index)
+            else:
+                targets[kind].append(next(made[kind]))
+
+    def _cpu_events(self, buf: bytearray, columns: tuple) -> list[CpuEvent]:
+        names, tids, ts, dur, external_ids, rf_ids, starts, ends = columns
+        if not names:
+            return []
+        trace = self.trace
+        trace.has_profiler_steps = trace.has_profiler_steps or any(n.startswith("ProfilerStep#") for n in set(names))
+        trace.has_rf_ids = trace.has_rf_ids or rf_ids.count(None) < len(rf_ids)
+        args = repeat(None)
+        if self.keep_args is not None:
+            view = memoryview(buf)
+            args = [(parse_json(view[a:b]).get("args") or {}) if self.keep_args(n) else None
+                    for n, a, b in zip(names, starts, ends)]
+        return list(map(CpuEvent, names, tids, ts, dur, external_ids, rf_ids, repeat(0.0), repeat(0.0), args))
+
+    @staticmethod
+    def _runtime_events(columns: tuple) -> list[RuntimeEvent]:
+        names, tids, ts, dur, correlations, external_ids = columns
+        return list(map(RuntimeEvent, tids, ts, correlations, external_ids, names, dur))
+
+    @staticmethod
+    def _device_events(columns: tuple) -> list[DeviceEvent]:
+        names, categories, ts, dur, streams, external_ids, correlations = columns
+        return list(map(DeviceEvent, names, map(CATEGORIES.__getitem__, categories), ts, dur, streams, external_ids,
+                        correlations))
+
+    def add_event(self, event, index: int) -> None:
+        """One event parsed whole: kept in its list, skipped, or refused (see the module docstring)."""
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            return
+        category = event.get("cat")
+        if category not in CATEGORIES:
+            return
+        trace, url = self.trace, self.url
+        name, tid, ts, dur, args = _fields(event, index, url)
+        if category in CPU_CATEGORIES:
+            if name.startswith("ProfilerStep#"):
+                trace.has_profiler_steps = True
+            rf_id = _int_or_none(args.get("Record function id"))
+            trace.has_rf_ids = trace.has_rf_ids or rf_id is not None
+            trace.cpu.append(CpuEvent(name, tid, ts, dur, _int_or_none(args.get("External id")), rf_id,
+                                      args=args if self.keep_args is not None and self.keep_args(name) else None))
+        elif category in RUNTIME_CATEGORIES:
+            correlation = _int_or_none(args.get("correlation"))
+            if correlation is not None:
+                trace.runtime.append(RuntimeEvent(tid, ts, correlation, _int_or_none(args.get("External id")),
+                                                  name, dur))
+        else:
+            stream = args.get("stream", tid if type(tid) is int else 0)
+            if type(stream) is not int or not 0 <= stream < 2**31:  # was silently stream 0
+                raise TraceJSONError(url, f"event {name!r} (ts {event.get('ts')!r}): stream {stream!r}: "
+                                     "expected a whole number from 0 to 2**31", element=index)
+            trace.device.append(DeviceEvent(name, category, ts, dur, stream, _int_or_none(args.get("External id")),
+                                            _int_or_none(args.get("correlation"))))
 
 
 def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
@@ -171,51 +244,26 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
 
 
 def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, float]]:
-    """Each event's exclusive time: the sum of its exclusive_segments. Returns the segments that
-    follow one of the event's children (where a thread may wait in no operator: hosttime.py,
+    """Sets each event's exclusive time and idle_before (see _thread_columns and threadspans.c:
+    every stretch of a thread's time is given to the innermost event open then, the latest
+    started; for nested events, an event's duration minus its children's; where spans overlap
+    without nesting (gloo's send/recv spans run on past the op that started them), still a
+    partition of the thread's time, so no instant is counted twice; idle_before: the time its
+    thread had no event open before it). Returns the stretches (event, start, end) that follow
+    one of the event's children (where a thread may wait in no operator: hosttime.py,
     threadwait.py), so that they are walked once."""
-    for e in events:
-        e.exclusive = 0.0
-    after_children = []
-    for segment in exclusive_segments(events):
-        e, a, b = segment
-        e.exclusive += b - a
-        if a > e.ts:
-            after_children.append(segment)
-    return after_children
-
-
-def exclusive_segments(events: list[CpuEvent]):
-    """(event, start, end) for every stretch of a thread's time, given to the innermost event
-    open then (the latest started): for nested events, an event's duration minus its
-    children's; where spans overlap without nesting (gloo's send/recv spans run on past the op
-    that started them), still a partition of the thread's time, so no instant is counted
-    twice. A stretch ends where the next event starts or its own event ends. Sets idle_before."""
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in events:
-        e.idle_before = 0.0
-        by_thread[e.tid].append(e)
-    for thread_events in by_thread.values():
-        thread_events.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[tuple[float, CpuEvent]] = []  # (end, event) of open events, the innermost on top
-        at, covered = 0.0, None  # covered: the latest end of the events so far
-        for e in [*thread_events, None]:
-            to = e.ts if e is not None else math.inf
-            while stack and at < to:  # give [at, to) to the innermost open event at each instant
-                end, top = stack[-1]
-                if end <= at:
-                    stack.pop()  # ended (one below the top that ended is dropped when it surfaces)
-                    continue
-                upto = min(to, end)
-                yield top, at, upto
-                at = upto
-            if e is not None:
-                end = e.ts + e.dur
-                stack.append((end, e))
-                at = e.ts
-                if covered is not None and e.ts > covered:
-                    e.idle_before = e.ts - covered
-                covered = end if covered is None or end > covered else covered
+    if not events:
+        return []
+    codes: dict = {}  # thread -> its number, in order of first appearance
+    thread = np.fromiter((codes.setdefault(e.tid, len(codes)) for e in events), np.int64, len(events))
+    ts = np.fromiter((e.ts for e in events), np.float64, len(events))
+    dur = np.fromiter((e.dur for e in events), np.float64, len(events))
+    order = np.lexsort((-dur, ts, thread))  # stable, as the sort by thread then (ts, -dur) it replaces
+    exclusive, idle, seg_event, seg_a, seg_b = _threadspans.exclusive(order, thread, ts, dur)
+    for e, x, gap in zip(events, np.frombuffer(exclusive).tolist(), np.frombuffer(idle).tolist()):
+        e.exclusive, e.idle_before = x, gap
+    return list(zip(map(events.__getitem__, np.frombuffer(seg_event, np.int64).tolist()),
+                    np.frombuffer(seg_a).tolist(), np.frombuffer(seg_b).tolist()))
 
 
 @dataclass
@@ -296,24 +344,23 @@ def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
 
 
 def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
-    """For each call, the innermost of `events` open on its thread when it was made (None: none)."""
-    by_thread: dict[int, list] = defaultdict(list)
-    for e in events:
-        by_thread[e.tid].append((e.ts, 0, -e.dur, e))
-    for k, r in enumerate(calls):
-        by_thread[r.tid].append((r.ts, 1, k, r))
-    found: list[CpuEvent | None] = [None] * len(calls)
-    for items in by_thread.values():
-        items.sort(key=lambda x: (x[0], x[1], x[2]))
-        stack: list[CpuEvent] = []
-        for ts, is_call, k, item in items:
-            while stack and stack[-1].ts + stack[-1].dur < ts:
-                stack.pop()
-            if not is_call:
-                stack.append(item)
-            elif stack:
-                found[k] = stack[-1]
-    return found
+    """For each call, the innermost of `events` open on its thread when it was made (None: none):
+    events and calls of a thread in order of (ts, events before calls, longer events first, calls
+    in list order), the events that ended before each item popped from the top of the stack of
+    open ones (threadspans.c)."""
+    items = [*events, *calls]
+    if not calls:
+        return []
+    codes: dict = {}
+    thread = np.fromiter((codes.setdefault(x.tid, len(codes)) for x in items), np.int64, len(items))
+    ts = np.fromiter((x.ts for x in items), np.float64, len(items))
+    dur = np.fromiter((x.dur for x in events), np.float64, len(events))
+    is_call = np.r_[np.zeros(len(events), np.uint8), np.ones(len(calls), np.uint8)]
+    third = np.r_[-dur, np.arange(len(calls), dtype=np.float64)]
+    end = np.r_[ts[:len(events)] + dur, ts[len(events):]]
+    order = np.lexsort((third, is_call, ts, thread))
+    found = np.frombuffer(_threadspans.innermost(order, thread, ts, end, is_call), np.int64)[len(events):]
+    return [events[k] if k >= 0 else None for k in found.tolist()]
 
 
 def _link_by_rf_id(names, rf_ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:

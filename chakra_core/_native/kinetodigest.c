@@ -1,0 +1,528 @@
+/* Digest a batch of Kineto (Chrome trace) events straight from their JSON bytes.
+ *
+ * Why: a long profiled window holds millions of events, and parsing each into a Python dict
+ * (with its args dict) only to read seven fields cost more than the rest of the conversion.
+ * This walks the batch once, validating it as JSON, and hands back Python lists of just the
+ * fields chakra_core/convert/pytorch/kineto.py reads:
+ *
+ *   digest(buf, start, end, names) -> dict, or None
+ *     buf[start:end] is a JSON array of events (the batch jsonstream found). Per kept event
+ *     (ph "X" and cat one of the nine categories kineto.py reads), in file order:
+ *       "cpu":     (names, tids, ts, dur, external ids, record-function ids, starts, ends)
+ *       "runtime": (names, tids, ts, dur, correlations, external ids)  (only those with a correlation)
+ *       "device":  (names, category codes, ts, dur, streams, external ids, correlations)
+ *     ids are int or None (None where absent or not an integer, as kineto._int_or_none);
+ *     starts and ends: each event's byte span in buf (its args are parsed where wanted);
+ *     names: a dict shared across batches, so that each distinct name is one str;
+ *     "odd": (element index in the batch, start, end) of events this digest leaves to
+ *     Python's reading, and
+ *     "order": bytes, one kind code per kept or odd event in file order (0 cpu, 1 runtime,
+ *     2 device, 3 odd), so that Python can interleave odd events where they belong.
+ *   None when anything in the batch is not strictly valid JSON (grammar, string escapes,
+ *   control characters, UTF-8): the caller then parses the batch as before, which accepts
+ *   what JSON allows and refuses the rest with the file's byte offset.
+ *
+ * "Odd" is every event whose reading could differ from Python's or must end in an error
+ * message kineto.py words: a member name or ph/cat/name value with escapes, ph/cat/name/tid/
+ * ts/dur/args of an unexpected JSON type, a string tid, times outside [0, 2**62), integers
+ * beyond int64, a device event whose stream is missing-with-a-string-tid, not an integer or
+ * outside [0, 2**31). Numbers are converted as orjson does: integer tokens exactly, others by
+ * PyOS_string_to_double (correctly rounded, as orjson's parser). Nesting is walked with an explicit stack
+ * (jsonscan has bounded the batch's depth already), so no input can exhaust the C stack.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "jsonscan.h"
+
+static const char *CATEGORIES[] = {"cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
+                                   "cuda_runtime", "cuda_driver", "hip_runtime"};
+enum { N_CATEGORIES = 8, FIRST_DEVICE = 2, FIRST_RUNTIME = 5 };
+enum { K_CPU = 0, K_RUNTIME = 1, K_DEVICE = 2, K_ODD = 3 };
+#define MAX_MICROS 4611686018427387904.0 /* 2**62 */
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n, pos;
+    char *stack; /* open containers of the value being validated: '{' or '[' */
+    Py_ssize_t stack_cap;
+} cur_t;
+
+static inline void ws(cur_t *c) { c->pos = skip_space(c->s, c->pos, c->n); }
+
+/* Length of the strictly valid UTF-8 sequence at p (lead byte >= 0x80), 0 if invalid. */
+static int utf8_length(const unsigned char *p, Py_ssize_t left) {
+    unsigned char b = p[0];
+    int len;
+    unsigned cp;
+    if (b >= 0xC2 && b <= 0xDF) { len = 2; cp = b & 0x1F; }
+    else if (b >= 0xE0 && b <= 0xEF) { len = 3; cp = b & 0x0F; }
+    else if (b >= 0xF0 && b <= 0xF4) { len = 4; cp = b & 0x07; }
+    else return 0;
+    if (left < len) return 0;
+    for (int k = 1; k < len; k++) {
+        if ((p[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return len;
+}
+
+/* A string at c->pos: validated, its content span [*a, *b) and whether it has escapes. */
+static int string_token(cur_t *c, Py_ssize_t *a, Py_ssize_t *b, int *escaped) {
+    const unsigned char *s = c->s;
+    Py_ssize_t p = c->pos, n = c->n;
+    if (p >= n || s[p] != '"') return -1;
+    *a = ++p;
+    *escaped = 0;
+    while (p < n) {
+        unsigned char ch = s[p];
+        if (ch == '"') {
+            *b = p;
+            c->pos = p + 1;
+            return 0;
+        }
+        if (ch < 0x20) return -1;
+        if (ch == '\\') {
+            *escaped = 1;
+            if (p + 1 >= n) return -1;
+            unsigned char e = s[p + 1];
+            if (e == 'u') {
+                if (p + 5 >= n) return -1;
+                for (int k = 2; k < 6; k++)
+                    if (!((s[p + k] >= '0' && s[p + k] <= '9') || ((s[p + k] | 0x20) >= 'a' && (s[p + k] | 0x20) <= 'f')))
+                        return -1;
+                p += 6;
+            } else if (strchr("\"\\/bfnrt", e) && e) {
+                p += 2;
+            } else {
+                return -1;
+            }
+            continue;
+        }
+        if (ch >= 0x80) {
+            int len = utf8_length(s + p, n - p);
+            if (!len) return -1;
+            p += len;
+            continue;
+        }
+        p++;
+    }
+    return -1;
+}
+
+/* A number at c->pos by JSON's grammar; *is_int: an integer token that fits int64. */
+static int number_token(cur_t *c, int64_t *value, int *is_int) {
+    const unsigned char *s = c->s;
+    Py_ssize_t p = c->pos, n = c->n;
+    int neg = 0, overflow = 0, fraction = 0;
+    uint64_t v = 0;
+    if (p < n && s[p] == '-') { neg = 1; p++; }
+    if (p >= n || s[p] < '0' || s[p] > '9') return -1;
+    if (s[p] == '0') {
+        p++;
+    } else {
+        while (p < n && s[p] >= '0' && s[p] <= '9') {
+            unsigned d = s[p] - '0';
+            if (v > (UINT64_MAX - d) / 10) overflow = 1; else v = v * 10 + d;
+            p++;
+        }
+    }
+    if (p < n && s[p] == '.') {
+        fraction = 1;
+        p++;
+        if (p >= n || s[p] < '0' || s[p] > '9') return -1;
+        while (p < n && s[p] >= '0' && s[p] <= '9') p++;
+    }
+    if (p < n && (s[p] == 'e' || s[p] == 'E')) {
+        fraction = 1;
+        p++;
+        if (p < n && (s[p] == '+' || s[p] == '-')) p++;
+        if (p >= n || s[p] < '0' || s[p] > '9') return -1;
+        while (p < n && s[p] >= '0' && s[p] <= '9') p++;
+    }
+    *is_int = !fraction && !overflow && v <= (uint64_t)INT64_MAX + (uint64_t)neg;
+    *value = *is_int ? (neg ? (int64_t)(0 - v) : (int64_t)v) : 0;
+    c->pos = p;
+    return 0;
+}
+
+static int literal_token(cur_t *c) {
+    static const char *words[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        size_t len = strlen(words[k]);
+        if ((size_t)(c->n - c->pos) >= len && memcmp(c->s + c->pos, words[k], len) == 0) {
+            c->pos += (Py_ssize_t)len;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int push(cur_t *c, Py_ssize_t depth, char kind) {
+    if (depth >= c->stack_cap) {
+        Py_ssize_t cap = c->stack_cap ? c->stack_cap * 2 : 64;
+        char *p = PyMem_Realloc(c->stack, (size_t)cap);
+        if (!p) return -1;
+        c->stack = p;
+        c->stack_cap = cap;
+    }
+    c->stack[depth] = kind;
+    return 0;
+}
+
+/* Validate and pass the value at c->pos (white space before it skipped). */
+static int skip_value(cur_t *c) {
+    Py_ssize_t depth = 0, a, b;
+    int64_t v;
+    int flag;
+    for (;;) {
+        ws(c);
+        if (c->pos >= c->n) return -1;
+        unsigned char ch = c->s[c->pos];
+        if (ch == '{' || ch == '[') {
+            if (push(c, depth++, (char)ch) < 0) return -1;
+            c->pos++;
+            ws(c);
+            if (c->pos < c->n && c->s[c->pos] == (ch == '{' ? '}' : ']')) {
+                c->pos++;
+                depth--;
+            } else {
+                if (ch == '{') {
+                    if (string_token(c, &a, &b, &flag) < 0) return -1;
+                    ws(c);
+                    if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+                    c->pos++;
+                }
+                continue;
+            }
+        } else if (ch == '"') {
+            if (string_token(c, &a, &b, &flag) < 0) return -1;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            if (number_token(c, &v, &flag) < 0) return -1;
+        } else if (literal_token(c) < 0) {
+            return -1;
+        }
+        /* after a value: close containers, or go on to the next member / element */
+        for (;;) {
+            if (depth == 0) return 0;
+            ws(c);
+            if (c->pos >= c->n) return -1;
+            char kind = c->stack[depth - 1];
+            ch = c->s[c->pos];
+            if (ch == ',') {
+                c->pos++;
+                if (kind == '{') {
+                    ws(c);
+                    if (string_token(c, &a, &b, &flag) < 0) return -1;
+                    ws(c);
+                    if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+                    c->pos++;
+                }
+                break;
+            }
+            if (ch != (kind == '{' ? '}' : ']')) return -1;
+            c->pos++;
+            depth--;
+        }
+    }
+}
+
+/* A value's span: where it starts and ends in the buffer (-1: absent). */
+typedef struct { Py_ssize_t a, b; } span_t;
+
+enum { F_PH, F_CAT, F_NAME, F_TID, F_TS, F_DUR, F_ARGS, N_FIELDS };
+static const char *FIELDS[] = {"ph", "cat", "name", "tid", "ts", "dur", "args"};
+enum { A_EXTERNAL, A_RF, A_CORRELATION, A_STREAM, N_ARGS };
+static const char *ARGS[] = {"External id", "Record function id", "correlation", "stream"};
+
+static int key_index(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const char **keys, int n_keys) {
+    for (int k = 0; k < n_keys; k++)
+        if ((size_t)(b - a) == strlen(keys[k]) && memcmp(s + a, keys[k], (size_t)(b - a)) == 0) return k;
+    return -1;
+}
+
+/* Walk an object's members (c->pos at '{'), recording the last value span of each of `keys`.
+ * Returns 0, 1 when a member name has escapes (the event is odd), -1 when malformed. */
+static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found) {
+    Py_ssize_t a, b;
+    int escaped, odd = 0;
+    for (int k = 0; k < n_keys; k++) found[k].a = -1;
+    c->pos++;
+    ws(c);
+    if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
+    for (;;) {
+        ws(c);
+        if (string_token(c, &a, &b, &escaped) < 0) return -1;
+        odd |= escaped;
+        int k = escaped ? -1 : key_index(c->s, a, b, keys, n_keys);
+        ws(c);
+        if (c->pos >= c->n || c->s[c->pos] != ':') return -1;
+        c->pos++;
+        ws(c);
+        Py_ssize_t at = c->pos;
+        if (skip_value(c) < 0) return -1;
+        if (k >= 0) { found[k].a = at; found[k].b = c->pos; }
+        ws(c);
+        if (c->pos >= c->n) return -1;
+        if (c->s[c->pos] == ',') { c->pos++; continue; }
+        if (c->s[c->pos] == '}') { c->pos++; return odd; }
+        return -1;
+    }
+}
+
+/* An integer value of a span: 1 (in *v), 0 if the span is absent or not an integer token,
+ * -1 if an integer token beyond int64 (odd: Python reads it as a big int). */
+static int span_int(const unsigned char *s, span_t sp, int64_t *v) {
+    if (sp.a < 0) return 0;
+    unsigned char ch = s[sp.a];
+    if (ch != '-' && (ch < '0' || ch > '9')) return 0;
+    cur_t t = {s, sp.b, sp.a, NULL, 0};
+    int is_int;
+    if (number_token(&t, v, &is_int) < 0) return 0;
+    for (Py_ssize_t p = sp.a; p < sp.b; p++)
+        if (s[p] == '.' || s[p] == 'e' || s[p] == 'E') return 0;
+    return is_int ? 1 : -1;
+}
+
+/* A time (ts, dur): 1 with *v in [0, 2**62), 0 when absent (0.0), -1 otherwise (odd). */
+static int span_time(const unsigned char *s, span_t sp, double *v) {
+    if (sp.a < 0) { *v = 0.0; return 0; }
+    unsigned char ch = s[sp.a];
+    if (ch != '-' && (ch < '0' || ch > '9')) return -1;
+    char text[64];
+    Py_ssize_t len = sp.b - sp.a;
+    if (len >= (Py_ssize_t)sizeof text) return -1;
+    memcpy(text, s + sp.a, (size_t)len);
+    text[len] = 0;
+    int64_t iv;
+    int is_int = 0;
+    cur_t t = {s, sp.b, sp.a, NULL, 0};
+    if (number_token(&t, &iv, &is_int) < 0) return -1;
+    int integral = 1;
+    for (Py_ssize_t p = 0; p < len; p++)
+        if (text[p] == '.' || text[p] == 'e' || text[p] == 'E') integral = 0;
+    if (integral && !is_int) return -1; /* a big int: float(int) rounds as Python does, left to it */
+    /* PyOS_string_to_double: correctly rounded and independent of the C locale, unlike strtod */
+    *v = is_int ? (double)iv : PyOS_string_to_double(text, NULL, NULL);
+    if (*v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
+    return (*v >= 0.0 && *v < MAX_MICROS) ? 1 : -1;
+}
+
+/* A plain (escape-free) string span's content, or -1 when not a string / escaped. */
+static int span_plain_string(const unsigned char *s, span_t sp, Py_ssize_t *a, Py_ssize_t *b) {
+    if (sp.a < 0 || s[sp.a] != '"') return -1;
+    *a = sp.a + 1;
+    *b = sp.b - 1;
+    return memchr(s + *a, '\\', (size_t)(*b - *a)) ? -1 : 0;
+}
+
+typedef struct {
+    PyObject *lists[3][8];
+    PyObject *odd, *names;
+    char *order;
+    Py_ssize_t n_order, order_cap;
+} out_t;
+
+static const int N_COLUMNS[3] = {8, 6, 7};
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+static PyObject *int_or_none(int has, int64_t v) {
+    if (has == 1) return PyLong_FromLongLong(v);
+    Py_RETURN_NONE;
+}
+
+static int put_order(out_t *o, char kind) {
+    if (o->n_order >= o->order_cap) {
+        Py_ssize_t cap = o->order_cap ? o->order_cap * 2 : 4096;
+        char *p = PyMem_Realloc(o->order, (size_t)cap);
+        if (!p) { PyErr_NoMemory(); return -1; }
+        o->order = p;
+        o->order_cap = cap;
+    }
+    o->order[o->n_order++] = kind;
+    return 0;
+}
+
+/* A name as a str shared by every event of that name (names repeat: one object each). */
+static PyObject *shared_name(out_t *o, const unsigned char *s, Py_ssize_t a, Py_ssize_t b) {
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)s + a, b - a, "strict");
+    if (!name) return NULL;
+    PyObject *shared = PyDict_SetDefault(o->names, name, name);
+    Py_XINCREF(shared);
+    Py_DECREF(name);
+    return shared;
+}
+
+/* Digest one event (c->pos at '{'). 0: done (kept, skipped or odd), -1 malformed, -2 Python error. */
+static int digest_event(cur_t *c, Py_ssize_t index, out_t *o) {
+    span_t f[N_FIELDS], args[N_ARGS];
+    const unsigned char *s = c->s;
+    Py_ssize_t at = c->pos;
+    int odd = walk_members(c, FIELDS, N_FIELDS, f);
+    if (odd < 0) return -1;
+    Py_ssize_t a, b, na = 0, nb = 0;
+    int category = -1;
+    for (int k = 0; k < N_ARGS; k++) args[k].a = -1;
+    if (!odd) {
+        if (f[F_PH].a < 0 || s[f[F_PH].a] != '"') return 0; /* event.get("ph") != "X" */
+        if (span_plain_string(s, f[F_PH], &a, &b) < 0) { odd = 1; goto decided; }
+        if (b - a != 1 || s[a] != 'X') return 0;
+        if (f[F_CAT].a < 0 || s[f[F_CAT].a] != '"') return 0;
+        if (span_plain_string(s, f[F_CAT], &a, &b) < 0) { odd = 1; goto decided; }
+        category = key_index(s, a, b, CATEGORIES, N_CATEGORIES);
+        if (category < 0) return 0;
+        if (f[F_NAME].a >= 0 && span_plain_string(s, f[F_NAME], &na, &nb) < 0) { odd = 1; goto decided; }
+        if (f[F_TID].a >= 0 && s[f[F_TID].a] != '-' && (s[f[F_TID].a] < '0' || s[f[F_TID].a] > '9')) {
+            odd = 1;
+            goto decided;
+        }
+        if (f[F_ARGS].a >= 0) {
+            if (s[f[F_ARGS].a] != '{') { odd = 1; goto decided; }
+            cur_t ac = {s, f[F_ARGS].b, f[F_ARGS].a, c->stack, c->stack_cap};
+            int r = walk_members(&ac, ARGS, N_ARGS, args);
+            c->stack = ac.stack;
+            c->stack_cap = ac.stack_cap;
+            if (r != 0) { odd = 1; goto decided; }
+        }
+    }
+decided:;
+    int64_t tid = 0, ids[N_ARGS] = {0};
+    int has[N_ARGS] = {0};
+    double ts = 0, dur = 0;
+    if (!odd) {
+        int t = f[F_TID].a >= 0 ? span_int(s, f[F_TID], &tid) : 1;
+        if (t != 1 || span_time(s, f[F_TS], &ts) < 0 || span_time(s, f[F_DUR], &dur) < 0) odd = 1;
+        for (int k = 0; k < N_ARGS && !odd; k++)
+            if ((has[k] = span_int(s, args[k], &ids[k])) < 0) odd = 1;
+        if (!odd && category >= FIRST_DEVICE && category < FIRST_RUNTIME) {
+            if (args[A_STREAM].a < 0) { has[A_STREAM] = 1; ids[A_STREAM] = tid; }
+            if (has[A_STREAM] != 1 || ids[A_STREAM] < 0 || ids[A_STREAM] >= ((int64_t)1 << 31)) odd = 1;
+        }
+    }
+    if (odd) {
+        if (put_order(o, K_ODD) < 0) return -2;
+        return append_new(o->odd, Py_BuildValue("(nnn)", index, at, c->pos)) < 0 ? -2 : 0;
+    }
+    int kind = category < FIRST_DEVICE ? K_CPU : category < FIRST_RUNTIME ? K_DEVICE : K_RUNTIME;
+    if (kind == K_RUNTIME && has[A_CORRELATION] != 1) return 0; /* kineto.py keeps launches with a correlation */
+    PyObject *name = f[F_NAME].a >= 0 ? shared_name(o, s, na, nb) : PyUnicode_FromString("");
+    if (!name) return -2;
+    PyObject *values[8];
+    int n = N_COLUMNS[kind];
+    values[0] = name;
+    if (kind == K_CPU) {
+        values[1] = PyLong_FromLongLong(tid);
+        values[2] = PyFloat_FromDouble(ts);
+        values[3] = PyFloat_FromDouble(dur);
+        values[4] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
+        values[5] = int_or_none(has[A_RF], ids[A_RF]);
+        values[6] = PyLong_FromSsize_t(at);
+        values[7] = PyLong_FromSsize_t(c->pos);
+    } else if (kind == K_RUNTIME) {
+        values[1] = PyLong_FromLongLong(tid);
+        values[2] = PyFloat_FromDouble(ts);
+        values[3] = PyFloat_FromDouble(dur);
+        values[4] = PyLong_FromLongLong(ids[A_CORRELATION]);
+        values[5] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
+    } else {
+        values[1] = PyLong_FromLong(category);
+        values[2] = PyFloat_FromDouble(ts);
+        values[3] = PyFloat_FromDouble(dur);
+        values[4] = PyLong_FromLongLong(ids[A_STREAM]);
+        values[5] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
+        values[6] = int_or_none(has[A_CORRELATION], ids[A_CORRELATION]);
+    }
+    int failed = 0;
+    for (int k = 0; k < n; k++) {
+        if (failed) { Py_XDECREF(values[k]); continue; }
+        failed = append_new(o->lists[kind][k], values[k]) < 0; /* append_new releases values[k] */
+    }
+    if (failed) return -2;
+    return put_order(o, (char)kind) < 0 ? -2 : 0;
+}
+
+static PyObject *py_digest(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*nnO!", &view, &start, &end, &PyDict_Type, &names)) return NULL;
+    PyObject *result = NULL;
+    out_t o = {0};
+    o.names = names;
+    Py_INCREF(names);
+    cur_t c = {(const unsigned char *)view.buf, end, start, NULL, 0};
+    if (start < 0 || end > view.len || start >= end) {
+        PyErr_SetString(PyExc_ValueError, "bad batch bounds");
+        goto done;
+    }
+    o.odd = PyList_New(0);
+    if (!o.odd) goto done;
+    for (int kind = 0; kind < 3; kind++)
+        for (int k = 0; k < N_COLUMNS[kind]; k++)
+            if (!(o.lists[kind][k] = PyList_New(0))) goto done;
+    int malformed = 0;
+    Py_ssize_t index = 0;
+    ws(&c);
+    if (c.pos >= c.n || c.s[c.pos] != '[') { malformed = 1; goto digested; }
+    c.pos++;
+    ws(&c);
+    if (c.pos < c.n && c.s[c.pos] == ']') goto digested;
+    for (;; index++) {
+        ws(&c);
+        int r = (c.pos < c.n && c.s[c.pos] == '{') ? digest_event(&c, index, &o) : skip_value(&c);
+        if (r == -2) goto done;
+        if (r < 0) { malformed = 1; break; }
+        ws(&c);
+        if (c.pos < c.n && c.s[c.pos] == ',') { c.pos++; continue; }
+        if (c.pos < c.n && c.s[c.pos] == ']') break;
+        malformed = 1;
+        break;
+    }
+digested:
+    if (malformed) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    PyObject *groups[3];
+    for (int kind = 0; kind < 3; kind++) {
+        groups[kind] = PyTuple_New(N_COLUMNS[kind]);
+        if (!groups[kind]) { for (int j = 0; j < kind; j++) Py_DECREF(groups[j]); goto done; }
+        for (int k = 0; k < N_COLUMNS[kind]; k++) {
+            Py_INCREF(o.lists[kind][k]);
+            PyTuple_SET_ITEM(groups[kind], k, o.lists[kind][k]);
+        }
+    }
+    result = Py_BuildValue("{s:N,s:N,s:N,s:O,s:y#}", "cpu", groups[K_CPU], "runtime", groups[K_RUNTIME],
+                           "device", groups[K_DEVICE], "odd", o.odd, "order", o.order ? o.order : "",
+                           o.n_order);
+done:
+    for (int kind = 0; kind < 3; kind++)
+        for (int k = 0; k < N_COLUMNS[kind]; k++) Py_XDECREF(o.lists[kind][k]);
+    Py_XDECREF(o.odd);
+    Py_XDECREF(o.names);
+    PyMem_Free(o.order);
+    PyMem_Free(c.stack);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"digest", py_digest, METH_VARARGS, "Digest a JSON array of Kineto events into the columns kineto.py reads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kinetodigest", "Kineto trace event digest.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kinetodigest(void) { return PyModule_Create(&module); }
