@@ -125,11 +125,7 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
         kineto.cpu.extend(found.made)
         events, parent_event = _nested(kineto.cpu)
     b.kernels, b.parent_event = found.kernels, parent_event
-    for e in events:
-        outer = parent_event.get(id(e)) if names_collective(e) else None
-        while outer is not None:
-            b.named_inside.add(id(outer))
-            outer = parent_event.get(id(outer))
+    b.named_inside = {id(outer) for e in events if names_collective(e) for outer in _outer(e, parent_event)}
     b.inner = _inner_buffers(events, parent_event)
     _number(events)
     kineto.has_rf_ids = True
@@ -179,6 +175,14 @@ def _nested(cpu: list[CpuEvent]) -> tuple[list[CpuEvent], dict[int, CpuEvent]]:
     return events, parent_event
 
 
+def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):
+    """The events an event lies in, innermost first."""
+    outer = parent_event.get(id(e))
+    while outer is not None:
+        yield outer
+        outer = parent_event.get(id(outer))
+
+
 def _inner_buffers(events: list[CpuEvent], parent_event: dict[int, CpuEvent]) -> dict[int, tuple[list, str]]:
     """id(c10d op) -> (shape, dtype) of the buffer a communication event inside it records: a
     record_param_comms' "In msg nelems" and "dtype", or an `nccl:*` event's first tensor (older
@@ -192,11 +196,9 @@ def _inner_buffers(events: list[CpuEvent], parent_event: dict[int, CpuEvent]) ->
             buffer = shape
         else:
             continue
-        outer = parent_event.get(id(e))
-        while outer is not None and not outer.name.startswith("c10d::"):
-            outer = parent_event.get(id(outer))
-        if outer is not None:
-            found.setdefault(id(outer), buffer)
+        op = next((outer for outer in _outer(e, parent_event) if outer.name.startswith("c10d::")), None)
+        if op is not None:
+            found.setdefault(id(op), buffer)
     return found
 
 
@@ -267,53 +269,48 @@ def _whole(b: _Builder, e: CpuEvent, list_dtype: str | None) -> dict:
 
 def _wrapped(b: _Builder, e: CpuEvent) -> bool:
     """Whether a communication event lies inside another (which is then the op and holds its size)."""
-    outer = b.parent_event.get(id(e))
-    while outer is not None:
-        if outer.name.startswith(("c10d::", "record_param_comms")):
-            return True
-        outer = b.parent_event.get(id(outer))
-    return False
-
-
-def _names_inside(b: _Builder, e: CpuEvent) -> bool:
-    """Whether a communication event holds one that names its collective (an nccl:* annotation)."""
-    return id(e) in b.named_inside
+    return any(outer.name.startswith(("c10d::", "record_param_comms")) for outer in _outer(e, b.parent_event))
 
 
 def _param_comms(b: _Builder, e: CpuEvent, args: dict) -> dict:
     """A record_param_comms' attributes: what it records, or, where it names no collective and an
-    NCCL kernel it launched does, that kernel's collective sized from the event's first input."""
+    NCCL kernel it launched does, that kernel's collective (_named_after)."""
     attrs = {key: args.get(arg) for key, arg in (
         ("collective_name", "Collective name"), ("dtype", "dtype"), ("in_msg_nelems", "In msg nelems"),
         ("out_msg_nelems", "Out msg nelems"), ("pg_name", "Process Group Name")) if arg in args}
-    kernel = b.kernels.get(id(e))
+    kernel = None if "Collective name" in args else b.kernels.get(id(e))
     if "Collective name" not in args and kernel is None:
-        if not _wrapped(b, e) and not _names_inside(b, e):
+        if not _wrapped(b, e) and id(e) not in b.named_inside:
             b.assumed[(e.name, "no collective name, no NCCL kernel launched and no c10d or nccl:* op inside "
                                "(a wait, as newer PyTorch names it): not a collective")] += 1
         return attrs
-    if kernel is not None and "Collective name" not in args:
-        label = f"{comms.kind_label(comms.kind_of(kernel.collective))} (from NCCL kernels {kernel.func})"
-        attrs["collective_name"] = kernel.collective
-        if kernel.func == "SendRecv":
-            b.assumed[(label, "the host names no collective: assumed all_to_all (send, recv, gather and scatter "
-                              "run as SendRecv kernels too)")] += 1
-        buffer = _first_tensor(args)
-        if buffer is None and "In msg nelems" not in args:
-            b.assumed[(label, "size not recorded (no Input Dims): 0 bytes")] += 1
-            attrs.setdefault("dtype", PARAM_COMMS_DTYPE[kernel.dtype or "unsigned char"])  # no bytes to count
-        elif buffer is not None and "In msg nelems" not in args:
-            attrs["in_msg_nelems"], attrs["dtype"] = int(np.prod(buffer[0])), PARAM_COMMS_DTYPE[buffer[1]]
-        if "dtype" not in attrs and kernel.dtype is not None:
-            attrs["dtype"] = PARAM_COMMS_DTYPE[kernel.dtype]
-    else:
-        label = e.name
-    if attrs.get("dtype") not in DTYPE_BYTES:
+    label = _named_after(b, kernel, args, attrs) if kernel is not None else e.name
+    kind = comms.kind_of(str(attrs["collective_name"]))
+    if "in_msg_nelems" not in attrs and kind not in (None, comms.BARRIER):
+        b.assumed[(label, "size not recorded (no In msg nelems, no Input Dims): 0 bytes")] += 1
+    elif "in_msg_nelems" in attrs and attrs.get("dtype") not in DTYPE_BYTES:
         b.assumed[(label, f"dtype not recorded, {ASSUMED}")] += 1
         attrs["dtype"] = PARAM_COMMS_DTYPE[ASSUMED_DTYPE]
     if "Process Group Name" not in args:
         b.assumed[(label, "process group not recorded (the job's groups decide)")] += 1
     return attrs
+
+
+def _named_after(b: _Builder, kernel: NcclKernel, args: dict, attrs: dict) -> str:
+    """Fills a record_param_comms' attributes from the NCCL kernel it launched: the collective
+    from the kernel's name, the size from the event's first input ("Input Dims", "Input type"),
+    else the kernel's element type where it reduces. Returns the op kind the report names."""
+    label = f"{comms.kind_label(comms.kind_of(kernel.collective))} (from NCCL kernels {kernel.func})"
+    attrs["collective_name"] = kernel.collective
+    if kernel.func == "SendRecv":
+        b.assumed[(label, "the host names no collective: assumed all_to_all (send, recv, gather and scatter "
+                          "run as SendRecv kernels too)")] += 1
+    buffer = _first_tensor(args)
+    if buffer is not None and "In msg nelems" not in args:
+        attrs["in_msg_nelems"], attrs["dtype"] = int(np.prod(buffer[0])), PARAM_COMMS_DTYPE[buffer[1]]
+    if "dtype" not in attrs and kernel.dtype is not None:
+        attrs["dtype"] = PARAM_COMMS_DTYPE[kernel.dtype]
+    return label
 
 
 def _arguments(b: _Builder, e: CpuEvent, args: dict, list_dtype: str | None) -> tuple[list, list]:
