@@ -162,8 +162,8 @@ def test_record_param_comms_without_a_collective_name_is_named_after_its_nccl_ke
     sized = Counter({size: n for (kind, size), n in implied.items() if kind in ("ALL_TO_ALL", "REDUCE_SCATTER")})
     assert Counter({size: n for (_, size), n in got.items() if size}) == sized - Counter({0: sized[0]})
     notes = _notes(result)
-    assert "collectives named after their NCCL kernels (the host names none): SendRecv 75; 10 launched inside no " \
-           "communication op" in notes
+    assert "NCCL kernels naming the collective of the op that launched them (the host names none): SendRecv 75; " \
+           "10 launched inside no communication op" in notes
     assert "all_to_all (from NCCL kernels SendRecv): the host names no collective: assumed all_to_all" in notes
     assert "all_to_all (from NCCL kernels SendRecv): size not recorded (no In msg nelems, no Input Dims): 0 bytes, for 20" in notes
 
@@ -175,3 +175,32 @@ def test_nccl_kernels_launched_inside_no_communication_op_become_collectives(tmp
     notes = _notes(result)
     assert "75 launched inside no communication op, given a record_param_comms node spanning the launch" in notes
     assert "all_to_all (from NCCL kernels SendRecv): size not recorded (no In msg nelems, no Input Dims): 0 bytes, for 75" in notes
+
+
+def test_a_reducing_kernel_names_its_collective_where_the_host_names_none(tmp_path):
+    """HTA's traces name every NCCL kernel SendRecv; an unsampled 2022 trace names an all-reduce's
+    kernel `ncclKernel_AllReduce_RING_LL_Sum_float(...)`. Given that name (on the kernels the
+    all-reduces launched) and no c10d::* or nccl:* events, the all-reduces are named from it."""
+    document = json.load(gzip.open(W16 / "rank0.kineto.json.gz"))
+    events = document["traceEvents"]
+    spans = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "nccl:all_reduce"]
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"
+                and any(tid == e["tid"] and start <= e["ts"] <= end for tid, start, end in spans)}
+    for e in events:
+        if e.get("cat") == "kernel" and e["args"].get("correlation") in launched:
+            e["name"] = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+    document["traceEvents"] = [e for e in events if not e.get("name", "").startswith(("c10d::", "nccl:"))]
+    (tmp_path / "in").mkdir()
+    with gzip.open(tmp_path / "in" / "rank0.kineto.json.gz", "wt") as f:
+        json.dump(document, f)
+    result = convert_source(str(tmp_path / "in"), str(tmp_path / "out"), "j")
+    kinds = Counter()
+    for (kind, _), n in _collectives(result.et_files[0]).items():
+        kinds[kind] += n
+    assert kinds == {"ALL_TO_ALL": 65, "ALL_REDUCE": 10}
+    notes = _notes(result)
+    assert "NCCL kernels naming the collective of the op that launched them (the host names none): AllReduce 10, " \
+           "SendRecv 65" in notes
+    # older record_param_comms write an all-reduce's tensor list without shapes: no size, said
+    assert "all_reduce (from NCCL kernels AllReduce): size not recorded (no In msg nelems, no Input Dims): 0 bytes, " \
+           "for 10" in notes

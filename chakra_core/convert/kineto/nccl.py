@@ -125,11 +125,13 @@ def kernel_collectives(kineto: KinetoTrace, events: list[CpuEvent],
             by_host[kernel.func] += 1
             host_kind = comms.kind_of(outer.name if outer.name != "record_param_comms"
                                       else str(outer.args["Collective name"]))
-            if not _agrees(host_kind, kernel):
-                disagree[(comms.kind_label(host_kind), kernel.func)] += 1
+            if host_kind is not None and not _agrees(host_kind, kernel):  # None: "coalesced" and the like
+                disagree[(comms.kind_label(host_kind), kernel.func)] += 1  # the host's kind is kept
         elif unnamed is not None:
-            found.kernels.setdefault(id(unnamed), kernel)
+            first = found.kernels.setdefault(id(unnamed), kernel)
             by_kernel[kernel.func] += 1
+            if first.func != kernel.func:
+                disagree[(f"a record_param_comms named after {first.func}", kernel.func)] += 1
         else:
             made = CpuEvent("record_param_comms", launch.tid, launch.ts, launch.dur, None, None, args={})
             found.made.append(made)
@@ -137,8 +139,8 @@ def kernel_collectives(kineto: KinetoTrace, events: list[CpuEvent],
             by_kernel[kernel.func] += 1
     found.notes.extend(_notes(by_host, by_kernel, len(found.made), unknown))
     if disagree:
-        found.notes.append("NCCL kernels of another collective than the host op that launched them (the host op's "
-                           "kind kept): " + ", ".join(f"{kind} launched {func} {n:,}"
+        found.notes.append("NCCL kernels of another collective than the op that launched them (the op's kind "
+                           "kept, a name its first kernel gave): " + ", ".join(f"{kind} launched {func} {n:,}"
                                                       for (kind, func), n in sorted(disagree.items())))
     return found
 
@@ -165,7 +167,7 @@ def _notes(by_host: Counter, by_kernel: Counter, made: int, unknown: Counter) ->
         notes.append("NCCL kernels launched by host ops that name their collective: " +
                      ", ".join(f"{func} {n:,}" for func, n in sorted(by_host.items())))
     if by_kernel:
-        notes.append("collectives named after their NCCL kernels (the host names none): " +
+        notes.append("NCCL kernels naming the collective of the op that launched them (the host names none): " +
                      ", ".join(f"{func} {n:,}" for func, n in sorted(by_kernel.items())) +
                      (f"; {made:,} launched inside no communication op, given a record_param_comms node"
                       " spanning the launch" if made else ""))
