@@ -119,14 +119,9 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     """The host trace Kineto's CPU events describe (see the module docstring); sets each event's
     rf_id to its node's, so that linking pairs them."""
     b = _Builder(kineto)
-    events, parent_event = _nested(kineto.cpu)
-    found = kernel_collectives(kineto, events, parent_event)
-    if found.made:  # host events for NCCL kernels launched inside no communication op
-        kineto.cpu.extend(found.made)
-        events, parent_event = _nested(kineto.cpu)
-    b.kernels, b.parent_event = found.kernels, parent_event
-    b.named_inside = {id(outer) for e in events if names_collective(e) for outer in _outer(e, parent_event)}
-    b.inner = _inner_buffers(events, parent_event)
+    found = kernel_collectives(kineto)
+    kineto.cpu.extend(found.made)  # host events for NCCL kernels launched inside no communication op
+    events = sorted(kineto.cpu, key=lambda e: (e.ts, -e.dur))
     _number(events)
     kineto.has_rf_ids = True
     root = b.add(PROCESS_ROOT, 0, 0, 0)
@@ -137,13 +132,22 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
         entries = [{**g, "group_size": g.get("pg_size")} for g in groups if isinstance(g, dict)]
         b.add(PG_INIT_NAME, root, 0, 0, {"inputs": {"values": [orjson.dumps(entries).decode()], "types": ["String"]},
                                          "outputs": {}, "attrs": {}})
-    node_of: dict[int, int] = {}
+    open_on: dict[int | str, list[tuple[float, CpuEvent, int]]] = defaultdict(list)  # thread -> still open
+    parent_event: dict[int, CpuEvent] = {}
     for e in events:
-        outer = parent_event.get(id(e))
+        stack = open_on[e.tid]
+        while stack and stack[-1][0] <= e.ts:
+            stack.pop()
+        parent = stack[-1][2] if stack else thread_root[e.tid]
+        if stack:
+            parent_event[id(e)] = stack[-1][1]
         ops = compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []}) \
             if e.name in COST_OPS else NO_ESTIMATE
-        node_of[id(e)] = b.add(e.name, node_of[id(outer)] if outer is not None else thread_root[e.tid],
-                               threads[e.tid], e.rf_id, None, ops)
+        stack.append((e.ts + e.dur, e, b.add(e.name, parent, threads[e.tid], e.rf_id, None, ops)))
+    b.kernels, b.parent_event = found.kernels, parent_event
+    communication = [e for e in events if is_kept_whole(e.name)]
+    b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
+    b.inner = _inner_buffers(communication, parent_event)
     dtypes = _list_dtypes(events, parent_event)
     for index, e in enumerate(events, len(b.trace.ids) - len(events)):
         if is_kept_whole(e.name):
@@ -159,22 +163,6 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     return trace
 
 
-def _nested(cpu: list[CpuEvent]) -> tuple[list[CpuEvent], dict[int, CpuEvent]]:
-    """The events in start order, and id(event) -> the innermost event still open on its thread
-    when it starts (its parent)."""
-    events = sorted(cpu, key=lambda e: (e.ts, -e.dur))
-    open_on: dict[int | str, list[tuple[float, CpuEvent]]] = defaultdict(list)  # thread -> still open
-    parent_event: dict[int, CpuEvent] = {}
-    for e in events:
-        stack = open_on[e.tid]
-        while stack and stack[-1][0] <= e.ts:
-            stack.pop()
-        if stack:
-            parent_event[id(e)] = stack[-1][1]
-        stack.append((e.ts + e.dur, e))
-    return events, parent_event
-
-
 def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):
     """The events an event lies in, innermost first."""
     outer = parent_event.get(id(e))
@@ -183,12 +171,12 @@ def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):
         outer = parent_event.get(id(outer))
 
 
-def _inner_buffers(events: list[CpuEvent], parent_event: dict[int, CpuEvent]) -> dict[int, tuple[list, str]]:
+def _inner_buffers(communication: list[CpuEvent], parent_event: dict[int, CpuEvent]) -> dict[int, tuple[list, str]]:
     """id(c10d op) -> (shape, dtype) of the buffer a communication event inside it records: a
     record_param_comms' "In msg nelems" and "dtype", or an `nccl:*` event's first tensor (older
     traces write a c10d op's tensor lists without their shapes)."""
     found: dict[int, tuple[list, str]] = {}
-    for e in events:
+    for e in communication:
         args = e.args or {}
         if e.name == "record_param_comms" and type(args.get("In msg nelems")) is int and args.get("dtype") in DTYPES:
             buffer = ([args["In msg nelems"]], args["dtype"])

@@ -99,8 +99,7 @@ class KernelCollectives:
     notes: list[str] = field(default_factory=list)
 
 
-def kernel_collectives(kineto: KinetoTrace, events: list[CpuEvent],
-                       parent_event: dict[int, CpuEvent]) -> KernelCollectives:
+def kernel_collectives(kineto: KinetoTrace) -> KernelCollectives:
     """The collectives NCCL kernels name where the host side names none: a record_param_comms
     without "Collective name" around a kernel's launch is named after the kernel; a kernel
     launched inside no communication op gets a record_param_comms of its own spanning its launch
@@ -110,25 +109,26 @@ def kernel_collectives(kineto: KinetoTrace, events: list[CpuEvent],
     if not by_correlation:
         return found
     launches = [r for r in kineto.runtime if r.correlation in by_correlation]
+    naming, unnamed = [], []  # host events that name their collective; record_param_comms that do not
+    for e in kineto.cpu:
+        if e.name.startswith(("c10d::", "nccl:", "record_param_comms")):
+            if names_collective(e):
+                naming.append(e)
+            elif e.name == "record_param_comms":
+                unnamed.append(e)
     unknown, by_host, by_kernel, disagree = Counter(), Counter(), Counter(), Counter()
-    for launch, launcher in zip(launches, innermost_open(events, launches)):
+    for launch, host, around in zip(launches, innermost_open(naming, launches), innermost_open(unnamed, launches)):
         kernel = parse_kernel(by_correlation[launch.correlation].name)
         if kernel is None:
             unknown[by_correlation[launch.correlation].name.split("(")[0]] += 1
-            continue
-        unnamed, outer = None, launcher
-        while outer is not None and not names_collective(outer):
-            if outer.name == "record_param_comms" and unnamed is None:
-                unnamed = outer
-            outer = parent_event.get(id(outer))
-        if outer is not None:
+        elif host is not None:
             by_host[kernel.func] += 1
-            host_kind = comms.kind_of(outer.name if outer.name != "record_param_comms"
-                                      else str(outer.args["Collective name"]))
+            host_kind = comms.kind_of(host.name if host.name != "record_param_comms"
+                                      else str(host.args["Collective name"]))
             if host_kind is not None and not _agrees(host_kind, kernel):  # None: "coalesced" and the like
                 disagree[(comms.kind_label(host_kind), kernel.func)] += 1  # the host's kind is kept
-        elif unnamed is not None:
-            first = found.kernels.setdefault(id(unnamed), kernel)
+        elif around is not None:
+            first = found.kernels.setdefault(id(around), kernel)
             by_kernel[kernel.func] += 1
             if first.func != kernel.func:
                 disagree[(f"a record_param_comms named after {first.func}", kernel.func)] += 1
