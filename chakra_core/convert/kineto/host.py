@@ -118,9 +118,9 @@ class _Builder:
 def host_trace(kineto: KinetoTrace) -> HostTrace:
     """The host trace Kineto's CPU events describe (see the module docstring); sets each event's
     rf_id to its node's, so that linking pairs them."""
-    b = _Builder(kineto)
     found = kernel_collectives(kineto)
     kineto.cpu.extend(found.made)  # host events for NCCL kernels launched inside no communication op
+    b = _Builder(kineto)
     events = sorted(kineto.cpu, key=lambda e: (e.ts, -e.dur))
     _number(events)
     kineto.has_rf_ids = True
@@ -144,11 +144,11 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
         ops = compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []}) \
             if e.name in COST_OPS else NO_ESTIMATE
         stack.append((e.ts + e.dur, e, b.add(e.name, parent, threads[e.tid], e.rf_id, None, ops)))
+    dtypes = _list_dtypes(events, parent_event)
     b.kernels, b.parent_event = found.kernels, parent_event
     communication = [e for e in events if is_kept_whole(e.name)]
     b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
     b.inner = _inner_buffers(communication, parent_event)
-    dtypes = _list_dtypes(events, parent_event)
     for index, e in enumerate(events, len(b.trace.ids) - len(events)):
         if is_kept_whole(e.name):
             b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
