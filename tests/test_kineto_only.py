@@ -115,7 +115,7 @@ def test_the_report_lists_each_assumption_per_operator(both):
     notes = report["ranks_report"][0]["notes"]
     assert any(n.startswith("converted from the Kineto trace alone: host operators have no data dependencies")
                for n in notes)
-    assert "c10d::reduce_scatter_: input list not recorded: the output times the world size, assumed" in " ".join(notes)
+    assert "c10d::reduce_scatter_: input list not recorded: the output times the world size, for" in " ".join(notes)
 
 
 def test_a_trace_whose_device_events_carry_no_correlation_is_converted_host_only(tmp_path):

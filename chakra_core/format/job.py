@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
@@ -52,12 +52,13 @@ def _rank_files(prefix: str) -> tuple[object, list[tuple[int, str]]]:
     return fs, [(found[1], p) for p in rank_siblings(fs, path) if (found := split_rank_url(p)) and found[0] == path]
 
 
-def remove_other_ranks(prefix: str, npus: int) -> None:
-    """Removes the rank files of ``prefix`` an earlier job left beyond ranks 0..npus-1 (and the
-    .et.gz of a rank now written as .et), so that a new job never lies beside an older one's ranks."""
+def remove_other_ranks(prefix: str, written: Container[int]) -> None:
+    """Removes the rank files of ``prefix`` an earlier job left beside the ranks now written (and
+    the .et.gz of a rank now written as .et), so that a new job never lies beside an older one's
+    ranks (a job of some ranks of a larger one, rank 3 alone say, keeps its own numbers)."""
     fs, found = _rank_files(prefix)
     for rank, path in found:
-        if rank >= npus or path.endswith(".gz"):
+        if rank not in written or path.endswith(".gz"):
             remove_file(fs, path)
 
 
@@ -207,7 +208,7 @@ class Job:
                 with open_output(groups_url(prefix), "w") as f:
                     f.write(text)
                 written.append(groups_url(prefix))
-            afterwards(lambda: remove_other_ranks(prefix, len(self.tables)))
+            afterwards(lambda: remove_other_ranks(prefix, range(len(self.tables))))
         return written
 
 

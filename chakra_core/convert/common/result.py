@@ -95,5 +95,5 @@ def published(result: JobResult, write: Callable[[], None]) -> JobResult:
         if result.report_file:
             with open_output(result.report_file, "w") as f:
                 json.dump(result.summary(), f, indent=1)
-        afterwards(lambda: remove_other_ranks(f"{result.out_dir}/{result.prefix}", len(result.et_files)))
+        afterwards(lambda: remove_other_ranks(f"{result.out_dir}/{result.prefix}", set(result.ranks)))
     return result

@@ -10,10 +10,15 @@ What an execution trace would give is rebuilt from the profiler's CPU events:
   start order; the Kineto events carry the same ids, so linking pairs each node with its event;
 - communication arguments: c10d ops' tensors from "Input Dims" and "Input type",
   scalars from "Concrete Inputs"; record_param_comms' "Collective name", "dtype", "In msg
-  nelems", "Out msg nelems" and "Process Group Name"; num_ops of matmuls and convolutions
-  from their input shapes.
+  nelems", "Out msg nelems" and "Process Group Name"; a tensor list Kineto recorded without its
+  shapes takes them from the `record_param_comms` or `nccl:*` event inside its op; num_ops of
+  matmuls and convolutions from their input shapes;
+- collectives the host does not name (older PyTorch: `record_param_comms` without "Collective
+  name", or an NCCL kernel launched inside no communication op): named after the NCCL kernel
+  launched (kineto/nccl.py), sized from the op's own "Input Dims" and "Input type".
 What it cannot give is said in the report, per operator kind: a tensor list's dtype (Kineto
-writes "TensorList"), assumed Float; no tensor reads and writes, so host operators have no data
+writes "TensorList"), assumed Float; a size nothing records, 0 bytes; a SendRecv kernel's
+collective, all_to_all; no tensor reads and writes, so host operators have no data
 dependencies on each other (their order on each thread stays).
 """
 
@@ -27,6 +32,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from chakra_core.convert.kineto.nccl import NcclKernel, kernel_collectives, names_collective
+from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.comms import DTYPE_BYTES
 from chakra_core.convert.pytorch.et import ATTRS, ID_ATTRS, IO_STRUCT, PG_INIT_NAME, HostTrace, is_kept_whole
 from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace
@@ -41,9 +48,20 @@ DTYPES = {
     "short int": ("short int", 2), "signed char": ("signed char", 1), "unsigned char": ("unsigned char", 1),
     "bool": ("bool", 1), "c10::complex<float>": ("c10::complex<float>", 8),
     "c10::complex<double>": ("c10::complex<double>", 16),
+    "long": ("long int", 8),  # older PyTorch (2022-2023) writes int64 so
 }
 ASSUMED_DTYPE = "float"  # a tensor list's dtype where nothing in the trace says it
 DTYPES.update({name: (name, size) for name, size in DTYPE_BYTES.items()})  # record_param_comms' "dtype" names
+# Kineto's "Input type" -> record_param_comms' "dtype" name (a collective named after its kernel)
+PARAM_COMMS_DTYPE = {
+    "float": "Float", "double": "Double", "c10::Half": "Half", "c10::BFloat16": "BFloat16", "long int": "Long",
+    "long": "Long", "int": "Int", "short int": "Short", "signed char": "Char", "unsigned char": "Byte", "bool": "Bool",
+    "c10::complex<float>": "ComplexFloat", "c10::complex<double>": "ComplexDouble",
+    **{name: name for name in DTYPE_BYTES},
+}
+ASSUMED = f"assumed {ASSUMED_DTYPE} ({DTYPES[ASSUMED_DTYPE][1]} bytes)"
+# which argument of a c10d op holds the buffer its size is read from (comms.describe_c10d)
+SIZED_ARGUMENT = {comms.ALL_GATHER: 1, comms.GATHER: 1, comms.REDUCE_SCATTER: 1, comms.ALL_TO_ALL: 1}
 
 
 def keep_args(name: str) -> bool:
@@ -54,8 +72,12 @@ def keep_args(name: str) -> bool:
 class _Builder:
     def __init__(self, kineto: KinetoTrace):
         self.trace = HostTrace(kineto.path, SCHEMA, ATTRS, dict(kineto.fields))
-        self.assumed: Counter = Counter()  # (op name, what) -> operators
+        self.assumed: Counter = Counter()  # (op name, what was assumed) -> operators or tensors
         self.next_tensor = 1
+        self.kernels: dict[int, NcclKernel] = {}  # id(record_param_comms) -> the NCCL kernel that names it
+        self.inner: dict[int, tuple[list, str]] = {}  # id(c10d op) -> (shape, dtype) of its buffer, from inside
+        self.parent_event: dict[int, CpuEvent] = {}  # id(event) -> the event it lies in
+        self.named_inside: set[int] = set()  # id(record_param_comms) holding an event that names its collective
         size = kineto.distributed_info.get("world_size")
         self.world_size = size if type(size) is int else 1
 
@@ -101,7 +123,8 @@ class _Builder:
 
     def tensor(self, dims, dtype: str | None, op: str) -> list:
         if dtype not in DTYPES:
-            self.assumed[(op, f"dtype {'not recorded' if dtype in (None, 'TensorList') else repr(dtype)}")] += 1
+            what = "not recorded" if dtype in (None, "TensorList") else repr(dtype)
+            self.assumed[(op, f"dtype {what}, {ASSUMED}")] += 1
             dtype = ASSUMED_DTYPE
         numel = int(np.prod(dims)) if isinstance(dims, list) and all(type(d) is int for d in dims) else 0
         self.next_tensor += 1
@@ -111,6 +134,8 @@ class _Builder:
 def host_trace(kineto: KinetoTrace) -> HostTrace:
     """The host trace Kineto's CPU events describe (see the module docstring); sets each event's
     rf_id to its node's, so that linking pairs them."""
+    found = kernel_collectives(kineto)
+    kineto.cpu.extend(found.made)  # host events for NCCL kernels launched inside no communication op
     b = _Builder(kineto)
     ts, dur = (np.fromiter((getattr(e, key) for e in kineto.cpu), np.float64, len(kineto.cpu)) for key in ("ts", "dur"))
     events = [kineto.cpu[k] for k in np.lexsort((-dur, ts)).tolist()]  # by (ts, -dur), stable
@@ -142,6 +167,10 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     b.add_operators([e.name for e in events], parents, [threads[e.tid] for e in events], [e.rf_id for e in events],
                     num_ops)
     dtypes = _list_dtypes(events, parent_event)
+    b.kernels, b.parent_event = found.kernels, parent_event
+    communication = [e for e in events if is_kept_whole(e.name)]
+    b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
+    b.inner = _inner_buffers(communication, parent_event)
     for index, e in enumerate(events, len(b.trace.ids) - len(events)):
         if is_kept_whole(e.name):
             b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
@@ -151,9 +180,45 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     trace.io_chunks.append(pa.nulls(len(trace.ids), pa.struct([("inputs", IO_STRUCT), ("outputs", IO_STRUCT)])))
     trace.notes.append("converted from the Kineto trace alone: host operators have no data dependencies on each "
                        "other (an execution trace records the tensors they share); their order on each thread stays")
-    trace.notes.extend(f"{op}: {what}, assumed {ASSUMED_DTYPE} ({DTYPES[ASSUMED_DTYPE][1]} bytes) for {n:,} tensor(s) or call(s)"
-                       for (op, what), n in sorted(b.assumed.items()))
+    trace.notes.extend(found.notes)
+    trace.notes.extend(f"{op}: {what}, for {n:,} tensor(s) or call(s)" for (op, what), n in sorted(b.assumed.items()))
     return trace
+
+
+def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):
+    """The events an event lies in, innermost first."""
+    outer = parent_event.get(id(e))
+    while outer is not None:
+        yield outer
+        outer = parent_event.get(id(outer))
+
+
+def _inner_buffers(communication: list[CpuEvent], parent_event: dict[int, CpuEvent]) -> dict[int, tuple[list, str]]:
+    """id(c10d op) -> (shape, dtype) of the buffer a communication event inside it records: a
+    record_param_comms' "In msg nelems" and "dtype", or an `nccl:*` event's first tensor (older
+    traces write a c10d op's tensor lists without their shapes)."""
+    found: dict[int, tuple[list, str]] = {}
+    for e in communication:
+        args = e.args or {}
+        if e.name == "record_param_comms" and type(args.get("In msg nelems")) is int and args.get("dtype") in DTYPES:
+            buffer = ([args["In msg nelems"]], args["dtype"])
+        elif e.name.startswith("nccl:") and (shape := _first_tensor(args)) is not None:
+            buffer = shape
+        else:
+            continue
+        op = next((outer for outer in _outer(e, parent_event) if outer.name.startswith("c10d::")), None)
+        if op is not None:
+            found.setdefault(id(op), buffer)
+    return found
+
+
+def _first_tensor(args: dict) -> tuple[list, str] | None:
+    """(shape, dtype) of an event's first input where Kineto recorded it as a tensor."""
+    dims, kinds = args.get("Input Dims") or [], args.get("Input type") or []
+    if dims and kinds and kinds[0] in DTYPES and isinstance(dims[0], list) and dims[0] \
+            and all(type(d) is int for d in dims[0]):
+        return dims[0], kinds[0]
+    return None
 
 
 def _number(events: list[CpuEvent]) -> None:
@@ -191,24 +256,71 @@ def _whole(b: _Builder, e: CpuEvent, list_dtype: str | None) -> dict:
     Kineto arguments."""
     args = e.args or {}
     if e.name == "record_param_comms":
-        attrs = {key: args.get(arg) for key, arg in (
-            ("collective_name", "Collective name"), ("dtype", "dtype"), ("in_msg_nelems", "In msg nelems"),
-            ("out_msg_nelems", "Out msg nelems"), ("pg_name", "Process Group Name")) if arg in args}
-        if "Collective name" in args and "dtype" not in args:
-            b.assumed[(e.name, "dtype not recorded")] += 1
-        if "Collective name" in args and "Process Group Name" not in args:
-            b.assumed[(e.name, "process group not recorded (the job's groups decide)")] += 1
-        if "Collective name" not in args:
-            b.assumed[(e.name, "no collective name: not a collective of its own")] += 1
         seq = args.get("Seq")
         return {"inputs": {"values": [seq] if type(seq) is int else [], "types": ["Int"] if type(seq) is int else []},
-                "outputs": {}, "attrs": attrs}
+                "outputs": {}, "attrs": _param_comms(b, e, args)}
     values, types = _arguments(b, e, args, list_dtype)
+    kind = comms.kind_of(e.name) if not _wrapped(b, e) else None
+    slot = SIZED_ARGUMENT.get(kind, 0)
+    if kind is not None and kind != comms.BARRIER and (slot >= len(values) or values[slot] in ([], "<Object>")):
+        missing = slot + 1 - len(values)  # no "Input Dims" at all (recorded without shapes)
+        values, types = values + [[]] * missing, types + ["GenericList[Tensor]"] * missing
+        if id(e) in b.inner:  # a tensor list Kineto wrote without shapes: the buffer recorded inside the op
+            shape, dtype = b.inner[id(e)]
+            values[slot], types[slot] = b.tensors(shape, dtype, e.name), f"GenericList[Tensor({dtype})]"
+        elif values[slot] == []:
+            b.assumed[(e.name, "size not recorded (a tensor list without its shapes): 0 bytes")] += 1
     if e.name == "c10d::reduce_scatter_" and len(values) > 1 and values[1] == "<Object>" and values[0]:
         # Kineto drops the input, a list of tensor lists: one output's worth per member of the group
         b.assumed[(e.name, "input list not recorded: the output times the world size")] += 1
         values[1] = [values[0] * max(1, b.world_size)]
     return {"inputs": {"values": values, "types": types}, "outputs": {}, "attrs": {}}
+
+
+def _wrapped(b: _Builder, e: CpuEvent) -> bool:
+    """Whether a communication event lies inside another (which is then the op and holds its size)."""
+    return any(outer.name.startswith(("c10d::", "record_param_comms")) for outer in _outer(e, b.parent_event))
+
+
+def _param_comms(b: _Builder, e: CpuEvent, args: dict) -> dict:
+    """A record_param_comms' attributes: what it records, or, where it names no collective and an
+    NCCL kernel it launched does, that kernel's collective (_named_after)."""
+    attrs = {key: args.get(arg) for key, arg in (
+        ("collective_name", "Collective name"), ("dtype", "dtype"), ("in_msg_nelems", "In msg nelems"),
+        ("out_msg_nelems", "Out msg nelems"), ("pg_name", "Process Group Name")) if arg in args}
+    kernel = None if "Collective name" in args else b.kernels.get(id(e))
+    if "Collective name" not in args and kernel is None:
+        if not _wrapped(b, e) and id(e) not in b.named_inside:
+            b.assumed[(e.name, "no collective name, no NCCL kernel launched and no c10d or nccl:* op inside "
+                               "(a wait, as newer PyTorch names it): not a collective")] += 1
+        return attrs
+    label = _named_after(b, kernel, args, attrs) if kernel is not None else e.name
+    kind = comms.kind_of(str(attrs["collective_name"]))
+    if "in_msg_nelems" not in attrs and kind not in (None, comms.BARRIER):
+        b.assumed[(label, "size not recorded (no In msg nelems, no Input Dims): 0 bytes")] += 1
+    elif "in_msg_nelems" in attrs and attrs.get("dtype") not in DTYPE_BYTES:
+        b.assumed[(label, f"dtype not recorded, {ASSUMED}")] += 1
+        attrs["dtype"] = PARAM_COMMS_DTYPE[ASSUMED_DTYPE]
+    if "Process Group Name" not in args:
+        b.assumed[(label, "process group not recorded (the job's groups decide)")] += 1
+    return attrs
+
+
+def _named_after(b: _Builder, kernel: NcclKernel, args: dict, attrs: dict) -> str:
+    """Fills a record_param_comms' attributes from the NCCL kernel it launched: the collective
+    from the kernel's name, the size from the event's first input ("Input Dims", "Input type"),
+    else the kernel's element type where it reduces. Returns the op kind the report names."""
+    label = f"{comms.kind_label(comms.kind_of(kernel.collective))} (from NCCL kernels {kernel.func})"
+    attrs["collective_name"] = kernel.collective
+    if kernel.func == "SendRecv":
+        b.assumed[(label, "the host names no collective: assumed all_to_all (send, recv, gather and scatter "
+                          "run as SendRecv kernels too)")] += 1
+    buffer = _first_tensor(args)
+    if buffer is not None and "In msg nelems" not in args:
+        attrs["in_msg_nelems"], attrs["dtype"] = int(np.prod(buffer[0])), PARAM_COMMS_DTYPE[buffer[1]]
+    if "dtype" not in attrs and kernel.dtype is not None:
+        attrs["dtype"] = PARAM_COMMS_DTYPE[kernel.dtype]
+    return label
 
 
 def _arguments(b: _Builder, e: CpuEvent, args: dict, list_dtype: str | None) -> tuple[list, list]:

@@ -221,8 +221,10 @@ class RankConversion(RankAnalysis):
             self.report.notes.append("process group of each communication op: " +
                                      ", ".join(f"{n} from {s}" for s, n in sorted(sources.items())))
         if sources.get("assumed world"):
+            kinds = Counter(comms.kind_label(r.kind) for r in self.records if r.pg_source == "assumed world")
             self.report.notes.append(f"{sources['assumed world']} communication op(s) did not say their process"
-                                     " group and none could be inferred: assumed the world group")
+                                     " group and none could be inferred: assumed the world group (" +
+                                     ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items())) + ")")
 
     def _count_nodes(self, types: np.ndarray, own_nodes: int, comm_roles: Counter) -> None:
         """The report's counts of what the host nodes became."""
