@@ -25,8 +25,18 @@ from chakra_core.analysis import device_time, device_work, predicted, stats, val
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job, rank_url
 from chakra_core.sim.config import SystemConfig
+from chakra_core.sim.workload import nodes
 
 VARIANTS = ("recorded", "predicted")
+
+
+def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
+    """The node-table columns that traces(), collectives(), summary() and the device analysis
+    read, its prediction's simulation on `prediction` included (None: no prediction); a big
+    trace read with only these (etfile.read_table's `columns`) gives the same figures.
+    findings() (the validator) reads every column."""
+    simulated = nodes.read_columns(prediction, timeline=True) if prediction is not None else ()
+    return tuple(dict.fromkeys((*stats.TRACE_COLUMNS, *stats.COLLECTIVE_COLUMNS, *device_work.COLUMNS, *simulated)))
 
 
 class JobAnalysis:

@@ -1,6 +1,6 @@
 """Benchmark: `chakra stats` and `chakra simulate` of big converted traces, peak memory and CPU.
 
-    .venv/bin/python tests/benchmarks/bench_big_analysis.py [--k 1 4 16 64] [--keep DIR]
+    .venv/bin/python tests/benchmarks/bench_big_analysis.py [--k 1 4 16 64] [--keep DIR [--reuse]]
 
 Converts the shipped H200 `gpt` run (datasets/gpu-h200/gpt: one rank's ET and Kineto, 18,813
 nodes) with `chakra convert`, then makes longer traces of it with the project's ET writer: the
@@ -24,21 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # tests/: repeated_trace
 GPT = ROOT / "datasets" / "gpu-h200" / "gpt"
 SYSTEM = ROOT / "datasets" / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
 TARGET_MB = 600
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 # Runs the chakra command given in argv in this process, then prints its VmHWM and CPU time.
 MEASURED = """
@@ -55,51 +50,11 @@ sys.exit(status)
 """
 
 
-def _shifted_lists(column: pa.ChunkedArray, shift: int) -> pa.Array:
-    lists = column.combine_chunks()
-    values = pc.add(lists.values, pa.scalar(shift, pa.uint64()))
-    return pa.ListArray.from_arrays(lists.offsets, values, type=lists.type)
+def _nodes(url: str) -> int:
+    from chakra_core.format.etfile import ETReader
 
-
-def _step_names(names: pa.ChunkedArray, steps: int, copy: int) -> pa.Array:
-    """The names with `ProfilerStep#N` renumbered N + copy * steps."""
-    values = names.to_pylist()
-    for i, name in enumerate(values):
-        found = STEP.match(name or "")
-        if found:
-            values[i] = f"ProfilerStep#{int(found.group(1)) + copy * steps}"
-    return pa.array(values, pa.string())
-
-
-def repeat_trace(src: str, dst: str, k: int) -> int:
-    """Writes `src` repeated k times into `dst` (see the module docstring); returns the node count."""
-    from chakra_core.format.etfile import ETReader, ETWriter
-
-    with ETReader(src) as reader:
-        table, metadata = reader.read_table(), reader.metadata_bytes
-    ids = table.column("id").to_numpy()
-    id_span = int(ids.max())
-    start = table.column("start_time_micros").to_numpy()
-    end = start + table.column("duration_micros").to_numpy()
-    timed = start > 0
-    time_span = int(end[timed].max() - start[timed].min()) + 1
-    steps = [int(m.group(1)) for m in map(STEP.match, table.column("name").to_pylist()) if m]
-    n_steps = max(steps) - min(steps) + 1 if steps else 0
-    with ETWriter(dst, metadata) as writer:
-        for copy in range(k):
-            shift = copy * id_span
-            ctrl = _shifted_lists(table.column("ctrl_deps"), shift)
-            if copy:  # chain: this copy's first node waits for the previous copy's last
-                first = ctrl[0].values.to_pylist() + [int(ids[-1]) + shift - id_span]
-                ctrl = pa.concat_arrays([pa.array([first], ctrl.type), ctrl.slice(1)])
-            moved = np.where(timed, start + copy * time_span, start).astype(np.uint64)
-            copied = table.set_column(table.schema.get_field_index("id"), "id", pa.array(ids + np.uint64(shift)))
-            for name, column in (("ctrl_deps", ctrl), ("data_deps", _shifted_lists(table.column("data_deps"), shift)),
-                                 ("start_time_micros", pa.array(moved)),
-                                 ("name", _step_names(table.column("name"), n_steps, copy))):
-                copied = copied.set_column(copied.schema.get_field_index(name), name, column)
-            writer.write_table(copied)
-        return writer.nodes_written
+    with ETReader(url) as reader:
+        return sum(batch.num_rows for batch in reader.iter_batches())
 
 
 def _network(tmp: Path) -> Path:
@@ -117,9 +72,12 @@ def measure(*argv: str) -> dict:
 
 
 def main() -> None:
+    from repeated_trace import repeat_trace
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--keep", metavar="DIR", help="write the traces here and keep them (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true", help="with --keep: use the traces already there")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(args.keep or scratch)
@@ -129,7 +87,8 @@ def main() -> None:
         network = _network(tmp)
         for k in args.k:
             prefix = tmp / f"gpt_x{k}"
-            nodes = repeat_trace(str(tmp / "gpt" / "gpt.0.et"), f"{prefix}.0.et", k)
+            nodes = repeat_trace(str(tmp / "gpt" / "gpt.0.et"), f"{prefix}.0.et", k) if not args.reuse \
+                or not Path(f"{prefix}.0.et").exists() else _nodes(f"{prefix}.0.et")
             (tmp / f"gpt_x{k}.comm_groups.json").write_text((tmp / "gpt" / "gpt.comm_groups.json").read_text())
             size = Path(f"{prefix}.0.et").stat().st_size
             base = measure("info", f"{prefix}.0.et")

@@ -13,7 +13,8 @@ timeline when asked for, and progress reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator
 
 from chakra_core.sim import breakdown
 from chakra_core.sim.decoded import (
@@ -37,6 +38,33 @@ PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enoug
 MAX_COINCIDENCES = 4096  # coincidences kept (a run with more is run again with every collective live anyway)
 
 
+def _names(table) -> tuple[list[str], array]:
+    """A table's node names as (the distinct names, each row's position among them): a trace
+    repeats a few names many times, and each event then shares its name's one string."""
+    encoded = table.column("name").combine_chunks().dictionary_encode()
+    positions = array("i")
+    positions.frombytes(encoded.indices.to_numpy(zero_copy_only=False).astype("int32").tobytes())
+    return encoded.dictionary.to_pylist(), positions
+
+
+class Completions:
+    """The nodes run, in completion order: (npu, node index, end tick) each, kept in flat arrays."""
+
+    def __init__(self):
+        self.npu, self.index, self.end = array("i"), array("q"), array("q")
+
+    def add(self, npu: int, index: int, end: int) -> None:
+        self.npu.append(npu)
+        self.index.append(index)
+        self.end.append(end)
+
+    def __len__(self) -> int:
+        return len(self.end)
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        return zip(self.npu, self.index, self.end)
+
+
 class Workload:
     """Every NPU's feeder, decoded nodes and hardware slots, on one event queue. Node
     completions are events (tick, npu, node index); the engine passes them to complete()."""
@@ -52,9 +80,10 @@ class Workload:
         self.spent = breakdown.TimeBreakdown(npus)
         self.extensions: set[str] = set()  # "memory" once a memory node ran (its timing is an assumption)
         self.system = None  # the system layer, attached before the run
-        # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
-        self.issued_at = [[0] * len(n) for n in nodes] if record_timeline else None
-        self.ran: list[tuple[int, int, int]] | None = [] if record_timeline else None
+        # timeline recording, only when asked for: the issue tick per node, and per completion its NPU,
+        # node index and tick (flat arrays of machine ints: a million-node run keeps 32 bytes a node)
+        self.issued_at = [array("q", bytes(8 * len(n))) for n in nodes] if record_timeline else None
+        self.ran: Completions | None = Completions() if record_timeline else None
         self.progress = progress
         self.total_nodes = sum(len(nodes[npu]) for npu in self.active)
         self.done_nodes, self.report_every = 0, PROGRESS_EVERY
@@ -114,7 +143,7 @@ class Workload:
             self.progress("simulating nodes", self.done_nodes * self.stands_for, self.total_nodes * self.stands_for)
             self.report_every += PROGRESS_EVERY
         if self.ran is not None:
-            self.ran.append((npu, index, now))
+            self.ran.add(npu, index, now)
         self.issue(npu, now)
 
     def issue(self, npu: int, now: int) -> None:
@@ -167,15 +196,14 @@ class Workload:
         """One event per node run, in completion order (None unless recorded)."""
         if self.ran is None:
             return None
-        names = [f.table.column("name").to_pylist() if "name" in f.table.column_names else None
-                 for f in self.feeders]
+        names = [_names(f.table) if f is not None and "name" in f.table.column_names else None for f in self.feeders]
         events = []
         for npu, index, end in self.ran:
             node = self.nodes[npu][index]
             kind = "compute" if node.action == DO_COMPUTE else (node.label or node.op or "instant")
             events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
-                                        names[npu][index] if names[npu] else "", TRACK_OF_SLOT[node.slot], kind,
-                                        self.issued_at[npu][index], end, node.size))
+                                        names[npu][0][names[npu][1][index]] if names[npu] else "",
+                                        TRACK_OF_SLOT[node.slot], kind, self.issued_at[npu][index], end, node.size))
         return events
 
     def node_id(self, npu: int, index: int) -> int:
