@@ -45,9 +45,9 @@ def _walk(feeder, npu_nodes, issued_at, indices: np.ndarray, ends: np.ndarray) -
         order = np.lexsort((on, end[on]))
         by_slot[slot] = (end[on][order], on[order])
     current = int(np.flatnonzero(end == end.max())[0])  # the last to end (the lowest index of a tie)
-    waiting, seen = False, set()
-    while current is not None and current not in seen:  # nodes of no duration in one tick may hold each other
-        seen.add(current)
+    waiting, seen = False, bytearray(len(npu_nodes))  # (a flag a node: the path may be most of the trace)
+    while current is not None and not seen[current]:  # nodes of no duration in one tick may hold each other
+        seen[current] = 1
         start, slot = issued_at[current], int(slot_of[current])
         kind = _kind(slot)
         if kind == "device" and waiting:

@@ -99,9 +99,9 @@ class UnknownNodeError(FeederError, KeyError):
 
 
 def _flat(typecode: str, values: np.ndarray) -> array:
-    """values as an array.array of `typecode` (one copy, no Python int per value)."""
+    """values as an array.array of `typecode` (copied once, no Python int per value)."""
     flat = array(typecode)
-    flat.frombytes(np.ascontiguousarray(values, dtype=np.dtype(typecode)).tobytes())
+    flat.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.dtype(typecode))).cast("B"))
     return flat
 
 
@@ -130,8 +130,10 @@ class GraphFeeder:
         self._source = table
         self._table: pa.Table | None = None
         ids_raw, rank, index_of_rank = self._index_ids(table)
-        src, dst = self._dependency_edges(table, ids_raw, index_of_rank)
-        parent, child, indeg, coff = self._unique_edges(src, dst, rank, index_of_rank)
+        # (the raw edges, repeats included, live only as long as it takes to find the unique ones)
+        parent, child, indeg, coff = self._unique_edges(*self._dependency_edges(table, ids_raw, index_of_rank),
+                                                        rank, index_of_rank)
+        del ids_raw
         self._refuse_unrunnable(parent, child, rank, indeg)
         self._start(indeg, child, coff)
 
