@@ -31,6 +31,7 @@ from chakra_core.analysis.kernels import COMMUNICATION, families
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP, METADATA
 from chakra_core.format.normalize import normalize_table
+from chakra_core.sim.workload.recorded import RecordedTimeline
 
 STEP_PREFIX = "ProfilerStep#"
 WHOLE_TRACE = "trace"  # the one step of a trace without ProfilerStep nodes
@@ -88,12 +89,14 @@ def recorded_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 def simulated_times(table: pa.Table, npu: int, timeline) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every node in ns as a simulation's timeline (TimelineEvents) has NPU
     `npu` run it; -1 for nodes it did not run."""
-    events = [e for e in timeline if e.npu == npu]
+    if isinstance(timeline, RecordedTimeline):  # a run's own: its arrays, no event made
+        node_ids, starts, ends = timeline.node_times(npu)
+    else:
+        events = [(e.node_id, e.start_ns, e.end_ns) for e in timeline if e.npu == npu]
+        node_ids, starts, ends = (np.array(column, np.int64) for column in zip(*events)) if events else [[]] * 3
     start, end = np.full(table.num_rows, -1, np.int64), np.full(table.num_rows, -1, np.int64)
-    if events:  # (arrays made field by field: no tuple per event)
-        node_ids, starts, ends = (np.fromiter((getattr(e, field) for e in events), np.int64, len(events))
-                                  for field in ("node_id", "start_ns", "end_ns"))
-        rows = _rows_of(table, node_ids.astype(np.uint64))
+    if len(node_ids):
+        rows = _rows_of(table, np.asarray(node_ids).astype(np.uint64))
         found = rows >= 0
         start[rows[found]], end[rows[found]] = starts[found], ends[found]
     return start, end

@@ -21,10 +21,8 @@ CATEGORIES = ("device", "host", "communication", "waiting for the device", "idle
 
 def critical_paths(feeders, nodes, issued_at, ran) -> list[dict]:
     """Per NPU, ns of its critical path by CATEGORIES. issued_at[npu][index]: the node's issue
-    tick; ran: workload.issue.Completions (per completion its NPU, node index and end tick)."""
-    npus = np.frombuffer(ran.npu, np.int32) if len(ran) else np.zeros(0, np.int32)
-    indices = np.frombuffer(ran.index, np.int64) if len(ran) else np.zeros(0, np.int64)
-    ends = np.frombuffer(ran.end, np.int64) if len(ran) else np.zeros(0, np.int64)
+    tick; ran: workload.recorded.Completions (per completion its NPU, node index and end tick)."""
+    npus, indices, ends = ran.arrays()
     paths = []
     for npu, feeder in enumerate(feeders):
         mine = npus == npu

@@ -14,7 +14,7 @@ timeline when asked for, and progress reports.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from chakra_core.sim import breakdown
 from chakra_core.sim.decoded import (
@@ -30,39 +30,13 @@ from chakra_core.sim.decoded import (
     Node,
 )
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.results import NpuResult, TimelineEvent
+from chakra_core.sim.results import NpuResult
 from chakra_core.sim.workload.feeder import GraphFeeder
 from chakra_core.sim.workload.order import CompletionOrder
+from chakra_core.sim.workload.recorded import Completions, RecordedTimeline
 
 PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
 MAX_COINCIDENCES = 4096  # coincidences kept (a run with more is run again with every collective live anyway)
-
-
-def _names(table) -> tuple[list[str], array]:
-    """A table's node names as (the distinct names, each row's position among them): a trace
-    repeats a few names many times, and each event then shares its name's one string."""
-    encoded = table.column("name").combine_chunks().dictionary_encode()
-    positions = array("i")
-    positions.frombytes(encoded.indices.to_numpy(zero_copy_only=False).astype("int32").tobytes())
-    return encoded.dictionary.to_pylist(), positions
-
-
-class Completions:
-    """The nodes run, in completion order: (npu, node index, end tick) each, kept in flat arrays."""
-
-    def __init__(self):
-        self.npu, self.index, self.end = array("i"), array("q"), array("q")
-
-    def add(self, npu: int, index: int, end: int) -> None:
-        self.npu.append(npu)
-        self.index.append(index)
-        self.end.append(end)
-
-    def __len__(self) -> int:
-        return len(self.end)
-
-    def __iter__(self) -> Iterator[tuple[int, int, int]]:
-        return zip(self.npu, self.index, self.end)
 
 
 class Workload:
@@ -192,19 +166,12 @@ class Workload:
     def time_by_category(self, npu: int) -> dict[str, int]:
         return self.spent.totals(npu, self.results[npu].finish_ns)
 
-    def timeline(self) -> list[TimelineEvent] | None:
+    def timeline(self) -> RecordedTimeline | None:
         """One event per node run, in completion order (None unless recorded)."""
         if self.ran is None:
             return None
-        names = [_names(f.table) if f is not None and "name" in f.table.column_names else None for f in self.feeders]
-        events = []
-        for npu, index, end in self.ran:
-            node = self.nodes[npu][index]
-            kind = "compute" if node.action == DO_COMPUTE else (node.label or node.op or "instant")
-            events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
-                                        names[npu][0][names[npu][1][index]] if names[npu] else "",
-                                        TRACK_OF_SLOT[node.slot], kind, self.issued_at[npu][index], end, node.size))
-        return events
+        return RecordedTimeline(self.ran, self.issued_at, self.nodes, [f.ids if f is not None else None for f in self.feeders],
+                                [f.table if f is not None else None for f in self.feeders])
 
     def node_id(self, npu: int, index: int) -> int:
         return int(self.feeders[npu].ids[index])
