@@ -133,8 +133,9 @@ class GraphFeeder:
         # (the raw edges, repeats included, live only as long as it takes to find the unique ones)
         parent, child, indeg, coff = self._unique_edges(*self._dependency_edges(table, ids_raw, index_of_rank),
                                                         rank, index_of_rank)
-        del ids_raw
+        del ids_raw, index_of_rank
         self._refuse_unrunnable(parent, child, rank, indeg)
+        del parent, rank  # (what _start builds is the feeder's own state: nothing else kept beside it)
         self._start(indeg, child, coff)
 
     def _index_ids(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,7 +157,7 @@ class GraphFeeder:
         is_last = np.ones(n_raw, bool)
         if n_raw:
             is_last[:-1] = sorted_ids[1:] != sorted_ids[:-1]
-        self._uniq = sorted_ids[is_last]  # the ids, ascending
+        self._uniq = sorted_ids if n_raw and is_last.all() else sorted_ids[is_last]  # the ids, ascending
         self.duplicates = n_raw - len(self._uniq)  # rows merged into an earlier-listed id
         if self.duplicates:
             last_rows = order[is_last]
@@ -240,7 +241,8 @@ class GraphFeeder:
         coff = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(parent, minlength=n), out=coff[1:])
         self.num_edges = len(key)
-        self._edges = (parent, child)  # for parents CSR, built on first use
+        narrow = np.int32 if n < 1 << 31 else np.int64  # (half the memory a big trace's edges would take)
+        self._edges = (parent.astype(narrow), child.astype(narrow))  # for parents CSR, built on first use
         return parent, child, indeg, coff
 
     def _refuse_unrunnable(self, parent: np.ndarray, child: np.ndarray, rank: np.ndarray, indeg: np.ndarray) -> None:
