@@ -41,7 +41,7 @@ def repeat_trace(src: str, dst: str, k: int) -> int:
     with ETReader(src) as reader:
         table, metadata = reader.read_table(), reader.metadata_bytes
     ids = table.column("id").to_numpy()
-    id_span = int(ids.max())
+    id_span = int(ids.max()) + 1  # copies never share an id, whatever the first one is
     start = table.column("start_time_micros").to_numpy()
     end = start + table.column("duration_micros").to_numpy()
     timed = start > 0

@@ -33,6 +33,7 @@ def repeated(tmp_path_factory) -> str:
     convert_job(str(DATASETS / "gpu-h200" / "gpt"), str(out), "gpt")
     nodes = repeat_trace(str(out / "gpt.0.et"), str(out / "big.0.et"), COPIES)
     assert nodes == COPIES * read_table(str(out / "gpt.0.et")).num_rows
+    assert len(set(read_table(str(out / "big.0.et")).column("id").to_pylist())) == nodes  # no id twice
     (out / "ring_1npu.yml").write_text("topology: [ Ring ]\nnpus_count: [ 1 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
     return str(out / "big")
 
