@@ -1,7 +1,7 @@
 """The nightly flow: a day's drop of traces becomes Parquet tables.
 
     python -m flows.nightly --date YYYY-MM-DD --source URL --warehouse URL [--sweep FILE] [--num-cpus N]
-        [--representatives K] [--synthetic-jobs K]
+        [--representatives K] [--synthetic-jobs K] [--per-rank-bytes N]
 
 Defaults: yesterday (UTC: the nightly run processes the day that just ended), a local
 object-store folder under the project (out/object-store/drops), the warehouse out/warehouse,
@@ -33,6 +33,7 @@ from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
+from pipeline.bigjobs import PER_RANK_BYTES  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stop_signal  # noqa: E402
 from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
@@ -66,7 +67,8 @@ def write_report(warehouse: str, date: str) -> str:
 @flow(name="nightly")
 def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
-            representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT) -> dict:
+            representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT,
+            per_rank_bytes: int = PER_RANK_BYTES) -> dict:
     """Process one day's drop; returns the summary (also logged).
 
     Args:
@@ -78,6 +80,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         progress: a progress callback, for the command line only; none: no progress shown
         representatives: representative jobs to choose
         synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
+        per_rank_bytes: a PyTorch job whose largest rank reads this many bytes converts a Ray task per rank
     """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     source, warehouse = in_checkout(source), in_checkout(warehouse)
@@ -90,7 +93,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     try:
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
-                          run_stage)
+                          run_stage, per_rank_bytes)
             paths = _write_tables(warehouse, date, day.tables)
             changes = _changes(day)
             _changes_artifact(date, changes)
@@ -245,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"representative jobs to choose (default {DEFAULT_REPRESENTATIVES})")
     parser.add_argument("--synthetic-jobs", type=int, default=JOBS_PER_NPU_COUNT, metavar="K",
                         help=f"synthetic jobs per NPU count (default {JOBS_PER_NPU_COUNT}; 0: no synthesis)")
+    parser.add_argument("--per-rank-bytes", type=int, default=PER_RANK_BYTES, metavar="N",
+                        help=f"a PyTorch job whose largest rank reads N bytes or more (gzip expanded) converts a Ray "
+                             f"task per rank (default {PER_RANK_BYTES})")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
     end_on_signals()
@@ -256,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with Progress(items=True) as progress:
                 summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                                  args.representatives, args.synthetic_jobs)
+                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes)
         except FailedRun as e:  # a preflight refusal or a failed stage: its one line
             print(f"nightly: {e}", file=sys.stderr)
             return 2

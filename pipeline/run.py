@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from chakra_core.inputs import sha256
+from pipeline.bigjobs import PER_RANK_BYTES, capped, job_memory
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day
 from pipeline.history import memory_tables, read_history
@@ -39,6 +40,7 @@ class DayResult:
     jobs_converted: int = 0
     ranks: int = 0
     nodes: int = 0
+    jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/bigjobs.py)
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
@@ -51,7 +53,8 @@ class DayResult:
         return best
 
 
-def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> tuple[JobOutcome, str]:
+def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
+                    per_rank_bytes: int) -> tuple[JobOutcome, str]:
     """The job's outcome, and the node that ran it (on a cluster, the summary says where work went)."""
     import ray
 
@@ -59,15 +62,17 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str) -> tu
     if marker and not os.path.exists(marker):  # fault injection for the retry test: die once
         open(marker, "w").close()
         os._exit(1)
-    return process_job(job, date, warehouse, run_id), ray.get_runtime_context().get_node_id()
+    return process_job(job, date, warehouse, run_id, per_rank_bytes), ray.get_runtime_context().get_node_id()
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             progress: Callable[[str, int, int], None] | None = None,
             representatives: int = DEFAULT_REPRESENTATIVES,
-            synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct) -> DayResult:
+            synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct,
+            per_rank_bytes: int = PER_RANK_BYTES) -> DayResult:
     """Everything for one day, as tables (not yet written), in named stages: `stage(name, step,
-    counts)` runs each step and says what it did with counts(result)."""
+    counts)` runs each step and says what it did with counts(result). per_rank_bytes: a PyTorch
+    job whose largest rank reads this much converts a Ray task per rank (pipeline/bigjobs.py)."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
                         lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
@@ -80,8 +85,9 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     # jobs) as soon as the last one has, beside the simulations still running.
     sims = _Simulations(systems, progress)
     outcomes = stage("ingest, convert and statistics (Ray)",
-                     lambda: _convert(jobs, date, warehouse, result, progress, sims),
-                     lambda done: f"{result.jobs_converted} of {len(done)} jobs converted, {result.ranks} ranks, "
+                     lambda: _convert(jobs, date, warehouse, result, progress, sims, per_rank_bytes),
+                     lambda done: f"{result.jobs_converted} of {len(done)} jobs converted ({result.jobs_by_rank} "
+                                  f"a task per rank), {result.ranks} ranks, "
                                   f"{result.nodes} nodes; {sims.submitted} of their simulations started meanwhile, "
                                   f"{len(sims.rows)} done")
     per_count = synthetic_jobs if result.jobs_converted else 0
@@ -128,8 +134,9 @@ def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[
 
 def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
              progress: Callable[[str, int, int], None] | None,
-             sims: _Simulations) -> list[tuple[JobInput, JobOutcome]]:
-    """A Ray task per job (hash, convert or validate, statistics, publish); counts into result.
+             sims: _Simulations, per_rank_bytes: int) -> list[tuple[JobInput, JobOutcome]]:
+    """A Ray task per job (hash, convert or validate, statistics, publish), declaring the memory
+    its files need (pipeline/bigjobs.py); counts into result.
     A converted job's simulations (`sims`) go to Ray as soon as its task returns, except while
     conversions still wait for a CPU: Ray would run the simulations first (it has no priorities),
     and the end of the conversions, which the synthesizer's fit waits for, would move back.
@@ -137,7 +144,9 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
     import ray
 
     process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
-    pending = {process.remote(job, date, warehouse, result.run_id): i for i, job in enumerate(jobs)}
+    pending = {process.options(memory=capped(job_memory(job))).remote(job, date, warehouse, result.run_id,
+                                                                      per_rank_bytes): i
+               for i, job in enumerate(jobs)}
     outcomes: list[JobOutcome | None] = [None] * len(jobs)
     try:
         while pending:
@@ -152,6 +161,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
             if outcome.prefix:
                 sims.add(jobs[i].job_id, outcome)
                 result.jobs_converted += 1
+                result.jobs_by_rank += outcome.by_rank
                 result.ranks += outcome.ranks
                 result.nodes += sum(t["nodes"] for t in outcome.traces)
             if sims.waiting and len(pending) <= ray.cluster_resources().get("CPU", 0):  # no conversion waits

@@ -158,6 +158,33 @@ def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ra
     assert {"gemm", "fusion", "communication"} <= families
 
 
+def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_local):
+    """With the per-rank threshold lowered to one byte, the drop's two 2-rank PyTorch jobs convert
+    a Ray task per rank (each declaring its memory); every table equals the per-job path's."""
+    from pipeline.bigjobs import converts_by_rank, job_memory, memory_for, rank_bytes
+    from pipeline.drop import list_day
+
+    make_small_drop(tmp_path / "source")
+    jobs = {job.job_id: job for job in list_day((tmp_path / "source").as_uri(), DATE)[0]}
+    assert sorted(rank_bytes(jobs["mlp"])) == [0, 1] and not converts_by_rank(jobs["mlp"])
+    assert converts_by_rank(jobs["mlp"], per_rank_bytes=1) and not converts_by_rank(jobs["broken"], per_rank_bytes=1)
+    read = sum(f.bytes * (25 if f.name.endswith(".gz") else 1) for f in jobs["mlp"].files)  # gzip expands 25x
+    assert any(not f.name.endswith(".gz") for f in jobs["mlp"].files) and job_memory(jobs["mlp"]) == memory_for(read)
+    days = {}
+    for threshold in (None, 1):
+        options = {} if threshold is None else {"per_rank_bytes": threshold}
+        days[threshold] = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / f"wh{threshold}").as_uri(),
+                                  load_sweep()[:1], synthetic_jobs=0, **options)
+    assert days[None].jobs_by_rank == 0 and days[1].jobs_by_rank == 2 and days[1].jobs_converted == 2
+
+    def rows(day, name):
+        return sorted((json.dumps({k: v for k, v in r.items() if k not in ("run_id", "path")}, sort_keys=True,
+                                  default=str) for r in day.tables[name].to_pylist()))
+    for name in ("ingest_log", "rejects", "traces", "collectives", "sim_results", "device_time", "device_verdicts",
+                 "job_history", "kernels"):
+        assert rows(days[1], name) == rows(days[None], name), name
+
+
 def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):
     make_small_drop(tmp_path / "source")
     marker = tmp_path / "killed-once"

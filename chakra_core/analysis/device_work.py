@@ -31,12 +31,18 @@ from chakra_core.analysis.kernels import COMMUNICATION, families
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP, METADATA
 from chakra_core.format.normalize import normalize_table
+from chakra_core.sim.workload.recorded import RecordedTimeline
 
 STEP_PREFIX = "ProfilerStep#"
 WHOLE_TRACE = "trace"  # the one step of a trace without ProfilerStep nodes
 # host operators that wait for the device to drain (a read of a device value, an explicit sync)
 SYNC_OPS = re.compile(r"^aten::(_local_scalar_dense|item|is_nonzero|nonzero|equal)$|synchroniz", re.IGNORECASE)
 DEVICE_BACKENDS = re.compile(r"nccl|rccl|hccl|xccl", re.IGNORECASE)
+
+
+# the node-table columns the device analysis reads (recorded_times, device_work, has_device_work)
+COLUMNS = ("id", "name", "type", "data_deps", "start_time_micros", "duration_micros", "duration_ns", "is_cpu_op",
+           "stream", "pg_name", "inputs")
 
 
 @dataclass
@@ -83,11 +89,14 @@ def recorded_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 def simulated_times(table: pa.Table, npu: int, timeline) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every node in ns as a simulation's timeline (TimelineEvents) has NPU
     `npu` run it; -1 for nodes it did not run."""
-    events = [(e.node_id, e.start_ns, e.end_ns) for e in timeline if e.npu == npu]
+    if isinstance(timeline, RecordedTimeline):  # a run's own: its arrays, no event made
+        node_ids, starts, ends = timeline.node_times(npu)
+    else:
+        events = [(e.node_id, e.start_ns, e.end_ns) for e in timeline if e.npu == npu]
+        node_ids, starts, ends = (np.array(column, np.int64) for column in zip(*events)) if events else [[]] * 3
     start, end = np.full(table.num_rows, -1, np.int64), np.full(table.num_rows, -1, np.int64)
-    if events:
-        node_ids, starts, ends = (np.array(column, np.int64) for column in zip(*events))
-        rows = _rows_of(table, node_ids.astype(np.uint64))
+    if len(node_ids):
+        rows = _rows_of(table, np.asarray(node_ids).astype(np.uint64))
         found = rows >= 0
         start[rows[found]], end[rows[found]] = starts[found], ends[found]
     return start, end
@@ -103,24 +112,25 @@ def _rows_of(table: pa.Table, ids: np.ndarray) -> np.ndarray:
 
 def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWork:
     """The rank's device work with the times given (recorded_times or simulated_times)."""
-    table = normalize_table(table)
+    table = normalize_table(table, COLUMNS)
     types = to_numpy(table.column("type"))
     on_cpu = to_numpy(table.column("is_cpu_op"), True).astype(bool)
     kernel = (types == COMP) & ~on_cpu & to_numpy(pc.is_valid(table.column("stream")))
     comm = np.isin(types, COMM_NODE_TYPES)
     comm_on_device = comm & _device_groups(table)
     host = (types == COMP) & on_cpu
-    names = table.column("name").combine_chunks()
+    names = table.column("name")  # chunked as read: only the rows taken below are copied
     launcher = launchers(table, kernel)
     step, step_names = _steps(table, host, kernel, launcher, names)
     launch = np.full(len(types), -1, np.int64)
     launch[kernel] = np.where(launcher >= 0, np.minimum(end[np.maximum(launcher, 0)], start[kernel]), -1)
     timed = (start >= 0) & (end >= start)
     items = np.flatnonzero((kernel | (comm_on_device & (end > start))) & timed & (step >= 0))
-    fams = families(names.take(pa.array(items)))
+    item_names = names.take(pa.array(items)).combine_chunks()
+    fams = families(item_names)
     fams[comm[items]] = COMMUNICATION
     return DeviceWork(
-        names=names.take(pa.array(items)), families=fams,
+        names=item_names, families=fams,
         start=start[items], end=end[items], comm=comm[items], launch=launch[items], step=step[items],
         step_names=step_names, windows=_windows(step, start, end, timed, len(step_names)),
         host_comm=intervals.union(start[comm & ~comm_on_device & timed], end[comm & ~comm_on_device & timed]),
@@ -128,7 +138,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
 
 
 def _steps(table: pa.Table, host: np.ndarray, kernel: np.ndarray, launcher: np.ndarray,
-           names: pa.Array) -> tuple[np.ndarray, list[str]]:
+           names: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Each node's step (-1: before the first) by its recorded start, a kernel's by its
     launcher's; and the steps' names in time order."""
     start, _ = recorded_times(table)
@@ -186,9 +196,9 @@ def _group_backends(values: str) -> dict[str, str]:
     return {str(g.get("pg_name")): str(g.get("backend_config") or "") for g in groups if isinstance(g, dict)}
 
 
-def _sync(names: pa.Array, rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> intervals.Intervals:
+def _sync(names: pa.ChunkedArray, rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> intervals.Intervals:
     selected = np.flatnonzero(rows)
-    encoded = names.take(pa.array(selected)).dictionary_encode()
+    encoded = names.take(pa.array(selected)).combine_chunks().dictionary_encode()
     waits = np.array([bool(SYNC_OPS.search(n or "")) for n in encoded.dictionary.to_pylist()] or [False])
     chosen = selected[waits[encoded.indices.to_numpy(zero_copy_only=False)]]
     return intervals.union(start[chosen], end[chosen])

@@ -20,13 +20,47 @@ import json
 from functools import cached_property
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chakra_core.analysis import device_time, device_work, predicted, stats, validate
 from chakra_core.errors import ChakraError
+from chakra_core.format.etfile import ETReader, projected_schema, with_metadata
 from chakra_core.format.job import Job, rank_url
+from chakra_core.format.nodetypes import METADATA
 from chakra_core.sim.config import SystemConfig
+from chakra_core.sim.workload import nodes
 
 VARIANTS = ("recorded", "predicted")
+
+
+def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
+    """The node-table columns that traces(), collectives(), summary() and the device analysis
+    read, its prediction's simulation on `prediction` included (None: no prediction); a big
+    trace read with only these (etfile.read_table's `columns`) gives the same figures.
+    findings() (the validator) reads every column."""
+    simulated = nodes.read_columns(prediction, timeline=True) if prediction is not None else ()
+    return tuple(dict.fromkeys((*stats.TRACE_COLUMNS, *stats.COLLECTIVE_COLUMNS, *device_work.COLUMNS, *simulated)))
+
+
+def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
+    """One rank's trace as the figures of read_columns(prediction) need it, read batch by batch:
+    only those columns, and `inputs` only on metadata nodes (the process groups' backends the
+    device analysis reads) unless the prediction's model counts every node's inputs. Those
+    texts are most of a converted trace's bytes; the figures are the whole file's."""
+    columns = read_columns(prediction)
+    every_input = prediction is not None and "inputs" in nodes.read_columns(prediction)
+    with ETReader(url) as reader:
+        schema = with_metadata(projected_schema(columns), reader.metadata_bytes, url)
+        at = schema.get_field_index("inputs")
+        batches = []
+        for batch in reader.iter_batches():
+            batch = batch.select(schema.names)
+            if not every_input:
+                inputs = batch.column(at)
+                batch = batch.set_column(at, schema.field(at), pc.if_else(
+                    pc.equal(batch.column("type"), METADATA), inputs, pa.scalar(None, inputs.type)))
+            batches.append(batch)
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 class JobAnalysis:

@@ -73,6 +73,13 @@ COLLECTIVE_ROWS = TableSchema("collective_rows", (
 ))
 
 
+# the node-table columns trace_row and collective_rows read (all a reader of a big trace keeps for them)
+TRACE_COLUMNS = ("id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "is_cpu_op", "num_ops",
+                 "comm_type", "comm_size", "pg_name")
+COLLECTIVE_COLUMNS = ("id", "name", "type", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst", "comm_tag",
+                      "duration_micros")
+
+
 def op_class(name: str) -> str:
     lowered = name.lower()
     return next((cls for cls, keys in OP_CLASSES if any(k in lowered for k in keys)), "other")
@@ -165,15 +172,17 @@ def _cycle_closing_edges(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray
 
 def trace_row(table: pa.Table) -> dict:
     """One row describing a rank trace (maps as JSON text, so the row stays flat for Parquet)."""
-    table = normalize_table(table)
+    table = normalize_table(table, TRACE_COLUMNS)
     types = table.column("type")
     is_comp = pc.equal(types, COMP)
     is_coll = pc.equal(types, COLL)
     is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
     on_npu = device_compute(table)
-    comp = table.filter(is_comp)
-    names = comp.column("name").combine_chunks().dictionary_encode()
-    classes = pa.array([op_class(n) for n in names.dictionary.to_pylist()], pa.string()).take(names.indices)
+    comp = table.select(["duration_micros", "num_ops"]).filter(is_comp)  # (a copy: only what is summed)
+    # each name's class looked up once; the rows hold a name's position (no copy of the names)
+    distinct = pc.unique(table.column("name"))
+    positions = pc.filter(pc.index_in(table.column("name"), value_set=distinct), is_comp).combine_chunks()
+    classes = pa.array([op_class(n) for n in distinct.to_pylist()], pa.string()).take(positions)
     comm = table.filter(is_comm)
     sizes = to_numpy(comm.column("comm_size"), 0)
     kinds = _comm_kinds(comm)
@@ -210,7 +219,7 @@ def trace_row(table: pa.Table) -> dict:
 
 def collective_rows(table: pa.Table) -> pa.Table:
     """One row per communication node (collectives, sends, receives)."""
-    table = normalize_table(table)
+    table = normalize_table(table, COLLECTIVE_COLUMNS)
     comm = table.filter(pc.is_in(table.column("type"), value_set=pa.array(COMM_NODE_TYPES, pa.int32())))
     kinds = _comm_kinds(comm)
     return pa.table({

@@ -23,13 +23,13 @@ COMMANDS = {
 
 
 def cmd_stats(args) -> int:
+    from chakra_core.analysis.facade import read_trace
     from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
     from chakra_core.analysis.stats import stragglers
-    from chakra_core.format.etfile import read_table
 
     args.system = args.system or PREDICTION_SYSTEM
-    prediction_system(args.system)  # a bad system file is bad input before any trace is read
-    tables, failed = per_file(args.inputs, "stats", "statistics of traces", read_table)
+    system = prediction_system(args.system)[0]  # a bad system file is bad input before any trace is read
+    tables, failed = per_file(args.inputs, "stats", "statistics of traces", lambda url: read_trace(url, system))
     by_url, jobs, notes = {}, [], []
     for prefix, analysis, urls in _analyses(dict(tables), args.system):
         gpu = analysis.gpu()

@@ -19,7 +19,7 @@ import gzip
 import itertools
 import mmap
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -318,10 +318,22 @@ class ETReader:
         finally:
             mapped.close()
 
-    def read_table(self, batch_nodes: int = DEFAULT_BATCH_NODES) -> pa.Table:
-        batches = list(self.iter_batches(batch_nodes))
-        schema = with_metadata(codec.NODE_SCHEMA, self.metadata_bytes, self.url)
-        return pa.Table.from_batches(batches, schema=schema)
+    def read_table(self, batch_nodes: int = DEFAULT_BATCH_NODES, columns: Sequence[str] | None = None) -> pa.Table:
+        """The whole node table; with `columns`, only those (in that order), each batch cut down
+        as it is decoded, so that memory holds the columns a question reads, not the trace."""
+        schema = projected_schema(columns)
+        batches = [batch if columns is None else batch.select(schema.names) for batch in self.iter_batches(batch_nodes)]
+        return pa.Table.from_batches(batches, schema=with_metadata(schema, self.metadata_bytes, self.url))
+
+
+def projected_schema(columns: Sequence[str] | None) -> pa.Schema:
+    """NODE_SCHEMA, or its fields named in `columns` (in that order); ValueError for a name it lacks."""
+    if columns is None:
+        return codec.NODE_SCHEMA
+    unknown = [name for name in columns if codec.NODE_SCHEMA.get_field_index(name) < 0]
+    if unknown:
+        raise ValueError(f"not node-table columns: {unknown}")
+    return pa.schema([codec.NODE_SCHEMA.field(name) for name in dict.fromkeys(columns)])
 
 
 def with_metadata(schema: pa.Schema, metadata_bytes: bytes, source: str | None = None) -> pa.Schema:
@@ -386,10 +398,11 @@ class ETWriter:
             self.write_batch(batch)
 
 
-def read_table(url: str) -> pa.Table:
-    """The node table of one .et file (any fsspec URL, plain or gzip), its metadata in the schema."""
+def read_table(url: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The node table of one .et file (any fsspec URL, plain or gzip), its metadata in the schema;
+    with `columns`, only those columns (read batch by batch: see ETReader.read_table)."""
     with ETReader(url) as reader:
-        return reader.read_table()
+        return reader.read_table(columns=columns)
 
 
 def write_table(table: pa.Table, url: str, metadata: pb.GlobalMetadata | bytes | None = None) -> None:

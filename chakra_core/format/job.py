@@ -75,9 +75,11 @@ def find_ranks(prefix: str) -> int:
     return len(ranks)
 
 
-def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
+def read_ranks(prefix: str, npus: int | None = None, columns: Sequence[str] | None = None) -> list[pa.Table]:
     """The node tables of ranks 0..npus-1 (all found when None), index = rank; an error names
-    the rank and its file. Plain local files are read in one pass (format/manyfiles.py)."""
+    the rank and its file. Plain local files are read in one pass (format/manyfiles.py) unless
+    they are big: that pass holds their bytes and every column at once, where a file read alone
+    holds a batch of it and keeps only `columns` (all when None)."""
     from chakra_core.format.etfile import read_table
     from chakra_core.format.manyfiles import read_local_tables
 
@@ -86,13 +88,13 @@ def read_ranks(prefix: str, npus: int | None = None) -> list[pa.Table]:
     elif _exists(rank_url(prefix, npus)) or _exists(rank_url(prefix, npus) + ".gz"):
         raise JobLayoutError(f"{prefix}: the job has a rank file {rank_url(prefix, npus)}[.gz] beyond the {npus} "
                              f"read; give the job's own NPU count (or --traced-npus to scale it)")
-    tables = read_local_tables([rank_url(prefix, rank) for rank in range(npus)])
+    tables = read_local_tables([rank_url(prefix, rank) for rank in range(npus)], columns)
     if tables is not None:
         return tables
     tables = []
     for rank in range(npus):
         try:
-            tables.append(read_table(_existing_rank_file(prefix, rank)))
+            tables.append(read_table(_existing_rank_file(prefix, rank), columns))
         except ChakraError as exc:
             raise JobLayoutError(f"rank {rank} of {npus}: {exc}") from None
     return tables
@@ -163,10 +165,11 @@ class Job:
         return len(self.tables)
 
     @classmethod
-    def read(cls, prefix: str, npus: int | None = None, comm_groups: str | None = None) -> Job:
-        """Ranks 0..npus-1 (read_ranks) and the groups file (the one beside the ranks when not
-        named; none if it does not exist)."""
-        tables = read_ranks(prefix, npus)
+    def read(cls, prefix: str, npus: int | None = None, comm_groups: str | None = None,
+             columns: Sequence[str] | None = None) -> Job:
+        """Ranks 0..npus-1 (read_ranks, only `columns` of them when given) and the groups file (the
+        one beside the ranks when not named; none if it does not exist)."""
+        tables = read_ranks(prefix, npus, columns)
         groups_file = comm_groups or (groups_url(prefix) if _exists(groups_url(prefix)) else None)
         return cls(tables, read_comm_groups(groups_file) if groups_file else {}, prefix.rstrip("/").rsplit("/", 1)[-1])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -21,22 +22,29 @@ from chakra_core import limits
 from chakra_core._native import _etcodec
 from chakra_core.errors import ChakraFormatError
 from chakra_core.format import codec
-from chakra_core.format.etfile import parse_metadata, read_frame, with_metadata
+from chakra_core.format.etfile import parse_metadata, projected_schema, read_frame, with_metadata
 from chakra_core.inputs import open_raw
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
-    """The node table of each file, as etfile.read_table would give it; None where a file is
-    not a plain local file or does not decode cleanly (then read them one by one)."""
+MAX_JOINED_BYTES = 64 << 20  # files larger together are read one by one, a batch at a time
+
+
+def read_local_tables(urls: list[str], columns: Sequence[str] | None = None) -> list[pa.Table] | None:
+    """The node table of each file (only `columns` when given), as etfile.read_table would give
+    it; None where a file is not a plain local file or does not decode cleanly, or where the
+    files hold more than MAX_JOINED_BYTES (then read them one by one)."""
     if not urls or any("://" in url and not url.startswith("file://") for url in urls):
         return None
     paths = [url.removeprefix("file://") for url in urls]
     try:
-        joined = bytearray(sum(os.path.getsize(path) for path in paths))  # every file's bytes, one allocation
+        size = sum(os.path.getsize(path) for path in paths)
     except OSError:
         return None
+    if size > MAX_JOINED_BYTES:
+        return None
+    joined = bytearray(size)  # every file's bytes, one allocation
     counts, metadata, end = [], [], 0  # joined[:end]: the node messages of the files so far
     max_nodes = limits.value("nodes")
     with memoryview(joined) as view:
@@ -58,10 +66,11 @@ def read_local_tables(urls: list[str]) -> list[pa.Table] | None:
             end += size - offset
             counts.append(nodes)
             metadata.append(payload)
-        return _split(view[:end], counts, metadata, urls)
+        return _split(view[:end], counts, metadata, urls, columns)
 
 
-def _split(data: memoryview, counts: list[int], metadata: list[bytes], urls: list[str]) -> list[pa.Table] | None:
+def _split(data: memoryview, counts: list[int], metadata: list[bytes], urls: list[str],
+           columns: Sequence[str] | None) -> list[pa.Table] | None:
     """Decodes the joined node messages and cuts the table at each file's first node."""
     try:
         batches, end = codec.decode(data, 0, 0, 0, max(1, sum(counts)), True, codec.default_decode_threads())
@@ -72,9 +81,11 @@ def _split(data: memoryview, counts: list[int], metadata: list[bytes], urls: lis
     whole = pa.Table.from_batches(batches, schema=codec.NODE_SCHEMA) if batches else codec.NODE_SCHEMA.empty_table()
     if whole.num_rows != sum(counts):
         return None
+    schema = projected_schema(columns)
+    whole = whole.select(schema.names)
     tables, start = [], 0
     for count, payload, url in zip(counts, metadata, urls):
         tables.append(whole.slice(start, count).replace_schema_metadata(
-            with_metadata(codec.NODE_SCHEMA, payload, os.fspath(url)).metadata))
+            with_metadata(schema, payload, os.fspath(url)).metadata))
         start += count
     return tables

@@ -8,6 +8,8 @@ fails loudly on a lossy cast (a negative id, a comm_size that is not an integer)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,9 +42,12 @@ def _node_types(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return column
 
 
-def normalize_table(table: pa.Table) -> pa.Table:
-    """The table with exactly NODE_SCHEMA's columns, in order, keeping the table's metadata."""
-    if table.schema.equals(NODE_SCHEMA):
+def normalize_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """The table with exactly NODE_SCHEMA's columns, in order, keeping the table's metadata; with
+    `columns`, only those of them (a question that reads a few columns of a big trace fills in
+    no others, and takes a table read with only those: etfile.read_table's `columns`)."""
+    schema = NODE_SCHEMA if columns is None else pa.schema([NODE_SCHEMA.field(name) for name in columns])
+    if table.schema.equals(schema):
         return table
     missing = [name for name in _REQUIRED if name not in table.column_names]
     if missing:
@@ -54,10 +59,10 @@ def normalize_table(table: pa.Table) -> pa.Table:
             " put other attributes in other_attrs"
         )
     n = table.num_rows
-    columns = []
-    for field in NODE_SCHEMA:
+    arrays = []
+    for field in schema:
         if field.name not in table.column_names:
-            columns.append(_default_column(field, n))
+            arrays.append(_default_column(field, n))
             continue
         column = table.column(field.name)
         if field.name == "type":
@@ -65,7 +70,7 @@ def normalize_table(table: pa.Table) -> pa.Table:
         if not field.nullable and column.null_count:
             raise ChakraTableError(f"column {field.name} has {column.null_count} null value(s); it may have none")
         try:
-            columns.append(pc.cast(column, field.type) if column.type != field.type else column)
+            arrays.append(pc.cast(column, field.type) if column.type != field.type else column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise ChakraTableError(f"column {field.name}: cannot store {column.type} as {field.type}: {exc}") from None
-    return pa.Table.from_arrays(columns, schema=NODE_SCHEMA.with_metadata(table.schema.metadata))
+    return pa.Table.from_arrays(arrays, schema=schema.with_metadata(table.schema.metadata))

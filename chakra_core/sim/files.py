@@ -4,6 +4,7 @@ network YAML, a system JSON and, optionally, a communicator-group JSON), over en
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -13,13 +14,15 @@ from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.errors import SimulationError
 from chakra_core.sim.results import SimResult
+from chakra_core.sim.workload.nodes import read_columns
 
 
-def read_job(prefix: str, npus: int, comm_group_url: str | None = None) -> Job:
-    """Ranks 0..npus-1 of `<prefix>.<rank>.et` (any fsspec URL) and their communicator groups
-    (the named file, else the one beside the ranks, if any); errors name the NPU."""
+def read_job(prefix: str, npus: int, comm_group_url: str | None = None, columns: Sequence[str] | None = None) -> Job:
+    """Ranks 0..npus-1 of `<prefix>.<rank>.et` (any fsspec URL; only `columns` of them, when
+    given) and their communicator groups (the named file, else the one beside the ranks, if
+    any); errors name the NPU."""
     try:
-        return Job.read(prefix, npus, comm_group_url)
+        return Job.read(prefix, npus, comm_group_url, columns)
     except JobLayoutError as exc:  # "rank R of N: ...", said as the simulator's other errors say it
         raise SimulationError(re.sub(r"^rank (\d+)", r"workload for NPU \1", str(exc))) from None
 
@@ -40,7 +43,9 @@ def simulate_files(prefix: str, network_url: str, system_url: str, comm_group_ur
     """
     network = load_network(network_url)
     system = load_system(system_url)
-    job = read_job(prefix, network.npus if traced_npus is None else traced_npus, comm_group_url)
+    # what-if scaling rewrites whole tables; otherwise only the columns the simulation reads are kept
+    columns = read_columns(system, record_timeline) if traced_npus is None else None
+    job = read_job(prefix, network.npus if traced_npus is None else traced_npus, comm_group_url, columns)
     result = simulate(job, network, system, mode=mode, traced_npus=traced_npus, scaling=scaling,
                       record_timeline=record_timeline, **knobs)
     return result, result.assumptions

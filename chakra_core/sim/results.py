@@ -50,9 +50,10 @@ class NpuResult:
                 **({"critical_path": dict(self.critical_path)} if self.critical_path is not None else {})}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TimelineEvent:
-    """One node's run on one NPU, for timelines (Perfetto) and overlap analysis."""
+    """One node's run on one NPU, for timelines (Perfetto) and overlap analysis (slots: a
+    million-node run keeps a million of them)."""
 
     npu: int
     node_id: int
@@ -90,7 +91,8 @@ class SimResult:
     def timeline_table(self) -> pa.Table:
         if self.timeline is None:
             raise ValueError("no timeline was recorded: run the engine with record_timeline=True")
-        return pa.Table.from_pylist([vars(e) for e in self.timeline], schema=TIMELINE_SCHEMA)
+        return pa.Table.from_pylist([{name: getattr(e, name) for name in TIMELINE_SCHEMA.names} for e in self.timeline],
+                                    schema=TIMELINE_SCHEMA)
 
 
 NPU_RESULT_SCHEMA = pa.schema([

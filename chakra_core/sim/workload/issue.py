@@ -13,6 +13,7 @@ timeline when asked for, and progress reports.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 
 from chakra_core.sim import breakdown
@@ -29,9 +30,10 @@ from chakra_core.sim.decoded import (
     Node,
 )
 from chakra_core.sim.events import EventQueue
-from chakra_core.sim.results import NpuResult, TimelineEvent
+from chakra_core.sim.results import NpuResult
 from chakra_core.sim.workload.feeder import GraphFeeder
 from chakra_core.sim.workload.order import CompletionOrder
+from chakra_core.sim.workload.recorded import Completions, RecordedTimeline
 
 PROGRESS_EVERY = 1 << 16  # completed nodes between progress reports: rare enough to cost nothing
 MAX_COINCIDENCES = 4096  # coincidences kept (a run with more is run again with every collective live anyway)
@@ -52,9 +54,10 @@ class Workload:
         self.spent = breakdown.TimeBreakdown(npus)
         self.extensions: set[str] = set()  # "memory" once a memory node ran (its timing is an assumption)
         self.system = None  # the system layer, attached before the run
-        # timeline recording: issue tick per node and (npu, index, end) per completion, only when asked for
-        self.issued_at = [[0] * len(n) for n in nodes] if record_timeline else None
-        self.ran: list[tuple[int, int, int]] | None = [] if record_timeline else None
+        # timeline recording, only when asked for: the issue tick per node, and per completion its NPU,
+        # node index and tick (flat arrays of machine ints: a million-node run keeps 32 bytes a node)
+        self.issued_at = [array("q", bytes(8 * len(n))) for n in nodes] if record_timeline else None
+        self.ran: Completions | None = Completions() if record_timeline else None
         self.progress = progress
         self.total_nodes = sum(len(nodes[npu]) for npu in self.active)
         self.done_nodes, self.report_every = 0, PROGRESS_EVERY
@@ -114,7 +117,7 @@ class Workload:
             self.progress("simulating nodes", self.done_nodes * self.stands_for, self.total_nodes * self.stands_for)
             self.report_every += PROGRESS_EVERY
         if self.ran is not None:
-            self.ran.append((npu, index, now))
+            self.ran.add(npu, index, now)
         self.issue(npu, now)
 
     def issue(self, npu: int, now: int) -> None:
@@ -163,20 +166,12 @@ class Workload:
     def time_by_category(self, npu: int) -> dict[str, int]:
         return self.spent.totals(npu, self.results[npu].finish_ns)
 
-    def timeline(self) -> list[TimelineEvent] | None:
+    def timeline(self) -> RecordedTimeline | None:
         """One event per node run, in completion order (None unless recorded)."""
         if self.ran is None:
             return None
-        names = [f.table.column("name").to_pylist() if "name" in f.table.column_names else None
-                 for f in self.feeders]
-        events = []
-        for npu, index, end in self.ran:
-            node = self.nodes[npu][index]
-            kind = "compute" if node.action == DO_COMPUTE else (node.label or node.op or "instant")
-            events.append(TimelineEvent(npu, int(self.feeders[npu].ids[index]),
-                                        names[npu][index] if names[npu] else "", TRACK_OF_SLOT[node.slot], kind,
-                                        self.issued_at[npu][index], end, node.size))
-        return events
+        return RecordedTimeline(self.ran, self.issued_at, self.nodes, [f.ids if f is not None else None for f in self.feeders],
+                                [f.table if f is not None else None for f in self.feeders])
 
     def node_id(self, npu: int, index: int) -> int:
         return int(self.feeders[npu].ids[index])

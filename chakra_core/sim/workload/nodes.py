@@ -48,6 +48,16 @@ COLLECTIVE_OPS = {
 }
 BROADCAST = 5
 DEFAULT_GROUP_NAMES = ("", "0")  # pg_name values that mean "all NPUs" to ASTRA-sim
+DECODE_ROWS = 1 << 16  # rows whose column values are Python objects at once while decoding
+
+def read_columns(system: SystemConfig, timeline: bool = False) -> tuple[str, ...]:
+    """The node-table columns a simulation on `system` reads (the feeder's graph, what
+    NodeDecoder decodes, names where the system or a timeline wants them, inputs where the
+    host-overhead model counts them): all a reader of a big trace needs to keep."""
+    names = ("name",) if timeline or system.call_time_in_network else ()
+    inputs = ("inputs",) if system.host_overhead is not None and system.host_overhead.reads_inputs else ()
+    return ("id", "ctrl_deps", "data_deps", *NodeDecoder.COLUMNS, *names, *inputs)
+
 
 def input_counts(table: pa.Table) -> list[int]:
     """Per row, the inputs its operator recorded (the entries of inputs.types, a JSON list); 0 where
@@ -87,27 +97,37 @@ class NodeDecoder:
         self.shapes: list[tuple[int, Node]] = []
 
     def decode(self, npu: int, feeder: GraphFeeder) -> list[Node]:
+        """One Node per row of the feeder's table, DECODE_ROWS rows at a time: the columns are
+        Python values only for the rows being decoded (the Nodes themselves are shared)."""
         t, path = feeder.table, feeder.path
+        launches = self._launch_counts(t) if self.system.host_overhead is not None else None
+        nodes: list[Node] = []
+        interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
+        for first in range(0, t.num_rows, DECODE_ROWS):
+            ids = feeder.ids[first:first + DECODE_ROWS]
+            cols = self._columns(t.slice(first, DECODE_ROWS), ids, launches)
+            for i, (node_id, shape) in enumerate(zip(ids.tolist(), zip(*cols.values()))):
+                known = interned.get(shape)
+                if known is None:
+                    known = interned[shape] = self._node(cols, i, npu, path, node_id)
+                    self.shapes.append((npu, known))
+                nodes.append(known)
+        return nodes
+
+    def _columns(self, t: pa.Table, ids: np.ndarray, launches: dict[int, int] | None) -> dict[str, list]:
+        """The rows' values that decide their Node, column by column."""
         cols = {name: _column(t, name) for name in self.COLUMNS}
         if self.system.call_time_in_network and "name" in t.column_names:  # else no column: nothing to tell apart
             cols["call_own_time"] = self._call_own_time(t)
-        if self.system.host_overhead is not None:
-            cols["launches"] = self._launches(t, feeder.ids)
+        if launches is not None:
+            cols["launches"] = [launches.get(node_id, 0) for node_id in ids.tolist()]
             if self.system.host_overhead.reads_inputs:
                 cols["inputs"] = input_counts(t)
             if self.system.host_overhead.reads_children:
                 cols["children"] = _column(t, "children", 0)
             cols["launch_calls"] = _column(t, "launch_calls")
         cols["involved_dim"] = [tuple(v) if v is not None else None for v in cols["involved_dim"]]  # hashable
-        nodes = []
-        interned: dict[tuple, Node] = {}  # a trace repeats a few node shapes many times
-        for i, (node_id, shape) in enumerate(zip(feeder.ids.tolist(), zip(*cols.values()))):
-            known = interned.get(shape)
-            if known is None:
-                known = interned[shape] = self._node(cols, i, npu, path, node_id)
-                self.shapes.append((npu, known))
-            nodes.append(known)
-        return nodes
+        return cols
 
     @staticmethod
     def _call_own_time(table: pa.Table) -> list[bool]:
@@ -120,15 +140,17 @@ class NodeDecoder:
         return pc.fill_null(own, False).to_pylist()
 
     @staticmethod
-    def _launches(table: pa.Table, ids: np.ndarray) -> list[int]:
-        """Per row, the device work it launched: the device compute nodes whose first data
-        dependency it is (the converter lists a kernel's launcher there)."""
+    def _launch_counts(table: pa.Table) -> dict[int, int]:
+        """Node id -> the device work it launched: the device compute nodes whose first data
+        dependency it is (the converter lists a kernel's launcher there); absent: none."""
         deps = pc.filter(table.column("data_deps"), device_compute(table))
         deps = pc.filter(deps, pc.greater(pc.list_value_length(deps), 0))  # device work without a launcher: none
         firsts = pc.list_element(deps, 0) if len(deps) else pa.array([])
         launchers = pc.drop_null(firsts).to_numpy(zero_copy_only=False).astype(np.int64)
-        counts = dict(zip(*np.unique(launchers, return_counts=True))) if len(launchers) else {}
-        return [int(counts.get(node_id, 0)) for node_id in ids.tolist()]
+        if not len(launchers):
+            return {}
+        found, counts = np.unique(launchers, return_counts=True)
+        return dict(zip(found.tolist(), counts.tolist()))
 
     def _node(self, cols: dict, i: int, npu: int, path: str, node_id: int) -> Node:
         ntype, is_cpu = cols["type"][i], bool(cols["is_cpu_op"][i])

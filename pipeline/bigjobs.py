@@ -1,0 +1,110 @@
+"""Big jobs on Ray: the memory a conversion needs, declared to Ray; a big PyTorch job converted
+rank by rank, a Ray task per rank.
+
+Ray places a task where the CPU it asks for is free; memory it does not count unless the task
+declares it (the `memory` resource), so two big conversions on one worker can exhaust it and
+get it killed. Every job task therefore declares what its conversion will need: a worker's
+own footprint plus BYTES_PER_READ_BYTE for every byte its trace files hold as read (a gzip
+file counted GZIP_EXPANSION times its stored size), never more than the largest Ray node has
+(more could never be placed, and the night would wait for it forever).
+
+A PyTorch job whose largest rank reads PER_RANK_BYTES or more (and that has more than one
+rank, in a folder) is converted rank by rank: its job task starts a task per rank that reads
+and analyses that rank's files (chakra_core's RankConversion, returned through Ray's object
+store), each declaring that rank's memory, then writes the job from them as `chakra convert`
+does (process groups merged and inferred, collectives checked across ranks); the ranks read
+in parallel instead of one after the other, on whichever workers have the memory.
+docs/pipeline.md, 'Big jobs', says how the figures were measured.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import fsspec
+
+from chakra_core.convert import sources
+from chakra_core.convert.common.result import JobResult
+from chakra_core.convert.pytorch.conversion import RankConversion
+from chakra_core.convert.pytorch.discover import RankInput, checked_rank, find_ranks
+from chakra_core.convert.pytorch.et import read_host_trace
+from chakra_core.convert.pytorch.job import convert_ranks
+from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
+from pipeline.cluster import WORKER_RETRIES
+from pipeline.ingest import JobInput
+
+PER_RANK_BYTES = 256 << 20  # a job whose largest rank reads this much converts a task per rank
+WORKER_BYTES = 512 << 20  # a worker with the library imported (about 120 MiB) and the job's small tables
+BYTES_PER_READ_BYTE = 4  # peak memory per byte of trace JSON read: conversion 2.3, tables and statistics on top
+GZIP_EXPANSION = 25  # JSON bytes per gzip byte of the shipped GPU runs' traces (gpt: 16.9 MB in 0.66 MB)
+PYTORCH = "pytorch_et"
+
+
+def read_bytes(name: str, stored: int) -> int:
+    """The bytes a file holds as read: its stored size, gzip expanded by GZIP_EXPANSION."""
+    return stored * GZIP_EXPANSION if name.endswith(".gz") else stored
+
+
+def memory_for(read: int) -> int:
+    """The memory a task that reads `read` bytes of traces declares to Ray."""
+    return WORKER_BYTES + BYTES_PER_READ_BYTE * read
+
+
+def job_memory(job: JobInput) -> int:
+    """What the job's task declares: every file it reads (hashed, converted, summarised)."""
+    return memory_for(sum(read_bytes(f.name, f.bytes) for f in job.files if f.problem is None))
+
+
+def rank_bytes(job: JobInput) -> dict[int, int]:
+    """Per rank, the bytes its files (traces and side files naming the rank) hold as read."""
+    ranks: dict[int, int] = {}
+    for f in job.files:
+        if f.problem is not None or (f.kind != job.trace_format and f.kind not in sources.SIDE_FILES):
+            continue  # not opened, or of no rank (job.json, an unknown file)
+        rank = f.rank
+        if rank is not None:
+            ranks[rank] = ranks.get(rank, 0) + read_bytes(f.name, f.bytes)
+    return ranks
+
+
+def converts_by_rank(job: JobInput, per_rank_bytes: int = PER_RANK_BYTES) -> bool:
+    """Whether the job converts a task per rank: a PyTorch job of a folder with more than one
+    rank, the largest reading per_rank_bytes or more."""
+    ranks = rank_bytes(job) if job.trace_format == PYTORCH else {}
+    return len(ranks) > 1 and max(ranks.values()) >= per_rank_bytes
+
+
+def capped(memory: int) -> int:
+    """memory, or the largest Ray node's when that is less (a task asking more would never run)."""
+    import ray
+
+    largest = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+    return min(memory, int(largest)) if largest else memory
+
+
+def convert_by_rank(src: str, out_dir: str, prefix: str, accounted: frozenset[str]) -> JobResult:
+    """The job in folder `src` converted as chakra_core.convert.pytorch.job.convert_job converts
+    it, each rank read and analysed by a Ray task of its own (in a Ray task: the job's)."""
+    import ray
+
+    analyse = ray.remote(max_retries=WORKER_RETRIES)(analyse_rank)
+    with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
+        inputs = find_ranks(src, workdir, accounted)
+        refs = [analyse.options(memory=capped(memory_for(_item_bytes(item)))).remote(item) for item in inputs.ranks]
+        return convert_ranks(ray.get(refs), inputs, out_dir, prefix)
+
+
+def analyse_rank(item: RankInput) -> RankConversion:
+    """One rank read and analysed, as convert_job does it for each of a job's ranks."""
+    kineto = read_kineto(item.kineto) if item.kineto else None
+    rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
+    return RankConversion(read_host_trace(item.host), kineto, rank)
+
+
+def _item_bytes(item: RankInput) -> int:
+    return sum(read_bytes(url, _size(url)) for url in (item.host, item.kineto) if url)
+
+
+def _size(url: str) -> int:
+    fs, path = fsspec.core.url_to_fs(url)
+    return int(fs.size(path) or 0)
