@@ -21,8 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import fsspec
+import pyarrow as pa
 
-from chakra_core.convert.common.result import JobResult, published
+from chakra_core.convert.common.result import JobResult, published, tables_wanted
 from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_document
@@ -33,7 +34,8 @@ from chakra_core.convert.pytorch.analysis import CommRecord
 from chakra_core.convert.pytorch.et import read_host_trace
 from chakra_core.documents import read_document
 from chakra_core.errors import ChakraError
-from chakra_core.format.etfile import write_table
+from chakra_core.format.columns import NODE_SCHEMA
+from chakra_core.format.etfile import ETWriter
 from chakra_core.format.job import groups_url, rank_url, write_comm_groups
 
 
@@ -88,14 +90,21 @@ def convert_ranks(conversions: list[RankConversion], inputs: JobInputs, out_dir:
 def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
     """Every rank's ET, then the communicator groups (each file atomically)."""
     for c in conversions:
-        table, metadata = c.emit(resolved.get(c.rank), job_groups)
+        rows, metadata = c.emit_rows(resolved.get(c.rank), job_groups)
         c.release()
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
-        write_table(table, url, metadata)
-        result.tables.append(table)
+        kept = []  # the table's batches, where the caller analyses it next
+        with ETWriter(url, metadata) as writer:
+            for batch in rows.batches():  # each made, encoded and let go in turn
+                writer.write_batch(batch)
+                if tables_wanted():
+                    kept.append(batch)
+        del rows
+        if tables_wanted():
+            result.tables.append(pa.Table.from_batches(kept, kept[0].schema if kept else NODE_SCHEMA))
         result.reports.append(c.report.to_dict())
-        result.nodes += table.num_rows
+        result.nodes += writer.nodes_written
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
     result.lacking_rank = lacking_rank(conversions)
