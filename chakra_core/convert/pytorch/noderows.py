@@ -1,5 +1,6 @@
-"""The output rows of one rank's conversion (convert/pytorch.py): the kept host nodes, then the
-device work, gathered into the Chakra node table."""
+"""The output rows of one rank's conversion (conversion.RankConversion.emit_rows): the kept host
+nodes, then the device work, gathered into the Chakra node table batch by batch, each batch made
+when the writer asks for it (pytorch/job.py), so that the whole table never exists at once."""
 
 from __future__ import annotations
 
