@@ -30,6 +30,7 @@ from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_
 from chakra_core.convert.pytorch.discover import JobInputs, RankInput, checked_rank, find_ranks, unprofiled_steps
 from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch.conversion import RankConversion
+from chakra_core.convert.pytorch.noderows import NodeRows
 from chakra_core.convert.pytorch.analysis import CommRecord
 from chakra_core.convert.pytorch.et import read_host_trace
 from chakra_core.documents import read_document
@@ -94,21 +95,29 @@ def _write_outputs(result: JobResult, conversions: list[RankConversion], resolve
         c.release()
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
-        kept = []  # the table's batches, where the caller analyses it next
-        with ETWriter(url, metadata) as writer:
-            for batch in rows.batches():  # each made, encoded and let go in turn
-                writer.write_batch(batch)
-                if tables_wanted():
-                    kept.append(batch)
+        nodes, table = write_rows(rows, url, metadata)
         del rows
-        if tables_wanted():
-            result.tables.append(pa.Table.from_batches(kept, kept[0].schema if kept else NODE_SCHEMA))
+        if table is not None:
+            result.tables.append(table)
         result.reports.append(c.report.to_dict())
-        result.nodes += writer.nodes_written
+        result.nodes += nodes
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
     result.lacking_rank = lacking_rank(conversions)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
+
+
+def write_rows(rows: NodeRows, url: str, metadata) -> tuple[int, pa.Table | None]:
+    """A rank's rows written to url batch by batch, each made, encoded and let go in turn (the
+    file appears whole or not at all); returns the nodes written and, where the caller analyses
+    the tables next (tables_wanted), the table."""
+    kept = []
+    with ETWriter(url, metadata) as writer:
+        for batch in rows.batches():
+            writer.write_batch(batch)
+            if tables_wanted():
+                kept.append(batch)
+    return writer.nodes_written, pa.Table.from_batches(kept, NODE_SCHEMA) if tables_wanted() else None
 
 
 def _profiler_cost(url: str, result: JobResult) -> dict | None:
