@@ -171,15 +171,15 @@ def test_a_conversion_that_fails_while_writing_leaves_no_rank(tmp_path, monkeypa
 
     from chakra_core.convert.pytorch import job
 
-    real_write, written = job.write_table, []
+    real_write, written = job.write_rows, []
 
-    def write_then_fail(table, url, metadata):
+    def write_then_fail(rows, url, metadata):
         if written:
             raise OSError("No space left on device")
         written.append(url)
-        real_write(table, url, metadata)
+        return real_write(rows, url, metadata)
 
-    monkeypatch.setattr(job, "write_table", write_then_fail)
+    monkeypatch.setattr(job, "write_rows", write_then_fail)
     with pytest.raises(OSError):
         job.convert_job(str(GLOO / "mlp_ddp-w2"), str(tmp_path / "out"), "mlp")
     assert written and list((tmp_path / "out").iterdir()) == []

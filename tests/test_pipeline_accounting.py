@@ -163,15 +163,15 @@ def test_a_rejected_chakra_job_leaves_nothing_in_the_warehouse(memfs):
 def test_a_pytorch_conversion_failing_half_way_leaves_nothing(memfs, monkeypatch):
     import chakra_core.convert.pytorch.job as convert_module
 
-    written = []
+    written, real_write = [], convert_module.write_rows
 
-    def disk_full_after_one(table, url, *args, **kwargs):
+    def disk_full_after_one(rows, url, metadata):
         if written:
             raise OSError(f"{url}: no space left on device (injected)\nsecond line")
         written.append(url)
-        return write_table(table, url, *args, **kwargs)
+        return real_write(rows, url, metadata)
 
-    monkeypatch.setattr(convert_module, "write_table", disk_full_after_one)
+    monkeypatch.setattr(convert_module, "write_rows", disk_full_after_one)
     gloo_job(SOURCE, "p")
     outcome, files = run_job("p")
     reasons = accounted(outcome, files)

@@ -112,6 +112,15 @@ static void block_put(uint8_t *p, size_t cap) {
     if (!keep) munmap(p, cap);
 }
 
+/* Whether the pool keeps a block of class c. */
+static int pool_holds(int c) {
+    if (c < 0) return 0;
+    pthread_mutex_lock(&pool_lock);
+    int held = pool_count[c] > 0;
+    pthread_mutex_unlock(&pool_lock);
+    return held;
+}
+
 /* In a forked child, the pool's lock may have been held by a thread that is gone. */
 static void pool_after_fork(void) { pthread_mutex_init(&pool_lock, NULL); }
 
@@ -150,7 +159,11 @@ static __attribute__((noinline)) int buf_grow_to(buf_t *b, size_t need) {
         return 0;
     }
 #ifdef MREMAP_MAYMOVE
-    if (b->cap >= POOL_MIN) { /* a block already: the kernel moves its pages, no copy and nothing left behind */
+    /* A block already: the kernel moves its pages, no copy and nothing left behind; unless the
+     * pool keeps a block of the size wanted, which is then reused (a copy of what was written so
+     * far), or buffers grown by mremap call after call (encode's output) would fill the pool with
+     * blocks of their final size that no growth ever takes back. */
+    if (b->cap >= POOL_MIN && !pool_holds(class_of(cap))) {
         int c = class_of(cap);
         size_t bytes = c >= 0 ? class_bytes(c) : (cap + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
         void *moved = mremap(b->p, b->cap, bytes, MREMAP_MAYMOVE);

@@ -18,10 +18,11 @@ COMMANDS = {
 
 
 def _convert_job(args):
+    from chakra_core.convert.common.result import tables_not_kept
     from chakra_core.convert.sources import OPTIONS, SourceOptions, convert_source
 
     options = SourceOptions(**{name: getattr(args, name) for name in OPTIONS})
-    with Progress() as progress:
+    with Progress() as progress, tables_not_kept():  # written, then only summarised
         return convert_source(args.src, args.out, args.prefix, args.source_format, options, progress=progress)
 
 

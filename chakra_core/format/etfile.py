@@ -380,7 +380,8 @@ class ETWriter:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        # the exception reaches open_output, which then discards the unfinished file
+        self._stack.__exit__(*exc)
 
     def close(self) -> None:
         self._stack.close()

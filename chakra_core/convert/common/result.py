@@ -5,8 +5,10 @@ leaves it whole)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import fsspec
@@ -14,6 +16,25 @@ import pyarrow as pa
 
 from chakra_core.format.job import Job, groups_url, rank_url, remove_other_ranks, write_comm_groups
 from chakra_core.outputs import afterwards, open_output, together
+
+# Whether the caller analyses the tables next (JobResult.tables): the nightly does; `chakra convert`
+# does not, and a converter that writes its tables batch by batch (pytorch/job.py) then never
+# holds a whole one.
+_TABLES_WANTED: ContextVar[bool] = ContextVar("tables_wanted", default=True)
+
+
+@contextlib.contextmanager
+def tables_not_kept() -> Iterator[None]:
+    """Conversions inside the block may leave JobResult.tables empty."""
+    token = _TABLES_WANTED.set(False)
+    try:
+        yield
+    finally:
+        _TABLES_WANTED.reset(token)
+
+
+def tables_wanted() -> bool:
+    return _TABLES_WANTED.get()
 
 
 @dataclass
@@ -33,7 +54,7 @@ class JobResult:
     input_notes: list[str] = field(default_factory=list)  # files seen and not used, each with why
     set_aside: dict[str, str] = field(default_factory=dict)  # side files of no use: url -> the reason
     lacking_rank: str | None = None  # a rank of the traces' world group the job lacks (pytorch/job.lacking_rank)
-    tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next
+    tables: list[pa.Table] = field(default_factory=list, repr=False)  # as written, for a caller analysing them next (tables_wanted)
     source: dict | None = None  # a FlexFlow graph or text workload: what was read and how (convert.sources)
     profiler_cost: dict | None = None  # profiler_cost.json beside the traces, as read (checked by chakra calibrate)
 

@@ -70,8 +70,7 @@ class RankAnalysis:
     """Analyse a rank's host trace: roles, communication ops, Kineto links (RankConversion emits it)."""
 
     def __init__(self, host: HostTrace, kineto: KinetoTrace | None, rank: int):
-        self.host = host
-        self.kineto = kineto
+        self.host = host  # the Kineto trace is not kept: what a conversion needs of it is linked below
         self.rank = rank
         self.report = ConversionReport(host.path, rank, host.schema, len(host))
         self.report.notes.extend(host.notes)
@@ -105,10 +104,10 @@ class RankAnalysis:
             for k in self.linked.device:  # device work launched inside a communication op is its duration
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
-            self.call_time = self._account_call_time()
+            self.call_time = self._account_call_time(kineto)
             operators = [e for i, e in self.linked.cpu.items() if self.role[i] == OP]
-            cut = hosttime.remove_waiting_between_ops(self.call_time, self.kineto.after_children, self.work, operators)
-            self.thread_waits = threadwait.remove_waiting_for_threads(self.kineto.after_children, operators, cut,
+            cut = hosttime.remove_waiting_between_ops(self.call_time, kineto.after_children, self.work, operators)
+            self.thread_waits = threadwait.remove_waiting_for_threads(kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
             if not host.has_data_deps:  # no tensor ties what goes on after communication to it
                 self.thread_waits += threadwait.waits_after_communication(
@@ -117,13 +116,13 @@ class RankAnalysis:
                                 for g in self._gloo_nodes(a) if g in self.linked.cpu])
             self.device_work = self._device_work()
             eligible = [d for _, d in self.device_work]
-            self.device_waits = devicesync.remove_waiting_for_device(self.kineto.runtime, operators, eligible,
+            self.device_waits = devicesync.remove_waiting_for_device(kineto.runtime, operators, eligible,
                                                                      self.call_time.totals)
             in_comm = {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}
-            self.comm_waits = devicesync.communication_waits(in_comm, self.kineto.runtime, eligible)
-            hosttime.keep_gaps_between_steps(self.call_time, self.kineto.cpu, self.linked.cpu,
+            self.comm_waits = devicesync.communication_waits(in_comm, kineto.runtime, eligible)
+            hosttime.keep_gaps_between_steps(self.call_time, kineto.cpu, self.linked.cpu,
                                              lambda i: self.role[i] == OP)
-            self.report.device_timing = device_timing(self.kineto.device, self.kineto.runtime)
+            self.report.device_timing = device_timing(kineto.device, kineto.runtime)
         else:
             self.report.notes.append("no Kineto trace: durations are 0 and device kernels are absent")
         self.records = self._comm_records()
@@ -311,7 +310,7 @@ class RankAnalysis:
         """The gloo:* nodes of a communication op: attached by record-function order, or nested in it."""
         return self.gloo_of.get(anchor, []) + self.wrapped_gloo.get(anchor, [])
 
-    def _account_call_time(self) -> hosttime.CallTime:
+    def _account_call_time(self, kineto: KinetoTrace) -> hosttime.CallTime:
         """Host and blocked time of the nodes a communication call collapses (hosttime.py)."""
         collapsed = {}
         roles = np.asarray(self.role, np.int8)
@@ -329,7 +328,7 @@ class RankAnalysis:
         self.blocking = {a for a, op in self.comm.items()
                          if (op.blocking if op.blocking is not None else a in work and self._waited_for(a, work[a][1]))}
         role = self.role
-        return hosttime.account(self.linked.cpu, self.kineto.cpu, collapsed, self.anchor_of, self.parent,
+        return hosttime.account(self.linked.cpu, kineto.cpu, collapsed, self.anchor_of, self.parent,
                                 lambda i: role[i] == OP or role[i] == ANNOTATION, work)
 
     def _waited_for(self, anchor: int, end: float) -> bool:

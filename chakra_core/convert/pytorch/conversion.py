@@ -132,8 +132,15 @@ class RankConversion(RankAnalysis):
     # ---------------------------------------------------------------- emit
     def emit(self, resolved: dict[int, tuple[str, str]] | None = None, job_groups: ProcessGroups | None = None
              ) -> tuple[pa.Table, pb.GlobalMetadata]:
-        """The node table and metadata. `resolved` maps anchor index -> (pg_name, source) for
-        groups inferred across ranks; `job_groups` is the union of every rank's groups."""
+        """The node table and metadata (emit_rows, the table built whole)."""
+        rows, metadata = self.emit_rows(resolved, job_groups)
+        return rows.table(), metadata
+
+    def emit_rows(self, resolved: dict[int, tuple[str, str]] | None = None, job_groups: ProcessGroups | None = None
+                  ) -> tuple[NodeRows, pb.GlobalMetadata]:
+        """The output rows (NodeRows: the node table batch by batch) and metadata. `resolved` maps
+        anchor index -> (pg_name, source) for groups inferred across ranks; `job_groups` is the
+        union of every rank's groups. The rows hold what they need of the host trace alone."""
         groups = job_groups or self.groups
         sim_names = simulator_names(groups)
         self._name_groups(resolved)
@@ -143,7 +150,7 @@ class RankConversion(RankAnalysis):
         own_nodes = self._own_time_nodes()  # gloo node -> its anchor: the call's own duration, after the call
         if own_nodes:
             kept[list(own_nodes)] = True
-        rows = NodeRows(self.order[kept[self.order]])
+        rows = NodeRows(self.order[kept[self.order]], host)
         index = rows.host_index
         row_of_host = np.full(len(host), -1, np.int64)
         row_of_host[index] = np.arange(len(index))
@@ -197,13 +204,13 @@ class RankConversion(RankAnalysis):
         _keep_innermost_num_ops(rows, self.parent, host)
         parents = np.asarray(self.parent, np.int64)
         rows.children = np.bincount(parents[parents >= 0], minlength=len(host))
-        return rows.table(host), self._metadata(sim_names)
+        return rows, self._metadata(sim_names)
 
     def release(self) -> None:
-        """Drops the traces and what the analysis found in them, once the table is emitted: a job
+        """Drops the traces and what the analysis found in them, once the rows are emitted: a job
         goes on to use only each rank's number, groups, communication records and report
-        (job.check_collectives, lacking_rank), and the table is then encoded without the inputs
-        it was made from beside it (a long trace's largest moment)."""
+        (job.check_collectives, lacking_rank), and the rows are then encoded without the Kineto
+        trace and the analysis beside them (the rows keep the host trace's columns they read)."""
         kept = {"rank", "groups", "records", "report"}
         for name in [n for n in vars(self) if n not in kept]:
             delattr(self, name)

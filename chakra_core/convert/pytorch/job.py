@@ -21,19 +21,22 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import fsspec
+import pyarrow as pa
 
-from chakra_core.convert.common.result import JobResult, published
+from chakra_core.convert.common.result import JobResult, published, tables_wanted
 from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, comm_group_document
 from chakra_core.convert.pytorch.discover import JobInputs, RankInput, checked_rank, find_ranks, unprofiled_steps
 from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
 from chakra_core.convert.pytorch.conversion import RankConversion
+from chakra_core.convert.pytorch.noderows import NodeRows
 from chakra_core.convert.pytorch.analysis import CommRecord
 from chakra_core.convert.pytorch.et import read_host_trace
 from chakra_core.documents import read_document
 from chakra_core.errors import ChakraError
-from chakra_core.format.etfile import write_table
+from chakra_core.format.columns import NODE_SCHEMA
+from chakra_core.format.etfile import ETWriter
 from chakra_core.format.job import groups_url, rank_url, write_comm_groups
 
 
@@ -88,18 +91,33 @@ def convert_ranks(conversions: list[RankConversion], inputs: JobInputs, out_dir:
 def _write_outputs(result: JobResult, conversions: list[RankConversion], resolved: dict, job_groups) -> None:
     """Every rank's ET, then the communicator groups (each file atomically)."""
     for c in conversions:
-        table, metadata = c.emit(resolved.get(c.rank), job_groups)
+        rows, metadata = c.emit_rows(resolved.get(c.rank), job_groups)
         c.release()
         url = rank_url(f"{result.out_dir}/{result.prefix}", c.rank)
         result.et_files.append(url)
-        write_table(table, url, metadata)
-        result.tables.append(table)
+        nodes, table = write_rows(rows, url, metadata)
+        del rows
+        if table is not None:
+            result.tables.append(table)
         result.reports.append(c.report.to_dict())
-        result.nodes += table.num_rows
+        result.nodes += nodes
         result.host_nodes += c.report.host_nodes
     result.mismatches = check_collectives(conversions, job_groups)
     result.lacking_rank = lacking_rank(conversions)
     write_comm_groups(comm_group_document(job_groups), result.comm_group_file)  # "{}" when there are none
+
+
+def write_rows(rows: NodeRows, url: str, metadata) -> tuple[int, pa.Table | None]:
+    """A rank's rows written to url batch by batch, each made, encoded and let go in turn (the
+    file appears whole or not at all); returns the nodes written and, where the caller analyses
+    the tables next (tables_wanted), the table."""
+    kept = []
+    with ETWriter(url, metadata) as writer:
+        for batch in rows.batches():
+            writer.write_batch(batch)
+            if tables_wanted():
+                kept.append(batch)
+    return writer.nodes_written, pa.Table.from_batches(kept, NODE_SCHEMA) if tables_wanted() else None
 
 
 def _profiler_cost(url: str, result: JobResult) -> dict | None:

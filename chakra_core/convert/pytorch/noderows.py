@@ -1,16 +1,21 @@
-"""The output rows of one rank's conversion (convert/pytorch.py): the kept host nodes, then the
-device work, gathered into the Chakra node table."""
+"""The output rows of one rank's conversion (conversion.RankConversion.emit_rows): the kept host
+nodes, then the device work, gathered into the Chakra node table batch by batch, each batch made
+when the writer asks for it (pytorch/job.py), so that the whole table never exists at once."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from chakra_core.convert.pytorch import deps
 from chakra_core.convert.pytorch.et import ID_ATTRS, HostTrace
-from chakra_core.format.columns import IO_INFO_TYPE
+from chakra_core.format.columns import IO_INFO_TYPE, NODE_SCHEMA
+from chakra_core.format.etfile import WRITE_BATCH_NODES
+from chakra_core.format.normalize import normalize_table
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
 
@@ -18,8 +23,8 @@ class NodeRows:
     """The output rows: the kept host nodes (columns over host indices, in id order), then the
     device kernels. Everything that comes from the host trace is gathered by index."""
 
-    def __init__(self, host_index: np.ndarray):
-        self.host_index = host_index
+    def __init__(self, host_index: np.ndarray, host: HostTrace):
+        self.host_index, self.host = host_index, host
         self.types = self.start = self.duration = self.ctrl = None  # numpy columns, set by emit
         self.data: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # (row, row)
         self.comm: dict[int, dict] = {}  # row -> comm_type/comm_size/comm_src/comm_dst/comm_tag/pg_name
@@ -29,94 +34,49 @@ class NodeRows:
         self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
         self.children: np.ndarray | None = None  # per host index, the host nodes directly inside it
 
-    def table(self, host: HostTrace) -> pa.Table:
-        index, kernels = self.host_index, self.kernels
-        n_host, n_kernels = len(index), len(kernels)
-        types = self.types
-        host_ids = np.frombuffer(host.ids, np.int64)[index] if n_host else np.zeros(0, np.int64)
+    def table(self) -> pa.Table:
+        """The whole node table at once (a caller that keeps it); see batches."""
+        return pa.Table.from_batches(list(self.batches()), NODE_SCHEMA)
 
-        def gather(values) -> np.ndarray:
-            return np.frombuffer(values, np.int64)[index] if n_host else np.zeros(0, np.int64)
+    def batches(self, batch_nodes: int = WRITE_BATCH_NODES) -> Iterator[pa.RecordBatch]:
+        """The node table as record batches of at most batch_nodes rows, each built when asked
+        for: written one by one, the whole table never exists at once (a long trace's largest
+        moment). The host rows come first, then the kernels'."""
+        columns, n_host = _HostColumns(self, self.host), len(self.host_index)
+        ranges = range(0, n_host, batch_nodes) if n_host or self.kernels else [0]  # no rows: one empty batch
+        made = itertools.chain((columns.batch(lo, min(lo + batch_nodes, n_host)) for lo in ranges),
+                               (self._kernel_batch(self.kernels[lo:lo + batch_nodes])
+                                for lo in range(0, len(self.kernels), batch_nodes)))
+        for batch in made:  # each brought to the node-table schema, as the writer takes it
+            yield from normalize_table(pa.Table.from_batches([batch])).to_batches()
 
-        def with_kernels(array: pa.Array, kernel_values=None) -> pa.ChunkedArray:
-            """Host rows then kernel rows, as two chunks (no copy of the host column)."""
-            tail = pa.array(kernel_values, array.type) if kernel_values is not None else pa.nulls(n_kernels, array.type)
-            return pa.chunked_array([array, tail], array.type)
-
-        comm_rows = np.fromiter(self.comm, np.int64, len(self.comm))
-        position = np.full(n_host + n_kernels, -1, np.int64)  # row -> its entry in self.comm, -1: none
-        position[comm_rows] = np.arange(len(comm_rows))
-        position = pa.array(position, mask=position < 0)
-
-        def comm_column(key: str, arrow_type) -> pa.Array:
-            """A column null everywhere but on the (few) communication rows."""
-            return pa.array([attrs.get(key) for attrs in self.comm.values()], arrow_type).take(position)
-
-        num_ops = gather(host.num_ops)
-        counted = (num_ops >= 0) & (types == COMP)
-        if self.no_num_ops:
-            counted &= ~np.isin(index, np.fromiter(self.no_num_ops, np.int64))
-        # ctrl_deps: at most one per host row; kernels follow their stream
-        has_ctrl = self.ctrl >= 0
-        ctrl_offsets = np.r_[0, np.cumsum(has_ctrl)]
-        ctrl_values = host_ids[self.ctrl[has_ctrl]]
-        kernel_ctrl = [[k[3]] if k[3] is not None else [] for k in kernels]
-        ctrl_deps = with_kernels(
-            pa.ListArray.from_arrays(pa.array(ctrl_offsets, pa.int32()), pa.array(ctrl_values, pa.uint64())),
-            kernel_ctrl)
-        data_offsets, parent_ids = self._data_deps(host_ids)
-        data_deps = with_kernels(
-            pa.ListArray.from_arrays(pa.array(data_offsets, pa.int32()), pa.array(parent_ids, pa.uint64())),
-            [[k[2]] for k in kernels])
-        inputs, outputs = self._io(host)
-        on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
-        return pa.table({
-            "id": with_kernels(pa.array(host_ids, pa.uint64()), [k[0] for k in kernels]),
-            "name": with_kernels(pa.array(host.names, pa.string()).take(pa.array(index)), [k[1].name for k in kernels]),
-            "type": with_kernels(pa.array(types, pa.int32()), [COMP] * n_kernels),
-            "ctrl_deps": ctrl_deps,
-            "data_deps": data_deps,
-            "start_time_micros": with_kernels(pa.array(self.start, pa.uint64()), [int(k[1].ts) for k in kernels]),
-            "duration_micros": with_kernels(pa.array(self.duration, pa.uint64()),
-                                            [max(0, int(round(k[1].dur))) for k in kernels]),
+    def _kernel_batch(self, kernels: list[tuple]) -> pa.RecordBatch:
+        """Rows of device work: what Kineto measured, launched by (a data dependency on) a host row."""
+        n = len(kernels)
+        return pa.RecordBatch.from_pydict({
+            "id": pa.array([k[0] for k in kernels], pa.uint64()),
+            "name": pa.array([k[1].name for k in kernels], pa.string()),
+            "type": pa.array([COMP] * n, pa.int32()),
+            "ctrl_deps": pa.array([[k[3]] if k[3] is not None else [] for k in kernels], pa.list_(pa.uint64())),
+            "data_deps": pa.array([[k[2]] for k in kernels], pa.list_(pa.uint64())),
+            "start_time_micros": pa.array([int(k[1].ts) for k in kernels], pa.uint64()),
+            "duration_micros": pa.array([max(0, int(round(k[1].dur))) for k in kernels], pa.uint64()),
             # Kineto times device work to the ns: kept, as a kernel of 2.4 us is not one of 2 us
-            "duration_ns": with_kernels(pa.nulls(len(host_ids), pa.int64()),
-                                        [max(0, int(round(k[1].dur * 1000))) for k in kernels]),
-            "inputs": with_kernels(inputs),
-            "outputs": with_kernels(outputs),
-            "is_cpu_op": with_kernels(pa.array(on_cpu, pa.bool_()), [False] * n_kernels),
-            "num_ops": with_kernels(pa.array(num_ops, pa.int64(), mask=~counted)),
-            "tensor_size": with_kernels(pa.array(gather(host.tensor_bytes), pa.uint64(), mask=~counted)),
-            "comm_type": comm_column("comm_type", pa.int64()),
-            "comm_size": comm_column("comm_size", pa.int64()),
-            "comm_src": comm_column("comm_src", pa.int64()),
-            "comm_dst": comm_column("comm_dst", pa.int64()),
-            "comm_tag": comm_column("comm_tag", pa.int64()),
-            "pg_name": comm_column("pg_name", pa.string()),
-            **{k: with_kernels(pa.array(gather(host.attr_columns[k]), pa.int64())) for k in ID_ATTRS},
-            "stream": with_kernels(pa.nulls(n_host, pa.int64()), [k[1].stream for k in kernels]),
-            "children": with_kernels(self._children()),
-            "launch_calls": with_kernels(self._launch_calls(host_ids)),
-            "op_schema": with_kernels(pa.array(host.op_schemas, pa.string()).take(pa.array(index))),
+            "duration_ns": pa.array([max(0, int(round(k[1].dur * 1000))) for k in kernels], pa.int64()),
+            "is_cpu_op": pa.array([False] * n, pa.bool_()),
+            "stream": pa.array([k[1].stream for k in kernels], pa.int64()),
         })
 
-
-    def _children(self) -> pa.Array:
-        """Per host row, the host nodes directly inside it; null (not written) for none."""
-        counts = self.children[self.host_index] if self.children is not None else np.zeros(len(self.host_index), np.int64)
-        return pa.array(counts, pa.int64(), mask=counts == 0)
-
-    def _launch_calls(self, host_ids: np.ndarray) -> pa.Array:
+    def _launch_calls(self, host_ids: np.ndarray) -> np.ndarray:
         """Per host row, the runtime calls that launched its device work where they were fewer
         than the work (a CUDA graph's replay: one cudaGraphLaunch, many kernels sharing its
-        correlation id); null elsewhere (one call per kernel, copy or memset)."""
+        correlation id); 0 elsewhere (one call per kernel, copy or memset; written null)."""
         items, calls = Counter(), defaultdict(set)
         for _, event, launcher, _ in self.kernels:
             items[launcher] += 1
             calls[launcher].add(event.correlation if event.correlation is not None else ("item", id(event)))
         fewer = {launcher: len(ids) for launcher, ids in calls.items() if len(ids) < items[launcher]}
-        counts = np.array([fewer.get(i, 0) for i in host_ids.tolist()], np.int64)
-        return pa.array(counts, pa.int64(), mask=counts == 0)
+        return np.array([fewer.get(i, 0) for i in host_ids.tolist()], np.int64)
 
     def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, parent ids) of the host rows' data_deps: tensor flow and waits, minus what
@@ -135,16 +95,96 @@ class NodeRows:
         data_offsets = np.r_[0, np.cumsum(np.bincount(readers, minlength=n_host))] if n_host else np.zeros(1, np.int64)
         return data_offsets, parent_ids
 
-    def _io(self, host: HostTrace) -> tuple[pa.Array, pa.Array]:
-        """The host rows' inputs and outputs, gathered chunk by chunk (no concatenated copy of all
-        the text first), with the rows whose inputs were rewritten spliced in."""
-        index = self.host_index
-        io = pa.chunked_array(host.io_chunks).take(pa.array(index)).combine_chunks() if host.io_chunks and len(index) \
-            else None
-        inputs = io.field("inputs").cast(IO_INFO_TYPE) if io is not None else pa.nulls(0, IO_INFO_TYPE)
-        outputs = io.field("outputs").cast(IO_INFO_TYPE) if io is not None else pa.nulls(0, IO_INFO_TYPE)
-        for row, (values, shapes, types_text) in sorted(self.inputs_override.items()):  # a row or two: splice
-            replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], IO_INFO_TYPE)
-            inputs = pa.concat_arrays([inputs.slice(0, row), replacement, inputs.slice(row + 1)])
+
+class _HostColumns:
+    """The host rows' columns, as numpy arrays over every row (a few bytes each), cut into record
+    batches on demand; the text (names, schemas, inputs and outputs) is gathered per batch."""
+
+    def __init__(self, rows: NodeRows, host: HostTrace):
+        self.rows, self.host = rows, host
+        index = rows.host_index
+        n_host, types = len(index), rows.types
+        self.ids = np.frombuffer(host.ids, np.int64)[index] if n_host else np.zeros(0, np.int64)
+        self.num_ops, self.tensor_bytes = self.gather(host.num_ops), self.gather(host.tensor_bytes)
+        self.counted = (self.num_ops >= 0) & (types == COMP)
+        if rows.no_num_ops:
+            self.counted &= ~np.isin(index, np.fromiter(rows.no_num_ops, np.int64))
+        has_ctrl = rows.ctrl >= 0  # ctrl_deps: at most one per host row
+        self.ctrl_offsets = np.r_[0, np.cumsum(has_ctrl)]
+        self.ctrl_values = self.ids[rows.ctrl[has_ctrl]]
+        self.data_offsets, self.parent_ids = rows._data_deps(self.ids)
+        self.on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
+        self.comm_position = np.full(n_host, -1, np.int64)  # row -> its entry in rows.comm, -1: none
+        self.comm_position[np.fromiter(rows.comm, np.int64, len(rows.comm))] = np.arange(len(rows.comm))
+        self.children = rows.children[index] if rows.children is not None else np.zeros(n_host, np.int64)
+        self.launch_calls = rows._launch_calls(self.ids)
+        self.io_starts = np.cumsum([0] + [len(chunk) for chunk in host.io_chunks])
+
+    def gather(self, values) -> np.ndarray:
+        index = self.rows.host_index
+        return np.frombuffer(values, np.int64)[index] if len(index) else np.zeros(0, np.int64)
+
+    def batch(self, lo: int, hi: int) -> pa.RecordBatch:
+        rows, host, index = self.rows, self.host, self.rows.host_index[lo:hi]
+        counted, children, calls = self.counted[lo:hi], self.children[lo:hi], self.launch_calls[lo:hi]
+        inputs, outputs = self._io(index, lo, hi)
+        return pa.RecordBatch.from_pydict({
+            "id": pa.array(self.ids[lo:hi], pa.uint64()),
+            "name": pa.array([host.names[i] for i in index.tolist()], pa.string()),
+            "type": pa.array(rows.types[lo:hi], pa.int32()),
+            "ctrl_deps": _lists(self.ctrl_offsets, self.ctrl_values, lo, hi),
+            "data_deps": _lists(self.data_offsets, self.parent_ids, lo, hi),
+            "start_time_micros": pa.array(rows.start[lo:hi], pa.uint64()),
+            "duration_micros": pa.array(rows.duration[lo:hi], pa.uint64()),
+            "inputs": inputs,
+            "outputs": outputs,
+            "is_cpu_op": pa.array(self.on_cpu[lo:hi], pa.bool_()),
+            "num_ops": pa.array(self.num_ops[lo:hi], pa.int64(), mask=~counted),
+            "tensor_size": pa.array(self.tensor_bytes[lo:hi], pa.uint64(), mask=~counted),
+            **self._comm(lo, hi),
+            **{k: pa.array(np.frombuffer(host.attr_columns[k], np.int64)[index], pa.int64()) for k in ID_ATTRS},
+            "children": pa.array(children, pa.int64(), mask=children == 0),
+            "launch_calls": pa.array(calls, pa.int64(), mask=calls == 0),
+            "op_schema": pa.array([host.op_schemas[i] for i in index.tolist()], pa.string()),
+        })
+
+    def _comm(self, lo: int, hi: int) -> dict[str, pa.Array]:
+        """The communication columns: null everywhere but on the (few) communication rows."""
+        position = self.comm_position[lo:hi]
+        attrs = list(self.rows.comm.values())
+        take = pa.array(position, mask=position < 0)
+        return {key: pa.array([a.get(key) for a in attrs], arrow_type).take(take)
+                for key, arrow_type in (("comm_type", pa.int64()), ("comm_size", pa.int64()),
+                                        ("comm_src", pa.int64()), ("comm_dst", pa.int64()),
+                                        ("comm_tag", pa.int64()), ("pg_name", pa.string()))}
+
+    def _io(self, index: np.ndarray, lo: int, hi: int) -> tuple[pa.Array, pa.Array]:
+        """The rows' inputs and outputs, with the rows whose inputs were rewritten spliced in."""
+        if not self.host.io_chunks or not len(index):
+            return pa.nulls(len(index), IO_INFO_TYPE), pa.nulls(len(index), IO_INFO_TYPE)
+        io = self._gathered_io(index)
+        inputs, outputs = io.field("inputs").cast(IO_INFO_TYPE), io.field("outputs").cast(IO_INFO_TYPE)
+        for row, (values, shapes, types_text) in sorted(self.rows.inputs_override.items()):  # a row or two
+            if lo <= row < hi:
+                replacement = pa.array([{"values": values, "shapes": shapes, "types": types_text}], IO_INFO_TYPE)
+                inputs = pa.concat_arrays([inputs.slice(0, row - lo), replacement, inputs.slice(row - lo + 1)])
         return inputs, outputs
 
+
+    def _gathered_io(self, index: np.ndarray) -> pa.StructArray:
+        """The io rows of these host indices, taken chunk by chunk: a take from the chunked array
+        would first join every chunk (all of the trace's tensor text) into one, for each batch."""
+        chunk = np.searchsorted(self.io_starts, index, "right") - 1
+        order = np.argsort(chunk, kind="stable")  # grouped by chunk, in the batch's order within each
+        parts = [self.host.io_chunks[c].take(pa.array(index[chunk == c] - self.io_starts[c]))
+                 for c in np.unique(chunk).tolist()]
+        where = np.empty_like(order)
+        where[order] = np.arange(len(order))  # row j of the batch is part row where[j]
+        return pa.concat_arrays(parts).take(pa.array(where))
+
+
+def _lists(offsets: np.ndarray, values: np.ndarray, lo: int, hi: int) -> pa.Array:
+    """Rows lo..hi of a list column given as (offsets, values) over every row."""
+    start, end = offsets[lo], offsets[hi]
+    return pa.ListArray.from_arrays(pa.array(offsets[lo:hi + 1] - start, pa.int32()),
+                                    pa.array(values[start:end], pa.uint64()))
