@@ -34,7 +34,7 @@ from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.bigjobs import PER_RANK_BYTES  # noqa: E402
-from pipeline.cluster import end_on_signals, start_ray, stop_signal  # noqa: E402
+from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
 from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day  # noqa: E402
@@ -263,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(items=True) as progress:
                 summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
                                   args.representatives, args.synthetic_jobs, args.per_rank_bytes)
-        except FailedRun as e:  # a preflight refusal or a failed stage: its one line
-            print(f"nightly: {e}", file=sys.stderr)
+        except BaseException as e:
+            if stopper := stopped_by(e):  # Ctrl-C, or a stop signal (end_on_signals)
+                print(f"nightly: stopped by {stopper}", file=sys.stderr)
+                return 130
+            if not isinstance(e, FailedRun):
+                raise
+            print(f"nightly: {e}", file=sys.stderr)  # a preflight refusal or a failed stage: its one line
             return 2
-        except KeyboardInterrupt:  # Ctrl-C, or a stop signal (end_on_signals)
-            print(f"nightly: stopped by {stop_signal() or 'Ctrl-C'}", file=sys.stderr)
-            return 130
         _print_summary(summary)
         reports.append(summary["report"])
     print("report: " + "\nreport: ".join(reports))

@@ -28,7 +28,7 @@ from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from chakra_core.errors import ChakraError  # noqa: E402
-from pipeline.cluster import start_ray, stop_signal  # noqa: E402
+from pipeline.cluster import start_ray, stopped_by  # noqa: E402
 from pipeline.simulation import DEFAULT_SWEEP  # noqa: E402
 from pipeline.sweep_file import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
 from pipeline.sweep_jobs import Sources  # noqa: E402
@@ -154,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             result = sweep(args.date, args.sweep, args.name, args.warehouse, args.num_cpus, args.jobs,
                            args.synthetic, args.npus, args.count, args.generate, args.max_points, progress,
                            args.convert)
-    except FailedRun as e:  # a stage's one line
-        print(f"sweep: {e}", file=sys.stderr)
+    except BaseException as e:
+        if stopper := stopped_by(e):  # Ctrl-C, or a stop signal (start_ray's end_on_signals)
+            print(f"sweep: stopped by {stopper}; a re-run skips the points already done", file=sys.stderr)
+            return 130
+        if not isinstance(e, FailedRun):
+            raise
+        print(f"sweep: {e}", file=sys.stderr)  # a stage's one line
         return 2
-    except KeyboardInterrupt:  # Ctrl-C, or a stop signal (start_ray's end_on_signals)
-        print(f"sweep: stopped by {stop_signal() or 'Ctrl-C'}; a re-run skips the points already done",
-              file=sys.stderr)
-        return 130
     print(f"{result['rows']} simulations ({result['ok']} ok), {result['skipped']} already done -> {result['folder']}")
     return 0
 

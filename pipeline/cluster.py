@@ -57,9 +57,12 @@ def end_on_signals() -> None:
         signal.signal(signum, _interrupt)
 
 
-def stop_signal() -> str | None:
-    """The name of the signal that stopped this run (Prefect re-raises its KeyboardInterrupt bare)."""
-    return _STOP_SIGNAL[0] if _STOP_SIGNAL else None
+def stopped_by(error: BaseException) -> str | None:
+    """What stopped a run that ended in `error`: the stop signal's name whatever Prefect made of
+    its interrupt (a bare KeyboardInterrupt, a crashed task's error, a failed stage), or "Ctrl-C"."""
+    if _STOP_SIGNAL:
+        return _STOP_SIGNAL[0]
+    return "Ctrl-C" if isinstance(error, KeyboardInterrupt) else None
 
 
 def _interrupt(signum, frame) -> None:
