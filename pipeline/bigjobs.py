@@ -21,15 +21,10 @@ from __future__ import annotations
 
 import tempfile
 
-import fsspec
-
 from chakra_core.convert import sources
 from chakra_core.convert.common.result import JobResult
-from chakra_core.convert.pytorch.conversion import RankConversion
-from chakra_core.convert.pytorch.discover import RankInput, checked_rank, find_ranks
-from chakra_core.convert.pytorch.et import read_host_trace
-from chakra_core.convert.pytorch.job import convert_ranks
-from chakra_core.convert.pytorch.kineto import rank_of, read_kineto
+from chakra_core.convert.pytorch.discover import RankInput, find_ranks
+from chakra_core.convert.pytorch.job import analyse_rank, convert_ranks, file_size
 from pipeline.cluster import WORKER_RETRIES
 from pipeline.ingest import JobInput
 
@@ -94,17 +89,5 @@ def convert_by_rank(src: str, out_dir: str, prefix: str, accounted: frozenset[st
         return convert_ranks(ray.get(refs), inputs, out_dir, prefix)
 
 
-def analyse_rank(item: RankInput) -> RankConversion:
-    """One rank read and analysed, as convert_job does it for each of a job's ranks."""
-    kineto = read_kineto(item.kineto) if item.kineto else None
-    rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
-    return RankConversion(read_host_trace(item.host), kineto, rank)
-
-
 def _item_bytes(item: RankInput) -> int:
-    return sum(read_bytes(url, _size(url)) for url in (item.host, item.kineto) if url)
-
-
-def _size(url: str) -> int:
-    fs, path = fsspec.core.url_to_fs(url)
-    return int(fs.size(path) or 0)
+    return sum(read_bytes(url, file_size(url)) for url in (item.host, item.kineto) if url)

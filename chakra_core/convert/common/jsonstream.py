@@ -15,6 +15,7 @@ could recurse into it) and arrays longer than `nodes`.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable, Iterator
 
@@ -183,6 +184,18 @@ class StreamedDocument:
                               self._base + len(self._buf))
 
     # -- the document -----------------------------------------------------------------
+    def digest_all(self) -> None:
+        """Reads the whole document for what `decode` keeps, the cyclic garbage collector paused:
+        a digest makes many short-lived containers, and collecting them only slows it down."""
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for _ in self.batches():
+                pass
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
     def batches(self) -> Iterator[list]:
         with open_binary(self.url) as f:
             self._file = f

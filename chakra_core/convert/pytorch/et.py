@@ -17,7 +17,6 @@ nodes, which need their full arguments, are kept whole; there are few of them.
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 from array import array
@@ -144,14 +143,7 @@ def read_host_trace(url: str, progress: Callable[[int], None] | None = None) -> 
     reader = _HostReader(url)
     doc = StreamedDocument(url, "nodes", progress=progress, decode=reader.digest_batch)
     reader.doc = doc
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # many short-lived containers; the cyclic collector only slows this down
-    try:
-        for _ in doc.batches():
-            pass
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    doc.digest_all()
     trace = reader.trace or HostTrace(url, str(doc.fields.get("schema", "")), ATTRS, doc.fields)  # no nodes
     trace.fields = doc.fields
     _check_unique_ids(trace)

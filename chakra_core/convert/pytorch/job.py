@@ -54,17 +54,17 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
     names of files in src the caller has dealt with (discover.find_ranks leaves them alone)."""
     with tempfile.TemporaryDirectory(prefix="chakra-convert-") as workdir:
         inputs = find_ranks(src, workdir, accounted)
-        conversions = [_analysed(item, progress) for item in inputs.ranks]
+        conversions = [analyse_rank(item, progress) for item in inputs.ranks]
         return convert_ranks(conversions, inputs, out_dir, prefix)
 
 
-def _analysed(item: RankInput, progress: Callable[[str, int, int], None] | None) -> RankConversion:
+def analyse_rank(item: RankInput, progress: Callable[[str, int, int], None] | None = None) -> RankConversion:
     """One rank read and analysed (the traces are referenced by the conversion alone, which
-    releases them once emitted)."""
+    releases them once emitted); the nightly's per-rank Ray tasks call it too (pipeline/bigjobs)."""
     kineto = read_kineto(item.kineto) if item.kineto else None
     rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
     step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None
-    total = _size(item.host)
+    total = file_size(item.host)
     host = read_host_trace(item.host, progress=(lambda b: step(b, total)) if step else None)
     return RankConversion(host, kineto, rank)
 
@@ -130,7 +130,8 @@ def _profiler_cost(url: str, result: JobResult) -> dict | None:
         return None
 
 
-def _size(url: str) -> int:
+def file_size(url: str) -> int:
+    """The stored size of the file at url (0 where it cannot be told)."""
     fs, path = fsspec.core.url_to_fs(url)
     try:
         return int(fs.size(path) or 0)

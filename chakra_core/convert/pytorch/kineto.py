@@ -19,7 +19,6 @@ another rank than its host trace.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -124,14 +123,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
     doc = StreamedDocument(url, "traceEvents", progress=progress, decode=reader.digest_batch)
     reader.doc = doc
     reader.trace = trace = KinetoTrace(url, doc.fields)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in doc.batches():
-            pass
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    doc.digest_all()
     trace.after_children = _exclusive_times(trace.cpu)
     return trace
 
