@@ -229,6 +229,8 @@ def test_the_job_page_breaks_down_each_rank_and_compares_with_the_day_before(rep
     assert kernels.index("nvjet_gemm_a") < kernels.index("elementwise_kernel")
     diff = _section(text, "diff")
     assert f"chakra diff of gpu-gpt on {DAYS[1]} and gpu-gpt on {LAST}" in diff
+    raw = _section((reports / f"date={LAST}" / "job=gpu-gpt.html").read_text(), "diff")
+    assert "<td>family_ns:gemm</td>" in raw and "&lt;t" not in raw  # the figures' table is HTML, not its tags as text
     gemm = next(r for r in diff.split("<tr>") if "family_ns:gemm" in r)
     assert "+40.0 %" in gemm and "yes" in gemm and "regression" in gemm
     for name, status in (("new_fused_kernel", "added"), ("old_kernel", "vanished"), ("nvjet_gemm_a", "changed")):

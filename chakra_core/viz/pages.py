@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import humanize
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from chakra_core.analysis.history import unit
 from chakra_core.terminal import printable
@@ -83,8 +84,9 @@ def figure(value, metric: str) -> str:
 
 def _untrusted(value):
     """Every string a page shows, as text: control and bidirectional characters (which reorder
-    what a reader sees) written as escapes, as in the terminal (autoescape then escapes HTML)."""
-    return printable(value) if isinstance(value, str) else value
+    what a reader sees) written as escapes, as in the terminal (autoescape then escapes HTML).
+    Markup is the templates' own HTML (a macro's output), whose values were made text inside it."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def page_of(job_id: str) -> str:
