@@ -84,3 +84,38 @@ def test_collect_on_gpus_says_in_one_line_when_the_machine_has_none(capsys):
             collect.main(["--device", "cuda", "--scenario", "mlp_ddp", "--world-sizes", "1"])
         assert "no CUDA device" in capsys.readouterr().err
     assert exit_.value.code == 2
+
+
+def _broadcasts_by_step(run_dir) -> dict[str, int]:
+    """ProfilerStep#N -> the c10d::broadcast_ operators recorded inside it (rank 0's ET)."""
+    import gzip
+
+    nodes = json.loads(gzip.open(run_dir / "rank0.et.json.gz").read())["nodes"]
+    by_id = {n["id"]: n for n in nodes}
+    counts: dict[str, int] = {}
+    for node in nodes:
+        if node["name"] == "c10d::broadcast_":
+            step = node
+            while step is not None and not step["name"].startswith("ProfilerStep#"):
+                step = by_id.get(step.get("ctrl_deps"))
+            key = step["name"] if step else "outside"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+def test_collect_settle_steps_keep_ddps_bucket_rebuild_out_of_the_recorded_steps(tmp_path):
+    """DDP rebuilds its gradient buckets in its second iteration (a broadcast of the bucket order
+    among the ranks): without settle steps that is the first recorded step, which the timed
+    steps never repeat; with --settle-steps 1 it falls before the recording (docs/gpu.md, 'Errors
+    per run'). The settle steps are not logged: the program log holds the recorded steps only."""
+    from tools import collect
+
+    plain = collect.run("mlp_ddp", 2, tmp_path / "plain")
+    settled = collect.run("mlp_ddp", 2, tmp_path / "settled", settle_steps=1)
+    assert _broadcasts_by_step(plain).get("ProfilerStep#1", 0) > 0
+    assert _broadcasts_by_step(settled) == {}
+    assert json.loads((settled / "job.json").read_text())["settle_steps_before_recording"] == 1
+    logged = json.loads((settled / "rank0.program.json").read_text())
+    assert logged == json.loads((plain / "rank0.program.json").read_text())  # same calls, same steps
+    assert {entry["step"] for entry in logged} == {1, 2}

@@ -5,7 +5,7 @@ Usage::
 
     python -m tools.collect --out datasets/pytorch-gloo \
         [--scenario mlp_ddp transformer_ddp dlrm collectives] [--world-sizes 2 4] \
-        [--timed-steps K] [--size small|large] [--device cpu|cuda] [--probe]
+        [--timed-steps K] [--settle-steps N] [--size small|large] [--device cpu|cuda] [--probe]
 
 `--device cuda` runs mlp_ddp and transformer_ddp with one GPU per rank over NCCL (world size 1
 allowed), into `<scenario>[-<size>]-cuda-w<N>/`; the recorder adds CUDA activity (kernels,
@@ -22,6 +22,10 @@ Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/
   `tools.programlog.ProgramLog` and datasets/pytorch-gloo/README.md for the fields and the
   byte definitions);
 - `job.json`: what the run is;
+- with `--settle-steps N`, N steps run before the recorder starts, unrecorded and unlogged: DDP
+  rebuilds its gradient buckets in its second iteration (a broadcast of the bucket order, new
+  bucket views) and NCCL sets up each new buffer on first use, work that otherwise lands in
+  `ProfilerStep#1` and that the timed steps never do (docs/gpu.md, 'Errors per run');
 - with `--probe`, `profiler_cost.json`: the profiler's cost per operator on this machine
   (tools/profcost.py, measured once before the runs), which `chakra calibrate` reads.
 
@@ -312,7 +316,7 @@ BUILDERS = {
 # --------------------------------------------------------------------------------------------
 
 def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed_steps: int = 0,
-            size: str = "small", device: str = "cpu") -> None:
+            size: str = "small", device: str = "cpu", settle_steps: int = 0) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                       RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
@@ -331,6 +335,9 @@ def _worker(rank: int, world: int, port: int, scenario: str, run_dir: str, timed
         log = ProgramLog(rank, world)
         step_fn = BUILDERS[scenario](rank, world, log, size)  # creates subgroups before recording
         out = Path(run_dir)
+        for step in range(-settle_steps, 0):  # unlogged: the log records steps RECORDED_STEPS only
+            log.begin_step(step)
+            step_fn(step)
         with TraceRecorder(out, warmup=WARMUP, active=ACTIVE, compress=True) as rec:
             for step in range(STEPS):
                 log.begin_step(step)
@@ -368,7 +375,7 @@ def _free_port() -> int:
 
 
 def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: str = "small",
-        device: str = "cpu") -> Path:
+        device: str = "cpu", settle_steps: int = 0) -> Path:
     if size != "small" and scenario not in SCALABLE:
         raise ValueError(f"--size {size}: only {', '.join(SCALABLE)} come in more than one size")
     if device == "cuda" and scenario not in SCALABLE:
@@ -378,8 +385,8 @@ def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: s
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size, device), nprocs=world,
-             join=True)
+    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size, device, settle_steps),
+             nprocs=world, join=True)
     model, parallelism = DESCRIPTIONS[scenario]
     if size != "small":
         model = f"{model}; size {size}: {MLP[size] if scenario == 'mlp_ddp' else TRANSFORMER[size]}"
@@ -387,7 +394,7 @@ def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: s
            "backend": "nccl" if device == "cuda" else "gloo", "device": device,
            "parallelism": parallelism, "steps_recorded": ACTIVE,
            "torch_version": torch.__version__, "scenario": scenario,
-           "recorded_step_indices": list(RECORDED_STEPS)}
+           "recorded_step_indices": list(RECORDED_STEPS), "settle_steps_before_recording": settle_steps}
     (run_dir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
     return run_dir
 
@@ -410,6 +417,9 @@ def main(argv=None) -> int:
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
     parser.add_argument("--timed-steps", type=int, default=0, metavar="K",
                         help="after recording, time K more steps with the profiler off (rank<R>.timing.json)")
+    parser.add_argument("--settle-steps", type=int, default=0, metavar="N",
+                        help="run N steps before the recorder starts, unrecorded (DDP's bucket rebuild and first "
+                        "collectives then fall outside the recorded steps, as in the timed ones)")
     parser.add_argument("--size", choices=SIZES, default="small",
                         help=f"model size; 'large' ({', '.join(SCALABLE)} only) gives operators of milliseconds")
     parser.add_argument("--probe", action="store_true",
@@ -421,6 +431,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.size != "small" and set(args.scenario) - set(SCALABLE):
         parser.error(f"--size {args.size}: only {', '.join(SCALABLE)} come in more than one size")
+    if args.settle_steps < 0 or args.timed_steps < 0:
+        parser.error("--settle-steps and --timed-steps: 0 or more")
     if args.device == "cuda":
         _check_gpus(parser, args)
     for w in args.world_sizes:
@@ -437,7 +449,7 @@ def main(argv=None) -> int:
         for world in args.world_sizes:
             t0 = time.monotonic()
             print(f"[collect] {scenario} world_size={world} ...", flush=True)
-            run_dir = run(scenario, world, args.out, args.timed_steps, args.size, args.device)
+            run_dir = run(scenario, world, args.out, args.timed_steps, args.size, args.device, args.settle_steps)
             if probe is not None:
                 profcost.write(run_dir, probe)
             files = sorted(p for p in run_dir.iterdir() if p.is_file())
