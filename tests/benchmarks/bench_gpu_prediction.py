@@ -6,8 +6,13 @@ Converts the sixteen one-GPU runs of datasets/gpu-h200/ (gpt, mlp_tiny), gpu-h20
 gpu-h200-more/ (recorded with the profiler-cost probe, profiler_cost.json) and prints per run:
 the measured unprofiled time (median step times the two recorded steps, with the steps'
 spread: the first and third quartiles against the median, and their drift: the median of the
-later half of the steps against the median of all), the simulation as recorded against
-the recorded span (reference system, no model), and the error against the measured time of:
+later half of the steps against the median of all), two checks of the recording itself (`step
+1/2`: the CPU time of the first recorded step against the second's, where one-time work or a
+slower stretch of the host shows; `no-work ops`: the median recorded time of operators that do
+no work of their own, views and allocations, against what the probe's recorded terms give
+them: the observer's cost in that recording against the probe's machine), the simulation as
+recorded against the recorded span (reference system, no model), and the error against the
+measured time of:
 
 - `shipped`: the shipped system file (chakra_core/sim/defaults/gpu_host_overhead.json);
 - `2 runs`: `chakra calibrate`'s fit on gpt and mlp_tiny alone, with the probe of
@@ -51,6 +56,7 @@ from chakra_core.sim.config import (  # noqa: E402
     load_system,
 )
 from chakra_core.sim.engine import simulate  # noqa: E402
+from chakra_core.sim.workload.nodes import input_counts  # noqa: E402
 
 DATA = REPO / "datasets"
 RUNS = ([DATA / "gpu-h200" / name for name in ("gpt", "mlp_tiny")] + sorted((DATA / "gpu-h200-heldout").iterdir())
@@ -64,6 +70,12 @@ FAMILIES = {"gpt": "eager GPT", "gpt4-d128": "eager GPT", "gpt6-d512": "eager GP
 REFERENCE_SYSTEM = DATA / "astra-sim-reference" / "configs" / "Ring_4chunks.json"
 GRID = {"scale": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5),
         "launch_ns": (0.0, 5_000.0, 7_500.0, 10_000.0, 12_500.0, 15_000.0, 17_500.0, 20_000.0)}
+# operators that do no work of their own (metadata and allocation only): their recorded time is
+# the profiler's records of them, which the probe's recorded terms predict
+NO_WORK_OPS = frozenset(("aten::view", "aten::as_strided", "aten::t", "aten::transpose", "aten::detach", "detach",
+                         "aten::reshape", "aten::_unsafe_view", "aten::expand", "aten::permute", "aten::slice",
+                         "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::alias", "aten::empty",
+                         "aten::empty_strided", "aten::lift_fresh", "aten::_reshape_alias"))
 RETIMED = sorted(p for p in (DATA / "gpu-h200-retimed").iterdir() if p.is_dir())
 
 
@@ -91,8 +103,8 @@ def main(runs: list[Path], quick: bool) -> None:
     old = _grid_errors(jobs, measured, system, None) if not quick else None
     best_all = _best(new, range(len(jobs)))
     print(f"per-operator model fitted on all (grid): {dict(zip(GRID, best_all))}")
-    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'drift':>6} {'as recorded':>12} {'shipped':>8} "
-          f"{'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
+    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'drift':>6} {'step 1/2':>9} {'no-work ops':>12} "
+          f"{'as recorded':>12} {'shipped':>8} {'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
     rows = []
     for k, ((prefix, job), name, family, m) in enumerate(zip(jobs, names, families, measured)):
         network = reference_network(job.npus)
@@ -107,7 +119,10 @@ def main(runs: list[Path], quick: bool) -> None:
         spread = f"{np.percentile(steps, 25) / np.median(steps) - 1:+.0%}/{np.percentile(steps, 75) / np.median(steps) - 1:+.0%}"
         drift = np.median(steps[len(steps) // 2:]) / np.median(steps) - 1  # the later half against all
         rows.append(errors)
-        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {drift:+6.0%} {as_recorded:+11.1%} "
+        et = read_table(f"{prefix}.0.et")
+        first, second = _step_cpu_ns(et)
+        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {drift:+6.0%} {first / second - 1:+9.0%} "
+              f"{_no_work_ratio(et, probe):11.2f}x {as_recorded:+11.1%} "
               + " ".join(f"{e:+{w}.0%}" for e, w in zip(errors, (8, 7, 6, 10, 15))))
     table = np.abs(np.array(rows))
     print("median |error| " + " ".join(f"{label} {np.nanmedian(table[:, i]):.1%}" for i, label in
@@ -134,6 +149,29 @@ def _retimed(work: Path, system) -> None:
         ratio = simulate(job, reference_network(job.npus), system).finish_ns / unprofiled_ns(prefix, job.tables[0])
         print(f"retimed {run.name:20} measured median step {np.median(steps) / 1e6:6.2f} ms, quartiles "
               f"{np.percentile(steps, 25) / 1e6:.2f} to {np.percentile(steps, 75) / 1e6:.2f} ms; 2 runs {ratio - 1:+.0%}")
+
+
+def _step_cpu_ns(table) -> tuple[int, int]:
+    """The recorded CPU time (own times of the host operators) of the first recorded step and of
+    the steps after it (the runs here record two)."""
+    rows = table.select(["name", "is_cpu_op", "start_time_micros", "duration_micros"]).to_pylist()
+    second = sorted(r["start_time_micros"] for r in rows if r["name"].startswith("ProfilerStep#"))[1]
+    steps = [0, 0]
+    for r in rows:
+        if r["is_cpu_op"]:
+            steps[r["start_time_micros"] >= second] += r["duration_micros"]
+    return steps[0], steps[1] or 1
+
+
+def _no_work_ratio(table, probe: dict | None) -> float:
+    """Median of recorded / predicted recorded time over the operators of no work of their own."""
+    if not probe:
+        return math.nan
+    rows = table.select(["name", "duration_micros", "children"]).to_pylist()
+    ratios = [r["duration_micros"] * 1000 / (probe["recorded_op_ns"] + probe["recorded_input_ns"] * inputs
+                                              + probe["recorded_child_ns"] * (r["children"] or 0))
+              for r, inputs in zip(rows, input_counts(table)) if r["name"] in NO_WORK_OPS]
+    return float(np.median(ratios)) if ratios else math.nan
 
 
 def _grid_errors(jobs, measured, system, probe) -> dict[tuple, list[float]]:
