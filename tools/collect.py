@@ -24,8 +24,8 @@ Every (scenario, world size) pair is one run, written to `<out>/<scenario>-w<N>/
 - `job.json`: what the run is;
 - with `--settle-steps N`, N steps run before the recorder starts, unrecorded and unlogged: DDP
   rebuilds its gradient buckets in its second iteration (a broadcast of the bucket order, new
-  bucket views) and NCCL sets up each new buffer on first use, work that otherwise lands in
-  `ProfilerStep#1` and that the timed steps never do (docs/gpu.md, 'Errors per run');
+  bucket views), and the first collectives on the new buckets are slower, work that otherwise
+  lands in `ProfilerStep#1` and that the timed steps never do (docs/gpu.md, 'Errors per run');
 - with `--probe`, `profiler_cost.json`: the profiler's cost per operator on this machine
   (tools/profcost.py, measured once before the runs), which `chakra calibrate` reads.
 
