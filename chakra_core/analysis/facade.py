@@ -26,6 +26,7 @@ from chakra_core.analysis import device_time, device_work, predicted, stats, val
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import ETReader, projected_schema, with_metadata
 from chakra_core.format.job import Job, rank_url
+from chakra_core.format.nodenames import NAMES, NameDictionary
 from chakra_core.format.nodetypes import METADATA
 from chakra_core.sim.config import SystemConfig
 from chakra_core.sim.workload import nodes
@@ -44,14 +45,16 @@ def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
 
 def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
     """One rank's trace as the figures of read_columns(prediction) need it, read batch by batch:
-    only those columns, and `inputs` only on metadata nodes (the process groups' backends the
-    device analysis reads) unless the prediction's model counts every node's inputs. Those
-    texts are most of a converted trace's bytes; the figures are the whole file's."""
+    only those columns, `inputs` only on metadata nodes (the process groups' backends the
+    device analysis reads) unless the prediction's model counts every node's inputs, and the
+    names dictionary-encoded (format/nodenames.py). Those texts are most of a converted trace's
+    bytes; the figures are the whole file's."""
     columns = read_columns(prediction)
     every_input = prediction is not None and "inputs" in nodes.read_columns(prediction)
+    names = NameDictionary()
     with ETReader(url) as reader:
         schema = with_metadata(projected_schema(columns), reader.metadata_bytes, url)
-        at = schema.get_field_index("inputs")
+        at, named = schema.get_field_index("inputs"), schema.get_field_index("name")
         batches = []
         for batch in reader.iter_batches():
             batch = batch.select(schema.names)
@@ -59,8 +62,10 @@ def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
                 inputs = batch.column(at)
                 batch = batch.set_column(at, schema.field(at), pc.if_else(
                     pc.equal(batch.column("type"), METADATA), inputs, pa.scalar(None, inputs.type)))
-            batches.append(batch)
-    return pa.Table.from_batches(batches, schema=schema)
+            names.encode(batch.column(named))
+            batches.append(batch.drop_columns(["name"]))
+    table = pa.Table.from_batches(batches, schema=schema.remove(named))
+    return table.add_column(named, schema.field(named).with_type(NAMES), names.column())
 
 
 class JobAnalysis:
