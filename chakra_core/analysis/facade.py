@@ -142,22 +142,29 @@ class JobAnalysis:
 
     @cached_property
     def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
-        """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
+        """variant -> rank -> DeviceWork; no predicted entries when the simulation failed. The
+        prediction runs first, its result dropped once read, so that the simulation (the most
+        memory a big trace's analysis takes) runs beside nothing of the recorded variant."""
         tables = self._tables
-        work = {"recorded": {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
-                             for r in self.device_ranks}, "predicted": {}}
-        if self.device_ranks and self.prediction_error is None:
-            try:
-                result = predicted.predict(self.job, self._prediction[0])
-            except ChakraError as exc:
-                self.prediction_error = str(exc)
-                return work
-            timeline = result.timeline
-            self._critical_paths = {r: result.npus[r].critical_path for r in self.device_ranks
-                                    if r < len(result.npus) and result.npus[r].critical_path}
-            work["predicted"] = {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, timeline))
-                                 for r in self.device_ranks}
+        work = {"predicted": self._predicted_work()}
+        work["recorded"] = {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
+                            for r in self.device_ranks}
         return work
+
+    def _predicted_work(self) -> dict[int, device_work.DeviceWork]:
+        """rank -> DeviceWork as the prediction runs it ({} where it is not made or fails)."""
+        if not self.device_ranks or self.prediction_error is not None:
+            return {}
+        try:
+            result = predicted.predict(self.job, self._prediction[0])
+        except ChakraError as exc:
+            self.prediction_error = str(exc)
+            return {}
+        self._critical_paths = {r: result.npus[r].critical_path for r in self.device_ranks
+                                if r < len(result.npus) and result.npus[r].critical_path}
+        tables = self._tables
+        return {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, result.timeline))
+                for r in self.device_ranks}
 
     def device_steps(self, variant: str = "recorded") -> pa.Table:
         """Per rank with device work and step (and `all`): device_time.STEP_SCHEMA's figures. A
