@@ -120,7 +120,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
     comm = np.isin(types, COMM_NODE_TYPES)
     comm_on_device = comm & _device_groups(table)
     host = (types == COMP) & on_cpu
-    names = table.column("name")  # chunked as read (dictionary-encoded from read_trace): the rows taken below are copied
+    names = table.column("name")  # as read (dictionary-encoded by read_trace): only the rows taken below are copied
     launcher = launchers(table, kernel)
     step, step_names = _steps(table, host, kernel, launcher, names)
     launch = np.full(len(types), -1, np.int64)
