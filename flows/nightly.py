@@ -93,7 +93,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     try:
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
-                          run_stage, per_rank_bytes)
+                          run_stage, per_rank_bytes, _progress_line)
             paths = _write_tables(warehouse, date, day.tables)
             changes = _changes(day)
             _changes_artifact(date, changes)
@@ -119,6 +119,11 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     get_run_logger().info("nightly %s: %d jobs, %d ranks, %d nodes, %d rejects", date, day.jobs, day.ranks, day.nodes,
                           summary["rejects"])
     return summary
+
+
+def _progress_line(line: str) -> None:
+    """A line of a long conversion's progress (pipeline/bigjobs.py), in the log of its stage."""
+    get_run_logger().info(line)
 
 
 def _changes(day: DayResult) -> list[dict]:

@@ -88,9 +88,9 @@ class _Published:
 
 
 def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
-                per_rank_bytes: int = bigjobs.PER_RANK_BYTES) -> JobOutcome:
+                per_rank_bytes: int = bigjobs.PER_RANK_BYTES, log: bigjobs.ProgressLog | None = None) -> JobOutcome:
     """per_rank_bytes: a PyTorch job whose largest rank reads this much converts a Ray task per
-    rank (bigjobs.converts_by_rank; then this runs in a Ray task)."""
+    rank (bigjobs.converts_by_rank; then this runs in a Ray task, and `log` hears of its ranks)."""
     outcome = JobOutcome(job.job_id, by_rank=bigjobs.converts_by_rank(job, per_rank_bytes))
     if job.problem is not None:  # nothing of it is opened
         outcome.rejects = [_reject(job, f, {}, "ingest", job.problem, run_id) for f in job.files]
@@ -105,7 +105,8 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
         if problem is None:
             try:
                 done = _publish(job, out_dir, staging_dir(warehouse, date, job.job_id, run_id), read,
-                                frozenset(_stored_name(f) for f in job.files if f.name in unusable), outcome.by_rank)
+                                frozenset(_stored_name(f) for f in job.files if f.name in unusable), outcome.by_rank,
+                                log)
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
                 _raise_if_storage(exc, job, warehouse)
                 stage, problem = "convert", _blame(exc, usable)
@@ -152,7 +153,7 @@ def _stored_name(f: InputFile) -> str:
 
 
 def _publish(job: JobInput, out_dir: str, staging: str, read: InputHashes, accounted: frozenset[str],
-             by_rank: bool) -> _Published:
+             by_rank: bool, log: bigjobs.ProgressLog | None) -> _Published:
     """The job's rank traces in the warehouse, with their statistics: an earlier run's when it
     converted exactly these files; else converted (or copied) into the staging folder,
     summarised from the tables in memory, and only then moved into place. accounted: base names
@@ -164,7 +165,7 @@ def _publish(job: JobInput, out_dir: str, staging: str, read: InputHashes, accou
                           *_summarise(job, tables, reused["et_files"], reused["comm_groups"]), reused=True,
                           set_aside=reused.get("set_aside", {}))
     with staged(staging):
-        tables, staged_files, staged_groups, set_aside = _convert(job, staging, accounted, by_rank)
+        tables, staged_files, staged_groups, set_aside = _convert(job, staging, accounted, by_rank, log)
         et_files = [_moved(url, out_dir) for url in staged_files]
         summary = _summarise(job, tables, et_files, staged_groups)
         publish(staging, out_dir)
@@ -177,15 +178,15 @@ def _moved(url: str, folder: str) -> str:
     return join(folder, url.rsplit("/", 1)[-1])
 
 
-def _convert(job: JobInput, out_dir: str, accounted: frozenset[str], by_rank: bool
-             ) -> tuple[list[pa.Table], list[str], str | None, dict[str, str]]:
+def _convert(job: JobInput, out_dir: str, accounted: frozenset[str], by_rank: bool,
+             log: bigjobs.ProgressLog | None) -> tuple[list[pa.Table], list[str], str | None, dict[str, str]]:
     """(rank tables, their files, communicator groups file, side files set aside by base name,
     with why) written into out_dir by the job's source, as `chakra convert` would (its options
     from job.json), a Ray task per rank when by_rank. Ranks that do not make one job (one missing
     from the traces' world group, or collectives that do not match: two recordings) are an
     error, the whole job rejected."""
     if by_rank:  # (the files are then hashed apart from what the rank tasks read: InputHashes.of)
-        result = bigjobs.convert_by_rank(job_input(job), out_dir, job.job_id, accounted)
+        result = bigjobs.convert_by_rank(job_input(job), out_dir, job.job_id, accounted, log)
     else:
         result = job.source.convert(job_input(job), out_dir, job.job_id, source_options(job), accounted=accounted)
     problem = result.lacking_rank or next(iter(result.mismatches), None)

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from chakra_core.inputs import sha256
-from pipeline.bigjobs import PER_RANK_BYTES, capped, job_memory
+from pipeline.bigjobs import PER_RANK_BYTES, ProgressLog, capped, converts_by_rank, job_memory
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day
 from pipeline.history import memory_tables, read_history
@@ -29,6 +29,7 @@ from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, tar
 from pipeline.tables import SCHEMAS, empty, from_rows
 
 FAULT_KILL_ONCE = "CHAKRA_FAULT_KILL_WORKER_ONCE"  # test hook: a marker file path (see tests)
+DRAIN_EVERY_S = 1.0  # while jobs convert a task per rank, their progress lines are logged this often
 
 
 @dataclass
@@ -54,7 +55,7 @@ class DayResult:
 
 
 def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
-                    per_rank_bytes: int) -> tuple[JobOutcome, str]:
+                    per_rank_bytes: int, log: ProgressLog | None) -> tuple[JobOutcome, str]:
     """The job's outcome, and the node that ran it (on a cluster, the summary says where work went)."""
     import ray
 
@@ -62,17 +63,18 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
     if marker and not os.path.exists(marker):  # fault injection for the retry test: die once
         open(marker, "w").close()
         os._exit(1)
-    return process_job(job, date, warehouse, run_id, per_rank_bytes), ray.get_runtime_context().get_node_id()
+    return process_job(job, date, warehouse, run_id, per_rank_bytes, log), ray.get_runtime_context().get_node_id()
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             progress: Callable[[str, int, int], None] | None = None,
             representatives: int = DEFAULT_REPRESENTATIVES,
             synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct,
-            per_rank_bytes: int = PER_RANK_BYTES) -> DayResult:
+            per_rank_bytes: int = PER_RANK_BYTES, log: Callable[[str], None] | None = None) -> DayResult:
     """Everything for one day, as tables (not yet written), in named stages: `stage(name, step,
     counts)` runs each step and says what it did with counts(result). per_rank_bytes: a PyTorch
-    job whose largest rank reads this much converts a Ray task per rank (pipeline/bigjobs.py)."""
+    job whose largest rank reads this much converts a Ray task per rank (pipeline/bigjobs.py);
+    `log` gets the lines of their progress (ProgressLog) while the conversions run."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
                         lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
@@ -85,7 +87,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     # jobs) as soon as the last one has, beside the simulations still running.
     sims = _Simulations(systems, progress)
     outcomes = stage("ingest, convert and statistics (Ray)",
-                     lambda: _convert(jobs, date, warehouse, result, progress, sims, per_rank_bytes),
+                     lambda: _convert(jobs, date, warehouse, result, progress, sims, per_rank_bytes, log),
                      lambda done: f"{result.jobs_converted} of {len(done)} jobs converted ({result.jobs_by_rank} "
                                   f"a task per rank), {result.ranks} ranks, "
                                   f"{result.nodes} nodes; {sims.submitted} of their simulations started meanwhile, "
@@ -134,9 +136,11 @@ def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[
 
 def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
              progress: Callable[[str, int, int], None] | None,
-             sims: _Simulations, per_rank_bytes: int) -> list[tuple[JobInput, JobOutcome]]:
+             sims: _Simulations, per_rank_bytes: int,
+             log: Callable[[str], None] | None) -> list[tuple[JobInput, JobOutcome]]:
     """A Ray task per job (hash, convert or validate, statistics, publish), declaring the memory
-    its files need (pipeline/bigjobs.py); counts into result.
+    its files need (pipeline/bigjobs.py); counts into result. Where jobs convert a task per
+    rank, the lines their tasks put on a ProgressLog go to `log` as they come (every DRAIN_EVERY_S).
     A converted job's simulations (`sims`) go to Ray as soon as its task returns, except while
     conversions still wait for a CPU: Ray would run the simulations first (it has no priorities),
     and the end of the conversions, which the synthesizer's fit waits for, would move back.
@@ -144,13 +148,18 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
     import ray
 
     process = ray.remote(max_retries=WORKER_RETRIES)(_process_remote)
+    lines = ProgressLog.open() if log and any(converts_by_rank(job, per_rank_bytes) for job in jobs) else None
     pending = {process.options(memory=capped(job_memory(job))).remote(job, date, warehouse, result.run_id,
-                                                                      per_rank_bytes): i
+                                                                      per_rank_bytes, lines): i
                for i, job in enumerate(jobs)}
     outcomes: list[JobOutcome | None] = [None] * len(jobs)
     try:
-        while pending:
-            ready, _ = ray.wait([*pending, *sims.pending], num_returns=1)  # a conversion or a simulation
+        while pending:  # wait for a conversion or a simulation
+            ready, _ = ray.wait([*pending, *sims.pending], num_returns=1, timeout=DRAIN_EVERY_S if lines else None)
+            if lines:  # (a task's lines are all put before it returns)
+                lines.drain(log)
+            if not ready:
+                continue
             if ready[0] not in pending:
                 sims.collect(ready)
                 continue
@@ -171,6 +180,9 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
     except BaseException:  # a failed night leaves nothing of its own running on the cluster
         sims.cancel()
         raise
+    finally:
+        if lines:
+            lines.close()
     return list(zip(jobs, outcomes))
 
 

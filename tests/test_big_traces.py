@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from chakra_core.analysis.facade import JobAnalysis, read_columns, read_trace
@@ -60,6 +61,8 @@ def test_stats_of_the_columns_read_in_batches_equal_the_whole_file(repeated, sys
     projected = read_trace(f"{repeated}.0.et", prediction_system(system)[0])
     assert projected.column_names == list(columns) and len(columns) < len(whole.column_names)
     assert projected.column("inputs").null_count > 0.9 * projected.num_rows  # kept for metadata nodes only
+    assert pa.types.is_dictionary(projected.schema.field("name").type)  # a position per node, not a string
+    assert projected.column("name").nbytes < whole.column("name").nbytes / 4
     assert _figures(projected, system) == _figures(whole, system)
 
 

@@ -7,7 +7,9 @@ an unknown file and a file outside any job folder.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -158,9 +160,11 @@ def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ra
     assert {"gemm", "fusion", "communication"} <= families
 
 
-def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_local):
+def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_local, monkeypatch):
     """With the per-rank threshold lowered to one byte, the drop's two 2-rank PyTorch jobs convert
-    a Ray task per rank (each declaring its memory); every table equals the per-job path's."""
+    a Ray task per rank (each declaring its memory), saying how far each rank got; every table
+    equals the per-job path's."""
+    from pipeline import bigjobs
     from pipeline.bigjobs import converts_by_rank, job_memory, memory_for, rank_bytes
     from pipeline.drop import list_day
 
@@ -170,12 +174,29 @@ def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_loc
     assert converts_by_rank(jobs["mlp"], per_rank_bytes=1) and not converts_by_rank(jobs["broken"], per_rank_bytes=1)
     read = sum(f.bytes * (25 if f.name.endswith(".gz") else 1) for f in jobs["mlp"].files)  # gzip expands 25x
     assert any(not f.name.endswith(".gz") for f in jobs["mlp"].files) and job_memory(jobs["mlp"]) == memory_for(read)
-    days = {}
+    days, lines = {}, []
+    monkeypatch.setattr(bigjobs, "PROGRESS_EVERY_S", 0)  # every bytes-read report makes a line
     for threshold in (None, 1):
         options = {} if threshold is None else {"per_rank_bytes": threshold}
         days[threshold] = run_day(DATE, (tmp_path / "source").as_uri(), (tmp_path / f"wh{threshold}").as_uri(),
-                                  load_sweep()[:1], synthetic_jobs=0, **options)
+                                  load_sweep()[:1], synthetic_jobs=0, log=lines.append, **options)
+        assert bool(lines) == (threshold == 1)  # progress lines only where a job converts a task per rank
     assert days[None].jobs_by_rank == 0 and days[1].jobs_by_rank == 2 and days[1].jobs_converted == 2
+    for job in ("mlp", "coll"):
+        mine = [line for line in lines if line.startswith(job + " ") or line.startswith(job + ":")]
+        assert [line for line in mine if " ranks" in line] == [
+            f"{job}: converting 2 ranks, a Ray task each", f"{job}: 1 of 2 ranks converted",
+            f"{job}: 2 of 2 ranks converted"]
+        for rank in (0, 1):
+            size = r"[0-9.]+ (Bytes|KiB|MiB)"
+            started = [line for line in mine if re.fullmatch(rf"{job} rank {rank}: converting {size} of trace files",
+                                                             line)]
+            read = [line for line in mine if re.fullmatch(rf"{job} rank {rank}: read {size} of {size}", line)]
+            ended = [line for line in mine if re.fullmatch(
+                rf"{job} rank {rank}: converted {size}, [1-9][0-9,]* host nodes, [0-9,]+ device events, in [0-9.]+ s",
+                line)]
+            assert len(started) == len(ended) == 1 and read, mine
+            assert mine.index(started[0]) < mine.index(read[0]) < mine.index(ended[0])
 
     def rows(day, name):
         return sorted((json.dumps({k: v for k, v in r.items() if k not in ("run_id", "path")}, sort_keys=True,
@@ -183,6 +204,32 @@ def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_loc
     for name in ("ingest_log", "rejects", "traces", "collectives", "sim_results", "device_time", "device_verdicts",
                  "job_history", "kernels"):
         assert rows(days[1], name) == rows(days[None], name), name
+
+
+def test_the_nightly_logs_how_far_jobs_converted_a_task_per_rank_got(tmp_path, ray_local, caplog):
+    """The progress lines reach the flow's own log (what the Prefect server keeps of the run),
+    in the conversion stage's."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    from flows.nightly import nightly
+
+    make_small_drop(tmp_path / "source")
+    with caplog.at_level(logging.INFO, logger="prefect.task_runs"):  # (the tests' Prefect logs warnings only)
+        state = nightly(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri(), synthetic_jobs=0,
+                        per_rank_bytes=1, return_state=True)
+    assert state.result()["jobs_converted"] == 2  # mlp and coll; the drop's third job is broken
+    APILogHandler().flush()  # (logs go to the server in batches)
+    run = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run])))
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run])))
+    tasks = {t.id: t.name for t in runs}
+    stage = [log.message for log in logs if tasks.get(log.task_run_id, "").startswith("ingest, convert and statistics")]
+    for job in ("mlp", "coll"):
+        assert f"{job}: 2 of 2 ranks converted" in stage
+        assert any(line.startswith(f"{job} rank 1: converted ") for line in stage)
 
 
 def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):

@@ -32,6 +32,7 @@ import pyarrow as pa
 from chakra_core.analysis import intervals
 from chakra_core.analysis.device_work import DeviceWork
 from chakra_core.analysis.kernels import FAMILY_NAMES
+from chakra_core.format.nodenames import as_strings
 from chakra_core.table_schema import TableSchema, column
 
 CAUSES = ("host_launch", "synchronisation", "communication", "other")
@@ -163,7 +164,7 @@ def top_kernels(work: DeviceWork, limit: int | None = TOP_KERNELS) -> pa.Table:
     if not len(work.names):
         return TOP_SCHEMA.empty_table()
     durations = work.end - work.start
-    encoded = work.names.fill_null("").dictionary_encode()
+    encoded = as_strings(work.names).fill_null("").dictionary_encode()  # (names in the order first seen)
     index = encoded.indices.to_numpy(zero_copy_only=False)
     totals = np.bincount(index, weights=durations, minlength=len(encoded.dictionary))
     rows = []

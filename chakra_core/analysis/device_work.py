@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from chakra_core.analysis import intervals
 from chakra_core.analysis.kernels import COMMUNICATION, families
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
+from chakra_core.format.nodenames import on_names
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP, METADATA
 from chakra_core.format.normalize import normalize_table
 from chakra_core.sim.workload.recorded import RecordedTimeline
@@ -50,7 +51,7 @@ class DeviceWork:
     """A rank's device work in its steps (one entry per kernel, copy, memset or device
     communication) and the host's intervals that explain the device's idle time."""
 
-    names: pa.Array  # string
+    names: pa.Array  # string (dictionary-encoded from a trace read by facade.read_trace)
     families: np.ndarray  # object: chakra_core.analysis.kernels
     start: np.ndarray  # int64 ns
     end: np.ndarray
@@ -119,7 +120,7 @@ def device_work(table: pa.Table, start: np.ndarray, end: np.ndarray) -> DeviceWo
     comm = np.isin(types, COMM_NODE_TYPES)
     comm_on_device = comm & _device_groups(table)
     host = (types == COMP) & on_cpu
-    names = table.column("name")  # chunked as read: only the rows taken below are copied
+    names = table.column("name")  # as read (dictionary-encoded by read_trace): only the rows taken below are copied
     launcher = launchers(table, kernel)
     step, step_names = _steps(table, host, kernel, launcher, names)
     launch = np.full(len(types), -1, np.int64)
@@ -142,7 +143,8 @@ def _steps(table: pa.Table, host: np.ndarray, kernel: np.ndarray, launcher: np.n
     """Each node's step (-1: before the first) by its recorded start, a kernel's by its
     launcher's; and the steps' names in time order."""
     start, _ = recorded_times(table)
-    marks = np.flatnonzero(host & (start >= 0) & to_numpy(pc.starts_with(names, STEP_PREFIX), False))
+    steps = on_names(names, lambda distinct: pc.starts_with(distinct, STEP_PREFIX))
+    marks = np.flatnonzero(host & (start >= 0) & to_numpy(steps, False))
     if not len(marks):
         return np.where(start >= 0, 0, -1), [WHOLE_TRACE]
     marks = marks[np.argsort(start[marks], kind="stable")]

@@ -26,6 +26,7 @@ from chakra_core.analysis import device_time, device_work, predicted, stats, val
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import ETReader, projected_schema, with_metadata
 from chakra_core.format.job import Job, rank_url
+from chakra_core.format.nodenames import NAMES, NameDictionary
 from chakra_core.format.nodetypes import METADATA
 from chakra_core.sim.config import SystemConfig
 from chakra_core.sim.workload import nodes
@@ -44,14 +45,16 @@ def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
 
 def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
     """One rank's trace as the figures of read_columns(prediction) need it, read batch by batch:
-    only those columns, and `inputs` only on metadata nodes (the process groups' backends the
-    device analysis reads) unless the prediction's model counts every node's inputs. Those
-    texts are most of a converted trace's bytes; the figures are the whole file's."""
+    only those columns, `inputs` only on metadata nodes (the process groups' backends the
+    device analysis reads) unless the prediction's model counts every node's inputs, and the
+    names dictionary-encoded (format/nodenames.py). Those texts are most of a converted trace's
+    bytes; the figures are the whole file's."""
     columns = read_columns(prediction)
     every_input = prediction is not None and "inputs" in nodes.read_columns(prediction)
+    names = NameDictionary()
     with ETReader(url) as reader:
         schema = with_metadata(projected_schema(columns), reader.metadata_bytes, url)
-        at = schema.get_field_index("inputs")
+        at, named = schema.get_field_index("inputs"), schema.get_field_index("name")
         batches = []
         for batch in reader.iter_batches():
             batch = batch.select(schema.names)
@@ -59,8 +62,10 @@ def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
                 inputs = batch.column(at)
                 batch = batch.set_column(at, schema.field(at), pc.if_else(
                     pc.equal(batch.column("type"), METADATA), inputs, pa.scalar(None, inputs.type)))
-            batches.append(batch)
-    return pa.Table.from_batches(batches, schema=schema)
+            names.encode(batch.column(named))
+            batches.append(batch.drop_columns(["name"]))
+    table = pa.Table.from_batches(batches, schema=schema.remove(named))
+    return table.add_column(named, schema.field(named).with_type(NAMES), names.column())
 
 
 class JobAnalysis:
@@ -137,22 +142,29 @@ class JobAnalysis:
 
     @cached_property
     def _device_work(self) -> dict[str, dict[int, device_work.DeviceWork]]:
-        """variant -> rank -> DeviceWork; no predicted entries when the simulation failed."""
+        """variant -> rank -> DeviceWork; no predicted entries when the simulation failed. The
+        prediction runs first, its result dropped once read, so that the simulation (the most
+        memory a big trace's analysis takes) runs beside nothing of the recorded variant."""
         tables = self._tables
-        work = {"recorded": {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
-                             for r in self.device_ranks}, "predicted": {}}
-        if self.device_ranks and self.prediction_error is None:
-            try:
-                result = predicted.predict(self.job, self._prediction[0])
-            except ChakraError as exc:
-                self.prediction_error = str(exc)
-                return work
-            timeline = result.timeline
-            self._critical_paths = {r: result.npus[r].critical_path for r in self.device_ranks
-                                    if r < len(result.npus) and result.npus[r].critical_path}
-            work["predicted"] = {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, timeline))
-                                 for r in self.device_ranks}
+        work = {"predicted": self._predicted_work()}
+        work["recorded"] = {r: device_work.device_work(tables[r], *device_work.recorded_times(tables[r]))
+                            for r in self.device_ranks}
         return work
+
+    def _predicted_work(self) -> dict[int, device_work.DeviceWork]:
+        """rank -> DeviceWork as the prediction runs it ({} where it is not made or fails)."""
+        if not self.device_ranks or self.prediction_error is not None:
+            return {}
+        try:
+            result = predicted.predict(self.job, self._prediction[0])
+        except ChakraError as exc:
+            self.prediction_error = str(exc)
+            return {}
+        self._critical_paths = {r: result.npus[r].critical_path for r in self.device_ranks
+                                if r < len(result.npus) and result.npus[r].critical_path}
+        tables = self._tables
+        return {r: device_work.device_work(tables[r], *device_work.simulated_times(tables[r], r, result.timeline))
+                for r in self.device_ranks}
 
     def device_steps(self, variant: str = "recorded") -> pa.Table:
         """Per rank with device work and step (and `all`): device_time.STEP_SCHEMA's figures. A

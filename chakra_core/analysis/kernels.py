@@ -56,9 +56,11 @@ def family(name: str) -> str:
 
 
 def families(names: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The family of every name (as numpy strings), each distinct name classified once."""
+    """The family of every name (as numpy strings; a null name's is the empty name's), each
+    distinct name classified once: names plain or dictionary-encoded (format/nodenames.py)."""
     if isinstance(names, pa.ChunkedArray):
         names = names.combine_chunks()
-    encoded = names.cast(pa.string()).fill_null("").dictionary_encode()
-    table = np.array([family(n) for n in encoded.dictionary.to_pylist()] or [OTHER], dtype=object)
-    return table[encoded.indices.to_numpy(zero_copy_only=False)]
+    encoded = names if pa.types.is_dictionary(names.type) else names.cast(pa.string()).dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    table = np.array([family(n or "") for n in distinct] + [family("")], dtype=object)
+    return table[encoded.indices.fill_null(len(distinct)).to_numpy(zero_copy_only=False)]

@@ -35,6 +35,7 @@ from chakra_core.format.depgraph import (
 )
 from chakra_core.format.columns import COMM_TYPES, device_compute
 from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
+from chakra_core.format.nodenames import as_strings, on_names
 from chakra_core.format.normalize import normalize_table
 from chakra_core.table_schema import TableSchema, column
 
@@ -97,6 +98,18 @@ def _grouped_sums(keys: pa.Array, values: pa.Array) -> dict:
     g = t.group_by("k", use_threads=False).aggregate([([], "count_all"), ("v", "sum")])
     return {k: [c, int(s or 0)] for k, c, s in zip(g.column("k").to_pylist(), g.column("count_all").to_pylist(),
                                                        g.column("v_sum").to_pylist())}
+
+
+def _op_classes(names: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Each row's operator class, each distinct name classified once (the rows take its position:
+    no copy of the names)."""
+    def classify(distinct: pa.Array) -> pa.Array:
+        return pa.array([op_class(n) for n in distinct.to_pylist()], pa.string())
+
+    if pa.types.is_dictionary(names.type):  # read for a big trace: the names are positions already
+        return on_names(names, classify)
+    distinct = pc.unique(names)
+    return classify(distinct).take(pc.index_in(names, value_set=distinct))
 
 
 def _comm_kinds(comm: pa.Table) -> pa.Array:
@@ -179,10 +192,7 @@ def trace_row(table: pa.Table) -> dict:
     is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
     on_npu = device_compute(table)
     comp = table.select(["duration_micros", "num_ops"]).filter(is_comp)  # (a copy: only what is summed)
-    # each name's class looked up once; the rows hold a name's position (no copy of the names)
-    distinct = pc.unique(table.column("name"))
-    positions = pc.filter(pc.index_in(table.column("name"), value_set=distinct), is_comp).combine_chunks()
-    classes = pa.array([op_class(n) for n in distinct.to_pylist()], pa.string()).take(positions)
+    classes = _op_classes(pc.filter(table.column("name"), is_comp)).combine_chunks()
     comm = table.filter(is_comm)
     sizes = to_numpy(comm.column("comm_size"), 0)
     kinds = _comm_kinds(comm)
@@ -224,7 +234,7 @@ def collective_rows(table: pa.Table) -> pa.Table:
     kinds = _comm_kinds(comm)
     return pa.table({
         "node_id": comm.column("id"),
-        "name": comm.column("name"),
+        "name": as_strings(comm.column("name")),
         "kind": kinds,
         "comm_size": comm.column("comm_size"),
         "pg_name": comm.column("pg_name"),

@@ -45,7 +45,8 @@ def _node_types(column: pa.ChunkedArray) -> pa.ChunkedArray:
 def normalize_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
     """The table with exactly NODE_SCHEMA's columns, in order, keeping the table's metadata; with
     `columns`, only those of them (a question that reads a few columns of a big trace fills in
-    no others, and takes a table read with only those: etfile.read_table's `columns`)."""
+    no others, and takes a table read with only those: etfile.read_table's `columns`), a
+    dictionary-encoded column of the field's values kept encoded."""
     schema = NODE_SCHEMA if columns is None else pa.schema([NODE_SCHEMA.field(name) for name in columns])
     if table.schema.equals(schema):
         return table
@@ -59,8 +60,9 @@ def normalize_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa
             " put other attributes in other_attrs"
         )
     n = table.num_rows
-    arrays = []
+    arrays, fields = [], []
     for field in schema:
+        fields.append(field)
         if field.name not in table.column_names:
             arrays.append(_default_column(field, n))
             continue
@@ -69,8 +71,12 @@ def normalize_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa
             column = _node_types(column)
         if not field.nullable and column.null_count:
             raise ChakraTableError(f"column {field.name} has {column.null_count} null value(s); it may have none")
+        if columns is not None and pa.types.is_dictionary(column.type) and column.type.value_type == field.type:
+            fields[-1] = field.with_type(column.type)  # kept encoded for a question (names: format/nodenames.py)
+            arrays.append(column)
+            continue
         try:
             arrays.append(pc.cast(column, field.type) if column.type != field.type else column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise ChakraTableError(f"column {field.name}: cannot store {column.type} as {field.type}: {exc}") from None
-    return pa.Table.from_arrays(arrays, schema=schema.with_metadata(table.schema.metadata))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, table.schema.metadata))

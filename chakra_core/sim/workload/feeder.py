@@ -263,12 +263,13 @@ class GraphFeeder:
 
     def _start(self, indeg: np.ndarray, child: np.ndarray, coff: np.ndarray) -> None:
         """The state the hot methods work on: flat arrays of machine ints (array.array), which
-        index as fast as lists of Python ints do, in 8 bytes a value instead of about 40 (a
+        index as fast as lists of Python ints do, in 4 or 8 bytes a value instead of about 40 (a
         million-node trace's state in tens of MB, not hundreds)."""
         n, base_ids = self._n0, self._base_ids
-        self._pend = _flat("q", indeg)
-        self._cidx = _flat("q", child)
-        self._coff = _flat("q", coff)
+        code = "i" if max(n, len(child)) < 1 << 31 else "q"  # 4 bytes a value where every index and count fits
+        self._pend = _flat(code, indeg)
+        self._cidx = _flat(code, child)
+        self._coff = _flat(code, coff)
         if int(base_ids.max(initial=0)) <= _MASK and n <= _MASK:
             self._key = _flat("Q", (base_ids << np.uint64(_SHIFT)) | np.arange(n, dtype=np.uint64))
         else:  # keys past 64 bits: Python ints
@@ -559,9 +560,10 @@ class GraphFeeder:
         if index >= self._n0:
             return list(self._added_parents.get(index, ()))
         if self._parents_csr is None:
-            parent, child = self._edges
+            (parent, child), self._edges = self._edges, None  # (kept for this CSR alone)
             off, tgt = csr(self._n0, child, parent)
-            self._parents_csr = (_flat("q", off), _flat("q", tgt))
+            del parent, child
+            self._parents_csr = (_flat(self._cidx.typecode, off), _flat(self._cidx.typecode, tgt))
         off, tgt = self._parents_csr
         return sorted(tgt[off[index]:off[index + 1]])
 

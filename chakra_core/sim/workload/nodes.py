@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.format.columns import NODE_TYPE_VALUES, device_compute
+from chakra_core.format.nodenames import on_names
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES
 from chakra_core.sim.config import NetworkConfig, SystemConfig
 from chakra_core.sim.decoded import (CPU, DO_COLLECTIVE, DO_COMPUTE, DO_INSTANT, DO_RECV, DO_REPLAY, DO_SEND,
@@ -133,11 +134,13 @@ class NodeDecoder:
     def _call_own_time(table: pa.Table) -> list[bool]:
         """Which rows hold a recorded call's own duration that the network already times
         (SystemConfig.call_time_in_network)."""
-        names = table.column("name")
-        own = pc.starts_with(names, CALL_OWN_TIME_PREFIXES[0])
-        for prefix in CALL_OWN_TIME_PREFIXES[1:]:
-            own = pc.or_(own, pc.starts_with(names, prefix))
-        return pc.fill_null(own, False).to_pylist()
+        def own_time(names: pa.Array) -> pa.Array:
+            own = pc.starts_with(names, CALL_OWN_TIME_PREFIXES[0])
+            for prefix in CALL_OWN_TIME_PREFIXES[1:]:
+                own = pc.or_(own, pc.starts_with(names, prefix))
+            return own
+
+        return pc.fill_null(on_names(table.column("name"), own_time), False).to_pylist()
 
     @staticmethod
     def _launch_counts(table: pa.Table) -> dict[int, int]:
