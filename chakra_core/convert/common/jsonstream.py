@@ -28,6 +28,7 @@ from chakra_core.format.etfile import READ_ERRORS, open_binary
 
 READ_CHUNK = 4 << 20
 BATCH_ITEMS = 4096
+_ZEROS = bytes(READ_CHUNK)
 
 
 class TraceJSONError(ChakraFormatError):
@@ -109,14 +110,20 @@ class StreamedDocument:
         """Append one chunk; False at end of stream."""
         if self._eof:
             return False
+        buf = self._buf
+        filled = len(buf)
+        buf.extend(_ZEROS)  # read straight into the buffer: no chunk object made, then copied
+        n = 0
         try:
-            chunk = self._file.read(READ_CHUNK)
+            with memoryview(buf) as view, view[filled:] as free:
+                n = self._file.readinto(free)
         except READ_ERRORS as exc:
-            raise TraceJSONError(self.url, f"cannot read: {exc}", self._base + len(self._buf)) from None
-        if not chunk:
+            raise TraceJSONError(self.url, f"cannot read: {exc}", self._base + filled) from None
+        finally:
+            del buf[filled + n:]
+        if not n:
             self._eof = True
             return False
-        self._buf += chunk
         return True
 
     def _discard(self, upto: int) -> None:
