@@ -15,7 +15,6 @@ could recurse into it) and arrays longer than `nodes`.
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Callable, Iterator
 
@@ -23,6 +22,7 @@ import orjson
 
 from chakra_core import limits
 from chakra_core._native import _jsonscan
+from chakra_core.convert.common.collector import collector_paused
 from chakra_core.errors import ChakraFormatError
 from chakra_core.format.etfile import READ_ERRORS, open_binary
 
@@ -196,14 +196,15 @@ class StreamedDocument:
     def digest_all(self) -> None:
         """Reads the whole document for what `decode` keeps, the cyclic garbage collector paused:
         a digest makes many short-lived containers, and collecting them only slows it down."""
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            for _ in self.batches():
-                pass
+            with collector_paused():
+                for _ in self.batches():
+                    pass
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            # a decoder is mostly its reader's method, and the reader refers to this document:
+            # let go of it, so that what the reader kept is freed as soon as the caller lets go
+            # of that, not at a later pass of the collector (paused through a conversion)
+            self.decode = None
 
     def batches(self) -> Iterator[list]:
         with open_binary(self.url) as f:

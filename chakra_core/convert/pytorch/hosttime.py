@@ -30,6 +30,9 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
 
 from chakra_core.convert.pytorch.kineto import CpuEvent
 
@@ -244,29 +247,62 @@ def own_time_nodes(anchors: list[int], gloo_nodes: dict[int, list[int]], kept: l
     return chosen
 
 
-def resumed_after(waits: list[tuple[int, float, int]], cpu: dict[int, CpuEvent], index: list[int],
-                  may_wait) -> list[int | None]:
+def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, starts: np.ndarray, rows: np.ndarray
+                  ) -> list[int | None]:
     """For each wait (thread, when it ended, a row the waiter must come after; -1: none), the row
-    of the first node that thread started once the wait had ended (rows: host indices `index`
-    in row order; may_wait(i): not a communication node), or None.
+    of the first node that thread started once the wait had ended, or None; the nodes that may
+    be it (not communication nodes) are given as columns: thread codes (ThreadCodes), starts
+    and rows.
     gloo's send/recv span on the calling thread ends when the thread's wait() for it returns,
     so the first node the thread starts then waited for that communication, wherever the
     (untraced) wait() was called; likewise after a wait for another thread or for the device."""
-    by_thread: dict = {}
-    for row, i in enumerate(index):
-        event = cpu.get(i)
-        if event is not None and may_wait(i):
-            by_thread.setdefault(event.tid, []).append((event.ts, row))
-    for starts in by_thread.values():
-        starts.sort()
-    rows = []
-    for tid, end, after_row in waits:
-        starts = by_thread.get(tid, [])
-        k = bisect.bisect_left(starts, (end - 1.0, -1))
-        while k < len(starts) and starts[k][1] <= after_row:
-            k += 1
-        rows.append(starts[k][1] if k < len(starts) else None)
-    return rows
+    order = np.lexsort((rows, starts, threads))  # by thread, then start, then row
+    threads, starts, rows = threads[order], starts[order], rows[order].tolist()
+    found: list[int | None] = [None] * len(waits)
+    waiting = np.fromiter((code for code, _, _ in waits), np.int64, len(waits))
+    ends = np.fromiter((end for _, end, _ in waits), np.float64, len(waits))
+    for code in np.unique(waiting).tolist():
+        lo, hi = np.searchsorted(threads, code, "left"), np.searchsorted(threads, code, "right")
+        which = np.flatnonzero(waiting == code)
+        firsts = lo + np.searchsorted(starts[lo:hi], ends[which] - 1.0, "left")  # started at end - 1 µs or later
+        for j, k in zip(which.tolist(), firsts.tolist()):
+            after_row = waits[j][2]
+            while k < hi and rows[k] <= after_row:
+                k += 1
+            found[j] = rows[k] if k < hi else None
+    return found
+
+
+@dataclass
+class CpuColumns:
+    """Linked CPU events (host index -> CpuEvent) as columns, in the mapping's order: for the
+    per-row work of an emit (durations, waits) done on arrays rather than event by event."""
+
+    index: np.ndarray  # host index
+    thread: np.ndarray  # the event's thread as a code of `codes` (a tid may be an int or a string)
+    ts: np.ndarray
+    exclusive: np.ndarray
+    codes: dict  # tid -> its code
+    _ids: np.ndarray  # id() of each event, sorted, and where each is in the columns
+    _at: np.ndarray
+
+    @classmethod
+    def of(cls, cpu: dict[int, CpuEvent]) -> CpuColumns:
+        n, events, codes = len(cpu), list(cpu.values()), {}
+        thread = np.fromiter((codes.setdefault(t, len(codes)) for t in map(attrgetter("tid"), events)), np.int64, n)
+        ids = np.fromiter(map(id, events), np.int64, n)
+        at = np.argsort(ids)
+        return cls(np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+                   np.fromiter(map(attrgetter("exclusive"), events), np.float64, n), codes, ids[at], at)
+
+    def index_of(self, events: list[CpuEvent]) -> np.ndarray:
+        """The host index of each of these events (each one of the mapping's)."""
+        found = np.searchsorted(self._ids, np.fromiter(map(id, events), np.int64, len(events)))
+        return self.index[self._at[found]]
+
+    def code(self, tid) -> int:
+        """The code of a thread; -1 for one with no linked event."""
+        return self.codes.get(tid, -1)
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
