@@ -288,8 +288,8 @@ class CpuColumns:
 
     @classmethod
     def of(cls, cpu: dict[int, CpuEvent]) -> CpuColumns:
-        n, events, codes = len(cpu), list(cpu.values()), {}
-        thread = np.fromiter((codes.setdefault(t, len(codes)) for t in map(attrgetter("tid"), events)), np.int64, n)
+        n, events = len(cpu), list(cpu.values())
+        codes, thread = thread_codes(list(map(attrgetter("tid"), events)))
         ids = np.fromiter(map(id, events), np.int64, n)
         at = np.argsort(ids)
         return cls(np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
@@ -303,6 +303,16 @@ class CpuColumns:
     def code(self, tid) -> int:
         """The code of a thread; -1 for one with no linked event."""
         return self.codes.get(tid, -1)
+
+
+def thread_codes(tids: list) -> tuple[dict, np.ndarray]:
+    """A number for each distinct thread id (ints, or strings where a trace names its threads) and
+    the number of each of `tids`."""
+    if set(map(type, tids)) - {int} or (tids and not -2**63 <= min(tids) <= max(tids) < 2**63):
+        codes: dict = {}
+        return codes, np.fromiter((codes.setdefault(t, len(codes)) for t in tids), np.int64, len(tids))
+    distinct, thread = np.unique(np.array(tids, np.int64), return_inverse=True)  # the usual case, in C
+    return dict(zip(distinct.tolist(), range(len(distinct)))), thread.reshape(-1).astype(np.int64)
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:

@@ -17,12 +17,13 @@ it resumed, so the simulator makes the wait from the dependency.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from chakra_core.convert.pytorch.hosttime import covered_length
+from chakra_core.convert.pytorch.hosttime import covered_length, thread_codes
 from chakra_core.convert.pytorch.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
@@ -42,11 +43,11 @@ class _ThreadActivity:
     """One thread's kept operators: the merged spans of its top-level ones, and every start."""
 
     def __init__(self, events: list[CpuEvent]):
-        starts = np.fromiter((e.ts for e in events), np.float64, len(events))
-        ends = starts + np.fromiter((e.dur for e in events), np.float64, len(events))
+        starts = np.fromiter(map(attrgetter("ts"), events), np.float64, len(events))
+        ends = starts + np.fromiter(map(attrgetter("dur"), events), np.float64, len(events))
         order = np.lexsort((starts - ends, starts))  # by start, the longer (enclosing) first
         starts, ends = starts[order], ends[order]
-        self.events = [events[k] for k in order.tolist()]
+        self.events = list(map(events.__getitem__, order.tolist()))
         self.starts = starts.tolist()
         reach = np.maximum.accumulate(ends)  # an operator starting past every earlier end opens a span
         opens = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]]) if len(starts) else np.zeros(0, np.int64)
@@ -73,19 +74,28 @@ class _ThreadActivity:
         return self.events[k] if k >= 0 else None
 
 
+def _activity_by_thread(operators: list[CpuEvent]) -> dict[int, _ThreadActivity]:
+    """Each thread's activity, the threads in the order they first appear in `operators`."""
+    codes, thread = thread_codes(list(map(attrgetter("tid"), operators)))
+    first = np.full(len(codes), len(operators), np.int64)
+    np.minimum.at(first, thread, np.arange(len(operators)))
+    order = np.argsort(thread, kind="stable")
+    bounds = np.searchsorted(thread[order], np.arange(len(codes) + 1)).tolist()
+    tid_of = list(codes)
+    return {tid_of[code]: _ThreadActivity(list(map(operators.__getitem__, order[bounds[code]:bounds[code + 1]].tolist())))
+            for code in np.argsort(first, kind="stable").tolist()}
+
+
 def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip,
                                totals: dict[str, float]) -> list[ThreadWait]:
     """Cut each wait for another thread out of the exclusive time of the kept operators
     (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
     after_children); `skip`: stretches (id(event), start) already cut as waits for communication.
     Returns the waits, for the dependencies of the operators that resumed."""
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in operators:
-        by_thread[e.tid].append(e)
-    if len(by_thread) < 2:
+    activity = _activity_by_thread(operators)
+    if len(activity) < 2:
         return []
-    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
-    kept = {id(e) for e in operators}
+    kept = set(map(id, operators))
     waits = []
     for event, a, b in _resumed_soon_after_others(after_children, activity):
         if id(event) not in kept or (id(event), a) in skip:
@@ -105,10 +115,12 @@ def _resumed_soon_after_others(stretches: list, activity: dict[int, _ThreadActiv
     stretch's end: the only ones that can be waits (found for all at once, the rest skipped)."""
     if not stretches:
         return []
-    events, a, b = zip(*stretches)
-    a, b = np.array(a), np.array(b)
+    n = len(stretches)
+    a = np.fromiter(map(itemgetter(1), stretches), np.float64, n)
+    b = np.fromiter(map(itemgetter(2), stretches), np.float64, n)
     number = {tid: k for k, tid in enumerate(activity)}
-    threads_of = np.fromiter((number.get(e.tid, -1) for e in events), np.int64, len(events))
+    tids = map(attrgetter("tid"), map(itemgetter(0), stretches))
+    threads_of = np.fromiter(map(number.get, tids, repeat(-1)), np.int64, n)
     last = np.full(len(stretches), -np.inf)
     for tid, threads in activity.items():
         ends = threads.ends_array
@@ -151,10 +163,7 @@ def waits_after_communication(cut: dict, operators: list[CpuEvent], work: list[t
       operators ended (the autograd thread finishing DDP's buckets) waits for the last of them.
     The time is cut already (or was idle); these are only the dependencies."""
     waits = [ThreadWait(span.tid, span.ts, op) for span, op in work]
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in operators:
-        by_thread[e.tid].append(e)
-    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
+    activity = _activity_by_thread(operators)
     for (_, start), (tid, end, op) in cut.items():
         found = _wait_in(activity, tid, start, end)
         waits.append(ThreadWait(tid, end, found[0] if found is not None else op))
