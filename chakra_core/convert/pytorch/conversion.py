@@ -35,7 +35,6 @@ graph is acyclic by construction:
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 
@@ -76,7 +75,7 @@ class RankConversion(RankAnalysis):
             target = self.call_time.target_of.get(anchor)
             if anchor not in placed and target is not None:
                 host_time[target] = host_time.get(target, 0.0) + own
-        events = self._cpu_columns
+        events = self.cpu_columns
         rows = row_of_host[events.index]
         on_row = rows >= 0
         index, rows = events.index[on_row], rows[on_row]
@@ -88,17 +87,12 @@ class RankConversion(RankAnalysis):
                                                                               len(host_time))
         # the same float sums and rounding (half to even) as int(round(exclusive + added)) per row
         start[rows] = events.ts[on_row].astype(np.int64)
-        duration[rows] = np.rint(np.where(holds_call_time, 0.0, events.exclusive[on_row]) + added[index])
+        duration[rows] = np.rint(np.where(holds_call_time, 0.0, events.exclusive()[on_row]) + added[index])
         for g, anchor in own_nodes.items():
             duration[row_of_host[g]] = int(round(self.own_time[anchor]))
         self.report.time_us, note = hosttime.summary(self.call_time, sum(self.own_time.values()))
         if note:
             self.report.notes.append(note)
-
-    @functools.cached_property
-    def _cpu_columns(self) -> hosttime.CpuColumns:
-        """The linked CPU events as columns (made once, for the durations and the waits)."""
-        return hosttime.CpuColumns.of(self.linked.cpu)
 
     def _own_time_nodes(self) -> dict[int, int]:
         """gloo node -> anchor, for each blocking call whose own duration is kept (hosttime.own_time_nodes)."""
@@ -115,7 +109,7 @@ class RankConversion(RankAnalysis):
         operators; (row, device event waited for) after synchronisations (hosttime.resumed_after)."""
         if not self.call_time.resumes and not self.thread_waits and not self.device_waits:
             return [], []
-        events = self._cpu_columns
+        events = self.cpu_columns
         resumes = [(events.code(self.linked.cpu[a].tid), end, int(row_of_host[a]))
                    for a, end in self.call_time.resumes.items()]
         if self.thread_waits:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 
 import numpy as np
@@ -273,46 +274,53 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
     return found
 
 
-@dataclass
 class CpuColumns:
-    """Linked CPU events (host index -> CpuEvent) as columns, in the mapping's order: for the
-    per-row work of an emit (durations, waits) done on arrays rather than event by event."""
+    """CPU events as columns, in the order given: for the per-event work of an analysis (waits,
+    durations) done on arrays. Each pass over the events (one object each, all over memory) costs
+    as much as the work on its column: the columns are taken once, for the conversion's linked
+    events, and subsets selected from them."""
 
-    index: np.ndarray  # host index
-    thread: np.ndarray  # the event's thread as a code of `codes` (a tid may be an int or a string)
-    ts: np.ndarray
-    exclusive: np.ndarray
-    codes: dict  # tid -> its code
-    _ids: np.ndarray  # id() of each event, sorted, and where each is in the columns
-    _at: np.ndarray
+    def __init__(self, events: list[CpuEvent], index: np.ndarray, thread: np.ndarray, ts: np.ndarray,
+                 dur: np.ndarray, codes: dict):
+        self.events = events
+        self.index = index  # host index
+        self.thread = thread  # the event's thread as a code of `codes` (thread_codes)
+        self.ts, self.dur, self.codes = ts, dur, codes
 
     @classmethod
     def of(cls, cpu: dict[int, CpuEvent]) -> CpuColumns:
+        """Columns of linked events (host index -> CpuEvent)."""
         n, events = len(cpu), list(cpu.values())
         codes, thread = thread_codes(list(map(attrgetter("tid"), events)))
-        ids = np.fromiter(map(id, events), np.int64, n)
-        at = np.argsort(ids)
-        return cls(np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
-                   np.fromiter(map(attrgetter("exclusive"), events), np.float64, n), codes, ids[at], at)
+        return cls(events, np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+                   np.fromiter(map(attrgetter("dur"), events), np.float64, n), codes)
+
+    def select(self, mask: np.ndarray) -> CpuColumns:
+        """The events where mask is true, in the same order."""
+        return CpuColumns(list(compress(self.events, mask.tolist())), self.index[mask], self.thread[mask],
+                          self.ts[mask], self.dur[mask], self.codes)
+
+    def exclusive(self) -> np.ndarray:
+        """Each event's exclusive time now (the analysis cuts waits out of it)."""
+        return np.fromiter(map(attrgetter("exclusive"), self.events), np.float64, len(self.events))
 
     def index_of(self, events: list[CpuEvent]) -> np.ndarray:
-        """The host index of each of these events (each one of the mapping's)."""
-        found = np.searchsorted(self._ids, np.fromiter(map(id, events), np.int64, len(events)))
-        return self.index[self._at[found]]
+        """The host index of each of these events (each one of the columns')."""
+        ids = np.fromiter(map(id, self.events), np.int64, len(self.events))
+        at = np.argsort(ids)
+        found = np.searchsorted(ids[at], np.fromiter(map(id, events), np.int64, len(events)))
+        return self.index[at[found]]
 
     def code(self, tid) -> int:
-        """The code of a thread; -1 for one with no linked event."""
+        """The code of a thread; -1 for one with no event here."""
         return self.codes.get(tid, -1)
 
 
 def thread_codes(tids: list) -> tuple[dict, np.ndarray]:
-    """A number for each distinct thread id (ints, or strings where a trace names its threads) and
-    the number of each of `tids`."""
-    if set(map(type, tids)) - {int} or (tids and not -2**63 <= min(tids) <= max(tids) < 2**63):
-        codes: dict = {}
-        return codes, np.fromiter((codes.setdefault(t, len(codes)) for t in tids), np.int64, len(tids))
-    distinct, thread = np.unique(np.array(tids, np.int64), return_inverse=True)  # the usual case, in C
-    return dict(zip(distinct.tolist(), range(len(distinct)))), thread.reshape(-1).astype(np.int64)
+    """A number for each distinct thread id (ints, or strings where a trace names its threads),
+    in the order they first appear, and the number of each of `tids`."""
+    codes = {tid: k for k, tid in enumerate(dict.fromkeys(tids))}
+    return codes, np.fromiter(map(codes.__getitem__, tids), np.int64, len(tids))
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:
