@@ -183,7 +183,7 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
     looked at: a communication call's own nodes have their blocked time accounted already.
     Returns the stretches cut, (id(event), start) -> (its thread, where it ends, the
     communication op whose work ended last in it)."""
-    kept = {id(e) for e in operators}
+    kept = set(map(id, operators))
     ops = sorted(work, key=lambda op: work[op][1])
     spans = [work[op] for op in ops]
     ends = [end for _, end in spans]
