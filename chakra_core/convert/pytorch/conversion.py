@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -285,8 +286,9 @@ class RankConversion(RankAnalysis):
             return
         if folded := sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0):
             counts["device events folded into communication nodes"] = folded
-        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self.device_work), key=lambda x: (x[0], x[1]))
-        next_id = (max(self.host.ids) + 1) if len(self.host) else 0
+        ids = self.host.ids
+        launched = sorted(((d.ts, ids[i], d) for i, d in self.device_work), key=itemgetter(0, 1))
+        next_id = int(np.frombuffer(ids, np.int64).max()) + 1 if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:
             rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))
