@@ -184,14 +184,23 @@ class _HostColumns:
 
     def _gathered_io(self, index: np.ndarray) -> pa.StructArray:
         """The io rows of these host indices, taken chunk by chunk: a take from the chunked array
-        would first join every chunk (all of the trace's tensor text) into one, for each batch."""
+        would first join every chunk (all of the trace's tensor text) into one, for each batch.
+        Rows in id order are mostly in file order: a run of consecutive rows of a chunk is a
+        slice of it (no copy), and rows already in chunk order need no final reordering."""
         chunk = np.searchsorted(self.io_starts, index, "right") - 1
+        parts = []
+        for c in np.unique(chunk).tolist():
+            at = index[chunk == c] - self.io_starts[c]
+            consecutive = at[-1] - at[0] == len(at) - 1 and bool(np.all(np.diff(at) == 1))
+            parts.append(self.host.io_chunks[c].slice(int(at[0]), len(at)) if consecutive
+                         else self.host.io_chunks[c].take(pa.array(at)))
+        joined = pa.concat_arrays(parts)
+        if bool(np.all(np.diff(chunk) >= 0)):  # already grouped by chunk, in the batch's order
+            return joined
         order = np.argsort(chunk, kind="stable")  # grouped by chunk, in the batch's order within each
-        parts = [self.host.io_chunks[c].take(pa.array(index[chunk == c] - self.io_starts[c]))
-                 for c in np.unique(chunk).tolist()]
         where = np.empty_like(order)
         where[order] = np.arange(len(order))  # row j of the batch is part row where[j]
-        return pa.concat_arrays(parts).take(pa.array(where))
+        return joined.take(pa.array(where))
 
 
 def _lists(offsets: np.ndarray, values: np.ndarray, lo: int, hi: int) -> pa.Array:
