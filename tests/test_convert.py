@@ -111,6 +111,7 @@ def test_bad_inputs_give_clear_errors_not_tracebacks(tmp_path, capsys):
         "malformed.et.json": raw.replace(b'"ctrl_deps": ', b'"ctrl_deps": ,', 1),
         "truncated.et.json": raw[: len(raw) // 2],
         "truncated.et.json.gz": gzip.compress(raw)[:3000],
+        "corrupt.et.json.gz": gzip.compress(raw)[:10] + b"\x07" + gzip.compress(raw)[11:],  # a reserved block type
         "not_a_trace.et.json": b'{"hello": [1, 2, 3]}',
         "empty.et.json": b"",
     }
@@ -118,6 +119,7 @@ def test_bad_inputs_give_clear_errors_not_tracebacks(tmp_path, capsys):
         "malformed.et.json": "malformed JSON",
         "truncated.et.json": "file ends early",
         "truncated.et.json.gz": "cannot read",
+        "corrupt.et.json.gz": "cannot read: corrupt gzip stream",
         "not_a_trace.et.json": "no 'nodes' array",
         "empty.et.json": "expected a JSON object",
     }
@@ -224,6 +226,34 @@ def test_jsonstream_handles_tricky_strings_small_chunks_and_nan(tmp_path, monkey
     with pytest.raises(TraceJSONError, match="element"):
         src.write_text(text.replace('"id": 7,', '"id": 7,,'))
         list(jsonstream.StreamedDocument(str(src), "nodes", batch_items=3).batches())
+
+
+def test_a_digested_trace_is_freed_without_the_cyclic_collector(tmp_path):
+    """The collector is paused through a conversion: what a reader kept must not hang on a
+    reference cycle (the reader and its document), or each rank's traces would stay to the end."""
+    import gc
+    import weakref
+
+    from chakra_core.convert.common.collector import collector_paused
+
+    src = tmp_path / "t.et.json.gz"
+    src.write_bytes(gzip.compress(ALLGATHER.read_bytes()))
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            trace = read_host_trace(str(src))
+        assert not gc.isenabled()  # the inner block leaves the outer one's pause alone
+        freed = weakref.ref(trace)
+        del trace
+        assert freed() is None
+    assert gc.isenabled()
+
+
+def test_thread_codes_keep_first_appearance_and_tell_names_from_numbers():
+    from chakra_core.convert.pytorch.hosttime import thread_codes
+
+    codes, thread = thread_codes([7, "7", 3, 7, "main"])
+    assert codes == {7: 0, "7": 1, 3: 2, "main": 3} and thread.tolist() == [0, 1, 2, 0, 3]
 
 
 # ---------------------------------------------------------------- the recorded gloo runs (datasets/)

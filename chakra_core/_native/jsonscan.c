@@ -9,15 +9,16 @@
  * refused here, before any parser (orjson stops at 1024 levels, the json module at
  * Python's recursion limit) sees it.
  *
- *   value_end(buf, pos, max_depth) -> end | -1
+ *   value_end(buf, pos, max_depth[, end]) -> end | -1
  *       `pos` is the first byte of a value (leading whitespace is skipped). Returns the
  *       offset just past the value, or -1 if the buffer ends first.
- *   scan_array(buf, pos, max_items, max_depth) -> (items, last_end, next_pos, closed)
+ *   scan_array(buf, pos, max_items, max_depth[, end]) -> (items, last_end, next_pos, closed)
  *       `pos` is inside an array, just after '[' or after the ',' that follows an
  *       element. Scans up to `max_items` complete elements, each followed by ',' or ']'.
  *       last_end: offset just past the last complete element; next_pos: where the next
  *       call resumes (after that element's ',' or after the closing ']'); closed: the
  *       array's ']' was reached. An element cut off by the buffer end is not counted.
+ *   Given `end`, only buf[:end] is looked at (the rest of a reader's buffer is not filled yet).
  *   Errors: ScanError(message, position, items) on a structural error, its subclass
  *   TooDeep when a value opens more than `max_depth` nested arrays/objects (position: the
  *   bracket that goes too deep); `items`: the complete elements before the bad one.
@@ -42,14 +43,20 @@ static int get_buffer(PyObject *obj, Py_buffer *view) {
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
 }
 
+/* The bytes of the buffer to scan: its first `limit` (a reader's buffer is larger than what it
+ * holds, so that it is filled in place), or all of it when limit < 0. */
+static Py_ssize_t filled(const Py_buffer *view, Py_ssize_t limit) {
+    return limit >= 0 && limit < view->len ? limit : view->len;
+}
+
 static PyObject *py_value_end(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
-    Py_ssize_t pos, max_depth, deep_at = -1;
-    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &max_depth)) return NULL;
+    Py_ssize_t pos, max_depth, deep_at = -1, limit = -1;
+    if (!PyArg_ParseTuple(args, "Onn|n", &obj, &pos, &max_depth, &limit)) return NULL;
     Py_buffer view;
     if (get_buffer(obj, &view) < 0) return NULL;
     const unsigned char *s = view.buf;
-    Py_ssize_t n = view.len, end, start;
+    Py_ssize_t n = filled(&view, limit), end, start;
     Py_BEGIN_ALLOW_THREADS
     start = skip_space(s, pos < 0 ? 0 : pos, n);
     end = find_bounded_value_end(s, start, n, max_depth, &deep_at);
@@ -62,12 +69,12 @@ static PyObject *py_value_end(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyObject *py_scan_array(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
-    Py_ssize_t pos, max_items, max_depth, deep_at = -1;
-    if (!PyArg_ParseTuple(args, "Onnn", &obj, &pos, &max_items, &max_depth)) return NULL;
+    Py_ssize_t pos, max_items, max_depth, deep_at = -1, limit = -1;
+    if (!PyArg_ParseTuple(args, "Onnn|n", &obj, &pos, &max_items, &max_depth, &limit)) return NULL;
     Py_buffer view;
     if (get_buffer(obj, &view) < 0) return NULL;
     const unsigned char *s = view.buf;
-    Py_ssize_t n = view.len, items = 0, last_end = -1, next_pos = pos, error_at = -1;
+    Py_ssize_t n = filled(&view, limit), items = 0, last_end = -1, next_pos = pos, error_at = -1;
     int closed = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t p = skip_space(s, pos, n);
@@ -100,9 +107,11 @@ static PyObject *py_scan_array(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"value_end", py_value_end, METH_VARARGS,
-     "value_end(buf, pos, max_depth): offset just past the JSON value at pos, or -1 if incomplete."},
+     "value_end(buf, pos, max_depth[, end]): offset just past the JSON value at pos, or -1 if incomplete\n"
+     "(in buf[:end] when end is given)."},
     {"scan_array", py_scan_array, METH_VARARGS,
-     "scan_array(buf, pos, max_items, max_depth): scan complete elements of a JSON array."},
+     "scan_array(buf, pos, max_items, max_depth[, end]): scan complete elements of a JSON array\n"
+     "(in buf[:end] when end is given)."},
     {NULL, NULL, 0, NULL},
 };
 

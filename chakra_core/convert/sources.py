@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from chakra_core import limits
-from chakra_core.errors import ChakraError
+from chakra_core.errors import ChakraError, ChakraFormatError
 from chakra_core.format.names import COMM_GROUPS_SUFFIX, is_kineto_head, split_rank_url
 from chakra_core.format.names import RANK_FILE as CHAKRA_RANK_FILE
 
@@ -259,11 +259,16 @@ def file_rule(kind: str, name: str) -> FileRule:
 
 
 def head_of(src: str) -> bytes:
-    """The first HEAD_BYTES of a file, gunzipped."""
+    """The first HEAD_BYTES of a file, gunzipped; a gzip stream damaged within them is one line."""
+    import gzip
+
     from chakra_core.inputs import open_input
 
-    with open_input(src) as f:
-        return f.read(HEAD_BYTES)
+    try:
+        with open_input(src) as f:
+            return f.read(HEAD_BYTES)
+    except (EOFError, gzip.BadGzipFile) as exc:  # cut short, or corrupt (inputs.BoundedGzipFile)
+        raise ChakraFormatError(src, f"cannot read: {exc}") from None
 
 
 def detect_format(src: str) -> str:

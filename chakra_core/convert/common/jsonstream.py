@@ -15,7 +15,6 @@ could recurse into it) and arrays longer than `nodes`.
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Callable, Iterator
 
@@ -23,6 +22,7 @@ import orjson
 
 from chakra_core import limits
 from chakra_core._native import _jsonscan
+from chakra_core.convert.common.collector import collector_paused
 from chakra_core.errors import ChakraFormatError
 from chakra_core.format.etfile import READ_ERRORS, open_binary
 
@@ -99,7 +99,10 @@ class StreamedDocument:
         self.member_depth, self.element_depth = depth - 1, depth - 2
         self._max_elements = limits.value("nodes")
         self._max_element_bytes = limits.value("element_bytes")
+        # _buf[:_end] holds the stream from offset _base; the rest of _buf is room that reads
+        # fill in place (a buffer kept, not one made per read: fresh memory costs page faults)
         self._buf = bytearray()
+        self._end = 0
         self._base = 0  # stream offset of _buf[0]
         self._eof = False
         self._file = None
@@ -109,20 +112,26 @@ class StreamedDocument:
         """Append one chunk; False at end of stream."""
         if self._eof:
             return False
+        room = max(2 * READ_CHUNK, self._end + READ_CHUNK)  # more than twice a chunk only for a long element
+        if len(self._buf) < room:
+            self._buf.extend(bytes(room - len(self._buf)))
         try:
-            chunk = self._file.read(READ_CHUNK)
+            with memoryview(self._buf) as view, view[self._end:] as room:
+                n = self._file.readinto(room)
         except READ_ERRORS as exc:
-            raise TraceJSONError(self.url, f"cannot read: {exc}", self._base + len(self._buf)) from None
-        if not chunk:
+            raise TraceJSONError(self.url, f"cannot read: {exc}", self._base + self._end) from None
+        if not n:
             self._eof = True
             return False
-        self._buf += chunk
+        self._end += n
         return True
 
     def _discard(self, upto: int) -> None:
         """Drop the consumed bytes before `upto`."""
         if upto > 0:
-            del self._buf[:upto]
+            with memoryview(self._buf) as view:
+                view[:self._end - upto] = view[upto:self._end]
+            self._end -= upto
             self._base += upto
 
     def stream_offset(self, buffer_position: int) -> int:
@@ -135,19 +144,19 @@ class StreamedDocument:
         try:
             return raw.tell()
         except (OSError, AttributeError, ValueError):
-            return self._base + len(self._buf)
+            return self._base + self._end
 
     def _skip_space(self, pos: int) -> int:
         while True:
-            buf = self._buf
-            while pos < len(buf) and buf[pos] in b" \t\r\n":
+            buf, end = self._buf, self._end
+            while pos < end and buf[pos] in b" \t\r\n":
                 pos += 1
-            if pos < len(buf) or not self._fill():
+            if pos < end or not self._fill():
                 return pos
 
     def _expect(self, pos: int, chars: bytes, what: str) -> int:
         pos = self._skip_space(pos)
-        if pos >= len(self._buf):
+        if pos >= self._end:
             raise self._truncated(what)
         if self._buf[pos] not in chars:
             found = bytes(self._buf[pos:pos + 20]).decode("utf-8", "replace")
@@ -159,12 +168,12 @@ class StreamedDocument:
         pos = self._skip_space(pos)
         while True:
             try:
-                end = _jsonscan.value_end(self._buf, pos, self.member_depth)
+                end = _jsonscan.value_end(self._buf, pos, self.member_depth, self._end)
             except _jsonscan.TooDeep as exc:
                 raise too_deep(self.url, self._base + exc.args[1]) from None
             except _jsonscan.ScanError as exc:
                 raise TraceJSONError(self.url, "expected a JSON value", self._base + exc.args[1]) from None
-            if end >= 0 and (end < len(self._buf) or self._eof):
+            if end >= 0 and (end < self._end or self._eof):
                 return parse_json(memoryview(self._buf)[pos:end], self.url, self._base + pos), end
             self._check_element_size(pos)
             if not self._fill():
@@ -174,27 +183,28 @@ class StreamedDocument:
 
     def _check_element_size(self, start: int) -> None:
         """One element still incomplete after this many bytes is refused before it fills memory."""
-        if len(self._buf) - start > self._max_element_bytes:
+        if self._end - start > self._max_element_bytes:
             raise limits.LimitExceeded(self.url, "element_bytes", f"an element at byte {self._base + start:,} "
-                                       f"(element {self.elements}) runs past {len(self._buf) - start:,} bytes")
+                                       f"(element {self.elements}) runs past {self._end - start:,} bytes")
 
     def _truncated(self, what: str) -> TraceJSONError:
         inside = f" inside {self.array_key!r} after {self.elements} elements" if self.array_seen and self.elements else ""
         return TraceJSONError(self.url, f"file ends early (truncated?): expected {what}{inside}",
-                              self._base + len(self._buf))
+                              self._base + self._end)
 
     # -- the document -----------------------------------------------------------------
     def digest_all(self) -> None:
         """Reads the whole document for what `decode` keeps, the cyclic garbage collector paused:
         a digest makes many short-lived containers, and collecting them only slows it down."""
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            for _ in self.batches():
-                pass
+            with collector_paused():
+                for _ in self.batches():
+                    pass
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            # a decoder is mostly its reader's method, and the reader refers to this document:
+            # let go of it, so that what the reader kept is freed as soon as the caller lets go
+            # of that, not at a later pass of the collector (paused through a conversion)
+            self.decode = None
 
     def batches(self) -> Iterator[list]:
         with open_binary(self.url) as f:
@@ -203,14 +213,14 @@ class StreamedDocument:
                 yield from self._walk_object()
             finally:
                 self._file = None
-                self._buf = bytearray()
+                self._buf, self._end = bytearray(), 0
         if not self.array_seen:
             raise TraceJSONError(self.url, f"no {self.array_key!r} array in the top-level object")
 
     def _walk_object(self) -> Iterator[list]:
         pos = self._expect(0, b"{", "a JSON object ('{')") + 1
         pos = self._skip_space(pos)
-        if pos < len(self._buf) and self._buf[pos] == ord("}"):
+        if pos < self._end and self._buf[pos] == ord("}"):
             self._expect_end(pos)
             return
         while True:
@@ -237,10 +247,10 @@ class StreamedDocument:
         (`cat a b > c`) or other data is refused at its offset, not ignored."""
         pos += 1
         while True:
-            buf = self._buf
-            while pos < len(buf) and buf[pos] in b" \t\r\n":
+            buf, end = self._buf, self._end
+            while pos < end and buf[pos] in b" \t\r\n":
                 pos += 1
-            if pos < len(buf):
+            if pos < end:
                 raise TraceJSONError(self.url, "data after the end of the JSON document (a second document?)",
                                      self._base + pos)
             self._discard(pos)
@@ -253,7 +263,7 @@ class StreamedDocument:
         while True:
             try:
                 items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
-                                                                         self.element_depth)
+                                                                         self.element_depth, self._end)
             except _jsonscan.TooDeep as exc:
                 raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
             except _jsonscan.ScanError as exc:

@@ -14,7 +14,7 @@ the step its execution began in.
 from __future__ import annotations
 
 import re
-import zlib
+import gzip
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -70,7 +70,7 @@ def read_profile_file(path: str, what: str) -> bytes:
     is a format error naming the file."""
     try:
         return read_bounded(path, "source_bytes", what)
-    except (EOFError, zlib.error) as exc:
+    except (EOFError, gzip.BadGzipFile) as exc:  # cut short, or corrupt (inputs.BoundedGzipFile)
         raise SourceFormatError(path, f"truncated or corrupt gzip stream ({exc})") from None
 
 

@@ -88,6 +88,7 @@ class RankAnalysis:
         self.pg_init_index: int | None = None
         self._classify()
         self.linked: Linked | None = None
+        self.cpu_columns: hosttime.CpuColumns | None = None  # the linked CPU events as columns
         self.launchers_in_comm: dict[int, list[int]] = {}  # anchor -> host nodes whose device work it owns
         self.call_time = hosttime.CallTime()  # host and blocked time of communication calls (hosttime.py)
         self.own_time: dict[int, float] = {}  # anchor -> µs of the collective's own duration kept as host time
@@ -105,8 +106,9 @@ class RankAnalysis:
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
             self.call_time = self._account_call_time(kineto)
-            operators = [e for i, e in self.linked.cpu.items() if self.role[i] == OP]
-            cut = hosttime.remove_waiting_between_ops(self.call_time, kineto.after_children, self.work, operators)
+            self.cpu_columns = hosttime.CpuColumns.of(self.linked.cpu)
+            operators = self.cpu_columns.select(np.asarray(self.role, np.int8)[self.cpu_columns.index] == OP)
+            cut = hosttime.remove_waiting_between_ops(self.call_time, kineto.after_children, self.work, operators.events)
             self.thread_waits = threadwait.remove_waiting_for_threads(kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
             if not host.has_data_deps:  # no tensor ties what goes on after communication to it
@@ -116,7 +118,7 @@ class RankAnalysis:
                                 for g in self._gloo_nodes(a) if g in self.linked.cpu])
             self.device_work = self._device_work()
             eligible = [d for _, d in self.device_work]
-            self.device_waits = devicesync.remove_waiting_for_device(kineto.runtime, operators, eligible,
+            self.device_waits = devicesync.remove_waiting_for_device(kineto.runtime, operators.events, eligible,
                                                                      self.call_time.totals)
             in_comm = {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}
             self.comm_waits = devicesync.communication_waits(in_comm, kineto.runtime, eligible)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -75,12 +76,19 @@ class RankConversion(RankAnalysis):
             target = self.call_time.target_of.get(anchor)
             if anchor not in placed and target is not None:
                 host_time[target] = host_time.get(target, 0.0) + own
-        for i, event in self.linked.cpu.items():
-            row = row_of_host[i]
-            if row >= 0:
-                holds_call_time = self.role[i] == ANNOTATION or i in own_nodes
-                exclusive = 0.0 if holds_call_time else event.exclusive
-                start[row], duration[row] = int(event.ts), int(round(exclusive + host_time.get(i, 0.0)))
+        events = self.cpu_columns
+        rows = row_of_host[events.index]
+        on_row = rows >= 0
+        index, rows = events.index[on_row], rows[on_row]
+        holds_call_time = np.asarray(self.role, np.int8)[index] == ANNOTATION
+        if own_nodes:
+            holds_call_time |= np.isin(index, np.fromiter(own_nodes, np.int64, len(own_nodes)))
+        added = np.zeros(len(self.host))
+        added[np.fromiter(host_time, np.int64, len(host_time))] = np.fromiter(host_time.values(), np.float64,
+                                                                              len(host_time))
+        # the same float sums and rounding (half to even) as int(round(exclusive + added)) per row
+        start[rows] = events.ts[on_row].astype(np.int64)
+        duration[rows] = np.rint(np.where(holds_call_time, 0.0, events.exclusive()[on_row]) + added[index])
         for g, anchor in own_nodes.items():
             duration[row_of_host[g]] = int(round(self.own_time[anchor]))
         self.report.time_us, note = hosttime.summary(self.call_time, sum(self.own_time.values()))
@@ -96,19 +104,22 @@ class RankConversion(RankAnalysis):
         kept = [i for i in self.order.tolist() if self.role[i] in (OP, ANNOTATION, ANCHOR, META)]
         return hosttime.own_time_nodes(blocking, {a: self._gloo_nodes(a) for a in blocking}, kept, self.host.ids,
                                        self.host.attr_columns["tid"], self.linked.cpu)
-    def _resumed_rows(self, row_of_host: np.ndarray, index: np.ndarray) -> tuple[list, list]:
+    def _resumed_rows(self, row_of_host: np.ndarray) -> tuple[list, list]:
         """The rows that go on after a wait: (row, row waited for) after the gloo send/recv spans on
         their calling threads (their communication node) and after waits for other threads'
         operators; (row, device event waited for) after synchronisations (hosttime.resumed_after)."""
-        resumes = [(self.linked.cpu[a].tid, end, int(row_of_host[a])) for a, end in self.call_time.resumes.items()]
-        if self.thread_waits:
-            index_of = {id(e): i for i, e in self.linked.cpu.items()}
-            resumes += [(w.tid, w.resumed_at, int(row_of_host[index_of[id(w.waited_for)]]))
-                        for w in self.thread_waits]
-        device = [(w.tid, w.resumed_at, -1) for w in self.device_waits]
-        if not resumes and not device:
+        if not self.call_time.resumes and not self.thread_waits and not self.device_waits:
             return [], []
-        rows = hosttime.resumed_after(resumes + device, self.linked.cpu, index.tolist(), lambda i: self.role[i] != ANCHOR)
+        events = self.cpu_columns
+        resumes = [(events.code(self.linked.cpu[a].tid), end, int(row_of_host[a]))
+                   for a, end in self.call_time.resumes.items()]
+        if self.thread_waits:
+            waited = row_of_host[events.index_of([w.waited_for for w in self.thread_waits])].tolist()
+            resumes += [(events.code(w.tid), w.resumed_at, row) for w, row in zip(self.thread_waits, waited)]
+        device = [(events.code(w.tid), w.resumed_at, -1) for w in self.device_waits]
+        rows = row_of_host[events.index]
+        may_wait = (rows >= 0) & (np.asarray(self.role, np.int8)[events.index] != ANCHOR)
+        rows = hosttime.resumed_after(resumes + device, events.thread[may_wait], events.ts[may_wait], rows[may_wait])
         host_waits = [(row, waited) for row, (_, _, waited) in zip(rows, resumes) if row is not None and waited >= 0]
         device_waits = [(row, w.waited_for) for row, w in zip(rows[len(resumes):], self.device_waits) if row is not None]
         return host_waits, device_waits
@@ -189,7 +200,7 @@ class RankConversion(RankAnalysis):
         readers, writers = deps.tensor_flow(read_rows, read_keys, write_rows, write_keys)
         waits = [(row_of_host[i], seq_row[seq]) for i, seq in self.waits.items()
                  if seq in seq_row and row_of_host[i] > seq_row[seq]]
-        host_waits, device_waits = self._resumed_rows(row_of_host, index)
+        host_waits, device_waits = self._resumed_rows(row_of_host)
         waits.extend(host_waits)
         if waits:
             readers = np.r_[readers, [w[0] for w in waits]]
@@ -275,8 +286,9 @@ class RankConversion(RankAnalysis):
             return
         if folded := sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0):
             counts["device events folded into communication nodes"] = folded
-        launched = sorted(((d.ts, self.host.ids[i], d) for i, d in self.device_work), key=lambda x: (x[0], x[1]))
-        next_id = (max(self.host.ids) + 1) if len(self.host) else 0
+        ids = self.host.ids
+        launched = sorted(((d.ts, ids[i], d) for i, d in self.device_work), key=itemgetter(0, 1))
+        next_id = int(np.frombuffer(ids, np.int64).max()) + 1 if len(self.host) else 0
         last_on_stream: dict[int, int] = {}
         for ts, launcher_id, d in launched:
             rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))

@@ -30,6 +30,10 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
+
+import numpy as np
 
 from chakra_core.convert.pytorch.kineto import CpuEvent
 
@@ -179,7 +183,7 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
     looked at: a communication call's own nodes have their blocked time accounted already.
     Returns the stretches cut, (id(event), start) -> (its thread, where it ends, the
     communication op whose work ended last in it)."""
-    kept = {id(e) for e in operators}
+    kept = set(map(id, operators))
     ops = sorted(work, key=lambda op: work[op][1])
     spans = [work[op] for op in ops]
     ends = [end for _, end in spans]
@@ -244,29 +248,79 @@ def own_time_nodes(anchors: list[int], gloo_nodes: dict[int, list[int]], kept: l
     return chosen
 
 
-def resumed_after(waits: list[tuple[int, float, int]], cpu: dict[int, CpuEvent], index: list[int],
-                  may_wait) -> list[int | None]:
+def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, starts: np.ndarray, rows: np.ndarray
+                  ) -> list[int | None]:
     """For each wait (thread, when it ended, a row the waiter must come after; -1: none), the row
-    of the first node that thread started once the wait had ended (rows: host indices `index`
-    in row order; may_wait(i): not a communication node), or None.
+    of the first node that thread started once the wait had ended, or None; the nodes that may
+    be it (not communication nodes) are given as columns: thread codes (ThreadCodes), starts
+    and rows.
     gloo's send/recv span on the calling thread ends when the thread's wait() for it returns,
     so the first node the thread starts then waited for that communication, wherever the
     (untraced) wait() was called; likewise after a wait for another thread or for the device."""
-    by_thread: dict = {}
-    for row, i in enumerate(index):
-        event = cpu.get(i)
-        if event is not None and may_wait(i):
-            by_thread.setdefault(event.tid, []).append((event.ts, row))
-    for starts in by_thread.values():
-        starts.sort()
-    rows = []
-    for tid, end, after_row in waits:
-        starts = by_thread.get(tid, [])
-        k = bisect.bisect_left(starts, (end - 1.0, -1))
-        while k < len(starts) and starts[k][1] <= after_row:
-            k += 1
-        rows.append(starts[k][1] if k < len(starts) else None)
-    return rows
+    order = np.lexsort((rows, starts, threads))  # by thread, then start, then row
+    threads, starts, rows = threads[order], starts[order], rows[order].tolist()
+    found: list[int | None] = [None] * len(waits)
+    waiting = np.fromiter((code for code, _, _ in waits), np.int64, len(waits))
+    ends = np.fromiter((end for _, end, _ in waits), np.float64, len(waits))
+    for code in np.unique(waiting).tolist():
+        lo, hi = np.searchsorted(threads, code, "left"), np.searchsorted(threads, code, "right")
+        which = np.flatnonzero(waiting == code)
+        firsts = lo + np.searchsorted(starts[lo:hi], ends[which] - 1.0, "left")  # started at end - 1 µs or later
+        for j, k in zip(which.tolist(), firsts.tolist()):
+            after_row = waits[j][2]
+            while k < hi and rows[k] <= after_row:
+                k += 1
+            found[j] = rows[k] if k < hi else None
+    return found
+
+
+class CpuColumns:
+    """CPU events as columns, in the order given: for the per-event work of an analysis (waits,
+    durations) done on arrays. Each pass over the events (one object each, all over memory) costs
+    as much as the work on its column: the columns are taken once, for the conversion's linked
+    events, and subsets selected from them."""
+
+    def __init__(self, events: list[CpuEvent], index: np.ndarray, thread: np.ndarray, ts: np.ndarray,
+                 dur: np.ndarray, codes: dict):
+        self.events = events
+        self.index = index  # host index
+        self.thread = thread  # the event's thread as a code of `codes` (thread_codes)
+        self.ts, self.dur, self.codes = ts, dur, codes
+
+    @classmethod
+    def of(cls, cpu: dict[int, CpuEvent]) -> CpuColumns:
+        """Columns of linked events (host index -> CpuEvent)."""
+        n, events = len(cpu), list(cpu.values())
+        codes, thread = thread_codes(list(map(attrgetter("tid"), events)))
+        return cls(events, np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+                   np.fromiter(map(attrgetter("dur"), events), np.float64, n), codes)
+
+    def select(self, mask: np.ndarray) -> CpuColumns:
+        """The events where mask is true, in the same order."""
+        return CpuColumns(list(compress(self.events, mask.tolist())), self.index[mask], self.thread[mask],
+                          self.ts[mask], self.dur[mask], self.codes)
+
+    def exclusive(self) -> np.ndarray:
+        """Each event's exclusive time now (the analysis cuts waits out of it)."""
+        return np.fromiter(map(attrgetter("exclusive"), self.events), np.float64, len(self.events))
+
+    def index_of(self, events: list[CpuEvent]) -> np.ndarray:
+        """The host index of each of these events (each one of the columns')."""
+        ids = np.fromiter(map(id, self.events), np.int64, len(self.events))
+        at = np.argsort(ids)
+        found = np.searchsorted(ids[at], np.fromiter(map(id, events), np.int64, len(events)))
+        return self.index[at[found]]
+
+    def code(self, tid) -> int:
+        """The code of a thread; -1 for one with no event here."""
+        return self.codes.get(tid, -1)
+
+
+def thread_codes(tids: list) -> tuple[dict, np.ndarray]:
+    """A number for each distinct thread id (ints, or strings where a trace names its threads),
+    in the order they first appear, and the number of each of `tids`."""
+    codes = {tid: k for k, tid in enumerate(dict.fromkeys(tids))}
+    return codes, np.fromiter(map(codes.__getitem__, tids), np.int64, len(tids))
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import fsspec
 import pyarrow as pa
 
+from chakra_core.convert.common.collector import with_collector_paused
 from chakra_core.convert.common.result import JobResult, published, tables_wanted
 from chakra_core.convert.common.source_file import SourceOptions
 from chakra_core.convert.pytorch import comms
@@ -47,6 +48,7 @@ def convert_pytorch(src: str, out_dir: str, prefix: str, options: SourceOptions,
     return convert_job(src, out_dir, prefix, progress, accounted)
 
 
+@with_collector_paused  # and resumed once the job's objects are let go: no pass over them
 def convert_job(src: str, out_dir: str, prefix: str = "trace",
                 progress: Callable[[str, int, int], None] | None = None,
                 accounted: frozenset[str] = frozenset()) -> JobResult:
@@ -58,6 +60,7 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
         return convert_ranks(conversions, inputs, out_dir, prefix)
 
 
+@with_collector_paused
 def analyse_rank(item: RankInput, progress: Callable[[str, int, int], None] | None = None) -> RankConversion:
     """One rank read and analysed (the traces are referenced by the conversion alone, which
     releases them once emitted); the nightly's per-rank Ray tasks call it too (pipeline/bigjobs)."""
@@ -69,6 +72,7 @@ def analyse_rank(item: RankInput, progress: Callable[[str, int, int], None] | No
     return RankConversion(host, kineto, rank)
 
 
+@with_collector_paused
 def convert_ranks(conversions: list[RankConversion], inputs: JobInputs, out_dir: str, prefix: str) -> JobResult:
     """A job's analysed ranks (with their input files' account) written as one job: process groups
     merged and inferred, each call's own time kept, collectives checked across ranks."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 
 import numpy as np
 import pyarrow as pa
@@ -53,18 +55,22 @@ class NodeRows:
     def _kernel_batch(self, kernels: list[tuple]) -> pa.RecordBatch:
         """Rows of device work: what Kineto measured, launched by (a data dependency on) a host row."""
         n = len(kernels)
+        ids, events, launchers, previous = zip(*kernels) if n else ((), (), (), ())
+        ts, dur = (np.fromiter(map(attrgetter(key), events), np.float64, n) for key in ("ts", "dur"))
+        has_previous = np.fromiter(map(is_not, previous, repeat(None)), bool, n)
         return pa.RecordBatch.from_pydict({
-            "id": pa.array([k[0] for k in kernels], pa.uint64()),
-            "name": pa.array([k[1].name for k in kernels], pa.string()),
-            "type": pa.array([COMP] * n, pa.int32()),
-            "ctrl_deps": pa.array([[k[3]] if k[3] is not None else [] for k in kernels], pa.list_(pa.uint64())),
-            "data_deps": pa.array([[k[2]] for k in kernels], pa.list_(pa.uint64())),
-            "start_time_micros": pa.array([int(k[1].ts) for k in kernels], pa.uint64()),
-            "duration_micros": pa.array([max(0, int(round(k[1].dur))) for k in kernels], pa.uint64()),
+            "id": pa.array(ids, pa.uint64()),
+            "name": pa.array(list(map(attrgetter("name"), events)), pa.string()),
+            "type": pa.array(np.full(n, COMP, np.int32)),
+            "ctrl_deps": pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(has_previous)], pa.int32()),
+                                                  pa.array(list(compress(previous, has_previous)), pa.uint64())),
+            "data_deps": pa.ListArray.from_arrays(pa.array(np.arange(n + 1), pa.int32()), pa.array(launchers, pa.uint64())),
+            "start_time_micros": pa.array(ts.astype(np.int64), pa.uint64()),  # int(ts): toward zero
+            "duration_micros": pa.array(np.maximum(0, np.rint(dur)).astype(np.int64), pa.uint64()),
             # Kineto times device work to the ns: kept, as a kernel of 2.4 us is not one of 2 us
-            "duration_ns": pa.array([max(0, int(round(k[1].dur * 1000))) for k in kernels], pa.int64()),
-            "is_cpu_op": pa.array([False] * n, pa.bool_()),
-            "stream": pa.array([k[1].stream for k in kernels], pa.int64()),
+            "duration_ns": pa.array(np.maximum(0, np.rint(dur * 1000)).astype(np.int64), pa.int64()),
+            "is_cpu_op": pa.array(np.zeros(n, bool), pa.bool_()),
+            "stream": pa.array(list(map(attrgetter("stream"), events)), pa.int64()),
         })
 
     def _launch_calls(self, host_ids: np.ndarray) -> np.ndarray:
@@ -76,7 +82,12 @@ class NodeRows:
             items[launcher] += 1
             calls[launcher].add(event.correlation if event.correlation is not None else ("item", id(event)))
         fewer = {launcher: len(ids) for launcher, ids in calls.items() if len(ids) < items[launcher]}
-        return np.array([fewer.get(i, 0) for i in host_ids.tolist()], np.int64)
+        found = np.zeros(len(host_ids), np.int64)
+        if fewer:  # host ids are distinct: each launcher is one row
+            launcher_ids = np.fromiter(fewer, np.int64, len(fewer))
+            rows = np.flatnonzero(np.isin(host_ids, launcher_ids))
+            found[rows] = [fewer[i] for i in host_ids[rows].tolist()]
+        return found
 
     def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, parent ids) of the host rows' data_deps: tensor flow and waits, minus what
@@ -173,14 +184,23 @@ class _HostColumns:
 
     def _gathered_io(self, index: np.ndarray) -> pa.StructArray:
         """The io rows of these host indices, taken chunk by chunk: a take from the chunked array
-        would first join every chunk (all of the trace's tensor text) into one, for each batch."""
+        would first join every chunk (all of the trace's tensor text) into one, for each batch.
+        Rows in id order are mostly in file order: a run of consecutive rows of a chunk is a
+        slice of it (no copy), and rows already in chunk order need no final reordering."""
         chunk = np.searchsorted(self.io_starts, index, "right") - 1
+        parts = []
+        for c in np.unique(chunk).tolist():
+            at = index[chunk == c] - self.io_starts[c]
+            consecutive = at[-1] - at[0] == len(at) - 1 and bool(np.all(np.diff(at) == 1))
+            parts.append(self.host.io_chunks[c].slice(int(at[0]), len(at)) if consecutive
+                         else self.host.io_chunks[c].take(pa.array(at)))
+        joined = pa.concat_arrays(parts)
+        if bool(np.all(np.diff(chunk) >= 0)):  # already grouped by chunk, in the batch's order
+            return joined
         order = np.argsort(chunk, kind="stable")  # grouped by chunk, in the batch's order within each
-        parts = [self.host.io_chunks[c].take(pa.array(index[chunk == c] - self.io_starts[c]))
-                 for c in np.unique(chunk).tolist()]
         where = np.empty_like(order)
         where[order] = np.arange(len(order))  # row j of the batch is part row where[j]
-        return pa.concat_arrays(parts).take(pa.array(where))
+        return joined.take(pa.array(where))
 
 
 def _lists(offsets: np.ndarray, values: np.ndarray, lo: int, hi: int) -> pa.Array:

@@ -16,13 +16,13 @@ it resumed, so the simulator makes the wait from the dependency.
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from chakra_core.convert.pytorch.hosttime import covered_length
+from chakra_core.convert.pytorch.hosttime import CpuColumns, covered_length
 from chakra_core.convert.pytorch.kineto import CpuEvent
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
@@ -41,51 +41,52 @@ class ThreadWait:
 class _ThreadActivity:
     """One thread's kept operators: the merged spans of its top-level ones, and every start."""
 
-    def __init__(self, events: list[CpuEvent]):
-        starts = np.fromiter((e.ts for e in events), np.float64, len(events))
-        ends = starts + np.fromiter((e.dur for e in events), np.float64, len(events))
+    def __init__(self, operators: CpuColumns, positions: np.ndarray):
+        starts = operators.ts[positions]
+        ends = starts + operators.dur[positions]
         order = np.lexsort((starts - ends, starts))  # by start, the longer (enclosing) first
         starts, ends = starts[order], ends[order]
-        self.events = [events[k] for k in order.tolist()]
-        self.starts = starts.tolist()
+        self._events, self._positions, self.starts = operators.events, positions[order], starts
         reach = np.maximum.accumulate(ends)  # an operator starting past every earlier end opens a span
         opens = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]]) if len(starts) else np.zeros(0, np.int64)
         self.ends_array = np.maximum.reduceat(ends, opens) if len(opens) else np.zeros(0)
-        self.spans = list(zip(starts[opens].tolist(), self.ends_array.tolist()))
-        self.ends = self.ends_array.tolist()
+        self.span_starts = starts[opens]
 
     def last_end_in(self, a: float, b: float) -> float | None:
         """The end of the last span that ends in (a, b]."""
-        k = bisect.bisect_right(self.ends, b) - 1
-        return self.ends[k] if k >= 0 and self.ends[k] > a else None
+        k = int(np.searchsorted(self.ends_array, b, "right")) - 1
+        return float(self.ends_array[k]) if k >= 0 and self.ends_array[k] > a else None
 
     def spans_in(self, a: float, b: float) -> list[tuple[float, float]]:
         """This thread's spans that meet [a, b)."""
-        out = []
-        for start, end in self.spans[bisect.bisect_right(self.ends, a):]:
-            if start >= b:
-                break
-            out.append((start, end))
-        return out
+        first = np.searchsorted(self.ends_array, a, "right")
+        after = np.searchsorted(self.span_starts, b, "left")  # spans are disjoint and in order
+        return list(zip(self.span_starts[first:after].tolist(), self.ends_array[first:after].tolist()))
 
     def last_started_by(self, t: float) -> CpuEvent | None:
-        k = bisect.bisect_right(self.starts, t) - 1
-        return self.events[k] if k >= 0 else None
+        k = int(np.searchsorted(self.starts, t, "right")) - 1
+        return self._events[self._positions[k]] if k >= 0 else None
 
 
-def remove_waiting_for_threads(after_children: list, operators: list[CpuEvent], skip,
+def _activity_by_thread(operators: CpuColumns) -> dict[int, _ThreadActivity]:
+    """Each thread's activity, the threads in the order they first appear among `operators`."""
+    order = np.argsort(operators.thread, kind="stable")
+    bounds = np.searchsorted(operators.thread[order], np.arange(len(operators.codes) + 1)).tolist()
+    firsts = {order[bounds[code]]: (tid, code) for tid, code in operators.codes.items() if bounds[code] < bounds[code + 1]}
+    return {tid: _ThreadActivity(operators, order[bounds[code]:bounds[code + 1]])
+            for _, (tid, code) in sorted(firsts.items())}
+
+
+def remove_waiting_for_threads(after_children: list, operators: CpuColumns, skip,
                                totals: dict[str, float]) -> list[ThreadWait]:
     """Cut each wait for another thread out of the exclusive time of the kept operators
     (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
     after_children); `skip`: stretches (id(event), start) already cut as waits for communication.
     Returns the waits, for the dependencies of the operators that resumed."""
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in operators:
-        by_thread[e.tid].append(e)
-    if len(by_thread) < 2:
+    activity = _activity_by_thread(operators)
+    if len(activity) < 2:
         return []
-    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
-    kept = {id(e) for e in operators}
+    kept = set(map(id, operators.events))
     waits = []
     for event, a, b in _resumed_soon_after_others(after_children, activity):
         if id(event) not in kept or (id(event), a) in skip:
@@ -105,10 +106,12 @@ def _resumed_soon_after_others(stretches: list, activity: dict[int, _ThreadActiv
     stretch's end: the only ones that can be waits (found for all at once, the rest skipped)."""
     if not stretches:
         return []
-    events, a, b = zip(*stretches)
-    a, b = np.array(a), np.array(b)
+    n = len(stretches)
+    a = np.fromiter(map(itemgetter(1), stretches), np.float64, n)
+    b = np.fromiter(map(itemgetter(2), stretches), np.float64, n)
     number = {tid: k for k, tid in enumerate(activity)}
-    threads_of = np.fromiter((number.get(e.tid, -1) for e in events), np.int64, len(events))
+    tids = map(attrgetter("tid"), map(itemgetter(0), stretches))
+    threads_of = np.fromiter(map(number.get, tids, repeat(-1)), np.int64, n)
     last = np.full(len(stretches), -np.inf)
     for tid, threads in activity.items():
         ends = threads.ends_array
@@ -137,7 +140,7 @@ def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float)
     return (waited_for, covered) if waited_for is not None and covered > 0 else None
 
 
-def waits_after_communication(cut: dict, operators: list[CpuEvent], work: list[tuple[CpuEvent, CpuEvent]]
+def waits_after_communication(cut: dict, operators: CpuColumns, work: list[tuple[CpuEvent, CpuEvent]]
                               ) -> list[ThreadWait]:
     """Where the trace records no tensors (a Kineto trace alone), nothing else ties the operators
     that go on after communication to it:
@@ -151,14 +154,11 @@ def waits_after_communication(cut: dict, operators: list[CpuEvent], work: list[t
       operators ended (the autograd thread finishing DDP's buckets) waits for the last of them.
     The time is cut already (or was idle); these are only the dependencies."""
     waits = [ThreadWait(span.tid, span.ts, op) for span, op in work]
-    by_thread: dict[int, list[CpuEvent]] = defaultdict(list)
-    for e in operators:
-        by_thread[e.tid].append(e)
-    activity = {tid: _ThreadActivity(ops) for tid, ops in by_thread.items()}
+    activity = _activity_by_thread(operators)
     for (_, start), (tid, end, op) in cut.items():
         found = _wait_in(activity, tid, start, end)
         waits.append(ThreadWait(tid, end, found[0] if found is not None else op))
-    for e in operators:
+    for e in operators.events:
         found = _wait_in(activity, e.tid, e.ts - e.idle_before, e.ts) if e.idle_before > 0 else None
         if found is not None:
             waits.append(ThreadWait(e.tid, e.ts, found[0]))
