@@ -36,7 +36,7 @@ from chakra_core.convert.kineto.nccl import NcclKernel, kernel_collectives, name
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.comms import DTYPE_BYTES
 from chakra_core.convert.pytorch.et import ATTRS, ID_ATTRS, IO_STRUCT, PG_INIT_NAME, HostTrace, is_kept_whole
-from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace
+from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace, column
 from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
 
 SCHEMA = "kineto"  # what the report's `schema` says of a host trace made here
@@ -137,7 +137,7 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     found = kernel_collectives(kineto)
     kineto.cpu.extend(found.made)  # host events for NCCL kernels launched inside no communication op
     b = _Builder(kineto)
-    ts, dur = (np.fromiter((getattr(e, key) for e in kineto.cpu), np.float64, len(kineto.cpu)) for key in ("ts", "dur"))
+    ts, dur = column(kineto.cpu, "ts"), column(kineto.cpu, "dur")
     events = [kineto.cpu[k] for k in np.lexsort((-dur, ts)).tolist()]  # by (ts, -dur), stable
     _number(events)
     kineto.has_rf_ids = True
