@@ -100,7 +100,7 @@ def test_random_spans_walk_as_before(seed):
 
 
 def test_no_events_or_no_calls():
-    assert _exclusive_times([]) == []
+    assert list(_exclusive_times([])) == [] and len(_exclusive_times([])) == 0
     assert innermost_open([], []) == []
     call = RuntimeEvent(1, 5.0, 1, None)
     assert innermost_open([], [call]) == [None]

@@ -164,17 +164,19 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
         num_ops.append(compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
                        if e.name in COST_OPS else NO_ESTIMATE)
         stack.append((e.ts + e.dur, e, node_id))
-    b.add_operators([e.name for e in events], parents, [threads[e.tid] for e in events], [e.rf_id for e in events],
-                    num_ops)
+    names = [e.name for e in events]
+    kept_whole = {name: is_kept_whole(name) for name in set(names)}
+    b.add_operators(names, parents, [threads[e.tid] for e in events], [e.rf_id for e in events], num_ops)
     dtypes = _list_dtypes(events, parent_event)
     b.kernels, b.parent_event = found.kernels, parent_event
-    communication = [e for e in events if is_kept_whole(e.name)]
+    whole = [k for k, name in enumerate(names) if kept_whole[name]]
+    communication = [events[k] for k in whole]
     b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
     b.inner = _inner_buffers(communication, parent_event)
-    for index, e in enumerate(events, len(b.trace.ids) - len(events)):
-        if is_kept_whole(e.name):
-            b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
-                                    **_whole(b, e, dtypes.get(id(e)))}
+    first = len(b.trace.ids) - len(events)
+    for index, e in zip((first + k for k in whole), communication):
+        b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
+                                **_whole(b, e, dtypes.get(id(e)))}
     trace = b.trace
     trace.has_data_deps = False
     trace.io_chunks.append(pa.nulls(len(trace.ids), pa.struct([("inputs", IO_STRUCT), ("outputs", IO_STRUCT)])))
