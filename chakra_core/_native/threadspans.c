@@ -1,4 +1,5 @@
-/* Walks over the spans of a thread's profiled events, for chakra_core/convert/pytorch/kineto.py.
+/* Walks over the spans of a thread's profiled events, for chakra_core/convert/pytorch/kineto.py and
+ * chakra_core/convert/kineto/host.py.
  *
  * Why: both walks visit every CPU event of a trace with a stack of open events; in Python they
  * cost more than reading the trace with the C digests. kineto.py sorts (numpy) and keeps the
@@ -17,6 +18,11 @@
  *     items (events and calls) sorted by (thread, ts, is_call, -dur or call number); per item that
  *     is a call, the index of the innermost event open on its thread (the top of the stack once
  *     the events that ended before the call are popped from the top), -1 where none is.
+ *
+ *   enclosing(order, thread, ts, end) -> bytes of int64
+ *     events sorted by (thread, start order); per event, the index of the innermost event of its
+ *     thread still open when it starts (an event ending at or before that start is closed), -1
+ *     where none is: the parent of each Kineto CPU event in a Kineto-only conversion.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -168,7 +174,40 @@ done:
     return result;
 }
 
+static PyObject *py_enclosing(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3])) return NULL;
+    column_t c[4];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *stack = NULL, *found = NULL;
+    for (; got < 4; got++)
+        if (column(objs[got], &c[got], 8, got ? c[0].n : -1) < 0) goto done;
+    Py_ssize_t n = c[0].n;
+    const int64_t *ord = c[0].b.buf, *thr = c[1].b.buf;
+    const double *ts = c[2].b.buf, *end = c[3].b.buf;
+    stack = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    found = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    if (!stack || !found) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t depth = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t i = ord[k];
+        if (i < 0 || i >= n) { PyErr_SetString(PyExc_ValueError, "order out of range"); goto done; }
+        if (k > 0 && thr[i] != thr[ord[k - 1]]) depth = 0; /* the next thread */
+        while (depth > 0 && end[stack[depth - 1]] <= ts[i]) depth--;
+        found[i] = depth > 0 ? stack[depth - 1] : -1;
+        stack[depth++] = i;
+    }
+    result = PyBytes_FromStringAndSize((const char *)found, n * 8);
+done:
+    PyMem_Free(stack);
+    PyMem_Free(found);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&c[k].b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"enclosing", py_enclosing, METH_VARARGS, "The innermost event of its thread open at each event's start."},
     {"exclusive", py_exclusive, METH_VARARGS, "Exclusive time, idle gaps and stretches after children per event."},
     {"innermost", py_innermost, METH_VARARGS, "The innermost event open at each call on its thread."},
     {NULL, NULL, 0, NULL},
