@@ -50,19 +50,20 @@ MAX_MICROS = 2**62  # ts and dur become uint64 microseconds, and ts + dur must n
 # RuntimeEvent(tid, ts, correlation, external_id, name="", dur=0.0): a launch on the host.
 
 
+ID_FIELDS = ("external_id", "rf_id", "correlation", "stream")
+OBJECT_FIELDS = ("name", "tid", "category")
+
+
 def column(events: list, key: str, codes: dict | None = None) -> np.ndarray:
     """One field of every event as a numpy array (kinetoevents.c): float64 for times; for ids,
-    int64 values and a bool array of which are there; for name, tid or category, int64 codes of
-    the values by first appearance in `codes`."""
+    int64 values and a bool array of which are there (an id beyond int64, which only a batch
+    parsed by Python can hold, counts as absent: it links to nothing); for name, tid or
+    category, int64 codes of the values by first appearance in `codes`."""
     data = _event_column(events, key, codes)
     if key in ID_FIELDS:
         n = len(events)
         return np.frombuffer(data, np.int64, n), np.frombuffer(data, np.bool_, n, 8 * n)
     return np.frombuffer(data, np.int64 if key in OBJECT_FIELDS else np.float64)
-
-
-ID_FIELDS = ("external_id", "rf_id", "correlation", "stream")
-OBJECT_FIELDS = ("name", "tid", "category")
 
 
 class Stretches:
@@ -144,7 +145,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
 
 class _EventReader:
     """Reads each batch of events with the C digest (chakra_core/_native/kinetodigest.c), which
-    hands back the few fields kept per event; the events it leaves to Python (odd types, escapes,
+    hands back the kept events already made (kinetoevents.c); the events it leaves to Python (odd types, escapes,
     errors to word) and batches that are not strictly valid JSON are read by add_event."""
 
     def __init__(self, url: str, keep_args: Callable[[str], bool] | None):
