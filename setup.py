@@ -29,8 +29,8 @@ setup(
         ),
         Extension(
             "chakra_core._native._kinetodigest",
-            sources=["chakra_core/_native/kinetodigest.c"],
-            depends=["chakra_core/_native/jsonscan.h"],
+            sources=["chakra_core/_native/kinetodigest.c", "chakra_core/_native/kinetoevents.c"],
+            depends=["chakra_core/_native/jsonscan.h", "chakra_core/_native/kinetoevents.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall"],
         ),
         Extension(

@@ -176,4 +176,5 @@ def test_times_are_the_doubles_parsing_gives():
     data = _document([f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {t}, "dur": {t}}}' for t in texts])
     start = data.index(b"[")
     d = _kinetodigest.digest(bytearray(data), start, data.rindex(b"]") + 1, {})
-    assert d["cpu"][2] == [float(orjson.loads(t)) for t in texts] and not any(map(math.isnan, d["cpu"][2]))
+    ts = [e.ts for e in d["cpu"]]
+    assert ts == [float(orjson.loads(t)) for t in texts] and not any(map(math.isnan, ts))

@@ -1,6 +1,7 @@
 """The C walks over a thread's spans (chakra_core/_native/threadspans.c, used by
-kineto._exclusive_times and kineto.innermost_open) against the Python walks they replaced, kept
-here as the reference: the same exclusive times, idle gaps, stretches and launchers, to the bit."""
+kineto._exclusive_times, kineto.innermost_open and the Kineto-only host trace's nesting) against
+the Python walks they replaced, kept here as the reference: the same exclusive times, idle gaps,
+stretches, launchers and parents, to the bit."""
 
 from __future__ import annotations
 
@@ -8,11 +9,20 @@ import math
 import random
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
 from datapaths import DATASETS
 
-from chakra_core.convert.pytorch.kineto import CpuEvent, RuntimeEvent, _exclusive_times, innermost_open, read_kineto
+from chakra_core._native import _threadspans
+from chakra_core.convert.pytorch.kineto import (
+    CpuEvent,
+    RuntimeEvent,
+    _exclusive_times,
+    column,
+    innermost_open,
+    read_kineto,
+)
 
 SHIPPED = sorted(DATASETS.glob("gpu-h200*/*/rank0.kineto.json.gz")) + \
     sorted(DATASETS.glob("pytorch-gloo/*-w2/rank0.kineto.json.gz"))
@@ -100,7 +110,32 @@ def test_random_spans_walk_as_before(seed):
 
 
 def test_no_events_or_no_calls():
-    assert _exclusive_times([]) == []
+    assert list(_exclusive_times([])) == [] and len(_exclusive_times([])) == 0
     assert innermost_open([], []) == []
     call = RuntimeEvent(1, 5.0, 1, None)
     assert innermost_open([], [call]) == [None]
+
+
+def reference_enclosing(events: list[CpuEvent]) -> list[int]:
+    """Per event (in list order), the innermost earlier event of its thread still open at its
+    start, as the Kineto-only host trace's Python loop found parents (-1: none)."""
+    open_on, found = defaultdict(list), []
+    for k, e in enumerate(events):
+        stack = open_on[e.tid]
+        while stack and stack[-1][0] <= e.ts:
+            stack.pop()
+        found.append(stack[-1][1] if stack else -1)
+        stack.append((e.ts + e.dur, k))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_enclosing_finds_the_parents_the_python_loop_found(seed):
+    rng = random.Random(seed)
+    events = [CpuEvent("op", rng.choice([1, 2, "gloo"]), float(rng.randrange(40)) + rng.choice((0.0, 0.5)),
+                       float(rng.choice((0, 1, 3, 10, 30))), None, None) for _ in range(rng.randrange(0, 80))]
+    events.sort(key=lambda e: (e.ts, -e.dur))
+    thread = column(events, "tid")
+    ts, dur = column(events, "ts"), column(events, "dur")
+    got = np.frombuffer(_threadspans.enclosing(np.argsort(thread, kind="stable"), thread, ts, ts + dur), np.int64)
+    assert got.tolist() == reference_enclosing(events)

@@ -2,18 +2,19 @@
  *
  * Why: a long profiled window holds millions of events, and parsing each into a Python dict
  * (with its args dict) only to read seven fields cost more than the rest of the conversion.
- * This walks the batch once, validating it as JSON, and hands back Python lists of just the
- * fields chakra_core/convert/pytorch/kineto.py reads:
+ * This walks the batch once, validating it as JSON, and hands back the kept events as the
+ * compact event objects of kinetoevents.c (no Python object per number):
  *
  *   digest(buf, start, end, names) -> dict, or None
  *     buf[start:end] is a JSON array of events (the batch jsonstream found). Per kept event
  *     (ph "X" and cat one of the nine categories kineto.py reads), in file order:
- *       "cpu":     (names, tids, ts, dur, external ids, record-function ids, starts, ends)
- *       "runtime": (names, tids, ts, dur, correlations, external ids)  (only those with a correlation)
- *       "device":  (names, category codes, ts, dur, streams, external ids, correlations)
+ *       "cpu": [CpuEvent], "runtime": [RuntimeEvent] (only those with a correlation),
+ *       "device": [DeviceEvent];
  *     ids are int or None (None where absent or not an integer, as kineto._int_or_none);
- *     starts and ends: each event's byte span in buf (its args are parsed where wanted);
- *     names: a dict shared across batches, so that each distinct name is one str;
+ *     "cpu_spans": bytes, int64 (start, end) of each CPU event's bytes in buf (its args are
+ *     parsed where wanted); "rf_ids": how many CPU events carry a record-function id;
+ *     "steps": whether a CPU event's name starts with "ProfilerStep#";
+ *     names: a dict shared across batches, so that each distinct name (and thread) is one object;
  *     "odd": (element index in the batch, start, end) of events this digest leaves to
  *     Python's reading, and
  *     "order": bytes, one kind code per kept or odd event in file order (0 cpu, 1 runtime,
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 
 #include "jsonscan.h"
+#include "kinetoevents.h"
 
 static const char *CATEGORIES[] = {"cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
                                    "cuda_runtime", "cuda_driver", "hip_runtime"};
@@ -321,13 +323,14 @@ static int span_plain_string(const unsigned char *s, span_t sp, Py_ssize_t *a, P
 }
 
 typedef struct {
-    PyObject *lists[3][8];
-    PyObject *odd, *names;
+    PyObject *lists[3]; /* the kept events of each kind */
+    PyObject *odd, *names, *categories[N_CATEGORIES];
     char *order;
     Py_ssize_t n_order, order_cap;
+    int64_t *spans; /* (start, end) of each CPU event */
+    Py_ssize_t n_spans, spans_cap, rf_ids;
+    int steps;
 } out_t;
-
-static const int N_COLUMNS[3] = {8, 6, 7};
 
 static int append_new(PyObject *list, PyObject *item) {
     if (!item) return -1;
@@ -336,31 +339,43 @@ static int append_new(PyObject *list, PyObject *item) {
     return r;
 }
 
-static PyObject *int_or_none(int has, int64_t v) {
-    if (has == 1) return PyLong_FromLongLong(v);
-    Py_RETURN_NONE;
+/* Grow a buffer to hold at least `need` items of `size` bytes. */
+static int reserve(void **p, Py_ssize_t *cap, Py_ssize_t need, size_t size) {
+    if (need <= *cap) return 0;
+    Py_ssize_t n = *cap ? *cap * 2 : 4096;
+    while (n < need) n *= 2;
+    void *q = PyMem_Realloc(*p, (size_t)n * size);
+    if (!q) { PyErr_NoMemory(); return -1; }
+    *p = q;
+    *cap = n;
+    return 0;
 }
 
 static int put_order(out_t *o, char kind) {
-    if (o->n_order >= o->order_cap) {
-        Py_ssize_t cap = o->order_cap ? o->order_cap * 2 : 4096;
-        char *p = PyMem_Realloc(o->order, (size_t)cap);
-        if (!p) { PyErr_NoMemory(); return -1; }
-        o->order = p;
-        o->order_cap = cap;
-    }
+    if (reserve((void **)&o->order, &o->order_cap, o->n_order + 1, 1) < 0) return -1;
     o->order[o->n_order++] = kind;
     return 0;
 }
 
-/* A name as a str shared by every event of that name (names repeat: one object each). */
+/* An id slot: its value where the event carries it as an integer, else None. */
+static void set_id(event_t *e, int k, int has, int64_t v) {
+    if (has != 1) return; /* event_new left it None */
+    e->slots[k].id = v;
+    e->none_mask &= ~(1u << k);
+}
+
+/* One shared object per distinct value (names, threads repeat): `value` is released. */
+static PyObject *shared(out_t *o, PyObject *value) {
+    if (!value) return NULL;
+    PyObject *one = PyDict_SetDefault(o->names, value, value);
+    Py_XINCREF(one);
+    Py_DECREF(value);
+    return one;
+}
+
+/* A name as a str shared by every event of that name. */
 static PyObject *shared_name(out_t *o, const unsigned char *s, Py_ssize_t a, Py_ssize_t b) {
-    PyObject *name = PyUnicode_DecodeUTF8((const char *)s + a, b - a, "strict");
-    if (!name) return NULL;
-    PyObject *shared = PyDict_SetDefault(o->names, name, name);
-    Py_XINCREF(shared);
-    Py_DECREF(name);
-    return shared;
+    return shared(o, PyUnicode_DecodeUTF8((const char *)s + a, b - a, "strict"));
 }
 
 /* Digest one event (c->pos at '{'). 0: done (kept, skipped or odd), -1 malformed, -2 Python error. */
@@ -417,37 +432,40 @@ decided:;
     if (kind == K_RUNTIME && has[A_CORRELATION] != 1) return 0; /* kineto.py keeps launches with a correlation */
     PyObject *name = f[F_NAME].a >= 0 ? shared_name(o, s, na, nb) : PyUnicode_FromString("");
     if (!name) return -2;
-    PyObject *values[8];
-    int n = N_COLUMNS[kind];
-    values[0] = name;
+    event_t *e = event_new(kind == K_CPU ? &CpuEventType : kind == K_RUNTIME ? &RuntimeEventType : &DeviceEventType);
+    if (!e) { Py_DECREF(name); return -2; }
+    PyObject *thread = kind == K_DEVICE ? NULL : shared(o, PyLong_FromLongLong(tid));
+    if (kind != K_DEVICE && !thread) { Py_DECREF(name); Py_DECREF(e); return -2; }
     if (kind == K_CPU) {
-        values[1] = PyLong_FromLongLong(tid);
-        values[2] = PyFloat_FromDouble(ts);
-        values[3] = PyFloat_FromDouble(dur);
-        values[4] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
-        values[5] = int_or_none(has[A_RF], ids[A_RF]);
-        values[6] = PyLong_FromSsize_t(at);
-        values[7] = PyLong_FromSsize_t(c->pos);
+        Py_SETREF(e->slots[CPU_NAME].obj, name);
+        Py_SETREF(e->slots[CPU_TID].obj, thread);
+        e->slots[CPU_TS].num = ts;
+        e->slots[CPU_DUR].num = dur;
+        set_id(e, CPU_EXTERNAL, has[A_EXTERNAL], ids[A_EXTERNAL]);
+        set_id(e, CPU_RF, has[A_RF], ids[A_RF]);
+        o->rf_ids += has[A_RF] == 1;
+        o->steps |= nb - na >= 13 && memcmp(s + na, "ProfilerStep#", 13) == 0;
+        if (reserve((void **)&o->spans, &o->spans_cap, o->n_spans + 2, sizeof(int64_t)) < 0) { Py_DECREF(e); return -2; }
+        o->spans[o->n_spans++] = at;
+        o->spans[o->n_spans++] = c->pos;
     } else if (kind == K_RUNTIME) {
-        values[1] = PyLong_FromLongLong(tid);
-        values[2] = PyFloat_FromDouble(ts);
-        values[3] = PyFloat_FromDouble(dur);
-        values[4] = PyLong_FromLongLong(ids[A_CORRELATION]);
-        values[5] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
+        Py_SETREF(e->slots[RT_NAME].obj, name);
+        Py_SETREF(e->slots[RT_TID].obj, thread);
+        e->slots[RT_TS].num = ts;
+        e->slots[RT_DUR].num = dur;
+        set_id(e, RT_CORRELATION, 1, ids[A_CORRELATION]);
+        set_id(e, RT_EXTERNAL, has[A_EXTERNAL], ids[A_EXTERNAL]);
     } else {
-        values[1] = PyLong_FromLong(category);
-        values[2] = PyFloat_FromDouble(ts);
-        values[3] = PyFloat_FromDouble(dur);
-        values[4] = PyLong_FromLongLong(ids[A_STREAM]);
-        values[5] = int_or_none(has[A_EXTERNAL], ids[A_EXTERNAL]);
-        values[6] = int_or_none(has[A_CORRELATION], ids[A_CORRELATION]);
+        Py_SETREF(e->slots[DEV_NAME].obj, name);
+        Py_INCREF(o->categories[category]);
+        Py_SETREF(e->slots[DEV_CATEGORY].obj, o->categories[category]);
+        e->slots[DEV_TS].num = ts;
+        e->slots[DEV_DUR].num = dur;
+        set_id(e, DEV_STREAM, 1, ids[A_STREAM]);
+        set_id(e, DEV_EXTERNAL, has[A_EXTERNAL], ids[A_EXTERNAL]);
+        set_id(e, DEV_CORRELATION, has[A_CORRELATION], ids[A_CORRELATION]);
     }
-    int failed = 0;
-    for (int k = 0; k < n; k++) {
-        if (failed) { Py_XDECREF(values[k]); continue; }
-        failed = append_new(o->lists[kind][k], values[k]) < 0; /* append_new releases values[k] */
-    }
-    if (failed) return -2;
+    if (append_new(o->lists[kind], (PyObject *)e) < 0) return -2;
     return put_order(o, (char)kind) < 0 ? -2 : 0;
 }
 
@@ -465,11 +483,11 @@ static PyObject *py_digest(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "bad batch bounds");
         goto done;
     }
-    o.odd = PyList_New(0);
-    if (!o.odd) goto done;
+    if (!(o.odd = PyList_New(0))) goto done;
     for (int kind = 0; kind < 3; kind++)
-        for (int k = 0; k < N_COLUMNS[kind]; k++)
-            if (!(o.lists[kind][k] = PyList_New(0))) goto done;
+        if (!(o.lists[kind] = PyList_New(0))) goto done;
+    for (int k = 0; k < N_CATEGORIES; k++)
+        if (!(o.categories[k] = shared(&o, PyUnicode_FromString(CATEGORIES[k])))) goto done;
     int malformed = 0;
     Py_ssize_t index = 0;
     ws(&c);
@@ -494,35 +512,37 @@ digested:
         Py_INCREF(result);
         goto done;
     }
-    PyObject *groups[3];
-    for (int kind = 0; kind < 3; kind++) {
-        groups[kind] = PyTuple_New(N_COLUMNS[kind]);
-        if (!groups[kind]) { for (int j = 0; j < kind; j++) Py_DECREF(groups[j]); goto done; }
-        for (int k = 0; k < N_COLUMNS[kind]; k++) {
-            Py_INCREF(o.lists[kind][k]);
-            PyTuple_SET_ITEM(groups[kind], k, o.lists[kind][k]);
-        }
-    }
-    result = Py_BuildValue("{s:N,s:N,s:N,s:O,s:y#}", "cpu", groups[K_CPU], "runtime", groups[K_RUNTIME],
-                           "device", groups[K_DEVICE], "odd", o.odd, "order", o.order ? o.order : "",
-                           o.n_order);
+    result = Py_BuildValue("{s:O,s:O,s:O,s:y#,s:n,s:O,s:O,s:y#}", "cpu", o.lists[K_CPU], "runtime",
+                           o.lists[K_RUNTIME], "device", o.lists[K_DEVICE], "cpu_spans",
+                           o.spans ? (const char *)o.spans : "", o.n_spans * (Py_ssize_t)sizeof(int64_t), "rf_ids",
+                           o.rf_ids, "steps", o.steps ? Py_True : Py_False, "odd", o.odd, "order",
+                           o.order ? o.order : "", o.n_order);
 done:
-    for (int kind = 0; kind < 3; kind++)
-        for (int k = 0; k < N_COLUMNS[kind]; k++) Py_XDECREF(o.lists[kind][k]);
+    for (int kind = 0; kind < 3; kind++) Py_XDECREF(o.lists[kind]);
+    for (int k = 0; k < N_CATEGORIES; k++) Py_XDECREF(o.categories[k]);
     Py_XDECREF(o.odd);
     Py_XDECREF(o.names);
     PyMem_Free(o.order);
+    PyMem_Free(o.spans);
     PyMem_Free(c.stack);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"digest", py_digest, METH_VARARGS, "Digest a JSON array of Kineto events into the columns kineto.py reads."},
+    {"digest", py_digest, METH_VARARGS, "Digest a JSON array of Kineto events into the events kineto.py keeps."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kinetodigest", "Kineto trace event digest.", -1, methods,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kinetodigest", "Kineto trace event digest.", -1, NULL,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__kinetodigest(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kinetodigest(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddFunctions(m, methods) < 0 || PyModule_AddFunctions(m, EVENT_METHODS) < 0 || events_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

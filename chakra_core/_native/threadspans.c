@@ -1,4 +1,5 @@
-/* Walks over the spans of a thread's profiled events, for chakra_core/convert/pytorch/kineto.py.
+/* Walks over the spans of a thread's profiled events, for chakra_core/convert/pytorch/kineto.py and
+ * chakra_core/convert/kineto/host.py.
  *
  * Why: both walks visit every CPU event of a trace with a stack of open events; in Python they
  * cost more than reading the trace with the C digests. kineto.py sorts (numpy) and keeps the
@@ -17,6 +18,11 @@
  *     items (events and calls) sorted by (thread, ts, is_call, -dur or call number); per item that
  *     is a call, the index of the innermost event open on its thread (the top of the stack once
  *     the events that ended before the call are popped from the top), -1 where none is.
+ *
+ *   enclosing(order, thread, ts, end) -> bytes of int64
+ *     events sorted by (thread, start order); per event, the index of the innermost event of its
+ *     thread still open when it starts (an event ending at or before that start is closed), -1
+ *     where none is: the parent of each Kineto CPU event in a Kineto-only conversion.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -133,21 +139,25 @@ done:
     return result;
 }
 
-static PyObject *py_innermost(PyObject *self, PyObject *args) {
-    PyObject *o_order, *o_thread, *o_ts, *o_end, *o_call;
-    if (!PyArg_ParseTuple(args, "OOOOO", &o_order, &o_thread, &o_ts, &o_end, &o_call)) return NULL;
+/* innermost (is_call given, an event ending before an item's start is closed) and enclosing
+ * (every item is both asked about and then opened, an event ending at its start is closed):
+ * one walk with a stack of open events per thread. */
+static PyObject *stack_walk(PyObject *args, int n_columns, int closed_at_start) {
+    PyObject *objs[5] = {NULL};
+    if (!PyArg_UnpackTuple(args, closed_at_start ? "enclosing" : "innermost", n_columns, n_columns, &objs[0], &objs[1],
+                           &objs[2], &objs[3], &objs[4]))
+        return NULL;
     column_t c[5];
-    PyObject *objs[5] = {o_order, o_thread, o_ts, o_end, o_call};
     Py_ssize_t sizes[5] = {8, 8, 8, 8, 1};
     int got = 0;
     PyObject *result = NULL;
     int64_t *stack = NULL, *found = NULL;
-    for (; got < 5; got++)
+    for (; got < n_columns; got++)
         if (column(objs[got], &c[got], sizes[got], got ? c[0].n : -1) < 0) goto done;
     Py_ssize_t n = c[0].n;
     const int64_t *ord = c[0].b.buf, *thr = c[1].b.buf;
     const double *ts = c[2].b.buf, *end = c[3].b.buf;
-    const unsigned char *is_call = c[4].b.buf;
+    const unsigned char *is_call = n_columns == 5 ? c[4].b.buf : NULL;
     stack = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
     found = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
     if (!stack || !found) { PyErr_NoMemory(); goto done; }
@@ -156,9 +166,10 @@ static PyObject *py_innermost(PyObject *self, PyObject *args) {
         int64_t i = ord[k];
         if (i < 0 || i >= n) { PyErr_SetString(PyExc_ValueError, "order out of range"); goto done; }
         if (k > 0 && thr[i] != thr[ord[k - 1]]) depth = 0; /* the next thread */
-        while (depth > 0 && end[stack[depth - 1]] < ts[i]) depth--;
-        if (!is_call[i]) stack[depth++] = i;
-        found[i] = is_call[i] && depth > 0 ? stack[depth - 1] : -1;
+        while (depth > 0 && (closed_at_start ? end[stack[depth - 1]] <= ts[i] : end[stack[depth - 1]] < ts[i])) depth--;
+        int asks = is_call ? is_call[i] : 1, opens = is_call ? !is_call[i] : 1;
+        found[i] = asks && depth > 0 ? stack[depth - 1] : -1;
+        if (opens) stack[depth++] = i;
     }
     result = PyBytes_FromStringAndSize((const char *)found, n * 8);
 done:
@@ -168,7 +179,12 @@ done:
     return result;
 }
 
+static PyObject *py_innermost(PyObject *self, PyObject *args) { return stack_walk(args, 5, 0); }
+
+static PyObject *py_enclosing(PyObject *self, PyObject *args) { return stack_walk(args, 4, 1); }
+
 static PyMethodDef methods[] = {
+    {"enclosing", py_enclosing, METH_VARARGS, "The innermost event of its thread open at each event's start."},
     {"exclusive", py_exclusive, METH_VARARGS, "Exclusive time, idle gaps and stretches after children per event."},
     {"innermost", py_innermost, METH_VARARGS, "The innermost event open at each call on its thread."},
     {NULL, NULL, 0, NULL},

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections import Counter, defaultdict
+from collections import Counter
 
 import numpy as np
 import orjson
 import pyarrow as pa
 
+from chakra_core._native import _threadspans
 from chakra_core.convert.kineto.nccl import NcclKernel, kernel_collectives, names_collective
 from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.comms import DTYPE_BYTES
 from chakra_core.convert.pytorch.et import ATTRS, ID_ATTRS, IO_STRUCT, PG_INIT_NAME, HostTrace, is_kept_whole
-from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace
+from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace, column
 from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
 
 SCHEMA = "kineto"  # what the report's `schema` says of a host trace made here
@@ -76,7 +77,7 @@ class _Builder:
         self.next_tensor = 1
         self.kernels: dict[int, NcclKernel] = {}  # id(record_param_comms) -> the NCCL kernel that names it
         self.inner: dict[int, tuple[list, str]] = {}  # id(c10d op) -> (shape, dtype) of its buffer, from inside
-        self.parent_event: dict[int, CpuEvent] = {}  # id(event) -> the event it lies in
+        self.parent_event: dict[int, CpuEvent] = {}  # id(event) -> the event it lies in (_enclosing_events)
         self.named_inside: set[int] = set()  # id(record_param_comms) holding an event that names its collective
         size = kineto.distributed_info.get("world_size")
         self.world_size = size if type(size) is int else 1
@@ -137,44 +138,45 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     found = kernel_collectives(kineto)
     kineto.cpu.extend(found.made)  # host events for NCCL kernels launched inside no communication op
     b = _Builder(kineto)
-    ts, dur = (np.fromiter((getattr(e, key) for e in kineto.cpu), np.float64, len(kineto.cpu)) for key in ("ts", "dur"))
-    events = [kineto.cpu[k] for k in np.lexsort((-dur, ts)).tolist()]  # by (ts, -dur), stable
+    ts, dur = column(kineto.cpu, "ts"), column(kineto.cpu, "dur")
+    order = np.lexsort((-dur, ts))  # by (ts, -dur), stable
+    events = [kineto.cpu[k] for k in order.tolist()]
     _number(events)
     kineto.has_rf_ids = True
     root = b.add(PROCESS_ROOT, 0, 0, 0)
-    threads = {tid: k for k, tid in enumerate(sorted({e.tid for e in events}, key=str), 1)}
+    codes: dict = {}  # thread -> its code, by first appearance
+    thread = column(events, "tid", codes)
+    threads = {tid: k for k, tid in enumerate(sorted(codes, key=str), 1)}
     thread_root = {tid: b.add(THREAD_ROOT, root, k, 0) for tid, k in threads.items()}
     groups = kineto.distributed_info.get("pg_config")
     if isinstance(groups, list):
         entries = [{**g, "group_size": g.get("pg_size")} for g in groups if isinstance(g, dict)]
         b.add(PG_INIT_NAME, root, 0, 0, {"inputs": {"values": [orjson.dumps(entries).decode()], "types": ["String"]},
                                          "outputs": {}, "attrs": {}})
-    open_on: dict[int | str, list[tuple[float, CpuEvent, int]]] = defaultdict(list)  # thread -> still open
-    parent_event: dict[int, CpuEvent] = {}
-    parents, num_ops = [], []
-    for node_id, e in enumerate(events, len(b.trace.ids) + 1):
-        stack = open_on[e.tid]
-        while stack and stack[-1][0] <= e.ts:
-            stack.pop()
-        if stack:
-            parents.append(stack[-1][2])
-            parent_event[id(e)] = stack[-1][1]
-        else:
-            parents.append(thread_root[e.tid])
-        num_ops.append(compute_cost(e.name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
-                       if e.name in COST_OPS else NO_ESTIMATE)
-        stack.append((e.ts + e.dur, e, node_id))
-    b.add_operators([e.name for e in events], parents, [threads[e.tid] for e in events], [e.rf_id for e in events],
-                    num_ops)
+    # each event's parent: the innermost event of its thread still open when it starts, else the thread's root
+    ts, dur = ts[order], dur[order]
+    enclosing = np.frombuffer(_threadspans.enclosing(np.argsort(thread, kind="stable"), thread, ts, ts + dur),
+                              np.int64)
+    first = len(b.trace.ids) + 1  # the node id of events[0]
+    roots = np.array([thread_root[tid] for tid in codes], np.int64)
+    parents = np.where(enclosing >= 0, enclosing + first, roots[thread]).tolist()
+    names = [e.name for e in events]
+    num_ops = [compute_cost(name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
+               if name in COST_OPS else NO_ESTIMATE for name, e in zip(names, events)]
+    kept_whole = {name: is_kept_whole(name) for name in set(names)}
+    b.add_operators(names, parents, np.array([threads[tid] for tid in codes], np.int64)[thread].tolist(),
+                    [e.rf_id for e in events], num_ops)
+    whole = [k for k, name in enumerate(names) if kept_whole[name]]
+    parent_event = _enclosing_events(events, enclosing.tolist(), whole)
     dtypes = _list_dtypes(events, parent_event)
     b.kernels, b.parent_event = found.kernels, parent_event
-    communication = [e for e in events if is_kept_whole(e.name)]
+    communication = [events[k] for k in whole]
     b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
     b.inner = _inner_buffers(communication, parent_event)
-    for index, e in enumerate(events, len(b.trace.ids) - len(events)):
-        if is_kept_whole(e.name):
-            b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
-                                    **_whole(b, e, dtypes.get(id(e)))}
+    first = len(b.trace.ids) - len(events)
+    for index, e in zip((first + k for k in whole), communication):
+        b.trace.whole[index] = {"id": index + 1, "name": e.name, "ctrl_deps": b.trace.parents[index],
+                                **_whole(b, e, dtypes.get(id(e)))}
     trace = b.trace
     trace.has_data_deps = False
     trace.io_chunks.append(pa.nulls(len(trace.ids), pa.struct([("inputs", IO_STRUCT), ("outputs", IO_STRUCT)])))
@@ -183,6 +185,17 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     trace.notes.extend(found.notes)
     trace.notes.extend(f"{op}: {what}, for {n:,} tensor(s) or call(s)" for (op, what), n in sorted(b.assumed.items()))
     return trace
+
+
+def _enclosing_events(events: list[CpuEvent], enclosing: list[int], starts: list[int]) -> dict[int, CpuEvent]:
+    """id(event) -> the event it lies in, for events[k] of each k in `starts` and the events
+    around them (what the communication events' readings ask), not for every nested event."""
+    found: dict[int, CpuEvent] = {}
+    for k in starts:
+        while (p := enclosing[k]) >= 0 and id(events[k]) not in found:
+            found[id(events[k])] = events[p]
+            k = p
+    return found
 
 
 def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):

@@ -20,7 +20,7 @@ another rank than its host trace.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -28,6 +28,8 @@ from itertools import repeat
 import numpy as np
 
 from chakra_core._native import _kinetodigest, _threadspans
+from chakra_core._native._kinetodigest import CpuEvent, DeviceEvent, RuntimeEvent
+from chakra_core._native._kinetodigest import column as _event_column, set_column as _set_event_column
 from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
 from chakra_core.errors import ChakraFormatError
 
@@ -39,40 +41,53 @@ ODD = 3  # kinetodigest.c's code of an event it leaves to add_event
 MAX_MICROS = 2**62  # ts and dur become uint64 microseconds, and ts + dur must not overflow
 
 
-@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
-class CpuEvent:
-    name: str
-    tid: int
-    ts: float
-    dur: float
-    external_id: int | None
-    rf_id: int | None
-    exclusive: float = 0.0
-    idle_before: float = 0.0  # time its thread had no event open since the previous one ended (0: first or nested)
-    args: dict | None = None  # kept only where read_kineto's keep_args asks (a Kineto-only conversion)
+# The events kept, millions in a long trace: C objects holding their fields as C values
+# (kinetoevents.c), constructed, read and set as dataclasses with these fields:
+# CpuEvent(name, tid, ts, dur, external_id, rf_id, exclusive=0.0, idle_before=0.0, args=None):
+#   idle_before: the time its thread had no event open since the previous one ended (0: first
+#   or nested); args: kept only where read_kineto's keep_args asks (a Kineto-only conversion).
+# DeviceEvent(name, category, ts, dur, stream, external_id, correlation=None)
+# RuntimeEvent(tid, ts, correlation, external_id, name="", dur=0.0): a launch on the host.
 
 
-@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
-class DeviceEvent:
-    name: str
-    category: str
-    ts: float
-    dur: float
-    stream: int
-    external_id: int | None
-    correlation: int | None = None
+ID_FIELDS = ("external_id", "rf_id", "correlation", "stream")
+OBJECT_FIELDS = ("name", "tid", "category")
 
 
-@dataclass(slots=True)  # millions of them in a long trace: no __dict__ each
-class RuntimeEvent:
-    """A launch on the host (cudaLaunchKernel, cudaMemcpyAsync, ...)."""
+def column(events: list, key: str, codes: dict | None = None) -> np.ndarray:
+    """One field of every event as a numpy array (kinetoevents.c): float64 for times; for ids,
+    int64 values and a bool array of which are there (an id beyond int64, which only a batch
+    parsed by Python can hold, counts as absent: it links to nothing); for name, tid or
+    category, int64 codes of the values by first appearance in `codes`."""
+    data = _event_column(events, key, codes)
+    if key in ID_FIELDS:
+        n = len(events)
+        return np.frombuffer(data, np.int64, n), np.frombuffer(data, np.bool_, n, 8 * n)
+    return np.frombuffer(data, np.int64 if key in OBJECT_FIELDS else np.float64)
 
-    tid: int
-    ts: float
-    correlation: int
-    external_id: int | None
-    name: str = ""
-    dur: float = 0.0
+
+class Stretches:
+    """Stretches of events' time, (event, start, end) as columns: `event` indexes `events`.
+    Iterates as those tuples, made a slice at a time (half a million in a long trace: as tuples
+    of floats they took ~110 bytes each, as columns 24)."""
+
+    __slots__ = ("events", "event", "start", "end")
+    SLICE = 65536
+
+    def __init__(self, events: list[CpuEvent], event: np.ndarray, start: np.ndarray, end: np.ndarray):
+        self.events, self.event, self.start, self.end = events, event, start, end
+
+    def __len__(self) -> int:
+        return len(self.event)
+
+    def __getitem__(self, k: int) -> tuple[CpuEvent, float, float]:
+        return self.events[self.event[k]], float(self.start[k]), float(self.end[k])
+
+    def __iter__(self):
+        for k in range(0, len(self.event), self.SLICE):
+            part = slice(k, k + self.SLICE)
+            yield from zip(map(self.events.__getitem__, self.event[part].tolist()), self.start[part].tolist(),
+                           self.end[part].tolist())
 
 
 @dataclass
@@ -85,7 +100,7 @@ class KinetoTrace:
     has_rf_ids: bool = False
     has_profiler_steps: bool = False
     # (event, start, end): stretches of an event's exclusive time after one of its children
-    after_children: list[tuple[CpuEvent, float, float]] = field(default_factory=list)
+    after_children: Stretches = field(default_factory=lambda: Stretches([], *np.zeros((3, 0))))
 
     @property
     def distributed_info(self) -> dict:
@@ -130,7 +145,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
 
 class _EventReader:
     """Reads each batch of events with the C digest (chakra_core/_native/kinetodigest.c), which
-    hands back the few fields kept per event; the events it leaves to Python (odd types, escapes,
+    hands back the kept events already made (kinetoevents.c); the events it leaves to Python (odd types, escapes,
     errors to word) and batches that are not strictly valid JSON are read by add_event."""
 
     def __init__(self, url: str, keep_args: Callable[[str], bool] | None):
@@ -148,8 +163,11 @@ class _EventReader:
                 self.add_event(event, index)
             return
         trace = self.trace
-        cpu, runtime, device = self._cpu_events(buf, d["cpu"]), self._runtime_events(d["runtime"]), \
-            self._device_events(d["device"])
+        cpu, runtime, device = d["cpu"], d["runtime"], d["device"]
+        trace.has_profiler_steps = trace.has_profiler_steps or d["steps"]
+        trace.has_rf_ids = trace.has_rf_ids or d["rf_ids"] > 0
+        if self.keep_args is not None:
+            self._keep_args(buf, cpu, d["cpu_spans"])
         if not d["odd"]:
             trace.cpu.extend(cpu)
             trace.runtime.extend(runtime)
@@ -165,30 +183,12 @@ class _EventReader:
             else:
                 targets[kind].append(next(made[kind]))
 
-    def _cpu_events(self, buf: bytearray, columns: tuple) -> list[CpuEvent]:
-        names, tids, ts, dur, external_ids, rf_ids, starts, ends = columns
-        if not names:
-            return []
-        trace = self.trace
-        trace.has_profiler_steps = trace.has_profiler_steps or any(n.startswith("ProfilerStep#") for n in set(names))
-        trace.has_rf_ids = trace.has_rf_ids or rf_ids.count(None) < len(rf_ids)
-        args = repeat(None)
-        if self.keep_args is not None:
-            view = memoryview(buf)
-            args = [(parse_json(view[a:b]).get("args") or {}) if self.keep_args(n) else None
-                    for n, a, b in zip(names, starts, ends)]
-        return list(map(CpuEvent, names, tids, ts, dur, external_ids, rf_ids, repeat(0.0), repeat(0.0), args))
-
-    @staticmethod
-    def _runtime_events(columns: tuple) -> list[RuntimeEvent]:
-        names, tids, ts, dur, correlations, external_ids = columns
-        return list(map(RuntimeEvent, tids, ts, correlations, external_ids, names, dur))
-
-    @staticmethod
-    def _device_events(columns: tuple) -> list[DeviceEvent]:
-        names, categories, ts, dur, streams, external_ids, correlations = columns
-        return list(map(DeviceEvent, names, map(CATEGORIES.__getitem__, categories), ts, dur, streams, external_ids,
-                        correlations))
+    def _keep_args(self, buf: bytearray, cpu: list, spans: bytes) -> None:
+        """The args of the CPU events whose name keep_args accepts, parsed from their bytes."""
+        view, bounds = memoryview(buf), np.frombuffer(spans, np.int64).reshape(-1, 2).tolist()
+        for e, (a, b) in zip(cpu, bounds):
+            if self.keep_args(e.name):
+                e.args = parse_json(view[a:b]).get("args") or {}
 
     def add_event(self, event, index: int) -> None:
         """One event parsed whole: kept in its list, skipped, or refused (see the module docstring)."""
@@ -235,7 +235,7 @@ def rank_of(host_url: str, kineto: KinetoTrace | None, rank: int | None) -> int:
     return rank
 
 
-def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, float]]:
+def _exclusive_times(events: list[CpuEvent]) -> Stretches:
     """Sets each event's exclusive time and idle_before (see _thread_columns and threadspans.c:
     every stretch of a thread's time is given to the innermost event open then, the latest
     started; for nested events, an event's duration minus its children's; where spans overlap
@@ -245,17 +245,13 @@ def _exclusive_times(events: list[CpuEvent]) -> list[tuple[CpuEvent, float, floa
     one of the event's children (where a thread may wait in no operator: hosttime.py,
     threadwait.py), so that they are walked once."""
     if not events:
-        return []
-    codes: dict = {}  # thread -> its number, in order of first appearance
-    thread = np.fromiter((codes.setdefault(e.tid, len(codes)) for e in events), np.int64, len(events))
-    ts = np.fromiter((e.ts for e in events), np.float64, len(events))
-    dur = np.fromiter((e.dur for e in events), np.float64, len(events))
+        return Stretches(events, *np.zeros((3, 0)))
+    thread, ts, dur = column(events, "tid"), column(events, "ts"), column(events, "dur")
     order = np.lexsort((-dur, ts, thread))  # stable, as the sort by thread then (ts, -dur) it replaces
     exclusive, idle, seg_event, seg_a, seg_b = _threadspans.exclusive(order, thread, ts, dur)
-    for e, x, gap in zip(events, np.frombuffer(exclusive).tolist(), np.frombuffer(idle).tolist()):
-        e.exclusive, e.idle_before = x, gap
-    return list(zip(map(events.__getitem__, np.frombuffer(seg_event, np.int64).tolist()),
-                    np.frombuffer(seg_a).tolist(), np.frombuffer(seg_b).tolist()))
+    _set_event_column(events, "exclusive", exclusive)
+    _set_event_column(events, "idle_before", idle)
+    return Stretches(events, np.frombuffer(seg_event, np.int64), np.frombuffer(seg_a), np.frombuffer(seg_b))
 
 
 @dataclass
@@ -304,35 +300,60 @@ def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
     """Link host nodes (parallel lists: names, rf_ids, ET thread ids, node ids) to Kineto events."""
     report = LinkReport(matched_by="Record function id" if kineto.has_rf_ids else "External id and operator order",
                         profiler_steps=kineto.has_profiler_steps)
+    host_rf = _int64_column(rf_ids)
     if kineto.has_rf_ids:
-        cpu = _link_by_rf_id(names, rf_ids, kineto, report)
+        hosts, events = _link_by_rf_id(names, host_rf, kineto.cpu, report)
+        cpu = dict(zip(hosts.tolist(), map(kineto.cpu.__getitem__, events.tolist())))
     else:
         cpu = _link_by_order(names, rf_ids, tids, ids, kineto, report)
-    report.host_nodes_with_rf_id = sum(1 for r in rf_ids if r)
+        position = {id(e): k for k, e in enumerate(kineto.cpu)}
+        hosts = np.fromiter(cpu, np.int64, len(cpu))
+        events = np.fromiter((position[id(e)] for e in cpu.values()), np.int64, len(cpu))
+    report.host_nodes_with_rf_id = int(np.count_nonzero(host_rf))
     report.host_nodes_linked = len(cpu)
-    index_of_event = {id(e): i for i, e in cpu.items()}
-    launchers = _launchers(kineto)
-    launches = Counter(r.correlation for r in kineto.runtime)
-    device: dict[int, list[DeviceEvent]] = defaultdict(list)
-    report.device_events = len(kineto.device)
-    for d in sorted(kineto.device, key=lambda d: d.ts):
-        if launches[d.correlation] > 1:  # which launch made it cannot be told
-            report.device_events_colliding += 1
-            continue
-        launcher = launchers.get(d.correlation) if d.correlation is not None else None
-        index = index_of_event.get(id(launcher)) if launcher is not None else None
-        if index is not None:
-            device[index].append(d)
-            report.device_events_linked += 1
-    return Linked(cpu, dict(device), report)
+    host_of = np.full(len(kineto.cpu), -1, np.int64)  # Kineto CPU event -> the host node linked to it
+    np.maximum.at(host_of, events, hosts)  # one event of two host nodes (a repeated rf_id): the later node's
+    return Linked(cpu, _link_device(kineto, host_of, report), report)
 
 
-def _launchers(kineto: KinetoTrace) -> dict[int, CpuEvent]:
-    """correlation -> the CPU operator whose code made the launch: the innermost operator open
-    on the launching thread at the launch (newer traces also share an External id, older ones
-    reuse the correlation number as External id, so containment is the one rule for both)."""
-    return {r.correlation: e for r, e in zip(kineto.runtime, innermost_open(kineto.cpu, kineto.runtime))
-            if e is not None}
+def _int64_column(values) -> np.ndarray:
+    """Host ids as int64 (0 where absent): an array('q') as it is, a list (tests) read."""
+    if getattr(values, "typecode", None) == "q":
+        return np.frombuffer(values, np.int64) if len(values) else np.zeros(0, np.int64)
+    return np.fromiter((v or 0 for v in values), np.int64, len(values))
+
+
+def _link_device(kineto: KinetoTrace, host_of: np.ndarray, report: LinkReport) -> dict[int, list[DeviceEvent]]:
+    """Host node -> the device events it launched, in start order: each device event to the CPU
+    operator whose code made its launch (the runtime event of its correlation), the innermost
+    operator open on the launching thread at the launch (newer traces also share an External id,
+    older ones reuse the correlation number as External id, so containment is the one rule for
+    both); not where more than one launch has its correlation (which made it cannot be told)."""
+    device, runtime = kineto.device, kineto.runtime
+    report.device_events = len(device)
+    if not device:
+        return {}
+    launcher = innermost_index(kineto.cpu, runtime)  # runtime event -> CPU event (-1: none)
+    rc, rc_known = column(runtime, "correlation") if runtime else (np.zeros(0, np.int64), np.zeros(0, bool))
+    runtime_at = np.flatnonzero(rc_known)
+    by_correlation = runtime_at[np.argsort(rc[runtime_at], kind="stable")]
+    sorted_rc = rc[by_correlation]
+    dc, dc_known = column(device, "correlation")
+    first = np.searchsorted(sorted_rc, dc)
+    launches = np.searchsorted(sorted_rc, dc, side="right") - first  # runtime events of each one's correlation
+    launches[~dc_known] = 0
+    colliding = launches > 1
+    report.device_events_colliding = int(np.count_nonzero(colliding))
+    launch = by_correlation[np.minimum(first, len(sorted_rc) - 1)] if len(sorted_rc) else np.zeros(len(dc), np.int64)
+    event = np.where(launches == 1, launcher[launch] if len(launcher) else -1, -1)
+    host = np.where(event >= 0, host_of[event], -1)
+    out: dict[int, list[DeviceEvent]] = {}
+    order = np.argsort(column(device, "ts"), kind="stable")
+    order = order[host[order] >= 0]
+    for k, h in zip(order.tolist(), host[order].tolist()):
+        out.setdefault(h, []).append(device[k])
+    report.device_events_linked = len(order)
+    return out
 
 
 def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> list[CpuEvent | None]:
@@ -340,33 +361,45 @@ def innermost_open(events: list[CpuEvent], calls: list[RuntimeEvent]) -> list[Cp
     events and calls of a thread in order of (ts, events before calls, longer events first, calls
     in list order), the events that ended before each item popped from the top of the stack of
     open ones (threadspans.c)."""
-    items = [*events, *calls]
+    found = innermost_index(events, calls)
+    return [events[k] if k >= 0 else None for k in found.tolist()]
+
+
+def innermost_index(events: list[CpuEvent], calls: list[RuntimeEvent]) -> np.ndarray:
+    """innermost_open as indices into events (-1: none)."""
     if not calls:
-        return []
-    codes: dict = {}
-    thread = np.fromiter((codes.setdefault(x.tid, len(codes)) for x in items), np.int64, len(items))
-    ts = np.fromiter((x.ts for x in items), np.float64, len(items))
-    dur = np.fromiter((x.dur for x in events), np.float64, len(events))
+        return np.zeros(0, np.int64)
+    codes: dict = {}  # threads numbered alike for events and calls
+    thread = np.r_[column(events, "tid", codes), column(calls, "tid", codes)]
+    ts = np.r_[column(events, "ts"), column(calls, "ts")]
+    dur = column(events, "dur")
     is_call = np.r_[np.zeros(len(events), np.uint8), np.ones(len(calls), np.uint8)]
     third = np.r_[-dur, np.arange(len(calls), dtype=np.float64)]
     end = np.r_[ts[:len(events)] + dur, ts[len(events):]]
     order = np.lexsort((third, is_call, ts, thread))
-    found = np.frombuffer(_threadspans.innermost(order, thread, ts, end, is_call), np.int64)[len(events):]
-    return [events[k] if k >= 0 else None for k in found.tolist()]
+    return np.frombuffer(_threadspans.innermost(order, thread, ts, end, is_call), np.int64)[len(events):]
 
 
-def _link_by_rf_id(names, rf_ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:
-    by_rf = {e.rf_id: e for e in kineto.cpu if e.rf_id is not None}
-    cpu = {}
-    for index, (name, rf_id) in enumerate(zip(names, rf_ids)):
-        event = by_rf.get(rf_id) if rf_id else None
-        if event is None:
-            continue
-        if event.name != name:
-            report.name_mismatches += 1
-            continue
-        cpu[index] = event
-    return cpu
+def _link_by_rf_id(names, host_rf: np.ndarray, events: list[CpuEvent],
+                   report: LinkReport) -> tuple[np.ndarray, np.ndarray]:
+    """(host nodes, their events), in host order: each host node with an rf_id to the Kineto CPU
+    event of that Record function id (the last in the file where several carry it), unless
+    their names differ."""
+    rf, known = column(events, "rf_id")
+    carriers = np.flatnonzero(known)
+    by_rf = carriers[np.argsort(rf[carriers], kind="stable")]
+    sorted_rf = rf[by_rf]
+    last = np.searchsorted(sorted_rf, host_rf, side="right") - 1
+    hit = (host_rf != 0) & (last >= 0)
+    hit &= sorted_rf[np.maximum(last, 0)] == host_rf if len(sorted_rf) else False
+    hosts = np.flatnonzero(hit)
+    found = by_rf[last[hosts]]
+    codes: dict = {}
+    event_name = column(events, "name", codes)[found]
+    host_name = np.fromiter(map(codes.get, map(names.__getitem__, hosts.tolist()), repeat(-1)), np.int64, len(hosts))
+    same = event_name == host_name
+    report.name_mismatches += int(np.count_nonzero(~same))
+    return hosts[same], found[same]
 
 
 def _link_by_order(names, rf_ids, tids, ids, kineto: KinetoTrace, report: LinkReport) -> dict[int, CpuEvent]:
