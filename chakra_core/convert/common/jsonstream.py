@@ -80,13 +80,20 @@ class StreamedDocument:
     (compressed bytes for gzip, so it can be compared with the file size). `decode(buf, start,
     end, first_element)`, if given, replaces JSON parsing: buf[start:end] is the batch as a
     JSON array ('[' ... ']'), valid only during the call, and what it returns is yielded.
+    `walk(buf, pos, end, max_items, max_depth, first_element)`, if given, is tried first: a
+    digest that finds the elements itself in buf[pos:end] (as _jsonscan.scan_array would, see
+    jsonscan.h's walk_elements), so that each byte is read once, returning (items, next_pos,
+    closed), or None when it cannot start yet. It stops before an element it cannot digest; that
+    one is then scanned and decoded as before (which words any error), and walking resumes after.
     """
 
     def __init__(self, url: str, array_key: str, *, batch_items: int = BATCH_ITEMS,
                  progress: Callable[[int], None] | None = None,
-                 decode: Callable[[bytearray, int, int, int], object] | None = None):
+                 decode: Callable[[bytearray, int, int, int], object] | None = None,
+                 walk: Callable[[bytearray, int, int, int, int, int], tuple[int, int, bool] | None] | None = None):
         self.url = url
         self.decode = decode
+        self.walk = walk
         self.array_key = array_key
         self.batch_items = batch_items
         self.progress = progress
@@ -204,7 +211,7 @@ class StreamedDocument:
             # a decoder is mostly its reader's method, and the reader refers to this document:
             # let go of it, so that what the reader kept is freed as soon as the caller lets go
             # of that, not at a later pass of the collector (paused through a conversion)
-            self.decode = None
+            self.decode = self.walk = None
 
     def batches(self) -> Iterator[list]:
         with open_binary(self.url) as f:
@@ -258,9 +265,29 @@ class StreamedDocument:
             if not self._fill():
                 return
 
+    def _count(self, items: int) -> None:
+        """Refuse an array longer than the nodes limit once `items` more elements are found."""
+        if self.elements + items > self._max_elements:
+            raise limits.LimitExceeded(self.url, "nodes", f"more than {self._max_elements:,} elements in"
+                                                          f" {self.array_key!r}")
+
     def _walk_array(self, pos: int) -> Iterator[list]:
         """Yield batches of elements; `pos` is just after '['. Returns the position after ']'."""
         while True:
+            walked = self.walk and self.walk(self._buf, pos, self._end, self.batch_items, self.element_depth,
+                                             self.elements)
+            if walked and (walked[0] or walked[2]):
+                items, next_pos, closed = walked
+                self._count(items)
+                self.elements += items
+                yield None
+                if self.progress:
+                    self.progress(self._raw_position())
+                if closed:
+                    return next_pos
+                self._discard(next_pos - 1)  # keep the ',' before the next element, as below
+                pos = 1
+                continue
             try:
                 items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
                                                                          self.element_depth, self._end)
@@ -269,9 +296,7 @@ class StreamedDocument:
             except _jsonscan.ScanError as exc:
                 raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
                                      self.elements + exc.args[2]) from None
-            if self.elements + items > self._max_elements:
-                raise limits.LimitExceeded(self.url, "nodes", f"more than {self._max_elements:,} elements in"
-                                                              f" {self.array_key!r}")
+            self._count(items)
             if items:
                 start = pos - 1  # the '[' or ',' before the first element
                 self._buf[start] = ord("[")
