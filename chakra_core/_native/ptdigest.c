@@ -582,21 +582,44 @@ static PyObject *out_result(out_t *o) {
         "inputs_present", buf_bytes(&o->in_present), "outputs_present", buf_bytes(&o->out_present));
 }
 
+/* What one call holds: the buffer, the columns and the tensor scratch. */
+typedef struct {
+    Py_buffer view;
+    out_t o;
+    tensors_t tin, tout;
+} call_t;
+
+static void call_close(call_t *k) {
+    PyMem_Free(k->tin.keys.data);
+    PyMem_Free(k->tout.keys.data);
+    out_free(&k->o);
+    PyBuffer_Release(&k->view);
+}
+
+/* The buffer of `obj` with `[from, end)` inside it, and empty columns; -1 with a Python error set
+ * (nothing then to close). */
+static int call_open(call_t *k, PyObject *obj, Py_ssize_t from, Py_ssize_t end) {
+    memset(k, 0, sizeof *k);
+    if (PyObject_GetBuffer(obj, &k->view, PyBUF_SIMPLE) < 0) return -1;
+    if (out_init(&k->o) < 0) { call_close(k); return -1; }
+    if (end > k->view.len || from < 0 || from > end) {
+        PyErr_SetString(PyExc_ValueError, "digest: span outside the buffer");
+        call_close(k);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
     Py_ssize_t start, end;
     int flat;
     if (!PyArg_ParseTuple(args, "Onnp", &obj, &start, &end, &flat)) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    out_t o;
-    tensors_t tin, tout;
-    memset(&tin, 0, sizeof tin);
-    memset(&tout, 0, sizeof tout);
+    call_t k;
+    if (call_open(&k, obj, start, end) < 0) return NULL;
+    out_t *o = &k.o;
     PyObject *result = NULL;
-    if (out_init(&o) < 0) goto fail;
-    if (end > view.len || start < 0) { PyErr_SetString(PyExc_ValueError, "digest: span outside the buffer"); goto fail; }
-    cur_t c = {(const unsigned char *)view.buf, end, start, PY_SSIZE_T_MAX, 0};
+    cur_t c = {(const unsigned char *)k.view.buf, end, start, PY_SSIZE_T_MAX, 0};
     ws(&c);
     if (c.pos >= c.n || c.s[c.pos] != '[') { PyErr_SetString(PyExc_ValueError, "digest: expected '['"); goto fail; }
     c.pos++;
@@ -607,12 +630,12 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
         ws(&c);
         Py_ssize_t at = c.pos;
         int64_t bad_id = 0;
-        o.problem = NULL;
-        int r = digest_node(&c, flat, &o, &tin, &tout, &bad_id);
+        o->problem = NULL;
+        int r = digest_node(&c, flat, o, &k.tin, &k.tout, &bad_id);
         if (r == -2) goto fail;
         if (r == -4) {
             PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: node id %lld: %s", index, at, (long long)bad_id,
-                         o.problem);
+                         o->problem);
             goto fail;
         }
         if (r == -3) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: no integer id or no name", index, at); goto fail; }
@@ -624,19 +647,15 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: expected ',' or ']' after it", index - 1, c.pos);
         goto fail;
     }
-    result = out_result(&o);
+    result = out_result(o);
 fail:
-    PyMem_Free(tin.keys.data);
-    PyMem_Free(tout.keys.data);
-    out_free(&o);
-    PyBuffer_Release(&view);
+    call_close(&k);
     return result;
 }
 
 typedef struct {
     cur_t c;
-    out_t *o;
-    tensors_t *tin, *tout;
+    call_t *k;
     int flat;
 } walk_ctx_t;
 
@@ -645,8 +664,8 @@ static Py_ssize_t walked_node(void *ctx, Py_ssize_t pos, Py_ssize_t Py_UNUSED(in
     walk_ctx_t *w = ctx;
     int64_t bad_id;
     w->c.pos = pos;
-    w->o->problem = NULL;
-    int r = digest_node(&w->c, w->flat, w->o, w->tin, w->tout, &bad_id);
+    w->k->o.problem = NULL;
+    int r = digest_node(&w->c, w->flat, &w->k->o, &w->k->tin, &w->k->tout, &bad_id);
     return r == 0 ? w->c.pos : r == -2 ? -2 : -1;
 }
 
@@ -655,25 +674,15 @@ static PyObject *py_digest_elements(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t pos, end, max_items, max_depth;
     int flat;
     if (!PyArg_ParseTuple(args, "Onnpnn", &obj, &pos, &end, &flat, &max_items, &max_depth)) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    out_t o;
-    tensors_t tin, tout;
-    memset(&tin, 0, sizeof tin);
-    memset(&tout, 0, sizeof tout);
+    call_t k;
+    if (call_open(&k, obj, pos, end) < 0) return NULL;
     PyObject *result = NULL;
-    if (out_init(&o) < 0) goto fail;
-    if (end > view.len || pos < 0 || pos > end) { PyErr_SetString(PyExc_ValueError, "digest_elements: span outside the buffer"); goto fail; }
-    walk_ctx_t ctx = {{(const unsigned char *)view.buf, end, pos, max_depth, 1}, &o, &tin, &tout, flat};
-    /* a node nests attrs entries 3 levels deep: with less allowed, every node is left to the scanner */
+    walk_ctx_t ctx = {{(const unsigned char *)k.view.buf, end, pos, max_depth, 1}, &k, flat};
     walk_t w;
-    if (walk_elements(ctx.c.s, end, pos, max_depth < 3 ? 0 : max_items, walked_node, &ctx, &w) < 0) goto fail;
-    result = walk_result(&w, out_result(&o));
-fail:
-    PyMem_Free(tin.keys.data);
-    PyMem_Free(tout.keys.data);
-    out_free(&o);
-    PyBuffer_Release(&view);
+    /* a node nests attrs entries 3 levels deep: with less allowed, every node is left to the scanner */
+    if (walk_elements(ctx.c.s, end, pos, max_depth < 3 ? 0 : max_items, walked_node, &ctx, &w) == 0)
+        result = walk_result(&w, out_result(&k.o));
+    call_close(&k);
     return result;
 }
 

@@ -277,35 +277,11 @@ class StreamedDocument:
             walked = self.walk and self.walk(self._buf, pos, self._end, self.batch_items, self.element_depth,
                                              self.elements)
             if walked and (walked[0] or walked[2]):
-                items, next_pos, closed = walked
+                (items, next_pos, closed), batch = walked, None
                 self._count(items)
-                self.elements += items
-                yield None
-                if self.progress:
-                    self.progress(self._raw_position())
-                if closed:
-                    return next_pos
-                self._discard(next_pos - 1)  # keep the ',' before the next element, as below
-                pos = 1
-                continue
-            try:
-                items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
-                                                                         self.element_depth, self._end)
-            except _jsonscan.TooDeep as exc:
-                raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
-            except _jsonscan.ScanError as exc:
-                raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
-                                     self.elements + exc.args[2]) from None
-            self._count(items)
+            else:
+                items, next_pos, closed, batch = self._scan_batch(pos)
             if items:
-                start = pos - 1  # the '[' or ',' before the first element
-                self._buf[start] = ord("[")
-                self._buf[last_end] = ord("]")
-                if self.decode is not None:
-                    batch = self.decode(self._buf, start, last_end + 1, self.elements)
-                else:
-                    batch = parse_json(memoryview(self._buf)[start:last_end + 1], self.url, self._base + start,
-                                       self.elements)
                 self.elements += items
                 yield batch
                 if self.progress:
@@ -320,3 +296,24 @@ class StreamedDocument:
             if not self._fill():
                 raise self._truncated(f"the rest of {self.array_key!r}")
 
+    def _scan_batch(self, pos: int) -> tuple[int, int, bool, object]:
+        """The complete elements from pos (up to batch_items) scanned, then decoded or parsed as
+        one array: (items, next_pos, closed, what was decoded)."""
+        try:
+            items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
+                                                                     self.element_depth, self._end)
+        except _jsonscan.TooDeep as exc:
+            raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
+        except _jsonscan.ScanError as exc:
+            raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
+                                 self.elements + exc.args[2]) from None
+        self._count(items)
+        if not items:
+            return items, next_pos, closed, None
+        start = pos - 1  # the '[' or ',' before the first element
+        self._buf[start] = ord("[")
+        self._buf[last_end] = ord("]")
+        if self.decode is not None:
+            return items, next_pos, closed, self.decode(self._buf, start, last_end + 1, self.elements)
+        return items, next_pos, closed, parse_json(memoryview(self._buf)[start:last_end + 1], self.url,
+                                                   self._base + start, self.elements)
