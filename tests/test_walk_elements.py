@@ -100,3 +100,13 @@ def test_errors_are_worded_the_same_walked_or_scanned(tmp_path, monkeypatch, dam
             read_host_trace(str(path))
         errors.append(str(exc.value))
     assert errors[0] == errors[1]
+
+
+def test_an_events_args_count_as_a_level_of_nesting():
+    _, events = _nodes_and_events()
+    data = b"[" + json.dumps(events[0]).encode() + b"]"  # args: {"External id": 0}, the second level
+    with pytest.raises(_jsonscan.TooDeep):
+        _jsonscan.scan_array(data, 1, 10, 1)
+    assert _kinetodigest.digest_elements(data, 1, len(data), {}, 10, 1)[0] == 0
+    walked = _kinetodigest.digest_elements(data, 1, len(data), {}, 10, 2)
+    assert walked[0] == 1 and walked[4]["cpu"][0].external_id == 0

@@ -258,11 +258,21 @@ static int key_index(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const c
 }
 
 /* Walk an object's members (c->pos at '{'), recording the last value span of each of `keys`.
- * Returns 0, 1 when a member name has escapes (the event is odd), -1 when malformed. */
-static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found) {
+ * Returns 0, 1 when a member name has escapes (the event is odd), -1 when malformed. The last
+ * value of keys[nest] (nest >= 0: an event's args), where it is an object, is walked in the
+ * same pass for ARGS: their spans in nested[] and *nested_odd as this returns it (all
+ * absent and 0 when that value is not an object), so that its bytes are read once. */
+static void clear_nested(span_t *nested, int *nested_odd) {
+    *nested_odd = 0;
+    for (int k = 0; k < N_ARGS; k++) nested[k].a = -1;
+}
+
+static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found, int nest, span_t *nested,
+                        int *nested_odd) {
     Py_ssize_t a, b;
     int escaped, odd = 0;
     for (int k = 0; k < n_keys; k++) found[k].a = -1;
+    if (nest >= 0) clear_nested(nested, nested_odd);
     c->pos++;
     ws(c);
     if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
@@ -276,7 +286,16 @@ static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found) 
         c->pos++;
         ws(c);
         Py_ssize_t at = c->pos;
-        if (skip_value(c) < 0) return -1;
+        if (k >= 0 && k == nest) clear_nested(nested, nested_odd);
+        if (k >= 0 && k == nest && at < c->n && c->s[at] == '{') {
+            if (c->depth_left < 1) return -1; /* the object opens a level more than allowed */
+            c->depth_left--; /* its members are a level deeper */
+            *nested_odd = walk_members(c, ARGS, N_ARGS, nested, -1, NULL, NULL);
+            c->depth_left++;
+            if (*nested_odd < 0) return -1;
+        } else if (skip_value(c) < 0) {
+            return -1;
+        }
         if (k >= 0) { found[k].a = at; found[k].b = c->pos; }
         ws(c);
         if (c->pos >= c->n) return -1;
@@ -393,11 +412,11 @@ static int digest_event(cur_t *c, Py_ssize_t index, out_t *o) {
     span_t f[N_FIELDS], args[N_ARGS];
     const unsigned char *s = c->s;
     Py_ssize_t at = c->pos;
-    int odd = walk_members(c, FIELDS, N_FIELDS, f);
+    int args_odd = 0;
+    int odd = walk_members(c, FIELDS, N_FIELDS, f, F_ARGS, args, &args_odd);
     if (odd < 0 || (c->walked && !element_terminated(s, c->pos, c->n))) return -1;
     Py_ssize_t a, b, na = 0, nb = 0;
     int category = -1;
-    for (int k = 0; k < N_ARGS; k++) args[k].a = -1;
     if (!odd) {
         if (f[F_PH].a < 0 || s[f[F_PH].a] != '"') return 0; /* event.get("ph") != "X" */
         if (span_plain_string(s, f[F_PH], &a, &b) < 0) { odd = 1; goto decided; }
@@ -411,14 +430,7 @@ static int digest_event(cur_t *c, Py_ssize_t index, out_t *o) {
             odd = 1;
             goto decided;
         }
-        if (f[F_ARGS].a >= 0) {
-            if (s[f[F_ARGS].a] != '{') { odd = 1; goto decided; }
-            cur_t ac = {s, f[F_ARGS].b, f[F_ARGS].a, c->stack, c->stack_cap, PY_SSIZE_T_MAX, 0};
-            int r = walk_members(&ac, ARGS, N_ARGS, args);
-            c->stack = ac.stack;
-            c->stack_cap = ac.stack_cap;
-            if (r != 0) { odd = 1; goto decided; }
-        }
+        if (f[F_ARGS].a >= 0 && (s[f[F_ARGS].a] != '{' || args_odd)) { odd = 1; goto decided; }
     }
 decided:;
     int64_t tid = 0, ids[N_ARGS] = {0};
