@@ -21,6 +21,10 @@ class _NoDigest:
     def digest(buf, start, end, names):
         return None
 
+    @staticmethod
+    def digest_elements(buf, pos, end, names, max_items, max_depth):
+        return 0, -1, pos, False, None  # no element walked: each batch is scanned, then parsed
+
 
 @pytest.fixture(scope="module")
 def repeated(tmp_path_factory):

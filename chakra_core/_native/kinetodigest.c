@@ -30,6 +30,12 @@
  * outside [0, 2**31). Numbers are converted as orjson does: integer tokens exactly, others by
  * PyOS_string_to_double (correctly rounded, as orjson's parser). Nesting is walked with an explicit stack
  * (jsonscan has bounded the batch's depth already), so no input can exhaust the C stack.
+ *
+ *   digest_elements(buf, pos, end, names, max_items, max_depth) -> (items, last_end, next_pos, closed, dict)
+ *     The same digest of the elements jsonscan.scan_array(buf, pos, max_items, max_depth, end)
+ *     would find, walked once (jsonscan.h, walk_elements), bounding the nesting itself; "odd"
+ *     indices count from pos. It stops before the first event that is not strictly valid JSON,
+ *     nests deeper than max_depth or is incomplete in buf[:end]: the caller reads that one as before.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,6 +56,10 @@ typedef struct {
     Py_ssize_t n, pos;
     char *stack; /* open containers of the value being validated: '{' or '[' */
     Py_ssize_t stack_cap;
+    /* the levels of nesting skip_value may open (PY_SSIZE_T_MAX where jsonscan has bounded the
+     * batch), and whether an event must be followed by ',' or ']' in s[:n] (digest_elements) */
+    Py_ssize_t depth_left;
+    int walked;
 } cur_t;
 
 static inline void ws(cur_t *c) { c->pos = skip_space(c->s, c->pos, c->n); }
@@ -186,7 +196,7 @@ static int skip_value(cur_t *c) {
         if (c->pos >= c->n) return -1;
         unsigned char ch = c->s[c->pos];
         if (ch == '{' || ch == '[') {
-            if (push(c, depth++, (char)ch) < 0) return -1;
+            if (depth >= c->depth_left || push(c, depth++, (char)ch) < 0) return -1;
             c->pos++;
             ws(c);
             if (c->pos < c->n && c->s[c->pos] == (ch == '{' ? '}' : ']')) {
@@ -248,11 +258,21 @@ static int key_index(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const c
 }
 
 /* Walk an object's members (c->pos at '{'), recording the last value span of each of `keys`.
- * Returns 0, 1 when a member name has escapes (the event is odd), -1 when malformed. */
-static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found) {
+ * Returns 0, 1 when a member name has escapes (the event is odd), -1 when malformed. The last
+ * value of keys[nest] (nest >= 0: an event's args), where it is an object, is walked in the
+ * same pass for ARGS: their spans in nested[] and *nested_odd as this returns it (all
+ * absent and 0 when that value is not an object), so that its bytes are read once. */
+static void clear_nested(span_t *nested, int *nested_odd) {
+    *nested_odd = 0;
+    for (int k = 0; k < N_ARGS; k++) nested[k].a = -1;
+}
+
+static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found, int nest, span_t *nested,
+                        int *nested_odd) {
     Py_ssize_t a, b;
     int escaped, odd = 0;
     for (int k = 0; k < n_keys; k++) found[k].a = -1;
+    if (nest >= 0) clear_nested(nested, nested_odd);
     c->pos++;
     ws(c);
     if (c->pos < c->n && c->s[c->pos] == '}') { c->pos++; return 0; }
@@ -266,7 +286,16 @@ static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found) 
         c->pos++;
         ws(c);
         Py_ssize_t at = c->pos;
-        if (skip_value(c) < 0) return -1;
+        if (k >= 0 && k == nest) clear_nested(nested, nested_odd);
+        if (k >= 0 && k == nest && at < c->n && c->s[at] == '{') {
+            if (c->depth_left < 1) return -1; /* the object opens a level more than allowed */
+            c->depth_left--; /* its members are a level deeper */
+            *nested_odd = walk_members(c, ARGS, N_ARGS, nested, -1, NULL, NULL);
+            c->depth_left++;
+            if (*nested_odd < 0) return -1;
+        } else if (skip_value(c) < 0) {
+            return -1;
+        }
         if (k >= 0) { found[k].a = at; found[k].b = c->pos; }
         ws(c);
         if (c->pos >= c->n) return -1;
@@ -282,7 +311,7 @@ static int span_int(const unsigned char *s, span_t sp, int64_t *v) {
     if (sp.a < 0) return 0;
     unsigned char ch = s[sp.a];
     if (ch != '-' && (ch < '0' || ch > '9')) return 0;
-    cur_t t = {s, sp.b, sp.a, NULL, 0};
+    cur_t t = {s, sp.b, sp.a, NULL, 0, 0, 0}; /* for a number token only */
     int is_int;
     if (number_token(&t, v, &is_int) < 0) return 0;
     for (Py_ssize_t p = sp.a; p < sp.b; p++)
@@ -302,7 +331,7 @@ static int span_time(const unsigned char *s, span_t sp, double *v) {
     text[len] = 0;
     int64_t iv;
     int is_int = 0;
-    cur_t t = {s, sp.b, sp.a, NULL, 0};
+    cur_t t = {s, sp.b, sp.a, NULL, 0, 0, 0}; /* for a number token only */
     if (number_token(&t, &iv, &is_int) < 0) return -1;
     int integral = 1;
     for (Py_ssize_t p = 0; p < len; p++)
@@ -383,11 +412,11 @@ static int digest_event(cur_t *c, Py_ssize_t index, out_t *o) {
     span_t f[N_FIELDS], args[N_ARGS];
     const unsigned char *s = c->s;
     Py_ssize_t at = c->pos;
-    int odd = walk_members(c, FIELDS, N_FIELDS, f);
-    if (odd < 0) return -1;
+    int args_odd = 0;
+    int odd = walk_members(c, FIELDS, N_FIELDS, f, F_ARGS, args, &args_odd);
+    if (odd < 0 || (c->walked && !element_terminated(s, c->pos, c->n))) return -1;
     Py_ssize_t a, b, na = 0, nb = 0;
     int category = -1;
-    for (int k = 0; k < N_ARGS; k++) args[k].a = -1;
     if (!odd) {
         if (f[F_PH].a < 0 || s[f[F_PH].a] != '"') return 0; /* event.get("ph") != "X" */
         if (span_plain_string(s, f[F_PH], &a, &b) < 0) { odd = 1; goto decided; }
@@ -401,14 +430,7 @@ static int digest_event(cur_t *c, Py_ssize_t index, out_t *o) {
             odd = 1;
             goto decided;
         }
-        if (f[F_ARGS].a >= 0) {
-            if (s[f[F_ARGS].a] != '{') { odd = 1; goto decided; }
-            cur_t ac = {s, f[F_ARGS].b, f[F_ARGS].a, c->stack, c->stack_cap};
-            int r = walk_members(&ac, ARGS, N_ARGS, args);
-            c->stack = ac.stack;
-            c->stack_cap = ac.stack_cap;
-            if (r != 0) { odd = 1; goto decided; }
-        }
+        if (f[F_ARGS].a >= 0 && (s[f[F_ARGS].a] != '{' || args_odd)) { odd = 1; goto decided; }
     }
 decided:;
     int64_t tid = 0, ids[N_ARGS] = {0};
@@ -469,6 +491,37 @@ decided:;
     return put_order(o, (char)kind) < 0 ? -2 : 0;
 }
 
+/* The digest's empty lists; -1 with a Python error set. `names` is borrowed. */
+static int out_init(out_t *o, PyObject *names) {
+    o->names = names;
+    Py_INCREF(names);
+    if (!(o->odd = PyList_New(0))) return -1;
+    for (int kind = 0; kind < 3; kind++)
+        if (!(o->lists[kind] = PyList_New(0))) return -1;
+    for (int k = 0; k < N_CATEGORIES; k++)
+        if (!(o->categories[k] = shared(o, PyUnicode_FromString(CATEGORIES[k])))) return -1;
+    return 0;
+}
+
+/* The digest as digest returns it. */
+static PyObject *out_result(out_t *o) {
+    return Py_BuildValue("{s:O,s:O,s:O,s:y#,s:n,s:O,s:O,s:y#}", "cpu", o->lists[K_CPU], "runtime",
+                         o->lists[K_RUNTIME], "device", o->lists[K_DEVICE], "cpu_spans",
+                         o->spans ? (const char *)o->spans : "", o->n_spans * (Py_ssize_t)sizeof(int64_t), "rf_ids",
+                         o->rf_ids, "steps", o->steps ? Py_True : Py_False, "odd", o->odd, "order",
+                         o->order ? o->order : "", o->n_order);
+}
+
+static void out_free(out_t *o, cur_t *c) {
+    for (int kind = 0; kind < 3; kind++) Py_XDECREF(o->lists[kind]);
+    for (int k = 0; k < N_CATEGORIES; k++) Py_XDECREF(o->categories[k]);
+    Py_XDECREF(o->odd);
+    Py_XDECREF(o->names);
+    PyMem_Free(o->order);
+    PyMem_Free(o->spans);
+    PyMem_Free(c->stack);
+}
+
 static PyObject *py_digest(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end;
@@ -476,18 +529,12 @@ static PyObject *py_digest(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnO!", &view, &start, &end, &PyDict_Type, &names)) return NULL;
     PyObject *result = NULL;
     out_t o = {0};
-    o.names = names;
-    Py_INCREF(names);
-    cur_t c = {(const unsigned char *)view.buf, end, start, NULL, 0};
+    cur_t c = {(const unsigned char *)view.buf, end, start, NULL, 0, PY_SSIZE_T_MAX, 0};
     if (start < 0 || end > view.len || start >= end) {
         PyErr_SetString(PyExc_ValueError, "bad batch bounds");
         goto done;
     }
-    if (!(o.odd = PyList_New(0))) goto done;
-    for (int kind = 0; kind < 3; kind++)
-        if (!(o.lists[kind] = PyList_New(0))) goto done;
-    for (int k = 0; k < N_CATEGORIES; k++)
-        if (!(o.categories[k] = shared(&o, PyUnicode_FromString(CATEGORIES[k])))) goto done;
+    if (out_init(&o, names) < 0) goto done;
     int malformed = 0;
     Py_ssize_t index = 0;
     ws(&c);
@@ -512,25 +559,61 @@ digested:
         Py_INCREF(result);
         goto done;
     }
-    result = Py_BuildValue("{s:O,s:O,s:O,s:y#,s:n,s:O,s:O,s:y#}", "cpu", o.lists[K_CPU], "runtime",
-                           o.lists[K_RUNTIME], "device", o.lists[K_DEVICE], "cpu_spans",
-                           o.spans ? (const char *)o.spans : "", o.n_spans * (Py_ssize_t)sizeof(int64_t), "rf_ids",
-                           o.rf_ids, "steps", o.steps ? Py_True : Py_False, "odd", o.odd, "order",
-                           o.order ? o.order : "", o.n_order);
+    result = out_result(&o);
 done:
-    for (int kind = 0; kind < 3; kind++) Py_XDECREF(o.lists[kind]);
-    for (int k = 0; k < N_CATEGORIES; k++) Py_XDECREF(o.categories[k]);
-    Py_XDECREF(o.odd);
-    Py_XDECREF(o.names);
-    PyMem_Free(o.order);
-    PyMem_Free(o.spans);
-    PyMem_Free(c.stack);
+    out_free(&o, &c);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+typedef struct {
+    cur_t c;
+    out_t *o;
+    Py_ssize_t max_depth;
+} walk_ctx_t;
+
+/* walk_elements' element: an event digested (kept, skipped or odd), or left (not strictly valid
+ * JSON, too deep, incomplete: the caller parses it as before). */
+static Py_ssize_t walked_event(void *ctx, Py_ssize_t pos, Py_ssize_t index) {
+    walk_ctx_t *w = ctx;
+    cur_t *c = &w->c;
+    c->pos = pos;
+    int is_event = c->s[pos] == '{';
+    c->depth_left = is_event ? w->max_depth - 1 : w->max_depth; /* an event's members are inside it */
+    int r = is_event ? digest_event(c, index, w->o) : skip_value(c);
+    if (r == -2) return -2;
+    if (r < 0 || (!is_event && !element_terminated(c->s, c->pos, c->n))) return -1;
+    return c->pos;
+}
+
+static PyObject *py_digest_elements(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, end, max_items, max_depth;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*nnO!nn", &view, &pos, &end, &PyDict_Type, &names, &max_items, &max_depth))
+        return NULL;
+    PyObject *result = NULL;
+    out_t o = {0};
+    walk_ctx_t ctx = {{(const unsigned char *)view.buf, end, pos, NULL, 0, max_depth, 1}, &o, max_depth};
+    if (pos < 0 || end > view.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "bad walk bounds");
+        goto done;
+    }
+    if (out_init(&o, names) < 0) goto done;
+    walk_t w;
+    /* with fewer than one level allowed, every event is left to the scanner, which refuses it */
+    if (walk_elements(ctx.c.s, end, pos, max_depth < 1 ? 0 : max_items, walked_event, &ctx, &w) < 0) goto done;
+    result = walk_result(&w, out_result(&o));
+done:
+    out_free(&o, &ctx.c);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"digest", py_digest, METH_VARARGS, "Digest a JSON array of Kineto events into the events kineto.py keeps."},
+    {"digest_elements", py_digest_elements, METH_VARARGS,
+     "digest_elements(buf, pos, end, names, max_items, max_depth): walk and digest array elements in buf[:end]."},
     {NULL, NULL, 0, NULL},
 };
 

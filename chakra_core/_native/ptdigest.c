@@ -25,6 +25,13 @@
  *   not a list of named entries, inputs/outputs that are not objects (attrs layout) or
  *   whose values, shapes and types are not lists. The walk is iterative except for tensor
  *   lists (at most 64 levels), so no nesting can exhaust the C stack.
+ *
+ *   digest_elements(buf, pos, end, flat, max_items, max_depth) -> (items, last_end, next_pos, closed, dict)
+ *     The same digest of the elements jsonscan.scan_array(buf, pos, max_items, max_depth, end)
+ *     would find, walked once (jsonscan.h, walk_elements): the dict is digest's, of `items`
+ *     nodes. It stops before the first node it cannot digest (incomplete in buf[:end], nested
+ *     deeper than max_depth, malformed or wrong in content) and raises nothing about it: the
+ *     caller scans and digests that one as before, which words the error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,6 +70,10 @@ static PyObject *buf_bytes(buf_t *b) { return PyBytes_FromStringAndSize(b->data 
 typedef struct {
     const unsigned char *s;
     Py_ssize_t n, pos;
+    /* of a node walked by digest_elements (else PY_SSIZE_T_MAX and 0): the levels of nesting
+     * its elements may open, and whether its node must be followed by ',' or ']' in s[:n] */
+    Py_ssize_t max_depth;
+    int walked;
 } cur_t;
 
 static inline void ws(cur_t *c) { c->pos = skip_space(c->s, c->pos, c->n); }
@@ -89,6 +100,15 @@ static int parse_number(cur_t *c, int64_t *out, int *is_int) {
 
 static int skip(cur_t *c) {
     Py_ssize_t end = find_value_end(c->s, c->pos, c->n);
+    if (end < 0) return -1;
+    c->pos = end;
+    return 0;
+}
+
+/* Pass a member's value with `open` levels of nesting open around it (the node object, ...):
+ * -1 also when it opens more than the cursor's max_depth allows in all. */
+static int skip_nested(cur_t *c, Py_ssize_t open) {
+    Py_ssize_t deep_at, end = find_bounded_value_end(c->s, c->pos, c->n, c->max_depth - open, &deep_at);
     if (end < 0) return -1;
     c->pos = end;
     return 0;
@@ -295,7 +315,7 @@ static void note_problem(out_t *o, const char *what) {
 static int null_or(cur_t *c, unsigned char open, out_t *o, const char *what) {
     if (c->pos < c->n && c->s[c->pos] == open) return 1;
     Py_ssize_t a = c->pos;
-    if (skip(c) < 0) return -1;
+    if (skip_nested(c, 1) < 0) return -1;
     if (!key_is(c->s, a, c->pos, "null")) note_problem(o, what);
     return 0;
 }
@@ -325,7 +345,7 @@ static int digest_attrs(cur_t *c, int64_t *attrs, PyObject **op_schema, out_t *o
                 if (string_span(c, &na, &nb, &esc) < 0) return -1;
             } else {
                 if (key_is(c->s, ka, kb, "value")) va = c->pos;
-                if (skip(c) < 0) return -1;
+                if (skip_nested(c, 3) < 0) return -1; /* in the node, attrs and the entry */
             }
             if ((more = member_next(c)) < 0) return -1;
         }
@@ -370,7 +390,7 @@ static int digest_io_object(cur_t *c, io_t *io, int base, out_t *o) {
         int slot = key_is(c->s, ka, kb, "values") ? 0 : key_is(c->s, ka, kb, "shapes") ? 1
                  : key_is(c->s, ka, kb, "types") ? 2 : -1;
         Py_ssize_t a = c->pos;
-        if (skip(c) < 0) return -1;
+        if (skip_nested(c, 2) < 0) return -1; /* in the node and inputs/outputs */
         if (slot >= 0) { io->span[base + slot][0] = a; io->span[base + slot][1] = c->pos; }
         if ((more = member_next(c)) < 0) return -1;
     }
@@ -425,7 +445,7 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
             /* an integer node id, or null for none; NaN, 1.5, "7" would silently cut the node loose */
             Py_ssize_t a = c->pos;
             int is_int = 0;
-            if (is_number ? parse_number(c, &parent, &is_int) < 0 : skip(c) < 0) goto done;
+            if (is_number ? parse_number(c, &parent, &is_int) < 0 : skip_nested(c, 1) < 0) goto done;
             if (!is_int) {
                 parent = -1;
                 if (!key_is(s, a, c->pos, "null"))
@@ -460,7 +480,7 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
                 }
             } else {
                 Py_ssize_t a = c->pos;
-                if (skip(c) < 0) goto done;
+                if (skip_nested(c, 1) < 0) goto done;
                 if (slot >= 0) {
                     io.span[slot][0] = a;
                     io.span[slot][1] = c->pos;
@@ -470,6 +490,7 @@ static int digest_node(cur_t *c, int flat, out_t *o, tensors_t *tin, tensors_t *
         }
         if ((more = member_next(c)) < 0) goto done;
     }
+    if (c->walked && !element_terminated(c->s, c->pos, c->n)) goto done;
     if (!have_id || !name) { status = -3; goto done; }
     if (id < 0) note_problem(o, "a node id must not be negative");
     for (int k = 0; k < N_IO; k++) {
@@ -527,27 +548,78 @@ static void out_free(out_t *o) {
     Py_XDECREF(o->empty);
 }
 
+/* The digest's empty columns; -1 with a Python error set. */
+static int out_init(out_t *o) {
+    memset(o, 0, sizeof *o);
+    o->names = PyList_New(0);
+    o->op_schemas = PyList_New(0);
+    o->empty = PyUnicode_FromString("");
+    if (!o->names || !o->op_schemas || !o->empty) return -1;
+    int32_t zero = 0;
+    for (int k = 0; k < N_IO; k++) if (buf_put(&o->io_offsets[k], &zero, 4) < 0) return -1;
+    return 0;
+}
+
+/* The columns as digest returns them. */
+static PyObject *out_result(out_t *o) {
+    PyObject *io = PyTuple_New(N_IO);
+    if (!io) return NULL;
+    for (int k = 0; k < N_IO; k++) {
+        PyObject *pair = Py_BuildValue("(NN)", buf_bytes(&o->io_offsets[k]), buf_bytes(&o->io_data[k]));
+        if (!pair) { Py_DECREF(io); return NULL; }
+        PyTuple_SET_ITEM(io, k, pair);
+    }
+    return Py_BuildValue(
+        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:O,s:O,s:N,s:N,s:N}",
+        "ids", buf_bytes(&o->ids), "parents", buf_bytes(&o->parents),
+        "rf_id", buf_bytes(&o->attrs[A_RF_ID]), "fw_parent", buf_bytes(&o->attrs[A_FW_PARENT]),
+        "seq_id", buf_bytes(&o->attrs[A_SEQ_ID]), "scope", buf_bytes(&o->attrs[A_SCOPE]),
+        "tid", buf_bytes(&o->attrs[A_TID]), "fw_tid", buf_bytes(&o->attrs[A_FW_TID]),
+        "node_starts", buf_bytes(&o->starts), "node_ends", buf_bytes(&o->ends),
+        "tensor_bytes", buf_bytes(&o->tensor_bytes), "reads", buf_bytes(&o->reads), "read_ends", buf_bytes(&o->read_ends),
+        "writes", buf_bytes(&o->writes), "write_ends", buf_bytes(&o->write_ends),
+        "names", o->names, "op_schemas", o->op_schemas, "io", io,
+        "inputs_present", buf_bytes(&o->in_present), "outputs_present", buf_bytes(&o->out_present));
+}
+
+/* What one call holds: the buffer, the columns and the tensor scratch. */
+typedef struct {
+    Py_buffer view;
+    out_t o;
+    tensors_t tin, tout;
+} call_t;
+
+static void call_close(call_t *k) {
+    PyMem_Free(k->tin.keys.data);
+    PyMem_Free(k->tout.keys.data);
+    out_free(&k->o);
+    PyBuffer_Release(&k->view);
+}
+
+/* The buffer of `obj` with `[from, end)` inside it, and empty columns; -1 with a Python error set
+ * (nothing then to close). */
+static int call_open(call_t *k, PyObject *obj, Py_ssize_t from, Py_ssize_t end) {
+    memset(k, 0, sizeof *k);
+    if (PyObject_GetBuffer(obj, &k->view, PyBUF_SIMPLE) < 0) return -1;
+    if (out_init(&k->o) < 0) { call_close(k); return -1; }
+    if (end > k->view.len || from < 0 || from > end) {
+        PyErr_SetString(PyExc_ValueError, "digest: span outside the buffer");
+        call_close(k);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *obj;
     Py_ssize_t start, end;
     int flat;
     if (!PyArg_ParseTuple(args, "Onnp", &obj, &start, &end, &flat)) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    out_t o;
-    memset(&o, 0, sizeof o);
-    tensors_t tin, tout;
-    memset(&tin, 0, sizeof tin);
-    memset(&tout, 0, sizeof tout);
+    call_t k;
+    if (call_open(&k, obj, start, end) < 0) return NULL;
+    out_t *o = &k.o;
     PyObject *result = NULL;
-    o.names = PyList_New(0);
-    o.op_schemas = PyList_New(0);
-    o.empty = PyUnicode_FromString("");
-    if (!o.names || !o.op_schemas || !o.empty) goto fail;
-    int32_t zero = 0;
-    for (int k = 0; k < N_IO; k++) if (buf_put(&o.io_offsets[k], &zero, 4) < 0) goto fail;
-    if (end > view.len || start < 0) { PyErr_SetString(PyExc_ValueError, "digest: span outside the buffer"); goto fail; }
-    cur_t c = {(const unsigned char *)view.buf, end, start};
+    cur_t c = {(const unsigned char *)k.view.buf, end, start, PY_SSIZE_T_MAX, 0};
     ws(&c);
     if (c.pos >= c.n || c.s[c.pos] != '[') { PyErr_SetString(PyExc_ValueError, "digest: expected '['"); goto fail; }
     c.pos++;
@@ -558,12 +630,12 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
         ws(&c);
         Py_ssize_t at = c.pos;
         int64_t bad_id = 0;
-        o.problem = NULL;
-        int r = digest_node(&c, flat, &o, &tin, &tout, &bad_id);
+        o->problem = NULL;
+        int r = digest_node(&c, flat, o, &k.tin, &k.tout, &bad_id);
         if (r == -2) goto fail;
         if (r == -4) {
             PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: node id %lld: %s", index, at, (long long)bad_id,
-                         o.problem);
+                         o->problem);
             goto fail;
         }
         if (r == -3) { PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: no integer id or no name", index, at); goto fail; }
@@ -575,34 +647,49 @@ static PyObject *py_digest(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "node %zd at byte %zd: expected ',' or ']' after it", index - 1, c.pos);
         goto fail;
     }
-    PyObject *io = PyTuple_New(N_IO);
-    if (!io) goto fail;
-    for (int k = 0; k < N_IO; k++) {
-        PyObject *pair = Py_BuildValue("(NN)", buf_bytes(&o.io_offsets[k]), buf_bytes(&o.io_data[k]));
-        if (!pair) { Py_DECREF(io); goto fail; }
-        PyTuple_SET_ITEM(io, k, pair);
-    }
-    result = Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:O,s:O,s:N,s:N,s:N}",
-        "ids", buf_bytes(&o.ids), "parents", buf_bytes(&o.parents),
-        "rf_id", buf_bytes(&o.attrs[A_RF_ID]), "fw_parent", buf_bytes(&o.attrs[A_FW_PARENT]),
-        "seq_id", buf_bytes(&o.attrs[A_SEQ_ID]), "scope", buf_bytes(&o.attrs[A_SCOPE]),
-        "tid", buf_bytes(&o.attrs[A_TID]), "fw_tid", buf_bytes(&o.attrs[A_FW_TID]),
-        "node_starts", buf_bytes(&o.starts), "node_ends", buf_bytes(&o.ends),
-        "tensor_bytes", buf_bytes(&o.tensor_bytes), "reads", buf_bytes(&o.reads), "read_ends", buf_bytes(&o.read_ends),
-        "writes", buf_bytes(&o.writes), "write_ends", buf_bytes(&o.write_ends),
-        "names", o.names, "op_schemas", o.op_schemas, "io", io,
-        "inputs_present", buf_bytes(&o.in_present), "outputs_present", buf_bytes(&o.out_present));
+    result = out_result(o);
 fail:
-    PyMem_Free(tin.keys.data);
-    PyMem_Free(tout.keys.data);
-    out_free(&o);
-    PyBuffer_Release(&view);
+    call_close(&k);
+    return result;
+}
+
+typedef struct {
+    cur_t c;
+    call_t *k;
+    int flat;
+} walk_ctx_t;
+
+/* walk_elements' element: a node digested, or left (any error: the caller's digest words it). */
+static Py_ssize_t walked_node(void *ctx, Py_ssize_t pos, Py_ssize_t Py_UNUSED(index)) {
+    walk_ctx_t *w = ctx;
+    int64_t bad_id;
+    w->c.pos = pos;
+    w->k->o.problem = NULL;
+    int r = digest_node(&w->c, w->flat, &w->k->o, &w->k->tin, &w->k->tout, &bad_id);
+    return r == 0 ? w->c.pos : r == -2 ? -2 : -1;
+}
+
+static PyObject *py_digest_elements(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos, end, max_items, max_depth;
+    int flat;
+    if (!PyArg_ParseTuple(args, "Onnpnn", &obj, &pos, &end, &flat, &max_items, &max_depth)) return NULL;
+    call_t k;
+    if (call_open(&k, obj, pos, end) < 0) return NULL;
+    PyObject *result = NULL;
+    walk_ctx_t ctx = {{(const unsigned char *)k.view.buf, end, pos, max_depth, 1}, &k, flat};
+    walk_t w;
+    /* a node nests attrs entries 3 levels deep: with less allowed, every node is left to the scanner */
+    if (walk_elements(ctx.c.s, end, pos, max_depth < 3 ? 0 : max_items, walked_node, &ctx, &w) == 0)
+        result = walk_result(&w, out_result(&k.o));
+    call_close(&k);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"digest", py_digest, METH_VARARGS, "Digest a JSON array of PyTorch ET nodes into columns."},
+    {"digest_elements", py_digest_elements, METH_VARARGS,
+     "digest_elements(buf, pos, end, flat, max_items, max_depth): walk and digest array elements in buf[:end]."},
     {NULL, NULL, 0, NULL},
 };
 

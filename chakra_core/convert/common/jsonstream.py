@@ -80,13 +80,20 @@ class StreamedDocument:
     (compressed bytes for gzip, so it can be compared with the file size). `decode(buf, start,
     end, first_element)`, if given, replaces JSON parsing: buf[start:end] is the batch as a
     JSON array ('[' ... ']'), valid only during the call, and what it returns is yielded.
+    `walk(buf, pos, end, max_items, max_depth, first_element)`, if given, is tried first: a
+    digest that finds the elements itself in buf[pos:end] (as _jsonscan.scan_array would, see
+    jsonscan.h's walk_elements), so that each byte is read once, returning (items, next_pos,
+    closed), or None when it cannot start yet. It stops before an element it cannot digest; that
+    one is then scanned and decoded as before (which words any error), and walking resumes after.
     """
 
     def __init__(self, url: str, array_key: str, *, batch_items: int = BATCH_ITEMS,
                  progress: Callable[[int], None] | None = None,
-                 decode: Callable[[bytearray, int, int, int], object] | None = None):
+                 decode: Callable[[bytearray, int, int, int], object] | None = None,
+                 walk: Callable[[bytearray, int, int, int, int, int], tuple[int, int, bool] | None] | None = None):
         self.url = url
         self.decode = decode
+        self.walk = walk
         self.array_key = array_key
         self.batch_items = batch_items
         self.progress = progress
@@ -204,7 +211,7 @@ class StreamedDocument:
             # a decoder is mostly its reader's method, and the reader refers to this document:
             # let go of it, so that what the reader kept is freed as soon as the caller lets go
             # of that, not at a later pass of the collector (paused through a conversion)
-            self.decode = None
+            self.decode = self.walk = None
 
     def batches(self) -> Iterator[list]:
         with open_binary(self.url) as f:
@@ -258,29 +265,23 @@ class StreamedDocument:
             if not self._fill():
                 return
 
+    def _count(self, items: int) -> None:
+        """Refuse an array longer than the nodes limit once `items` more elements are found."""
+        if self.elements + items > self._max_elements:
+            raise limits.LimitExceeded(self.url, "nodes", f"more than {self._max_elements:,} elements in"
+                                                          f" {self.array_key!r}")
+
     def _walk_array(self, pos: int) -> Iterator[list]:
         """Yield batches of elements; `pos` is just after '['. Returns the position after ']'."""
         while True:
-            try:
-                items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
-                                                                         self.element_depth, self._end)
-            except _jsonscan.TooDeep as exc:
-                raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
-            except _jsonscan.ScanError as exc:
-                raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
-                                     self.elements + exc.args[2]) from None
-            if self.elements + items > self._max_elements:
-                raise limits.LimitExceeded(self.url, "nodes", f"more than {self._max_elements:,} elements in"
-                                                              f" {self.array_key!r}")
+            walked = self.walk and self.walk(self._buf, pos, self._end, self.batch_items, self.element_depth,
+                                             self.elements)
+            if walked and (walked[0] or walked[2]):
+                (items, next_pos, closed), batch = walked, None
+                self._count(items)
+            else:
+                items, next_pos, closed, batch = self._scan_batch(pos)
             if items:
-                start = pos - 1  # the '[' or ',' before the first element
-                self._buf[start] = ord("[")
-                self._buf[last_end] = ord("]")
-                if self.decode is not None:
-                    batch = self.decode(self._buf, start, last_end + 1, self.elements)
-                else:
-                    batch = parse_json(memoryview(self._buf)[start:last_end + 1], self.url, self._base + start,
-                                       self.elements)
                 self.elements += items
                 yield batch
                 if self.progress:
@@ -295,3 +296,24 @@ class StreamedDocument:
             if not self._fill():
                 raise self._truncated(f"the rest of {self.array_key!r}")
 
+    def _scan_batch(self, pos: int) -> tuple[int, int, bool, object]:
+        """The complete elements from pos (up to batch_items) scanned, then decoded or parsed as
+        one array: (items, next_pos, closed, what was decoded)."""
+        try:
+            items, last_end, next_pos, closed = _jsonscan.scan_array(self._buf, pos, self.batch_items,
+                                                                     self.element_depth, self._end)
+        except _jsonscan.TooDeep as exc:
+            raise too_deep(self.url, self._base + exc.args[1], self.elements + exc.args[2]) from None
+        except _jsonscan.ScanError as exc:
+            raise TraceJSONError(self.url, f"malformed JSON: {exc.args[0]}", self._base + exc.args[1],
+                                 self.elements + exc.args[2]) from None
+        self._count(items)
+        if not items:
+            return items, next_pos, closed, None
+        start = pos - 1  # the '[' or ',' before the first element
+        self._buf[start] = ord("[")
+        self._buf[last_end] = ord("]")
+        if self.decode is not None:
+            return items, next_pos, closed, self.decode(self._buf, start, last_end + 1, self.elements)
+        return items, next_pos, closed, parse_json(memoryview(self._buf)[start:last_end + 1], self.url,
+                                                   self._base + start, self.elements)

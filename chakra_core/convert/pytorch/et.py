@@ -141,7 +141,7 @@ def tensor_nbytes(tensor: list) -> int | float:
 
 def read_host_trace(url: str, progress: Callable[[int], None] | None = None) -> HostTrace:
     reader = _HostReader(url)
-    doc = StreamedDocument(url, "nodes", progress=progress, decode=reader.digest_batch)
+    doc = StreamedDocument(url, "nodes", progress=progress, decode=reader.digest_batch, walk=reader.walk)
     reader.doc = doc
     doc.digest_all()
     trace = reader.trace or HostTrace(url, str(doc.fields.get("schema", "")), ATTRS, doc.fields)  # no nodes
@@ -160,6 +160,18 @@ class _HostReader:
         self.trace: HostTrace | None = None
         self.costs: dict[tuple, int] = {}  # (op, input shapes text, output shapes text) -> num_ops
 
+    def walk(self, buf: bytearray, pos: int, end: int, max_items: int, max_depth: int,
+             first_element: int) -> tuple[int, int, bool] | None:
+        """Digest the nodes from pos on as the C walk finds them (StreamedDocument's `walk`);
+        the first batch goes through digest_batch, which learns the layout from the first node."""
+        if self.trace is None:
+            return None
+        items, _, next_pos, closed, d = _ptdigest.digest_elements(buf, pos, end, self.trace.layout == FLAT,
+                                                                  max_items, max_depth)
+        if items:
+            self._take(buf, d, first_element)
+        return items, next_pos, closed
+
     def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
         if self.trace is None:
             end_of_first = _jsonscan.value_end(buf, start + 1, self.doc.element_depth)
@@ -176,6 +188,11 @@ class _HostReader:
             node_id = int(found.group(3)) if found.group(3) is not None else None
             raise TraceJSONError(trace.path, found.group(4), self.doc.stream_offset(int(found.group(2))),
                                  first_element + int(found.group(1)), node_id) from None
+        self._take(buf, d, first_element)
+
+    def _take(self, buf: bytearray, d: dict, first_element: int) -> None:
+        """Append one digest's nodes (_ptdigest's dict; its offsets index buf) to the trace."""
+        trace = self.trace
         base = len(trace.ids)
         names = d["names"]
         trace.ids.frombytes(d["ids"])

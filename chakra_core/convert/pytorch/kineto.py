@@ -135,7 +135,7 @@ def read_kineto(url: str, progress: Callable[[int], None] | None = None,
     """The trace's events; the args of CPU events whose name keep_args accepts are kept (the
     Kineto-only source reads communication sizes and shapes from them)."""
     reader = _EventReader(url, keep_args)
-    doc = StreamedDocument(url, "traceEvents", progress=progress, decode=reader.digest_batch)
+    doc = StreamedDocument(url, "traceEvents", progress=progress, decode=reader.digest_batch, walk=reader.walk)
     reader.doc = doc
     reader.trace = trace = KinetoTrace(url, doc.fields)
     doc.digest_all()
@@ -155,6 +155,15 @@ class _EventReader:
         self.trace: KinetoTrace | None = None
         self.names: dict[str, str] = {}  # one str per distinct event name, across batches
 
+    def walk(self, buf: bytearray, pos: int, end: int, max_items: int, max_depth: int,
+             first_element: int) -> tuple[int, int, bool]:
+        """Digest the events from pos on as the C walk finds them (StreamedDocument's `walk`)."""
+        items, _, next_pos, closed, d = _kinetodigest.digest_elements(buf, pos, end, self.names, max_items,
+                                                                      max_depth)
+        if items:
+            self._take(buf, d, first_element)
+        return items, next_pos, closed
+
     def digest_batch(self, buf: bytearray, start: int, end: int, first_element: int) -> None:
         d = _kinetodigest.digest(buf, start, end, self.names)
         if d is None:  # not strictly valid JSON: parse_json accepts what JSON allows and refuses the rest
@@ -162,6 +171,10 @@ class _EventReader:
             for index, event in enumerate(batch, first_element):
                 self.add_event(event, index)
             return
+        self._take(buf, d, first_element)
+
+    def _take(self, buf: bytearray, d: dict, first_element: int) -> None:
+        """Append one digest's events (_kinetodigest's dict; its offsets index buf) to the trace."""
         trace = self.trace
         cpu, runtime, device = d["cpu"], d["runtime"], d["device"]
         trace.has_profiler_steps = trace.has_profiler_steps or d["steps"]
