@@ -272,7 +272,7 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
     so the first node the thread starts then waited for that communication, wherever the
     (untraced) wait() was called; likewise after a wait for another thread or for the device."""
     order = np.lexsort((rows, starts, threads))  # by thread, then start, then row
-    threads, starts, rows = threads[order], starts[order], rows[order].tolist()
+    threads, starts, rows = threads[order], starts[order], rows[order]  # kept as arrays: a row each
     found: list[int | None] = [None] * len(waits)
     waiting = np.fromiter((code for code, _, _ in waits), np.int64, len(waits))
     ends = np.fromiter((end for _, end, _ in waits), np.float64, len(waits))
@@ -284,7 +284,7 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
             after_row = waits[j][2]
             while k < hi and rows[k] <= after_row:
                 k += 1
-            found[j] = rows[k] if k < hi else None
+            found[j] = int(rows[k]) if k < hi else None
     return found
 
 
