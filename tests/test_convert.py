@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from datapaths import GLOO, PYTORCH_ET, REFERENCE_CONFIGS
 
@@ -249,11 +250,17 @@ def test_a_digested_trace_is_freed_without_the_cyclic_collector(tmp_path):
     assert gc.isenabled()
 
 
-def test_thread_codes_keep_first_appearance_and_tell_names_from_numbers():
-    from chakra_core.convert.pytorch.hosttime import thread_codes
+def test_thread_codes_keep_first_appearance_among_linked_events_and_tell_names_from_numbers():
+    from chakra_core.convert.pytorch.hosttime import CpuColumns
+    from chakra_core.convert.pytorch.kineto import CpuEvent, Linked, LinkReport
 
-    codes, thread = thread_codes([7, "7", 3, 7, "main"])
-    assert codes == {7: 0, "7": 1, 3: 2, "main": 3} and thread.tolist() == [0, 1, 2, 0, 3]
+    trace = [CpuEvent("op", tid, float(k), 1.0, None, None) for k, tid in enumerate([9, "main", 3, 7, "7", 7])]
+    positions = np.array([3, 4, 2, 5, 1])  # the linked events, in host order: 9 is linked to no host node
+    linked = Linked({10 + k: trace[p] for k, p in enumerate(positions.tolist())}, {}, LinkReport(), positions)
+    columns = CpuColumns.of(linked, trace)
+    assert columns.codes == {7: 0, "7": 1, 3: 2, "main": 3} and columns.thread.tolist() == [0, 1, 2, 0, 3]
+    assert columns.ts.tolist() == [3.0, 4.0, 2.0, 5.0, 1.0] and columns.index.tolist() == [10, 11, 12, 13, 14]
+    assert columns.code(9) == -1 and columns.in_trace().tolist() == [False, True, True, True, True, True]
 
 
 # ---------------------------------------------------------------- the recorded gloo runs (datasets/)
@@ -367,7 +374,7 @@ def test_a_thread_waiting_in_no_operator_for_communication_is_not_compute():
     assert step.exclusive == 10_000 + late - 1600
     result = CallTime()
     work = {7: (500, 5900), 8: (6000, 6400)}  # on gloo's thread; the second ends inside the optimizer op
-    remove_waiting_between_ops(result, after_children, work, events)
+    remove_waiting_between_ops(result, after_children, work, np.ones(len(events), bool))
     waited = 5900 - 1000  # from the end of backward to the end of the first all-reduce
     assert result.totals["waiting for communication between operators"] == waited
     assert step.exclusive == 10_000 + late - 1600 - waited and optimizer.exclusive == 500

@@ -18,7 +18,8 @@ from datapaths import JAX_CPU, JAX_CPU_HELDOUT, JAX_GPU, REFERENCE_CONFIGS
 
 from chakra_core.analysis.kernels import family
 from chakra_core.analysis.validate import validate_table
-from chakra_core.convert.jax.run import convert_jax_run, is_jax_run
+from chakra_core.convert.jax.layout import is_jax_run
+from chakra_core.convert.jax.run import convert_jax_run
 from chakra_core.convert.sources import detect_format
 from chakra_core.format.job import Job
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND

@@ -216,7 +216,7 @@ SOURCES = (
            FileRule("jax_profile", JAX_PROFILE, "a JAX run's plugins/profile/<run>/<host>.xplane.pb or .trace.json.gz",
                     nested=True),
            "chakra_core.convert.jax.run:convert_jax", sides=("hlo_text", "jax_timing"),
-           folder="chakra_core.convert.jax.run:is_jax_run"),
+           folder="chakra_core.convert.jax.layout:is_jax_run"),
 )
 DEFAULT = "pytorch"  # what an input no source claims by content is taken for (JSON, bundles, folders)
 # Everything below reads SOURCES when called, so that the registry is this one tuple.

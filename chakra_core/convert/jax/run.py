@@ -13,12 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import fsspec
-
 from chakra_core import limits
 from chakra_core.convert.jax.chrome import read_trace_json
 from chakra_core.convert.jax.emit import emit_job
 from chakra_core.convert.jax.hlo import HloModule, parse_hlo
+from chakra_core.convert.jax import layout
 from chakra_core.convert.jax.profile import device_ops
 from chakra_core.convert.jax.xplane import read_xplane
 from chakra_core.convert import sources
@@ -43,21 +42,9 @@ class RunFiles:
     set_aside: dict[str, str] = field(default_factory=dict)  # url -> why
 
 
-def _files(src: str) -> tuple[object, str, list[str]]:
-    fs, root = fsspec.core.url_to_fs(src)
-    root = root.rstrip("/")
-    return fs, root, sorted(p[len(root) + 1:] for p in fs.find(root))
-
-
-def is_jax_run(src: str) -> bool:
-    """Whether src is a folder holding a JAX profile (the registry's JAX_PROFILE, at most one folder down)."""
-    fs, path = fsspec.core.url_to_fs(src)
-    return fs.isdir(path) and any(sources.JAX_PROFILE.match(name) for name in _files(src)[2])
-
-
 def find_run(src: str) -> RunFiles:
     """The files of the run at src (see the module docstring)."""
-    fs, root, relative = _files(src)
+    fs, root, relative = layout.files(src)
     url = lambda name: fs.unstrip_protocol(f"{root}/{name}")  # noqa: E731
     profiles = [(m.group("run"), m.group("file"), name) for name in relative if (m := sources.JAX_PROFILE.match(name))]
     if not profiles:

@@ -105,10 +105,12 @@ class RankAnalysis:
             for k in self.linked.device:  # device work launched inside a communication op is its duration
                 if self.anchor_of[k] >= 0:
                     self.launchers_in_comm.setdefault(self.anchor_of[k], []).append(k)
-            self.call_time = self._account_call_time(kineto)
-            self.cpu_columns = hosttime.CpuColumns.of(self.linked.cpu)
-            operators = self.cpu_columns.select(np.asarray(self.role, np.int8)[self.cpu_columns.index] == OP)
-            cut = hosttime.remove_waiting_between_ops(self.call_time, kineto.after_children, self.work, operators.events)
+            self.cpu_columns = hosttime.CpuColumns.of(self.linked, kineto.cpu)
+            self.call_time = self._account_call_time()
+            is_op = np.asarray(self.role, np.int8)[self.cpu_columns.index] == OP
+            operators = self.cpu_columns.select(is_op)
+            cut = hosttime.remove_waiting_between_ops(self.call_time, kineto.after_children, self.work,
+                                                      operators.in_trace())
             self.thread_waits = threadwait.remove_waiting_for_threads(kineto.after_children, operators, cut,
                                                                       self.call_time.totals)
             if not host.has_data_deps:  # no tensor ties what goes on after communication to it
@@ -122,8 +124,7 @@ class RankAnalysis:
                                                                      self.call_time.totals)
             in_comm = {a: self.linked.cpu[a] for a in self.launchers_in_comm if a in self.linked.cpu}
             self.comm_waits = devicesync.communication_waits(in_comm, kineto.runtime, eligible)
-            hosttime.keep_gaps_between_steps(self.call_time, kineto.cpu, self.linked.cpu,
-                                             lambda i: self.role[i] == OP)
+            hosttime.keep_gaps_between_steps(self.call_time, self.cpu_columns, is_op)
             self.report.device_timing = device_timing(kineto.device, kineto.runtime)
         else:
             self.report.notes.append("no Kineto trace: durations are 0 and device kernels are absent")
@@ -312,7 +313,7 @@ class RankAnalysis:
         """The gloo:* nodes of a communication op: attached by record-function order, or nested in it."""
         return self.gloo_of.get(anchor, []) + self.wrapped_gloo.get(anchor, [])
 
-    def _account_call_time(self, kineto: KinetoTrace) -> hosttime.CallTime:
+    def _account_call_time(self) -> hosttime.CallTime:
         """Host and blocked time of the nodes a communication call collapses (hosttime.py)."""
         collapsed = {}
         roles = np.asarray(self.role, np.int8)
@@ -330,7 +331,7 @@ class RankAnalysis:
         self.blocking = {a for a, op in self.comm.items()
                          if (op.blocking if op.blocking is not None else a in work and self._waited_for(a, work[a][1]))}
         role = self.role
-        return hosttime.account(self.linked.cpu, kineto.cpu, collapsed, self.anchor_of, self.parent,
+        return hosttime.account(self.linked.cpu, self.cpu_columns, collapsed, self.anchor_of, self.parent,
                                 lambda i: role[i] == OP or role[i] == ANNOTATION, work)
 
     def _waited_for(self, anchor: int, end: float) -> bool:

@@ -31,11 +31,10 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
 
 import numpy as np
 
-from chakra_core.convert.pytorch.kineto import CpuEvent
+from chakra_core.convert.pytorch.kineto import CpuEvent, Linked, Stretches, column
 
 MAX_ANCESTOR_WALK = 64
 # a thread that goes on within this long after communication work ended was waiting for it
@@ -67,17 +66,20 @@ def _subtract(intervals: list[tuple[float, float]], cut: tuple[float, float]) ->
     return out, removed
 
 
-def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[int, str], anchor_of: list[int],
+def account(cpu: dict[int, CpuEvent], linked: CpuColumns, collapsed: dict[int, str], anchor_of: list[int],
             parent: list[int], kept_cpu, work: dict[int, tuple[float, float]]) -> CallTime:
     """Split the own time of collapsed nodes into host time and blocked time.
 
-    cpu: host index -> its Kineto CPU event; events: every Kineto CPU event; collapsed: host
+    cpu: host index -> its Kineto CPU event; linked: those as columns (with every Kineto CPU
+    event, CpuColumns.trace_events); collapsed: host
     index -> "annotation" (kept as a CPU node), "anchor", "wrapped" or "gloo"; kept_cpu(i): True
     for a host node that becomes a CPU node; work: anchor -> (start, end) of its gloo work."""
     result = CallTime()
     if not collapsed:
         return result
-    by_thread, position = _thread_order(events, {cpu[i].tid for i in collapsed if i in cpu})
+    by_thread, place = _thread_order(linked.trace_events, {cpu[i].tid for i in collapsed if i in cpu})
+    event_at = np.full(len(parent), -1, np.int64)  # host index -> its event's place in the trace
+    event_at[linked.index] = linked.position
     anchor_index = {id(cpu[a]): a for a in work if a in cpu}
 
     def nearest_kept(i: int, tid) -> int | None:
@@ -94,7 +96,7 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
         if e is None:
             continue
         end = e.ts + e.dur
-        own, enclosed = _own_spans(e, by_thread[e.tid], position[id(e)], anchor_index)
+        own, enclosed = _own_spans(e, by_thread[e.tid], int(place[event_at[i]]), anchor_index)
         anchor = anchor_of[i] if kind != "annotation" else -1
         if anchor >= 0:
             caller = cpu.get(anchor)
@@ -132,19 +134,25 @@ def account(cpu: dict[int, CpuEvent], events: list[CpuEvent], collapsed: dict[in
     return result
 
 
-def _thread_order(events: list[CpuEvent], threads: set) -> tuple[dict, dict[int, int]]:
+def _thread_order(events: list[CpuEvent], threads: set) -> tuple[dict, np.ndarray]:
     """The events of the given threads, per thread in start order (the longer first at a tie),
-    and each event's place (by id) in its thread's list."""
-    by_thread: dict = defaultdict(list)
-    for e in events:
-        if e.tid in threads:
-            by_thread[e.tid].append(e)
-    position = {}
-    for thread_events in by_thread.values():
-        thread_events.sort(key=lambda e: (e.ts, -e.dur))
-        for k, e in enumerate(thread_events):
-            position[id(e)] = k
-    return by_thread, position
+    and each event's place in its thread's list, by its place in `events` (-1: another thread)."""
+    codes: dict = {}
+    thread = column(events, "tid", codes)
+    wanted = [codes[tid] for tid in threads if tid in codes]
+    on = np.flatnonzero(np.isin(thread, wanted))
+    order = on[np.lexsort((-column(events, "dur")[on], column(events, "ts")[on], thread[on]))]  # stable, as the sort
+    sorted_thread = thread[order]
+    place = np.full(len(events), -1, np.int64)
+    by_thread = {}
+    for tid in threads:
+        code = codes.get(tid)
+        if code is None:
+            continue
+        lo, hi = np.searchsorted(sorted_thread, code, "left"), np.searchsorted(sorted_thread, code, "right")
+        by_thread[tid] = list(map(events.__getitem__, order[lo:hi].tolist()))
+        place[order[lo:hi]] = np.arange(hi - lo)
+    return by_thread, place
 
 
 def _own_spans(e: CpuEvent, thread_events: list[CpuEvent], k0: int,
@@ -170,8 +178,8 @@ def _own_spans(e: CpuEvent, thread_events: list[CpuEvent], k0: int,
     return own, enclosed
 
 
-def remove_waiting_between_ops(result: CallTime, after_children: list, work: dict[int, tuple[float, float]],
-                               operators: list[CpuEvent]) -> dict[tuple[int, float], tuple[int, float, int]]:
+def remove_waiting_between_ops(result: CallTime, stretches: Stretches, work: dict[int, tuple[float, float]],
+                               operators: np.ndarray) -> dict[tuple[int, float], tuple[int, float, int]]:
     """A thread in no operator while communication runs, which goes on as soon as that
     communication ends, was waiting for it: DDP at the end of backward, waiting for its bucket
     all-reduces, is in no operator, so the wait would be the enclosing ProfilerStep's own time
@@ -179,27 +187,28 @@ def remove_waiting_between_ops(result: CallTime, after_children: list, work: dic
     all-reduce the next operators depend on. Such a stretch of an event's exclusive time (one
     after one of its operators ended, in which communication work ends, the thread going on
     within RESUMED_AFTER_WORK_US) loses the part that work spans; the simulator makes the
-    wait from the dependency. Only operators (kept as CPU nodes with their exclusive time) are
-    looked at: a communication call's own nodes have their blocked time accounted already.
-    Returns the stretches cut, (id(event), start) -> (its thread, where it ends, the
-    communication op whose work ended last in it)."""
-    kept = set(map(id, operators))
+    wait from the dependency. Only operators (`operators`: a mask over the stretches' events;
+    kept as CPU nodes with their exclusive time) are looked at: a communication call's own
+    nodes have their blocked time accounted already. The stretches (KinetoTrace.after_children)
+    follow one of the event's children: an operator's own body, Python before its first child,
+    is never cut. Returns the stretches cut, (id(event), start) -> (its thread, where it ends,
+    the communication op whose work ended last in it)."""
     ops = sorted(work, key=lambda op: work[op][1])
     spans = [work[op] for op in ops]
-    ends = [end for _, end in spans]
     cut: dict[tuple[int, float], tuple[int, float, int]] = {}
     if not spans:
         return cut
-    for event, a, b in after_children:  # an operator's own body, Python before its first child, is never cut
-        if id(event) not in kept:
-            continue
-        first, last = bisect.bisect_right(ends, a), bisect.bisect_right(ends, b)
-        if first == last or b - ends[last - 1] > RESUMED_AFTER_WORK_US:
-            continue
-        waited = covered_length(a, b, spans[first:last])
+    ends = np.array([end for _, end in spans], np.float64)
+    # the work that ends in each stretch, found for all at once on the columns
+    first, last = np.searchsorted(ends, stretches.start, "right"), np.searchsorted(ends, stretches.end, "right")
+    ends_in = (first < last) & operators[stretches.event]
+    ends_in[ends_in] = stretches.end[ends_in] - ends[last[ends_in] - 1] <= RESUMED_AFTER_WORK_US
+    for k in np.flatnonzero(ends_in).tolist():
+        event, a, b = stretches[k]
+        waited = covered_length(a, b, spans[first[k]:last[k]])
         event.exclusive -= waited
         result.totals["waiting for communication between operators"] += waited
-        cut[(id(event), a)] = (event.tid, b, ops[last - 1])
+        cut[(id(event), a)] = (event.tid, b, ops[last[k] - 1])
     return cut
 
 
@@ -214,17 +223,22 @@ def covered_length(a: float, b: float, spans: list[tuple[float, float]]) -> floa
     return length
 
 
-def keep_gaps_between_steps(result: CallTime, events: list[CpuEvent], cpu: dict[int, CpuEvent], is_op) -> None:
+def keep_gaps_between_steps(result: CallTime, linked: CpuColumns, is_op: np.ndarray) -> None:
     """The training loop's thread (the one with ProfilerStep#N) runs Python between its
     top-level operators (between the recorded steps): that time is the thread's too, kept on the
-    top-level operator that follows it (is_op(i): a host node kept as an operator)."""
-    loop_threads = {e.tid for e in events if e.name.startswith("ProfilerStep#")}
+    top-level operator that follows it (is_op: which linked events' host nodes are operators)."""
+    events, names = linked.trace_events, {}
+    name = column(events, "name", names)
+    steps = [code for text, code in names.items() if text.startswith("ProfilerStep#")]
+    loop_threads = {events[k].tid for k in np.flatnonzero(np.isin(name, steps)).tolist()}
     if not loop_threads:
         return
-    for i, e in cpu.items():
-        if e.idle_before > 0 and e.tid in loop_threads and is_op(i):
-            result.host[i] = result.host.get(i, 0.0) + e.idle_before
-            result.totals["host time between steps"] += e.idle_before
+    idle = column(events, "idle_before")[linked.position]
+    on_loop = np.isin(linked.thread, [linked.code(tid) for tid in loop_threads])
+    chosen = np.flatnonzero((idle > 0) & on_loop & is_op)
+    for i, gap in zip(linked.index[chosen].tolist(), idle[chosen].tolist()):
+        result.host[i] = result.host.get(i, 0.0) + gap
+        result.totals["host time between steps"] += gap
 
 
 def own_time_nodes(anchors: list[int], gloo_nodes: dict[int, list[int]], kept: list[int], ids, tids,
@@ -258,7 +272,7 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
     so the first node the thread starts then waited for that communication, wherever the
     (untraced) wait() was called; likewise after a wait for another thread or for the device."""
     order = np.lexsort((rows, starts, threads))  # by thread, then start, then row
-    threads, starts, rows = threads[order], starts[order], rows[order].tolist()
+    threads, starts, rows = threads[order], starts[order], rows[order]  # kept as arrays: a row each
     found: list[int | None] = [None] * len(waits)
     waiting = np.fromiter((code for code, _, _ in waits), np.int64, len(waits))
     ends = np.fromiter((end for _, end, _ in waits), np.float64, len(waits))
@@ -270,7 +284,7 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
             after_row = waits[j][2]
             while k < hi and rows[k] <= after_row:
                 k += 1
-            found[j] = rows[k] if k < hi else None
+            found[j] = int(rows[k]) if k < hi else None
     return found
 
 
@@ -278,31 +292,48 @@ class CpuColumns:
     """CPU events as columns, in the order given: for the per-event work of an analysis (waits,
     durations) done on arrays. Each pass over the events (one object each, all over memory) costs
     as much as the work on its column: the columns are taken once, for the conversion's linked
-    events, and subsets selected from them."""
+    events, by C passes over the Kineto trace's events, and subsets selected from them."""
 
     def __init__(self, events: list[CpuEvent], index: np.ndarray, thread: np.ndarray, ts: np.ndarray,
-                 dur: np.ndarray, codes: dict):
+                 dur: np.ndarray, codes: dict, position: np.ndarray, trace_events: list[CpuEvent]):
         self.events = events
         self.index = index  # host index
         self.thread = thread  # the event's thread as a code of `codes` (thread_codes)
         self.ts, self.dur, self.codes = ts, dur, codes
+        self.position, self.trace_events = position, trace_events  # where each event is in the trace's CPU events
 
     @classmethod
-    def of(cls, cpu: dict[int, CpuEvent]) -> CpuColumns:
-        """Columns of linked events (host index -> CpuEvent)."""
-        n, events = len(cpu), list(cpu.values())
-        codes, thread = thread_codes(list(map(attrgetter("tid"), events)))
-        return cls(events, np.fromiter(cpu, np.int64, n), thread, np.fromiter(map(attrgetter("ts"), events), np.float64, n),
-                   np.fromiter(map(attrgetter("dur"), events), np.float64, n), codes)
+    def of(cls, linked: Linked, trace_events: list[CpuEvent]) -> CpuColumns:
+        """Columns of linked events (Linked.cpu: host index -> CpuEvent; trace_events: the Kineto
+        trace's CPU events, which Linked.positions index)."""
+        cpu, position = linked.cpu, linked.positions
+        trace_codes: dict = {}
+        thread = column(trace_events, "tid", trace_codes)[position]
+        # numbered by first appearance among the linked events (thread_codes)
+        present, first = np.unique(thread, return_index=True)
+        by_first = present[np.argsort(first)]
+        renumber = np.zeros(len(trace_codes), np.int64)
+        renumber[by_first] = np.arange(len(by_first))
+        tids = list(trace_codes)
+        codes = {tids[c]: k for k, c in enumerate(by_first.tolist())}
+        return cls(list(cpu.values()), np.fromiter(cpu, np.int64, len(cpu)), renumber[thread],
+                   column(trace_events, "ts")[position], column(trace_events, "dur")[position], codes, position,
+                   trace_events)
 
     def select(self, mask: np.ndarray) -> CpuColumns:
         """The events where mask is true, in the same order."""
         return CpuColumns(list(compress(self.events, mask.tolist())), self.index[mask], self.thread[mask],
-                          self.ts[mask], self.dur[mask], self.codes)
+                          self.ts[mask], self.dur[mask], self.codes, self.position[mask], self.trace_events)
 
     def exclusive(self) -> np.ndarray:
         """Each event's exclusive time now (the analysis cuts waits out of it)."""
-        return np.fromiter(map(attrgetter("exclusive"), self.events), np.float64, len(self.events))
+        return column(self.trace_events, "exclusive")[self.position]
+
+    def in_trace(self) -> np.ndarray:
+        """Which of the trace's CPU events are these, as a mask over them."""
+        mask = np.zeros(len(self.trace_events), bool)
+        mask[self.position] = True
+        return mask
 
     def index_of(self, events: list[CpuEvent]) -> np.ndarray:
         """The host index of each of these events (each one of the columns')."""
@@ -314,13 +345,6 @@ class CpuColumns:
     def code(self, tid) -> int:
         """The code of a thread; -1 for one with no event here."""
         return self.codes.get(tid, -1)
-
-
-def thread_codes(tids: list) -> tuple[dict, np.ndarray]:
-    """A number for each distinct thread id (ints, or strings where a trace names its threads),
-    in the order they first appear, and the number of each of `tids`."""
-    codes = {tid: k for k, tid in enumerate(dict.fromkeys(tids))}
-    return codes, np.fromiter(map(codes.__getitem__, tids), np.int64, len(tids))
 
 
 def summary(result: CallTime, own: float) -> tuple[dict[str, int], str | None]:

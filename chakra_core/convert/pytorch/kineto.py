@@ -303,6 +303,7 @@ class Linked:
     cpu: dict[int, CpuEvent]
     device: dict[int, list[DeviceEvent]]
     report: LinkReport
+    positions: np.ndarray  # where each of cpu's events is in the Kineto trace's CPU events, in cpu's order
 
 
 ALIGN_LOOKAHEAD = 256
@@ -326,7 +327,7 @@ def link(names: list[str], rf_ids, tids, ids, kineto: KinetoTrace) -> Linked:
     report.host_nodes_linked = len(cpu)
     host_of = np.full(len(kineto.cpu), -1, np.int64)  # Kineto CPU event -> the host node linked to it
     np.maximum.at(host_of, events, hosts)  # one event of two host nodes (a repeated rf_id): the later node's
-    return Linked(cpu, _link_device(kineto, host_of, report), report)
+    return Linked(cpu, _link_device(kineto, host_of, report), report, events)
 
 
 def _int64_column(values) -> np.ndarray:

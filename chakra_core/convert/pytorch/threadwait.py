@@ -17,13 +17,11 @@ it resumed, so the simulator makes the wait from the dependency.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from chakra_core.convert.pytorch.hosttime import CpuColumns, covered_length
-from chakra_core.convert.pytorch.kineto import CpuEvent
+from chakra_core.convert.pytorch.kineto import CpuEvent, Stretches
 
 # a thread that goes on within this long after another thread's operators ended was waiting for them
 RESUMED_AFTER_THREAD_US = 1000.0
@@ -77,8 +75,8 @@ def _activity_by_thread(operators: CpuColumns) -> dict[int, _ThreadActivity]:
             for _, (tid, code) in sorted(firsts.items())}
 
 
-def remove_waiting_for_threads(after_children: list, operators: CpuColumns, skip,
-                               totals: dict[str, float]) -> list[ThreadWait]:
+def remove_waiting_for_threads(stretches: Stretches, operators: CpuColumns, skip, totals: dict[str, float]
+                               ) -> list[ThreadWait]:
     """Cut each wait for another thread out of the exclusive time of the kept operators
     (`operators`), looking at the stretches of exclusive time after a child (KinetoTrace.
     after_children); `skip`: stretches (id(event), start) already cut as waits for communication.
@@ -86,10 +84,10 @@ def remove_waiting_for_threads(after_children: list, operators: CpuColumns, skip
     activity = _activity_by_thread(operators)
     if len(activity) < 2:
         return []
-    kept = set(map(id, operators.events))
     waits = []
-    for event, a, b in _resumed_soon_after_others(after_children, activity):
-        if id(event) not in kept or (id(event), a) in skip:
+    for k in _resumed_soon_after_others(stretches, operators, activity).tolist():
+        event, a, b = stretches[k]
+        if (id(event), a) in skip:
             continue
         found = _wait_in(activity, event.tid, a, b)
         if found is None:
@@ -101,18 +99,20 @@ def remove_waiting_for_threads(after_children: list, operators: CpuColumns, skip
     return waits
 
 
-def _resumed_soon_after_others(stretches: list, activity: dict[int, _ThreadActivity]) -> list:
-    """The stretches in which another thread's span ends within RESUMED_AFTER_THREAD_US of the
-    stretch's end: the only ones that can be waits (found for all at once, the rest skipped)."""
-    if not stretches:
-        return []
-    n = len(stretches)
-    a = np.fromiter(map(itemgetter(1), stretches), np.float64, n)
-    b = np.fromiter(map(itemgetter(2), stretches), np.float64, n)
+def _resumed_soon_after_others(stretches: Stretches, operators: CpuColumns, activity: dict[int, _ThreadActivity]
+                               ) -> np.ndarray:
+    """The stretches of the operators' time in which another thread's span ends within
+    RESUMED_AFTER_THREAD_US of the stretch's end: the only ones that can be waits (found for all
+    at once on the stretches' columns, the rest skipped), as indices into `stretches`."""
     number = {tid: k for k, tid in enumerate(activity)}
-    tids = map(attrgetter("tid"), map(itemgetter(0), stretches))
-    threads_of = np.fromiter(map(number.get, tids, repeat(-1)), np.int64, n)
-    last = np.full(len(stretches), -np.inf)
+    by_code = np.full(len(operators.codes), -1, np.int64)
+    by_code[list(operators.codes.values())] = [number.get(tid, -1) for tid in operators.codes]
+    thread_of = np.full(len(stretches.events), -1, np.int64)  # each trace event's thread in activity; -1: no operator
+    thread_of[operators.position] = by_code[operators.thread]
+    candidates = np.flatnonzero(thread_of[stretches.event] >= 0)
+    a, b = stretches.start[candidates], stretches.end[candidates]
+    threads_of = thread_of[stretches.event[candidates]]
+    last = np.full(len(candidates), -np.inf)
     for tid, threads in activity.items():
         ends = threads.ends_array
         if not len(ends):
@@ -120,7 +120,7 @@ def _resumed_soon_after_others(stretches: list, activity: dict[int, _ThreadActiv
         k = np.searchsorted(ends, b, side="right") - 1
         end = np.where(k >= 0, ends[np.maximum(k, 0)], -np.inf)
         last = np.where((threads_of != number[tid]) & (end > a) & (end > last), end, last)
-    return [stretches[k] for k in np.flatnonzero(b - last <= RESUMED_AFTER_THREAD_US).tolist()]
+    return candidates[b - last <= RESUMED_AFTER_THREAD_US]
 
 
 def _wait_in(activity: dict[int, _ThreadActivity], tid: int, a: float, b: float) -> tuple[CpuEvent, float] | None:
