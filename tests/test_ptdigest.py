@@ -11,7 +11,7 @@ import pytest
 
 from datapaths import PYTORCH_ET
 
-from chakra_core._native import _ptdigest
+from chakra_core._native import _jsonscan, _ptdigest
 from chakra_core.convert.pytorch.et import ID_ATTRS, normalize_node, tensors_in
 
 DATA = PYTORCH_ET
@@ -100,3 +100,14 @@ def test_digest_decodes_escapes_and_skips_odd_values():
 def test_digest_reports_the_node_and_byte(text, message):
     with pytest.raises(ValueError, match=f"node 0 at byte .*{message}"):
         _ptdigest.digest(text, 0, len(text), False)
+
+
+@pytest.mark.parametrize("at", range(0, 40, 3))
+def test_strings_with_an_escape_before_or_after_the_short_string_scan(at):
+    # strings are scanned byte by byte for 16 bytes, then by memchr: a quote or backslash on
+    # either side of that boundary must be found the same
+    name = "n" * at + '"q\\' + "m" * (40 - at)
+    data = json.dumps([{"id": 1, "name": name, "attrs": [{"name": "op_schema", "value": name[:at] + "\\"}]}]).encode()
+    d = _ptdigest.digest(data, 0, len(data), False)
+    assert d["names"] == [name] and d["op_schemas"] == [name[:at] + "\\"]
+    assert _jsonscan.value_end(data, 0, 8) == len(data)

@@ -16,6 +16,15 @@ static inline Py_ssize_t skip_space(const unsigned char *s, Py_ssize_t pos, Py_s
     return pos;
 }
 
+/* The first byte b in s[0:len], or NULL: most JSON strings (keys, type names) are a few bytes
+ * long, where a plain loop beats memchr's call and set-up; longer ones go on with memchr. */
+static inline const unsigned char *find_byte(const unsigned char *s, Py_ssize_t len, unsigned char b) {
+    Py_ssize_t head = len < 16 ? len : 16;
+    for (Py_ssize_t i = 0; i < head; i++)
+        if (s[i] == b) return s + i;
+    return len > head ? memchr(s + head, b, (size_t)(len - head)) : NULL;
+}
+
 /* End of the value starting at s[pos] (no leading whitespace), -1 if incomplete,
  * -2 on a structural error (a closing bracket where a value must start), -3 when it opens
  * more than max_depth nested arrays/objects: *deep_at is then the bracket that goes too deep.
@@ -41,7 +50,7 @@ static inline Py_ssize_t find_bounded_value_end(const unsigned char *s, Py_ssize
         if (c == '"') {
             pos++;
             for (;;) {
-                const unsigned char *hit = memchr(s + pos, '"', (size_t)(n - pos));
+                const unsigned char *hit = find_byte(s + pos, n - pos, '"');
                 if (!hit) return -1;
                 Py_ssize_t quote = hit - s;
                 Py_ssize_t backslashes = 0;

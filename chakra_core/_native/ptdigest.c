@@ -92,6 +92,14 @@ static int parse_number(cur_t *c, int64_t *out, int *is_int) {
     *is_int = digits > 0 && !overflow && (p >= n || (c->s[p] != '.' && c->s[p] != 'e' && c->s[p] != 'E'));
     if (*is_int && !neg && v > (uint64_t)INT64_MAX) *is_int = 0;
     *out = *is_int ? (neg ? -(int64_t)v : (int64_t)v) : 0;
+    /* the common case, a number already read to its delimiter: where find_value_end would stop */
+    if (p > c->pos && p < n) {
+        unsigned char d = c->s[p];
+        if (d == ',' || d == ']' || d == '}' || d == ':' || is_space(d)) {
+            c->pos = p;
+            return 0;
+        }
+    }
     Py_ssize_t end = find_value_end(c->s, c->pos, n);
     if (end < 0) return -1;
     c->pos = end;
@@ -121,7 +129,7 @@ static int string_span(cur_t *c, Py_ssize_t *a, Py_ssize_t *b, int *escaped) {
     if (end < 0) return -1;
     *a = c->pos + 1;
     *b = end - 1;
-    *escaped = memchr(c->s + *a, '\\', (size_t)(*b - *a)) != NULL;
+    *escaped = find_byte(c->s + *a, *b - *a, '\\') != NULL;
     c->pos = end;
     return 0;
 }
