@@ -109,7 +109,6 @@ def configure_arrow_memory() -> None:
         pass
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD_BYTES = 128 << 10  # glibc's initial value
 
 
@@ -120,14 +119,11 @@ def configure_malloc() -> None:
     resident: `chakra simulate` of a 1.2 M-node trace held 626 MB instead of 466 MB after its run
     (tests/benchmarks/bench_big_analysis.py). Setting the threshold turns that adjustment off.
     MALLOC_MMAP_THRESHOLD_, when set, wins; elsewhere than glibc nothing is done."""
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or not sys.platform.startswith("linux"):
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return
-    import ctypes
+    from chakra_core.cli.heap import M_MMAP_THRESHOLD, mallopt
 
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        pass
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,10 +18,12 @@ COMMANDS = {
 
 
 def _convert_job(args):
+    from chakra_core.cli.heap import keep_freed_heap
     from chakra_core.convert.common.result import tables_not_kept
     from chakra_core.convert.sources import OPTIONS, SourceOptions, convert_source
 
     options = SourceOptions(**{name: getattr(args, name) for name in OPTIONS})
+    keep_freed_heap()  # batches free and reallocate tens of MB: keep those pages (cli/heap.py)
     with Progress() as progress, tables_not_kept():  # written, then only summarised
         return convert_source(args.src, args.out, args.prefix, args.source_format, options, progress=progress)
 
