@@ -9,21 +9,12 @@ import pytest
 
 import bigtrace
 from datapaths import DATASETS
+from kineto_parsed import NoKinetoDigest
 
 from chakra_core.convert.pytorch import kineto as kineto_module
 from chakra_core.convert.sources import convert_source
 
 RUN = DATASETS / "gpu-h200" / "mlp_gloo2"  # two ranks' worth of runs: rank 0's ET and Kineto
-
-
-class _NoDigest:
-    @staticmethod
-    def digest(buf, start, end, names):
-        return None
-
-    @staticmethod
-    def digest_elements(buf, pos, end, names, max_items, max_depth):
-        return 0, -1, pos, False, None  # no element walked: each batch is scanned, then parsed
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +37,7 @@ def test_a_repeated_trace_converts_the_same_digested_or_parsed(repeated, tmp_pat
         bigtrace.kineto_only(src, tmp_path / "alone")
         src = tmp_path / "alone"
     outputs = []
-    for name, module in (("digested", kineto_module._kinetodigest), ("parsed", _NoDigest)):
+    for name, module in (("digested", kineto_module._kinetodigest), ("parsed", NoKinetoDigest)):
         monkeypatch.setattr(kineto_module, "_kinetodigest", module)
         convert_source(str(src), str(tmp_path / name), "t")
         outputs.append((tmp_path / name / "t.0.et").read_bytes())

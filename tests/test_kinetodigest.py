@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from datapaths import DATASETS
+from kineto_parsed import NoKinetoDigest
 
 from chakra_core._native import _kinetodigest
 from chakra_core.convert.common.jsonstream import TraceJSONError
@@ -20,18 +21,6 @@ from chakra_core.convert.pytorch import kineto as kineto_module
 from chakra_core.convert.pytorch.kineto import read_kineto
 
 SHIPPED = sorted(DATASETS.glob("*/*/rank*.kineto.json.gz")) + sorted(DATASETS.glob("pytorch-et/*.kineto.json.gz"))
-
-
-class _NoDigest:
-    """Stands in for the C module: every batch is read by parsing it (the reference)."""
-
-    @staticmethod
-    def digest(buf, start, end, names):
-        return None
-
-    @staticmethod
-    def digest_elements(buf, pos, end, names, max_items, max_depth):
-        return 0, -1, pos, False, None  # no element walked: each batch is scanned, then parsed
 
 
 def _snapshot(trace) -> dict:
@@ -48,7 +37,7 @@ def _snapshot(trace) -> dict:
 def _both(path, monkeypatch, keep=None):
     """(digested, reference) snapshots of one file, or the two errors' messages."""
     results = []
-    for module in (_kinetodigest, _NoDigest):
+    for module in (_kinetodigest, NoKinetoDigest):
         monkeypatch.setattr(kineto_module, "_kinetodigest", module)
         try:
             results.append(_snapshot(read_kineto(str(path), keep_args=keep)))
