@@ -266,7 +266,7 @@ def resumed_after(waits: list[tuple[int, float, int]], threads: np.ndarray, star
                   ) -> list[int | None]:
     """For each wait (thread, when it ended, a row the waiter must come after; -1: none), the row
     of the first node that thread started once the wait had ended, or None; the nodes that may
-    be it (not communication nodes) are given as columns: thread codes (ThreadCodes), starts
+    be it (not communication nodes) are given as columns: thread codes (CpuColumns.thread), starts
     and rows.
     gloo's send/recv span on the calling thread ends when the thread's wait() for it returns,
     so the first node the thread starts then waited for that communication, wherever the
@@ -298,7 +298,7 @@ class CpuColumns:
                  dur: np.ndarray, codes: dict, position: np.ndarray, trace_events: list[CpuEvent]):
         self.events = events
         self.index = index  # host index
-        self.thread = thread  # the event's thread as a code of `codes` (thread_codes)
+        self.thread = thread  # the event's thread as a code of `codes`
         self.ts, self.dur, self.codes = ts, dur, codes
         self.position, self.trace_events = position, trace_events  # where each event is in the trace's CPU events
 
@@ -309,7 +309,7 @@ class CpuColumns:
         cpu, position = linked.cpu, linked.positions
         trace_codes: dict = {}
         thread = column(trace_events, "tid", trace_codes)[position]
-        # numbered by first appearance among the linked events (thread_codes)
+        # numbered by first appearance among the linked events
         present, first = np.unique(thread, return_index=True)
         by_first = present[np.argsort(first)]
         renumber = np.zeros(len(trace_codes), np.int64)

@@ -77,6 +77,10 @@ class Stretches:
     def __init__(self, events: list[CpuEvent], event: np.ndarray, start: np.ndarray, end: np.ndarray):
         self.events, self.event, self.start, self.end = events, event, start, end
 
+    @classmethod
+    def none(cls, events: list[CpuEvent]) -> Stretches:
+        return cls(events, np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
     def __len__(self) -> int:
         return len(self.event)
 
@@ -100,7 +104,7 @@ class KinetoTrace:
     has_rf_ids: bool = False
     has_profiler_steps: bool = False
     # (event, start, end): stretches of an event's exclusive time after one of its children
-    after_children: Stretches = field(default_factory=lambda: Stretches([], *np.zeros((3, 0))))
+    after_children: Stretches = field(default_factory=lambda: Stretches.none([]))
 
     @property
     def distributed_info(self) -> dict:
@@ -258,7 +262,7 @@ def _exclusive_times(events: list[CpuEvent]) -> Stretches:
     one of the event's children (where a thread may wait in no operator: hosttime.py,
     threadwait.py), so that they are walked once."""
     if not events:
-        return Stretches(events, *np.zeros((3, 0)))
+        return Stretches.none(events)
     thread, ts, dur = column(events, "tid"), column(events, "ts"), column(events, "dur")
     order = np.lexsort((-dur, ts, thread))  # stable, as the sort by thread then (ts, -dur) it replaces
     exclusive, idle, seg_event, seg_a, seg_b = _threadspans.exclusive(order, thread, ts, dur)
