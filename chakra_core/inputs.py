@@ -261,53 +261,47 @@ class BoundedGzipFile(igzip.IGzipFile):
                                            f"{self._out:,} (x{self._out // consumed:,})")
 
     def read(self, size=-1):
-        try:
+        with _gzip_errors_as_os_errors():
             data = super().read(size)
-        except isal_zlib.error as exc:
-            raise _corrupt(exc) from None
         self._count(len(data))
         return data
 
     def read1(self, size=-1):
-        try:
+        with _gzip_errors_as_os_errors():
             data = super().read1(size)
-        except isal_zlib.error as exc:
-            raise _corrupt(exc) from None
         self._count(len(data))
         return data
 
     def readinto(self, b):
         """Inflates straight into b (GzipFile's readinto would read a copy first)."""
         self._check_not_closed()
-        try:
+        with _gzip_errors_as_os_errors():
             n = self._buffer.readinto(b)
-        except isal_zlib.error as exc:
-            raise _corrupt(exc) from None
         self._count(n)
         return n
 
     def readline(self, size=-1):
-        try:
+        with _gzip_errors_as_os_errors():
             line = super().readline(size)
-        except isal_zlib.error as exc:
-            raise _corrupt(exc) from None
         self._count(len(line))
         return line
 
     def seek(self, offset, whence=0):
-        try:
+        with _gzip_errors_as_os_errors():
             position = super().seek(offset, whence)
-        except isal_zlib.error as exc:
-            raise _corrupt(exc) from None
         self._out = position  # a rewind re-reads: count what is out from the new position
         self._next_judgement = max(position, limits.EXPANSION_FLOOR)
         return position
 
 
-def _corrupt(exc: Exception) -> gzip.BadGzipFile:
-    """ISA-L's error for a corrupt deflate stream (zlib's would be zlib.error) as an OSError, as
-    every other damaged gzip file is."""
-    return gzip.BadGzipFile(f"corrupt gzip stream: {exc}")
+@contextlib.contextmanager
+def _gzip_errors_as_os_errors() -> Iterator[None]:
+    """ISA-L's error for a corrupt deflate stream (zlib's would be zlib.error) raised as an
+    OSError (gzip.BadGzipFile), as every other damaged gzip file is."""
+    try:
+        yield
+    except isal_zlib.error as exc:
+        raise gzip.BadGzipFile(f"corrupt gzip stream: {exc}") from None
 
 
 class _GrowingReads:
@@ -321,14 +315,17 @@ class _GrowingReads:
     def __init__(self, raw: BinaryIO):
         self._raw, self.position = raw, 0
 
+    def _next_read(self) -> int:
+        return max(self.FIRST, min(self.MOST, self.position // 8))
+
     def readinto(self, b) -> int:
-        with memoryview(b) as view, view[:max(self.FIRST, min(self.MOST, self.position // 8))] as part:
+        with memoryview(b) as view, view[:self._next_read()] as part:
             n = self._raw.readinto(part)
         self.position += n
         return n
 
     def read(self, size: int = -1) -> bytes:  # what marks a file to the inflater (it calls readinto)
-        data = bytearray(max(self.FIRST, min(self.MOST, self.position // 8)) if size < 0 else size)
+        data = bytearray(self._next_read() if size < 0 else size)
         return bytes(data[:self.readinto(data)])
 
     def seek(self, offset: int, whence: int = 0) -> int:
