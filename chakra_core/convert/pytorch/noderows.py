@@ -20,6 +20,9 @@ from chakra_core.format.etfile import WRITE_BATCH_NODES
 from chakra_core.format.normalize import normalize_table
 from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
+COMM_COLUMNS = (("comm_type", pa.int64()), ("comm_size", pa.int64()), ("comm_src", pa.int64()),
+                ("comm_dst", pa.int64()), ("comm_tag", pa.int64()), ("pg_name", pa.string()))
+
 
 class NodeRows:
     """The output rows: the kept host nodes (columns over host indices, in id order), then the
@@ -127,6 +130,8 @@ class _HostColumns:
         self.on_cpu = (types != COLL) & (types != SEND) & (types != RECV)
         self.comm_position = np.full(n_host, -1, np.int64)  # row -> its entry in rows.comm, -1: none
         self.comm_position[np.fromiter(rows.comm, np.int64, len(rows.comm))] = np.arange(len(rows.comm))
+        attrs = list(rows.comm.values())  # built once: each batch takes its rows' entries
+        self.comm_columns = {key: pa.array([a.get(key) for a in attrs], arrow_type) for key, arrow_type in COMM_COLUMNS}
         self.children = rows.children[index] if rows.children is not None else np.zeros(n_host, np.int64)
         self.launch_calls = rows._launch_calls(self.ids)
         self.io_starts = np.cumsum([0] + [len(chunk) for chunk in host.io_chunks])
@@ -162,12 +167,8 @@ class _HostColumns:
     def _comm(self, lo: int, hi: int) -> dict[str, pa.Array]:
         """The communication columns: null everywhere but on the (few) communication rows."""
         position = self.comm_position[lo:hi]
-        attrs = list(self.rows.comm.values())
         take = pa.array(position, mask=position < 0)
-        return {key: pa.array([a.get(key) for a in attrs], arrow_type).take(take)
-                for key, arrow_type in (("comm_type", pa.int64()), ("comm_size", pa.int64()),
-                                        ("comm_src", pa.int64()), ("comm_dst", pa.int64()),
-                                        ("comm_tag", pa.int64()), ("pg_name", pa.string()))}
+        return {key: column.take(take) for key, column in self.comm_columns.items()}
 
     def _io(self, index: np.ndarray, lo: int, hi: int) -> tuple[pa.Array, pa.Array]:
         """The rows' inputs and outputs, with the rows whose inputs were rewritten spliced in."""
