@@ -12,7 +12,8 @@ nearest known version is reported, rather than refused.
 The file is streamed (jsonstream); what is kept per node is what conversion needs: ids,
 parents, names, thread, record-function id, tensor reads/writes (for data dependencies),
 compute estimates, and the input/output text for the output ET. Communication and metadata
-nodes, which need their full arguments, are kept whole; there are few of them.
+nodes, which need their full arguments, are kept whole (as compact JSON, WholeNodes); there are
+few of them per step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,32 @@ def is_kept_whole(name: str) -> bool:
     return name.startswith(COMM_PREFIXES) or name == PG_INIT_NAME
 
 
+class WholeNodes(Mapping):
+    """The nodes kept whole (communication and metadata): host index -> normalized node.
+
+    A DDP job records a few dozen per step, and as Python dicts each took about 5 KB (140 MB
+    for 30 k nodes); each is kept as its compact JSON (about 600 bytes) and parsed when asked
+    for, a few times per conversion. A node given as bytes is that JSON, which orjson reads back
+    exactly; one given as a dict (a value only the json module reads, such as NaN, or nesting
+    deeper than orjson writes) stays one."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, bytes | dict] = {}
+
+    def __setitem__(self, index: int, node: bytes | dict) -> None:
+        self._nodes[index] = node
+
+    def __getitem__(self, index: int) -> dict:
+        node = self._nodes[index]
+        return orjson.loads(node) if type(node) is bytes else node
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
 @dataclass
 class HostTrace:
     """One rank's host trace, one entry per node in file order (not id order)."""
@@ -75,7 +102,7 @@ class HostTrace:
     writes: array = field(default_factory=lambda: array("q"))
     write_ends: array = field(default_factory=lambda: array("q"))
     io_chunks: list[pa.Array] = field(default_factory=list)  # struct<inputs, outputs> per batch
-    whole: dict[int, dict] = field(default_factory=dict)  # index -> normalized node, for comm/metadata nodes
+    whole: WholeNodes = field(default_factory=WholeNodes)  # index -> normalized node, for comm/metadata nodes
     has_data_deps: bool = True  # the tensors ops read and write are recorded (not so in one made from Kineto alone)
 
     def __len__(self) -> int:
@@ -214,9 +241,7 @@ class _HostReader:
         if whole_names:  # communication and metadata nodes: few, kept whole
             for k, name in enumerate(names):
                 if name in whole_names:
-                    trace.whole[base + k] = normalize_node(
-                        parse_json(view[starts[k]:ends[k]], trace.path, self.doc.stream_offset(int(starts[k])),
-                                   first_element + k), trace.layout)
+                    trace.whole[base + k] = self._whole_node(view[starts[k]:ends[k]], int(starts[k]), first_element + k)
         costed = distinct & COST_OPS
         if costed:
             in_offsets, in_shapes = d["io"][1]
@@ -232,6 +257,20 @@ class _HostReader:
                     num_ops[k] = ops
         trace.num_ops.frombytes(num_ops.tobytes())
         trace.io_chunks.append(_io_array(len(names), d["io"], d["inputs_present"], d["outputs_present"]))
+
+
+    def _whole_node(self, text: memoryview, start: int, element: int) -> bytes | dict:
+        """A node kept whole, normalized: as compact JSON where orjson reads it (WholeNodes)."""
+        try:
+            node = normalize_node(orjson.loads(text), self.trace.layout)
+        except orjson.JSONDecodeError:  # parse_json takes NaN and the like, or words the error
+            node = parse_json(text, self.trace.path, self.doc.stream_offset(start), element)
+            return normalize_node(node, self.trace.layout)
+        try:
+            # copied to its length: the bytes orjson.dumps returns keep the buffer it grew (kilobytes)
+            return bytes(memoryview(orjson.dumps(node)))
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (it reads deeper)
+            return node
 
 
 def _json_or_empty(text: bytes) -> list:
