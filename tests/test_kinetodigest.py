@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
 
 import orjson
 import pytest
@@ -174,3 +175,42 @@ def test_times_are_the_doubles_parsing_gives():
     d = _kinetodigest.digest(bytearray(data), start, data.rindex(b"]") + 1, {})
     ts = [e.ts for e in d["cpu"]]
     assert ts == [float(orjson.loads(t)) for t in texts] and not any(map(math.isnan, ts))
+
+
+# Bytes that end a string's plain text, each where the word-at-a-time scan must stop for it:
+# the closing quote (b""), escapes, control bytes, the last and first bytes allowed as they
+# are, UTF-8 of every length, and invalid UTF-8 (a cut sequence, 0xff, an encoded surrogate).
+STOPS = [b"", b'\\"', b"\\n", b"\\u00e9", b"\x00", b"\x01", b"\x1f", b" ", b"\x7f", "é".encode(), "€".encode(),
+         "😀".encode(), b"\xc3", b"\xff", b"\xed\xa0\x80", b"\x80"]
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=[repr(s) for s in STOPS])
+def test_a_name_reads_as_parsing_it_does_whatever_byte_falls_where(stop):
+    for before in range(18):
+        for after in range(10):
+            name = b"k" * before + stop + b"m" * after
+            batch = b'[{"ph": "X", "cat": "cpu_op", "name": "' + name + b'", "ts": 1}]'
+            digest = _kinetodigest.digest(batch, 0, len(batch), {})
+            try:
+                parsed = orjson.loads(batch)[0]["name"]
+            except orjson.JSONDecodeError:
+                assert digest is None, name
+                continue
+            if b"\\" in stop:  # escaped names are left to Python's reading
+                assert len(digest["odd"]) == 1 and not digest["cpu"], name
+            else:
+                assert [e.name for e in digest["cpu"]] == [parsed], name
+
+
+def test_decimal_times_are_the_doubles_parsing_gives_whatever_their_digits():
+    # around the digest's exact path (digits below 2**53, up to 22 after the point) and past it
+    rng = random.Random(40)
+    texts = ["9007199254740991.5", "900719925474099.15", "9007199254740993.0", "0.0000000000000000000001",
+             "0.00000000000000000000001", "1.0000000000000000000000", "4611686018427387903.9"]
+    for _ in range(3000):
+        whole, point = rng.randrange(10 ** rng.randint(1, 17)), rng.randint(1, 24)
+        texts.append(f"{whole}.{rng.randrange(10 ** point):0{point}d}")
+    data = _document([f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {t}}}' for t in texts])
+    d = _kinetodigest.digest(data, data.index(b"["), data.rindex(b"]") + 1, {})
+    kept = [float(t) for t in texts if float(t) < 2**62]  # later ones are odd, left to Python
+    assert [e.ts for e in d["cpu"]] == kept and len(set(kept)) > 2900

@@ -45,8 +45,15 @@
 #include "jsonscan.h"
 #include "kinetoevents.h"
 
-static const char *CATEGORIES[] = {"cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
-                                   "cuda_runtime", "cuda_driver", "hip_runtime"};
+/* A member name or category to match, with its length: matched for every member of every event. */
+typedef struct {
+    const char *text;
+    Py_ssize_t len;
+} word_t;
+#define KEY(text) {text, sizeof(text) - 1}
+
+static const word_t CATEGORIES[] = {KEY("cpu_op"), KEY("user_annotation"), KEY("kernel"), KEY("gpu_memcpy"),
+                                   KEY("gpu_memset"), KEY("cuda_runtime"), KEY("cuda_driver"), KEY("hip_runtime")};
 enum { N_CATEGORIES = 8, FIRST_DEVICE = 2, FIRST_RUNTIME = 5 };
 enum { K_CPU = 0, K_RUNTIME = 1, K_DEVICE = 2, K_ODD = 3 };
 #define MAX_MICROS 4611686018427387904.0 /* 2**62 */
@@ -83,6 +90,27 @@ static int utf8_length(const unsigned char *p, Py_ssize_t left) {
     return len;
 }
 
+/* How many of the 8 bytes at p a string's content holds as they are (8 when all): it stops at
+ * '"', '\\', a control byte (< 0x20) or a UTF-8 lead (>= 0x80), which string_token checks one by
+ * one. Kernel and operator names run to hundreds of plain bytes, read here a word at a time.
+ * Each test sets a byte's high bit; a borrow can set more only above a byte that matched, so
+ * the lowest set bit is the first such byte. */
+static inline int plain_bytes(const unsigned char *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t x, quote, backslash;
+    memcpy(&x, p, 8);
+    quote = x ^ (ones * '"');
+    backslash = x ^ (ones * '\\');
+    uint64_t stops = (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (x - ones * 0x20) | x) & highs;
+    return stops ? __builtin_ctzll(stops) >> 3 : 8;
+#else
+    int k = 0;
+    while (k < 8 && p[k] != '"' && p[k] != '\\' && p[k] >= 0x20 && p[k] < 0x80) k++;
+    return k;
+#endif
+}
+
 /* A string at c->pos: validated, its content span [*a, *b) and whether it has escapes. */
 static int string_token(cur_t *c, Py_ssize_t *a, Py_ssize_t *b, int *escaped) {
     const unsigned char *s = c->s;
@@ -91,6 +119,8 @@ static int string_token(cur_t *c, Py_ssize_t *a, Py_ssize_t *b, int *escaped) {
     *a = ++p;
     *escaped = 0;
     while (p < n) {
+        for (int plain = 8; plain == 8 && p + 8 <= n; p += plain) plain = plain_bytes(s + p);
+        if (p >= n) break;
         unsigned char ch = s[p];
         if (ch == '"') {
             *b = p;
@@ -247,13 +277,14 @@ static int skip_value(cur_t *c) {
 typedef struct { Py_ssize_t a, b; } span_t;
 
 enum { F_PH, F_CAT, F_NAME, F_TID, F_TS, F_DUR, F_ARGS, N_FIELDS };
-static const char *FIELDS[] = {"ph", "cat", "name", "tid", "ts", "dur", "args"};
+static const word_t FIELDS[] = {KEY("ph"), KEY("cat"), KEY("name"), KEY("tid"), KEY("ts"), KEY("dur"), KEY("args")};
 enum { A_EXTERNAL, A_RF, A_CORRELATION, A_STREAM, N_ARGS };
-static const char *ARGS[] = {"External id", "Record function id", "correlation", "stream"};
+static const word_t ARGS[] = {KEY("External id"), KEY("Record function id"), KEY("correlation"), KEY("stream")};
 
-static int key_index(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const char **keys, int n_keys) {
+static int key_index(const unsigned char *s, Py_ssize_t a, Py_ssize_t b, const word_t *keys, int n_keys) {
     for (int k = 0; k < n_keys; k++)
-        if ((size_t)(b - a) == strlen(keys[k]) && memcmp(s + a, keys[k], (size_t)(b - a)) == 0) return k;
+        if (b - a == keys[k].len && s[a] == (unsigned char)keys[k].text[0] && memcmp(s + a, keys[k].text, (size_t)(b - a)) == 0)
+            return k;
     return -1;
 }
 
@@ -267,7 +298,7 @@ static void clear_nested(span_t *nested, int *nested_odd) {
     for (int k = 0; k < N_ARGS; k++) nested[k].a = -1;
 }
 
-static int walk_members(cur_t *c, const char **keys, int n_keys, span_t *found, int nest, span_t *nested,
+static int walk_members(cur_t *c, const word_t *keys, int n_keys, span_t *found, int nest, span_t *nested,
                         int *nested_odd) {
     Py_ssize_t a, b;
     int escaped, odd = 0;
@@ -319,6 +350,31 @@ static int span_int(const unsigned char *s, span_t sp, int64_t *v) {
     return is_int ? 1 : -1;
 }
 
+/* The double of a plain decimal (digits, at most one '.'), where Clinger's fast path gives it:
+ * its digits read as one integer below 2**53 and at most 22 of them after the point, so that
+ * the integer and the power of ten are exact doubles and one division rounds correctly (as
+ * PyOS_string_to_double does). Kineto's times ("4912994631706.273") are such decimals, and
+ * the general conversion was a tenth of the digest's time. 0 when the fast path does not apply. */
+static int exact_decimal(const unsigned char *p, Py_ssize_t len, double *v) {
+    static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    uint64_t digits = 0;
+    int after_point = -1;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        if (p[k] == '.' && after_point < 0) {
+            after_point = 0;
+            continue;
+        }
+        if (p[k] < '0' || p[k] > '9') return 0;
+        digits = digits * 10 + (p[k] - '0');
+        if (digits >= ((uint64_t)1 << 53)) return 0;
+        if (after_point >= 0) after_point++;
+    }
+    if (after_point > 22) return 0;
+    *v = (double)digits / POW10[after_point > 0 ? after_point : 0];
+    return 1;
+}
+
 /* A time (ts, dur): 1 with *v in [0, 2**62), 0 when absent (0.0), -1 otherwise (odd). */
 static int span_time(const unsigned char *s, span_t sp, double *v) {
     if (sp.a < 0) { *v = 0.0; return 0; }
@@ -338,7 +394,10 @@ static int span_time(const unsigned char *s, span_t sp, double *v) {
         if (text[p] == '.' || text[p] == 'e' || text[p] == 'E') integral = 0;
     if (integral && !is_int) return -1; /* a big int: float(int) rounds as Python does, left to it */
     /* PyOS_string_to_double: correctly rounded and independent of the C locale, unlike strtod */
-    *v = is_int ? (double)iv : PyOS_string_to_double(text, NULL, NULL);
+    if (is_int)
+        *v = (double)iv;
+    else if (!exact_decimal(s + sp.a, len, v))
+        *v = PyOS_string_to_double(text, NULL, NULL);
     if (*v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
     return (*v >= 0.0 && *v < MAX_MICROS) ? 1 : -1;
 }
@@ -499,7 +558,7 @@ static int out_init(out_t *o, PyObject *names) {
     for (int kind = 0; kind < 3; kind++)
         if (!(o->lists[kind] = PyList_New(0))) return -1;
     for (int k = 0; k < N_CATEGORIES; k++)
-        if (!(o->categories[k] = shared(o, PyUnicode_FromString(CATEGORIES[k])))) return -1;
+        if (!(o->categories[k] = shared(o, PyUnicode_FromStringAndSize(CATEGORIES[k].text, CATEGORIES[k].len)))) return -1;
     return 0;
 }
 
