@@ -9,6 +9,7 @@ host and blocked time of communication calls and the waits between threads and o
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -96,7 +97,6 @@ class RankAnalysis:
         self.work: dict[int, tuple[float, float]] = {}  # anchor -> (start, end) of its gloo work
         self.thread_waits: list[threadwait.ThreadWait] = []  # a thread waiting for another's operators
         self.device_waits: list[devicesync.DeviceWait] = []  # a thread waiting for device work
-        self.kernel_id_of: dict[int, int] = {}  # id(DeviceEvent) -> the id of its node
         self.comm_waits: dict[int, DeviceEvent] = {}  # anchor -> device work its device-side work waits for
         self.device_work: list[tuple[int, DeviceEvent]] = []  # (launcher index, event) of the device nodes
         if kineto is not None:
@@ -131,8 +131,9 @@ class RankAnalysis:
         self.records = self._comm_records()
 
     # ---------------------------------------------------------------- structure
-    def _parents(self, ids: np.ndarray) -> list[int]:
-        """Host index of each node's parent (-1: none), found with one sorted search."""
+    def _parents(self, ids: np.ndarray) -> array:
+        """Host index of each node's parent (-1: none), found with one sorted search; an int64
+        array rather than a list, whose int objects took 36 bytes a node."""
         parents = np.frombuffer(self.host.parents, np.int64) if len(ids) else np.zeros(0, np.int64)
         has_parent = (parents >= 0) & (parents != ids)  # the process root names itself as its parent
         sorted_ids = ids[self.order]
@@ -147,7 +148,7 @@ class RankAnalysis:
         own_parent = [i for i in np.flatnonzero(parents == ids).tolist() if not ROOT_NAME.match(self.host.names[i])]
         if own_parent:
             self._report_cut(own_parent, "name themselves as their parent (ctrl_deps)")
-        parent = index.tolist()
+        parent = array("q", index.astype(np.int64).tobytes())
         # parents are entered before their children, so a cycle needs a parent with a larger id
         if np.any(found & (parents > ids)):
             cut = _cut_parent_cycles(parent)
@@ -357,7 +358,7 @@ def _input_bytes(node: dict) -> int:
     return sum(map(tensor_nbytes, tensors_in((node.get("inputs") or {}).get("values") or [], [])))
 
 
-def _cut_parent_cycles(parent: list[int]) -> list[int]:
+def _cut_parent_cycles(parent: array) -> list[int]:
     """Break every cycle of parent links (a corrupt trace); returns the nodes whose link was cut."""
     state = [0] * len(parent)  # 0 unvisited, 1 on the current path, 2 done
     cut = []

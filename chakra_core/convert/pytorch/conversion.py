@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from operator import itemgetter
 
 import numpy as np
@@ -207,9 +208,9 @@ class RankConversion(RankAnalysis):
             writers = np.r_[writers, [w[1] for w in waits]]
         rows.data = (readers, writers)
         self._count_nodes(types, len(own_nodes), comm_roles)
-        self._add_kernels(rows, counts)
         device_waits += [(row_of_host[a], work) for a, work in self.comm_waits.items() if row_of_host[a] >= 0]
-        rows.device_deps = [(row, self.kernel_id_of[id(work)]) for row, work in device_waits]
+        kernel_id_of = self._add_kernels(rows, counts, {id(work) for _, work in device_waits})
+        rows.device_deps = [(row, kernel_id_of[id(work)]) for row, work in device_waits]
         if self.comm_waits:
             counts["communication ops after the device work launched before them"] = len(self.comm_waits)
         _keep_innermost_num_ops(rows, self.parent, host)
@@ -281,22 +282,32 @@ class RankConversion(RankAnalysis):
         rows.comm[row] = attrs
         return node_type
 
-    def _add_kernels(self, rows: NodeRows, counts: Counter) -> None:
+    def _add_kernels(self, rows: NodeRows, counts: Counter, waited: set[int]) -> dict[int, int]:
+        """The device work's rows, in launch order (start time, then the launcher's id), with new
+        ids after the host's; returns the id of each event whose id() is in `waited`. Ordered with
+        numpy: a long trace launches hundreds of thousands of kernels."""
+        kernel_id_of: dict[int, int] = {}
         if not self.linked:
-            return
+            return kernel_id_of
         if folded := sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0):
             counts["device events folded into communication nodes"] = folded
-        ids = self.host.ids
-        launched = sorted(((d.ts, ids[i], d) for i, d in self.device_work), key=itemgetter(0, 1))
-        next_id = int(np.frombuffer(ids, np.int64).max()) + 1 if len(self.host) else 0
+        work = self.device_work
+        if not work:
+            return kernel_id_of
+        ids = np.frombuffer(self.host.ids, np.int64)
+        launchers = ids[np.fromiter(map(itemgetter(0), work), np.int64, len(work))]
+        starts = np.fromiter((d.ts for _, d in work), np.float64, len(work))
+        order = np.lexsort((launchers, starts)).tolist()  # stable, as sorting by (start, launcher id)
+        first_id, launcher_ids = int(ids.max()) + 1, launchers.tolist()
         last_on_stream: dict[int, int] = {}
-        for ts, launcher_id, d in launched:
-            rows.kernels.append((next_id, d, launcher_id, last_on_stream.get(d.stream)))
-            self.kernel_id_of[id(d)] = next_id
-            last_on_stream[d.stream] = next_id
-            next_id += 1
-        if launched:
-            counts["device kernels"] = len(launched)
+        for node_id, w in enumerate(order, first_id):
+            d = work[w][1]
+            rows.kernels.append((node_id, d, launcher_ids[w], last_on_stream.get(d.stream)))
+            last_on_stream[d.stream] = node_id
+            if id(d) in waited:
+                kernel_id_of[id(d)] = node_id
+        counts["device kernels"] = len(work)
+        return kernel_id_of
 
     def _metadata_inputs(self, sim_names: dict[str, str]) -> tuple[str, str, str]:
         """ASTRA-sim strips the first and last two characters of inputs.values and parses the rest
@@ -331,7 +342,7 @@ class RankConversion(RankAnalysis):
         return meta
 
 
-def _keep_innermost_num_ops(rows: NodeRows, parent: list[int], host: HostTrace) -> None:
+def _keep_innermost_num_ops(rows: NodeRows, parent: Sequence[int], host: HostTrace) -> None:
     """aten::linear wraps aten::addmm: only the innermost op with an estimate keeps num_ops."""
     counted = {i for i, ops in enumerate(host.num_ops) if ops >= 0}
     for i in counted:

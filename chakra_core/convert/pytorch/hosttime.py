@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -67,7 +68,7 @@ def _subtract(intervals: list[tuple[float, float]], cut: tuple[float, float]) ->
 
 
 def account(cpu: dict[int, CpuEvent], linked: CpuColumns, collapsed: dict[int, str], anchor_of: list[int],
-            parent: list[int], kept_cpu, work: dict[int, tuple[float, float]]) -> CallTime:
+            parent: Sequence[int], kept_cpu, work: dict[int, tuple[float, float]]) -> CallTime:
     """Split the own time of collapsed nodes into host time and blocked time.
 
     cpu: host index -> its Kineto CPU event; linked: those as columns (with every Kineto CPU
