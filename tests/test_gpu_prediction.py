@@ -95,6 +95,18 @@ def test_device_timing_is_measured_per_stream():
     assert device_timing([], runtime) == {}
 
 
+def test_device_timing_takes_streams_apart_and_the_last_call_of_a_correlation():
+    runtime = [RuntimeEvent(1, 0.0, 1, None, "", 5.0), RuntimeEvent(1, 0.0, 2, None, "", 5.0),
+               RuntimeEvent(1, 2.0, 1, None, "", 5.0),  # correlation 1 again: this call (returned at 7) counts
+               RuntimeEvent(1, 100.0, 3, None, "", 5.0)]
+    device = [DeviceEvent("b", "kernel", 40.0, 2.0, 8, None, 2),  # stream 8: idle, 35 us after its call
+              DeviceEvent("a", "kernel", 10.0, 20.0, 7, None, 1),  # stream 7, listed after stream 8: 3 us
+              DeviceEvent("x", "kernel", 31.0, 1.0, 7, None, None),  # no correlation: not a sample; ends at 32
+              DeviceEvent("c", "kernel", 500.0, 1.0, 8, None, 3)]  # 395 us after its call: busy elsewhere
+    assert device_timing(device, runtime) == {"launch_latency_ns": 19000, "kernel_gap_ns": 0,
+                                              "launches_measured": 2, "gaps_measured": 0}
+
+
 def test_the_simulator_adds_launch_latency_and_gaps():
     graph = RankGraph()
     launcher = graph.compute("launch", duration_us=10, is_cpu=True)

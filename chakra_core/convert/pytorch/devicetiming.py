@@ -16,9 +16,10 @@ simulator adds them to each device node's start.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 
-from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent
+import numpy as np
+
+from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent, column
 
 MAX_LATENCY_US = 100.0  # a longer delay is the device busy on another stream, not launch latency
 
@@ -26,25 +27,48 @@ MAX_LATENCY_US = 100.0  # a longer delay is the device busy on another stream, n
 def device_timing(device: list[DeviceEvent], runtime: list[RuntimeEvent]) -> dict:
     """{launch_latency_ns, kernel_gap_ns, launches_measured, gaps_measured} from the device
     events and the launch calls that made them (matched by correlation); {} without samples."""
-    launch_end = {r.correlation: r.ts + r.dur for r in runtime}
-    by_stream: dict[int, list[DeviceEvent]] = defaultdict(list)
-    for event in device:
-        by_stream[event.stream].append(event)
-    latencies, gaps = [], []
-    for events in by_stream.values():
-        events.sort(key=lambda e: e.ts)
-        previous_end = None
-        for event in events:
-            launched = launch_end.get(event.correlation) if event.correlation is not None else None
-            if launched is not None:
-                if previous_end is None or launched >= previous_end:
-                    if 0 <= event.ts - launched <= MAX_LATENCY_US:
-                        latencies.append(event.ts - launched)
-                elif event.ts >= previous_end:
-                    gaps.append(event.ts - previous_end)
-            previous_end = max(previous_end or 0.0, event.ts + event.dur)
-    if not latencies and not gaps:
+    latencies, gaps = _delays(device, runtime)
+    if not len(latencies) and not len(gaps):
         return {}
-    return {"launch_latency_ns": round(statistics.median(latencies) * 1000) if latencies else 0,
-            "kernel_gap_ns": round(statistics.median(gaps) * 1000) if gaps else 0,
+    return {"launch_latency_ns": round(statistics.median(latencies.tolist()) * 1000) if len(latencies) else 0,
+            "kernel_gap_ns": round(statistics.median(gaps.tolist()) * 1000) if len(gaps) else 0,
             "launches_measured": len(latencies), "gaps_measured": len(gaps)}
+
+
+def _delays(device: list[DeviceEvent], runtime: list[RuntimeEvent]) -> tuple[np.ndarray, np.ndarray]:
+    """(launch latencies, back-to-back gaps) in us, per stream in start order: a kernel launched
+    (its call returned) once all earlier work on its stream had ended waited the latency; one
+    launched before that, and starting after it ended, waited the gap. In columns: a long trace
+    has hundreds of thousands of kernels."""
+    if not device:
+        return np.zeros(0), np.zeros(0)
+    stream, has_stream = column(device, "stream")
+    ts = column(device, "ts")
+    order = np.lexsort((ts, np.where(has_stream, stream, -1)))  # by stream, then start (stable)
+    stream, ts = np.where(has_stream, stream, -1)[order], ts[order]
+    launched, has_launch = _launch_returns(device, runtime)
+    launched, has_launch = launched[order], has_launch[order]
+    ends = np.maximum(ts + column(device, "dur")[order], 0.0)
+    earlier_end = np.zeros(len(ts))  # the latest end of the work before each on its stream
+    first = np.r_[True, stream[1:] != stream[:-1]]
+    bounds = np.r_[np.flatnonzero(first), len(ts)].tolist()
+    for lo, hi in zip(bounds, bounds[1:]):
+        earlier_end[lo + 1:hi] = np.maximum.accumulate(ends[lo:hi - 1])
+    after_launch = ts - launched
+    idle = first | (launched >= earlier_end)  # the stream had nothing left when the call returned
+    latency = has_launch & idle & (after_launch >= 0) & (after_launch <= MAX_LATENCY_US)
+    gap = has_launch & ~idle & (ts >= earlier_end)
+    return after_launch[latency], (ts - earlier_end)[gap]
+
+
+def _launch_returns(device: list[DeviceEvent], runtime: list[RuntimeEvent]) -> tuple[np.ndarray, np.ndarray]:
+    """Per device event, when the launch call of its correlation returned (the last call of that
+    correlation in the trace), and whether there is one."""
+    correlation, has_correlation = column(device, "correlation")
+    calls, known = column(runtime, "correlation") if runtime else (np.zeros(0, np.int64), np.zeros(0, bool))
+    returns = (column(runtime, "ts") + column(runtime, "dur"))[known] if runtime else np.zeros(0)
+    calls, returns = calls[known][::-1], returns[::-1]  # reversed: np.unique keeps the last call
+    keys, last = np.unique(calls, return_index=True)
+    at = np.minimum(np.searchsorted(keys, correlation), max(len(keys) - 1, 0))
+    found = has_correlation & (keys[at] == correlation) if len(keys) else np.zeros(len(device), bool)
+    return np.where(found, returns[last[at]] if len(keys) else 0.0, 0.0), found
