@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from chakra_core.convert.pytorch import comms, deps, hosttime
 from chakra_core.convert.pytorch.groups import WORLD, ProcessGroups, simulator_names
-from chakra_core.convert.pytorch.noderows import NodeRows
+from chakra_core.convert.pytorch.noderows import Kernels, NodeRows
 from chakra_core.convert.pytorch.analysis import (
     ANCHOR,
     ANNOTATION,
@@ -284,30 +284,22 @@ class RankConversion(RankAnalysis):
 
     def _add_kernels(self, rows: NodeRows, counts: Counter, waited: set[int]) -> dict[int, int]:
         """The device work's rows, in launch order (start time, then the launcher's id), with new
-        ids after the host's; returns the id of each event whose id() is in `waited`. Ordered with
-        numpy: a long trace launches hundreds of thousands of kernels."""
-        kernel_id_of: dict[int, int] = {}
+        ids after the host's; returns the id of each event whose id() is in `waited`."""
         if not self.linked:
-            return kernel_id_of
+            return {}
         if folded := sum(len(events) for i, events in self.linked.device.items() if self.anchor_of[i] >= 0):
             counts["device events folded into communication nodes"] = folded
         work = self.device_work
         if not work:
-            return kernel_id_of
+            return {}
         ids = np.frombuffer(self.host.ids, np.int64)
         launchers = ids[np.fromiter(map(itemgetter(0), work), np.int64, len(work))]
         starts = np.fromiter((d.ts for _, d in work), np.float64, len(work))
-        order = np.lexsort((launchers, starts)).tolist()  # stable, as sorting by (start, launcher id)
-        first_id, launcher_ids = int(ids.max()) + 1, launchers.tolist()
-        last_on_stream: dict[int, int] = {}
-        for node_id, w in enumerate(order, first_id):
-            d = work[w][1]
-            rows.kernels.append((node_id, d, launcher_ids[w], last_on_stream.get(d.stream)))
-            last_on_stream[d.stream] = node_id
-            if id(d) in waited:
-                kernel_id_of[id(d)] = node_id
+        order = np.lexsort((launchers, starts))  # stable, as sorting by (start, launcher id)
+        rows.kernels = Kernels.in_order(int(ids.max()) + 1, [work[w][1] for w in order.tolist()], launchers[order])
         counts["device kernels"] = len(work)
-        return kernel_id_of
+        return {id(d): node_id for node_id, d in zip(rows.kernels.ids.tolist(), rows.kernels.events)
+                if id(d) in waited}
 
     def _metadata_inputs(self, sim_names: dict[str, str]) -> tuple[str, str, str]:
         """ASTRA-sim strips the first and last two characters of inputs.values and parses the rest

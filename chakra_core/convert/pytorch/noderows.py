@@ -5,16 +5,16 @@ when the writer asks for it (pytorch/job.py), so that the whole table never exis
 from __future__ import annotations
 
 import itertools
-from collections import Counter, defaultdict
 from collections.abc import Iterator
-from itertools import compress, repeat
-from operator import attrgetter, is_not
+from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
 
 from chakra_core.convert.pytorch import deps
 from chakra_core.convert.pytorch.et import ID_ATTRS, HostTrace
+from chakra_core.convert.pytorch.kineto import DeviceEvent, column
 from chakra_core.format.columns import IO_INFO_TYPE, NODE_SCHEMA
 from chakra_core.format.etfile import WRITE_BATCH_NODES
 from chakra_core.format.normalize import normalize_table
@@ -22,6 +22,37 @@ from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND
 
 COMM_COLUMNS = (("comm_type", pa.int64()), ("comm_size", pa.int64()), ("comm_src", pa.int64()),
                 ("comm_dst", pa.int64()), ("comm_tag", pa.int64()), ("pg_name", pa.string()))
+
+
+@dataclass
+class Kernels:
+    """The device work's rows, in launch order, as columns: a long trace launches hundreds of
+    thousands of kernels."""
+
+    ids: np.ndarray  # int64: each row's node id
+    events: list[DeviceEvent]
+    launchers: np.ndarray  # int64: the id of the host node that launched it
+    previous: np.ndarray  # int64: the id of the work before it on its stream, -1: none
+
+    @classmethod
+    def none(cls) -> Kernels:
+        empty = np.zeros(0, np.int64)
+        return cls(empty, [], empty, empty)
+
+    @classmethod
+    def in_order(cls, first_id: int, events: list[DeviceEvent], launchers: np.ndarray) -> Kernels:
+        """Rows with ids from first_id on, each after the one before it on the same stream."""
+        ids = np.arange(first_id, first_id + len(events), dtype=np.int64)
+        stream, known = column(events, "stream") if events else (np.zeros(0, np.int64), np.zeros(0, bool))
+        stream = np.where(known, stream, -1)  # streams are not negative: -1 is the events without one
+        by_stream = np.argsort(stream, kind="stable")
+        after = np.flatnonzero(stream[by_stream][1:] == stream[by_stream][:-1])
+        previous = np.full(len(events), -1, np.int64)
+        previous[by_stream[after + 1]] = ids[by_stream[after]]
+        return cls(ids, events, launchers, previous)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class NodeRows:
@@ -34,7 +65,7 @@ class NodeRows:
         self.data: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # (row, row)
         self.comm: dict[int, dict] = {}  # row -> comm_type/comm_size/comm_src/comm_dst/comm_tag/pg_name
         self.inputs_override: dict[int, tuple[str, str, str]] = {}
-        self.kernels: list[tuple] = []  # (id, DeviceEvent, launcher id, previous id on its stream)
+        self.kernels = Kernels.none()
         self.device_deps: list[tuple[int, int]] = []  # (host row, id of the device work it waited for)
         self.no_num_ops: set[int] = set()  # host indices whose num_ops an inner op already counts
         self.children: np.ndarray | None = None  # per host index, the host nodes directly inside it
@@ -50,23 +81,23 @@ class NodeRows:
         columns, n_host = _HostColumns(self, self.host), len(self.host_index)
         ranges = range(0, n_host, batch_nodes) if n_host or self.kernels else [0]  # no rows: one empty batch
         made = itertools.chain((columns.batch(lo, min(lo + batch_nodes, n_host)) for lo in ranges),
-                               (self._kernel_batch(self.kernels[lo:lo + batch_nodes])
+                               (self._kernel_batch(lo, min(lo + batch_nodes, len(self.kernels)))
                                 for lo in range(0, len(self.kernels), batch_nodes)))
         for batch in made:  # each brought to the node-table schema, as the writer takes it
             yield from normalize_table(pa.Table.from_batches([batch])).to_batches()
 
-    def _kernel_batch(self, kernels: list[tuple]) -> pa.RecordBatch:
+    def _kernel_batch(self, lo: int, hi: int) -> pa.RecordBatch:
         """Rows of device work: what Kineto measured, launched by (a data dependency on) a host row."""
-        n = len(kernels)
-        ids, events, launchers, previous = zip(*kernels) if n else ((), (), (), ())
-        ts, dur = (np.fromiter(map(attrgetter(key), events), np.float64, n) for key in ("ts", "dur"))
-        has_previous = np.fromiter(map(is_not, previous, repeat(None)), bool, n)
+        n, kernels, events = hi - lo, self.kernels, self.kernels.events[lo:hi]
+        ids, launchers, previous = kernels.ids[lo:hi], kernels.launchers[lo:hi], kernels.previous[lo:hi]
+        ts, dur = column(events, "ts"), column(events, "dur")
+        has_previous = previous >= 0
         return pa.RecordBatch.from_pydict({
             "id": pa.array(ids, pa.uint64()),
             "name": pa.array(list(map(attrgetter("name"), events)), pa.string()),
             "type": pa.array(np.full(n, COMP, np.int32)),
             "ctrl_deps": pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(has_previous)], pa.int32()),
-                                                  pa.array(list(compress(previous, has_previous)), pa.uint64())),
+                                                  pa.array(previous[has_previous], pa.uint64())),
             "data_deps": pa.ListArray.from_arrays(pa.array(np.arange(n + 1), pa.int32()), pa.array(launchers, pa.uint64())),
             "start_time_micros": pa.array(ts.astype(np.int64), pa.uint64()),  # int(ts): toward zero
             "duration_micros": pa.array(np.maximum(0, np.rint(dur)).astype(np.int64), pa.uint64()),
@@ -79,17 +110,26 @@ class NodeRows:
     def _launch_calls(self, host_ids: np.ndarray) -> np.ndarray:
         """Per host row, the runtime calls that launched its device work where they were fewer
         than the work (a CUDA graph's replay: one cudaGraphLaunch, many kernels sharing its
-        correlation id); 0 elsewhere (one call per kernel, copy or memset; written null)."""
-        items, calls = Counter(), defaultdict(set)
-        for _, event, launcher, _ in self.kernels:
-            items[launcher] += 1
-            calls[launcher].add(event.correlation if event.correlation is not None else ("item", id(event)))
-        fewer = {launcher: len(ids) for launcher, ids in calls.items() if len(ids) < items[launcher]}
-        found = np.zeros(len(host_ids), np.int64)
-        if fewer:  # host ids are distinct: each launcher is one row
-            launcher_ids = np.fromiter(fewer, np.int64, len(fewer))
-            rows = np.flatnonzero(np.isin(host_ids, launcher_ids))
-            found[rows] = [fewer[i] for i in host_ids[rows].tolist()]
+        correlation id); 0 elsewhere (one call per kernel, copy or memset; written null). Work
+        without a correlation counts as a call of its own."""
+        found, n = np.zeros(len(host_ids), np.int64), len(self.kernels)
+        if not n:
+            return found
+        launchers = self.kernels.launchers
+        correlation, known = column(self.kernels.events, "correlation")
+        call = np.where(known, correlation, np.arange(n))  # with `known`, distinct per call
+        order = np.lexsort((call, known, launchers))
+        launcher, known, call = launchers[order], known[order], call[order]
+        new_launcher = np.r_[True, launcher[1:] != launcher[:-1]]
+        new_call = new_launcher | np.r_[True, (known[1:] != known[:-1]) | (call[1:] != call[:-1])]
+        first = np.flatnonzero(new_launcher)
+        items, calls = np.diff(np.r_[first, n]), np.add.reduceat(new_call.astype(np.int64), first)
+        fewer = calls < items
+        if fewer.any():  # host ids are distinct: each launcher is one row
+            fewer_ids, fewer_calls = launcher[first][fewer], calls[fewer]  # launcher ids sorted
+            at = np.minimum(np.searchsorted(fewer_ids, host_ids), len(fewer_ids) - 1)
+            rows = np.flatnonzero(fewer_ids[at] == host_ids)
+            found[rows] = fewer_calls[at[rows]]
         return found
 
     def _data_deps(self, host_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
