@@ -12,7 +12,7 @@ import pytest
 from datapaths import PYTORCH_ET
 
 from chakra_core._native import _jsonscan, _ptdigest
-from chakra_core.convert.pytorch.et import ID_ATTRS, normalize_node, tensors_in
+from chakra_core.convert.pytorch.et import ID_ATTRS, WholeNodes, normalize_node, read_host_trace, tensors_in
 
 DATA = PYTORCH_ET
 
@@ -111,3 +111,20 @@ def test_strings_with_an_escape_before_or_after_the_short_string_scan(at):
     d = _ptdigest.digest(data, 0, len(data), False)
     assert d["names"] == [name] and d["op_schemas"] == [name[:at] + "\\"]
     assert _jsonscan.value_end(data, 0, 8) == len(data)
+
+
+def test_the_nodes_kept_whole_read_back_as_parsed():
+    """Kept as compact JSON (et.WholeNodes), each communication node reads back as its parsed,
+    normalized self, and the metadata node too."""
+    host = read_host_trace(str(DATA / "allgather_2ranks.rank0.et.json"))
+    parsed = [normalize_node(n, host.layout) for n in _load("allgather_2ranks.rank0.et.json")["nodes"]]
+    assert len(host.whole) > 10 and all(host.whole[i] == parsed[i] for i in host.whole)
+    assert {host.names[i] for i in host.whole} >= {"c10d::allgather_", "## process_group:init ##"}
+
+
+def test_a_node_kept_whole_is_kept_as_given_where_orjson_cannot_write_it():
+    whole = WholeNodes()
+    whole[3] = orjson.dumps({"id": 4, "inputs": {"values": [1.5, "a"]}})
+    whole[7] = {"id": 8, "inputs": {"values": [float("nan")]}}  # NaN: only the json module reads it
+    assert sorted(whole) == [3, 7] and len(whole) == 2 and whole.get(5) is None
+    assert whole[3] == {"id": 4, "inputs": {"values": [1.5, "a"]}} and whole[7] is whole[7]
