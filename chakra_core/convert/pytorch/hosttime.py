@@ -317,7 +317,8 @@ class CpuColumns:
         renumber[by_first] = np.arange(len(by_first))
         tids = list(trace_codes)
         codes = {tids[c]: k for k, c in enumerate(by_first.tolist())}
-        return cls(list(cpu.values()), np.fromiter(cpu, np.int64, len(cpu)), renumber[thread],
+        events = list(map(trace_events.__getitem__, position.tolist()))  # cpu's values, in its order
+        return cls(events, np.fromiter(cpu, np.int64, len(cpu)), renumber[thread],
                    column(trace_events, "ts")[position], column(trace_events, "dur")[position], codes, position,
                    trace_events)
 
