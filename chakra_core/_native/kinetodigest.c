@@ -383,22 +383,23 @@ static int span_time(const unsigned char *s, span_t sp, double *v) {
     char text[64];
     Py_ssize_t len = sp.b - sp.a;
     if (len >= (Py_ssize_t)sizeof text) return -1;
-    memcpy(text, s + sp.a, (size_t)len);
-    text[len] = 0;
     int64_t iv;
     int is_int = 0;
     cur_t t = {s, sp.b, sp.a, NULL, 0, 0, 0}; /* for a number token only */
     if (number_token(&t, &iv, &is_int) < 0) return -1;
     int integral = 1;
-    for (Py_ssize_t p = 0; p < len; p++)
-        if (text[p] == '.' || text[p] == 'e' || text[p] == 'E') integral = 0;
+    for (Py_ssize_t p = sp.a; p < sp.b; p++)
+        if (s[p] == '.' || s[p] == 'e' || s[p] == 'E') integral = 0;
     if (integral && !is_int) return -1; /* a big int: float(int) rounds as Python does, left to it */
-    /* PyOS_string_to_double: correctly rounded and independent of the C locale, unlike strtod */
-    if (is_int)
+    if (is_int) {
         *v = (double)iv;
-    else if (!exact_decimal(s + sp.a, len, v))
+    } else if (!exact_decimal(s + sp.a, len, v)) {
+        /* PyOS_string_to_double: correctly rounded and independent of the C locale, unlike strtod */
+        memcpy(text, s + sp.a, (size_t)len);
+        text[len] = 0;
         *v = PyOS_string_to_double(text, NULL, NULL);
-    if (*v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
+        if (*v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
+    }
     return (*v >= 0.0 && *v < MAX_MICROS) ? 1 : -1;
 }
 

@@ -19,7 +19,7 @@ import statistics
 
 import numpy as np
 
-from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent, column
+from chakra_core.convert.pytorch.kineto import DeviceEvent, RuntimeEvent, column, streams
 
 MAX_LATENCY_US = 100.0  # a longer delay is the device busy on another stream, not launch latency
 
@@ -42,10 +42,9 @@ def _delays(device: list[DeviceEvent], runtime: list[RuntimeEvent]) -> tuple[np.
     has hundreds of thousands of kernels."""
     if not device:
         return np.zeros(0), np.zeros(0)
-    stream, has_stream = column(device, "stream")
-    ts = column(device, "ts")
-    order = np.lexsort((ts, np.where(has_stream, stream, -1)))  # by stream, then start (stable)
-    stream, ts = np.where(has_stream, stream, -1)[order], ts[order]
+    stream, ts = streams(device), column(device, "ts")
+    order = np.lexsort((ts, stream))  # by stream, then start (stable)
+    stream, ts = stream[order], ts[order]
     launched, has_launch = _launch_returns(device, runtime)
     launched, has_launch = launched[order], has_launch[order]
     ends = np.maximum(ts + column(device, "dur")[order], 0.0)
@@ -65,10 +64,12 @@ def _launch_returns(device: list[DeviceEvent], runtime: list[RuntimeEvent]) -> t
     """Per device event, when the launch call of its correlation returned (the last call of that
     correlation in the trace), and whether there is one."""
     correlation, has_correlation = column(device, "correlation")
-    calls, known = column(runtime, "correlation") if runtime else (np.zeros(0, np.int64), np.zeros(0, bool))
-    returns = (column(runtime, "ts") + column(runtime, "dur"))[known] if runtime else np.zeros(0)
+    calls, known = column(runtime, "correlation")
+    returns = (column(runtime, "ts") + column(runtime, "dur"))[known]
     calls, returns = calls[known][::-1], returns[::-1]  # reversed: np.unique keeps the last call
     keys, last = np.unique(calls, return_index=True)
-    at = np.minimum(np.searchsorted(keys, correlation), max(len(keys) - 1, 0))
-    found = has_correlation & (keys[at] == correlation) if len(keys) else np.zeros(len(device), bool)
-    return np.where(found, returns[last[at]] if len(keys) else 0.0, 0.0), found
+    if not len(keys):
+        return np.zeros(len(device)), np.zeros(len(device), bool)
+    at = np.minimum(np.searchsorted(keys, correlation), len(keys) - 1)
+    found = has_correlation & (keys[at] == correlation)
+    return np.where(found, returns[last[at]], 0.0), found

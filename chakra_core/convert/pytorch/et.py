@@ -258,7 +258,6 @@ class _HostReader:
         trace.num_ops.frombytes(num_ops.tobytes())
         trace.io_chunks.append(_io_array(len(names), d["io"], d["inputs_present"], d["outputs_present"]))
 
-
     def _whole_node(self, text: memoryview, start: int, element: int) -> bytes | dict:
         """A node kept whole, normalized: as compact JSON where orjson reads it (WholeNodes)."""
         try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -67,7 +67,7 @@ def _subtract(intervals: list[tuple[float, float]], cut: tuple[float, float]) ->
     return out, removed
 
 
-def account(cpu: dict[int, CpuEvent], linked: CpuColumns, collapsed: dict[int, str], anchor_of: list[int],
+def account(cpu: Mapping[int, CpuEvent], linked: CpuColumns, collapsed: dict[int, str], anchor_of: list[int],
             parent: Sequence[int], kept_cpu, work: dict[int, tuple[float, float]]) -> CallTime:
     """Split the own time of collapsed nodes into host time and blocked time.
 

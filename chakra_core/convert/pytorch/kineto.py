@@ -67,6 +67,13 @@ def column(events: list, key: str, codes: dict | None = None) -> np.ndarray:
     return np.frombuffer(data, np.int64 if key in OBJECT_FIELDS else np.float64)
 
 
+def streams(events: list[DeviceEvent]) -> np.ndarray:
+    """Each device event's stream as an int64 column, -1 where it has none (streams are not
+    negative), so that the events without one group together as they would by value."""
+    stream, known = column(events, "stream")
+    return np.where(known, stream, -1)
+
+
 class Stretches:
     """Stretches of events' time, (event, start, end) as columns: `event` indexes `events`.
     Iterates as those tuples, made a slice at a time (half a million in a long trace: as tuples
@@ -312,10 +319,10 @@ class LinkedCpu(Mapping):
         self._at, self._hosts, self._events = array("q", at.tobytes()), hosts, events
 
     def __getitem__(self, index: int) -> CpuEvent:
-        at = self._at[index] if 0 <= index < len(self._at) else -1
-        if at < 0:
+        event = self.get(index)
+        if event is None:
             raise KeyError(index)
-        return self._events[at]
+        return event
 
     def get(self, index: int, default=None):
         at = self._at[index] if 0 <= index < len(self._at) else -1

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from chakra_core.convert.pytorch import deps
 from chakra_core.convert.pytorch.et import ID_ATTRS, HostTrace
-from chakra_core.convert.pytorch.kineto import DeviceEvent, column
+from chakra_core.convert.pytorch.kineto import DeviceEvent, column, streams
 from chakra_core.format.columns import IO_INFO_TYPE, NODE_SCHEMA
 from chakra_core.format.etfile import WRITE_BATCH_NODES
 from chakra_core.format.normalize import normalize_table
@@ -43,8 +43,7 @@ class Kernels:
     def in_order(cls, first_id: int, events: list[DeviceEvent], launchers: np.ndarray) -> Kernels:
         """Rows with ids from first_id on, each after the one before it on the same stream."""
         ids = np.arange(first_id, first_id + len(events), dtype=np.int64)
-        stream, known = column(events, "stream") if events else (np.zeros(0, np.int64), np.zeros(0, bool))
-        stream = np.where(known, stream, -1)  # streams are not negative: -1 is the events without one
+        stream = streams(events)
         by_stream = np.argsort(stream, kind="stable")
         after = np.flatnonzero(stream[by_stream][1:] == stream[by_stream][:-1])
         previous = np.full(len(events), -1, np.int64)
