@@ -142,15 +142,28 @@ def _steps(table: pa.Table, host: np.ndarray, kernel: np.ndarray, launcher: np.n
            names: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Each node's step (-1: before the first) by its recorded start, a kernel's by its
     launcher's; and the steps' names in time order."""
+    step, step_names = host_steps(table, host, names)
+    if step_names != [WHOLE_TRACE]:
+        step[kernel] = np.where(launcher >= 0, step[np.maximum(launcher, 0)], step[kernel])
+    return step, step_names
+
+
+def step_marks(names: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Whether each node is a step's own node (`ProfilerStep#N`), by name."""
+    return to_numpy(on_names(names, lambda distinct: pc.starts_with(distinct, STEP_PREFIX)), False).astype(bool)
+
+
+def host_steps(table: pa.Table, host: np.ndarray, names: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Each node's step by its recorded start (-1: untimed or before the first), the steps being
+    the timed `ProfilerStep#N` nodes among the host ones; and their names in time order. Without
+    them every timed node is in the one step WHOLE_TRACE."""
     start, _ = recorded_times(table)
-    steps = on_names(names, lambda distinct: pc.starts_with(distinct, STEP_PREFIX))
-    marks = np.flatnonzero(host & (start >= 0) & to_numpy(steps, False))
+    marks = np.flatnonzero(host & (start >= 0) & step_marks(names))
     if not len(marks):
         return np.where(start >= 0, 0, -1), [WHOLE_TRACE]
     marks = marks[np.argsort(start[marks], kind="stable")]
     step = np.searchsorted(start[marks], start, side="right") - 1
     step[start < 0] = -1
-    step[kernel] = np.where(launcher >= 0, step[np.maximum(launcher, 0)], step[kernel])
     return step, names.take(pa.array(marks)).to_pylist()
 
 

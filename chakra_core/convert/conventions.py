@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis.device_work import STEP_PREFIX, launchers
+from chakra_core.analysis.device_work import STEP_PREFIX, launchers, step_marks
 from chakra_core.format.depgraph import to_numpy
 from chakra_core.format.job import Job
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP
@@ -56,7 +56,7 @@ def _rank_problems(table: pa.Table, job: Job) -> list[str]:
     if unlaunched.any():
         found.append(f"{int(unlaunched.sum())} device kernel(s) whose first data dependency is not a host node "
                      f"(the first: {names[int(kernels[unlaunched][0])].as_py()!r})")
-    steps = np.flatnonzero(to_numpy(pc.starts_with(names, STEP_PREFIX), False).astype(bool))
+    steps = np.flatnonzero(step_marks(names))
     if steps.size and ((types[steps] != COMP) | ~on_cpu[steps]).any():
         found.append(f"{STEP_PREFIX}N nodes that are not host COMP nodes")
     step_names = names.take(pa.array(steps)).to_pylist()

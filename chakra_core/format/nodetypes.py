@@ -34,3 +34,11 @@ CALL_OWN_TIME_PREFIX: str = "gloo:"
 #: the time from its last peer's arrival to its end on this device.
 XLA_CALL_OWN_TIME_PREFIX: str = "xla call:"
 CALL_OWN_TIME_PREFIXES: tuple[str, ...] = (CALL_OWN_TIME_PREFIX, XLA_CALL_OWN_TIME_PREFIX)
+#: Host nodes of a converted JAX profile that stand for the host's time around the device's work
+#: rather than for operators (convert/jax/emit.py): the device's idle before an op, waiting for its
+#: launch (`launch <op>`, where it lasts 1 µs or more), and the host's time after a step's last op
+#: (`host after step N`). Which of them a step holds depends on timing, so a comparison of the
+#: steps' operators leaves them out (analysis/step_work.py).
+LAUNCH_GAP_PREFIX: str = "launch "
+AFTER_STEP_PREFIX: str = "host after step "
+HOST_GAP_PREFIXES: tuple[str, ...] = (LAUNCH_GAP_PREFIX, AFTER_STEP_PREFIX)

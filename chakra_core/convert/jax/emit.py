@@ -25,7 +25,15 @@ from chakra_core.convert.jax.hlo import HloModule, Instruction
 from chakra_core.convert.jax.profile import DeviceOps, Event
 from chakra_core.format.etfile import with_metadata
 from chakra_core.format.job import SCHEMA_VERSION
-from chakra_core.format.nodetypes import COLL, COMP, RECV, SEND, XLA_CALL_OWN_TIME_PREFIX
+from chakra_core.format.nodetypes import (
+    AFTER_STEP_PREFIX,
+    COLL,
+    COMP,
+    LAUNCH_GAP_PREFIX,
+    RECV,
+    SEND,
+    XLA_CALL_OWN_TIME_PREFIX,
+)
 from chakra_core.format.normalize import normalize_table
 from chakra_core.format.schema import et_def_pb2 as pb
 from chakra_core.generate.builder import WORLD, JobBuilder, comm_type_number
@@ -130,7 +138,7 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
             last = max((e.end_ns for run in runs for e in run), default=first)
             until = ops.steps[number + 1].start_ns if number + 1 < len(ops.steps) else step.end_ns
             if until - last >= 1000:  # the host's time after the device's last op, to the next step
-                after = Event(f"host after step {step.number}", last, until - last, {})
+                after = Event(f"{AFTER_STEP_PREFIX}{step.number}", last, until - last, {})
                 dev.chain = [dev.add(after.name, COMP, after, ctrl=dev.chain, is_cpu_op=True, stream=None)]
         emitted.tables.append(dev.table())
     emitted.comm_groups = groups.comm_groups
@@ -218,7 +226,7 @@ def _launch_gap(dev: _Device, event: Event, name: str) -> None:
     run it), as a host node before the op; gaps under a microsecond are left out."""
     gap = dev.gaps.get(id(event), 0.0)
     if gap >= 1000:
-        idle = Event(f"launch {name}", event.start_ns - gap, gap, {})
+        idle = Event(f"{LAUNCH_GAP_PREFIX}{name}", event.start_ns - gap, gap, {})
         dev.chain = [dev.add(idle.name, COMP, idle, ctrl=dev.chain, is_cpu_op=True, stream=None)]
         dev.launcher = dev.chain[0]
 
