@@ -8,6 +8,7 @@
     analysis.summary()       # one row: the job's cross-rank figures (imbalance, ...)
     analysis.device_steps()  # per rank with device kernels and step: where device time goes
     analysis.device_families("predicted")   # device time by family, as the simulator predicts it
+    analysis.recorded_steps() # per rank and ProfilerStep#N: its operators, and those no other step holds
 
 Each analysis lives in its own module (stats, validate, ...); this class only runs them over
 the ranks of one `chakra_core.format.job.Job`, once each, and shapes what they return into
@@ -22,7 +23,7 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis import device_time, device_work, predicted, stats, validate
+from chakra_core.analysis import device_time, device_work, predicted, stats, step_work, validate
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import ETReader, projected_schema, with_metadata
 from chakra_core.format.job import Job, rank_url
@@ -40,7 +41,8 @@ def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
     trace read with only these (etfile.read_table's `columns`) gives the same figures.
     findings() (the validator) reads every column."""
     simulated = nodes.read_columns(prediction, timeline=True) if prediction is not None else ()
-    return tuple(dict.fromkeys((*stats.TRACE_COLUMNS, *stats.COLLECTIVE_COLUMNS, *device_work.COLUMNS, *simulated)))
+    return tuple(dict.fromkeys((*stats.TRACE_COLUMNS, *stats.COLLECTIVE_COLUMNS, *device_work.COLUMNS,
+                                *step_work.COLUMNS, *simulated)))
 
 
 def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
@@ -123,6 +125,15 @@ class JobAnalysis:
                **{key: json.dumps(value) if isinstance(value, (dict, list)) else value
                   for key, value in self.summary_figures().items()}}
         return pa.Table.from_pylist([row])
+
+    @cached_property
+    def _recorded_steps(self) -> dict[int, pa.Table]:
+        return {rank: step_work.step_table(table) for rank, table in self._tables.items()}
+
+    def recorded_steps(self) -> pa.Table:
+        """Per rank and recorded step (ProfilerStep#N): step_work.STEP_SCHEMA's figures; no rows
+        for a rank without steps."""
+        return _by_rank(self._recorded_steps, step_work.STEP_SCHEMA)
 
     @cached_property
     def device_ranks(self) -> list[int]:

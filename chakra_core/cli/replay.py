@@ -128,6 +128,8 @@ def _print_calibration(args, result: dict, paths: dict) -> None:
             print(f"  {row['prefix']}: measured {row['measured_ns'] / 1e6:,.3f} ms, simulated "
                   f"{row['simulated_ns'] / 1e6:,.3f} ms ({row['relative_error']:+.1%}); as recorded "
                   f"{row['as_recorded_ns'] / 1e6:,.3f} ms")
+            if row["steps_note"]:
+                print(f"    {row['steps_note']}")
     if result.get("device_timing"):
         timing = result["device_timing"]
         print(f"device timing measured in the traces: kernels start {timing['launch_latency_ns'] / 1e3:,.2f} us after "

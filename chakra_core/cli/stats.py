@@ -23,6 +23,9 @@ COMMANDS = {
 
 
 def cmd_stats(args) -> int:
+    import pyarrow.compute as pc
+
+    from chakra_core.analysis import step_work
     from chakra_core.analysis.facade import read_trace
     from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
     from chakra_core.analysis.stats import stragglers
@@ -36,9 +39,12 @@ def cmd_stats(args) -> int:
         if analysis.device_ranks and analysis.prediction_error:
             why = analysis.prediction_error if analysis.predict else "give every rank of the job"
             notes.append(f"chakra stats: {prefix}: no predicted device time: {why}")
+        steps = analysis.recorded_steps()
         for row in analysis.trace_rows():
             rank = row.pop("rank")
-            by_url[urls[rank]] = {"path": urls[rank], **row, "gpu": gpu.get(rank)}
+            own = steps.filter(pc.equal(steps.column("rank"), rank)).drop_columns(["rank"])
+            by_url[urls[rank]] = {"path": urls[rank], **row, "gpu": gpu.get(rank), "recorded_steps": own.to_pylist()}
+            notes += [note for note in [step_work.note(urls[rank], own)] if note]
         if len(urls) > 1:
             busy = {rank: figures["busy_ns"] for rank, figures in gpu.items()}
             jobs.append({"job": prefix, **analysis.summary_figures(), "device_stragglers": stragglers(busy)})
@@ -51,7 +57,7 @@ def cmd_stats(args) -> int:
     if args.json:
         print_json({"traces": rows, "jobs": jobs})
     elif args.csv:
-        _print_csv([{k: v for k, v in row.items() if k != "gpu"} for row in rows])
+        _print_csv([{k: v for k, v in row.items() if k not in ("gpu", "recorded_steps")} for row in rows])
     else:
         _print_stats(rows, jobs)
         _print_device(rows, jobs)

@@ -20,9 +20,10 @@ import math
 
 import numpy as np
 
+from chakra_core.analysis import step_work
 from chakra_core.documents import ConfigError, read_document
 from chakra_core.format.columns import device_compute
-from chakra_core.format.job import Job
+from chakra_core.format.job import Job, rank_url
 from chakra_core.replay.calibrate import CalibrationError, unprofiled_ns, unprofiled_steps_of
 from chakra_core.replay.profcost import checked_probe, probe_terms
 from chakra_core.sim.config import DeviceTiming, HostOverhead, SystemConfig
@@ -77,11 +78,21 @@ def fit_host_overhead(jobs: list[tuple[str, Job]], network_of, system: SystemCon
     overhead = _model(best.x, fixed)
     predicted, recorded = simulated(overhead), simulated(None)
     rows = [{"prefix": prefix, "npus": job.npus, "measured_ns": int(m), "simulated_ns": int(p),
-             "relative_error": p / m - 1, "as_recorded_ns": int(r)}
+             "relative_error": p / m - 1, "as_recorded_ns": int(r), "steps_note": steps_note(prefix, job)}
             for (prefix, job), m, p, r in zip(jobs, measured, predicted, recorded)]
     return {**overhead.model_dump(), "jobs": rows,
             "median_abs_error": float(np.median([abs(r["relative_error"]) for r in rows])),
             "evaluations": int(best.nfev), "probe": bool(probe)}
+
+
+def steps_note(prefix: str, job: Job) -> str | None:
+    """Where the job's recorded steps are not one step repeated, what differs (the first rank
+    that says so; analysis/step_work.py): the fit takes each job's steps as its steady step."""
+    for rank, table in enumerate(job.tables):
+        note = step_work.note(rank_url(prefix, rank), step_work.step_table(table))
+        if note:
+            return note
+    return None
 
 
 def _model(x, fixed: dict[str, float]) -> HostOverhead | None:
