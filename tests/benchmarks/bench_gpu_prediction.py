@@ -7,8 +7,9 @@ gpu-h200-more/ (recorded with the profiler-cost probe, profiler_cost.json) and p
 the measured unprofiled time (median step times the two recorded steps, with the steps'
 spread: the first and third quartiles against the median, and their drift: the median of the
 later half of the steps against the median of all), two checks of the recording itself (`step
-1/2`: the CPU time of the first recorded step against the second's, where one-time work or a
-slower stretch of the host shows; `no-work ops`: the median recorded time of operators that do
+1/2`: the recorded host time of the first recorded step against the second's, where one-time work or a
+slower stretch of the host shows, and `one-time`: the operators each of the two holds beyond the other
+(analysis/step_work.py; DDP's bucket rebuild in the first); `no-work ops`: the median recorded time of operators that do
 no work of their own, views and allocations, against what the probe's recorded terms give
 them: the observer's cost in that recording against the probe's machine), the simulation as
 recorded against the recorded span (reference system, no model), and the error against the
@@ -43,6 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from chakra_core.analysis import step_work  # noqa: E402
 from chakra_core.convert.pytorch.job import convert_job  # noqa: E402
 from chakra_core.format.etfile import read_table  # noqa: E402
 from chakra_core.format.job import Job  # noqa: E402
@@ -103,7 +105,7 @@ def main(runs: list[Path], quick: bool) -> None:
     old = _grid_errors(jobs, measured, system, None) if not quick else None
     best_all = _best(new, range(len(jobs)))
     print(f"per-operator model fitted on all (grid): {dict(zip(GRID, best_all))}")
-    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'drift':>6} {'step 1/2':>9} {'no-work ops':>12} "
+    print(f"{'run':30} {'family':12} {'measured':>9} {'spread':>12} {'drift':>6} {'step 1/2':>9} {'one-time':>10} {'no-work ops':>12} "
           f"{'as recorded':>12} {'shipped':>8} {'2 runs':>7} {'all':>6} {'leave out':>10} {'old, leave out':>15}")
     rows = []
     for k, ((prefix, job), name, family, m) in enumerate(zip(jobs, names, families, measured)):
@@ -120,8 +122,9 @@ def main(runs: list[Path], quick: bool) -> None:
         drift = np.median(steps[len(steps) // 2:]) / np.median(steps) - 1  # the later half against all
         rows.append(errors)
         et = read_table(f"{prefix}.0.et")
-        first, second = _step_cpu_ns(et)
-        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {drift:+6.0%} {first / second - 1:+9.0%} "
+        first, second = step_work.step_table(et).to_pylist()[:2]
+        print(f"{name:30} {family:12} {m / 1e6:7.2f}ms {spread:>12} {drift:+6.0%} "
+              f"{first['host_us'] / second['host_us'] - 1:+9.0%} {first['one_time_operators']:5}/{second['one_time_operators']:<4}"
               f"{_no_work_ratio(et, probe):11.2f}x {as_recorded:+11.1%} "
               + " ".join(f"{e:+{w}.0%}" for e, w in zip(errors, (8, 7, 6, 10, 15))))
     table = np.abs(np.array(rows))
@@ -149,18 +152,6 @@ def _retimed(work: Path, system) -> None:
         ratio = simulate(job, reference_network(job.npus), system).finish_ns / unprofiled_ns(prefix, job.tables[0])
         print(f"retimed {run.name:20} measured median step {np.median(steps) / 1e6:6.2f} ms, quartiles "
               f"{np.percentile(steps, 25) / 1e6:.2f} to {np.percentile(steps, 75) / 1e6:.2f} ms; 2 runs {ratio - 1:+.0%}")
-
-
-def _step_cpu_ns(table) -> tuple[int, int]:
-    """The recorded CPU time (own times of the host operators) of the first recorded step and of
-    the steps after it (the runs here record two)."""
-    rows = table.select(["name", "is_cpu_op", "start_time_micros", "duration_micros"]).to_pylist()
-    second = sorted(r["start_time_micros"] for r in rows if r["name"].startswith("ProfilerStep#"))[1]
-    steps = [0, 0]
-    for r in rows:
-        if r["is_cpu_op"]:
-            steps[r["start_time_micros"] >= second] += r["duration_micros"]
-    return steps[0], steps[1] or 1
 
 
 def _no_work_ratio(table, probe: dict | None) -> float:
