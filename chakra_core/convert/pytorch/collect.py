@@ -54,12 +54,15 @@ ANNOTATED_FUNCTIONS = (
 class TraceRecorder:
     """Context manager driving torch.profiler with an ExecutionTraceObserver attached.
 
-    `warmup` steps run with the profiler armed but not recording (they absorb first-call
-    costs); the next `active` steps are recorded. Call `step()` once at the end of every
-    training step; steps after the recorded window cost nothing.
+    `warmup` steps run with the profiler armed but not recording; the next `active` steps are
+    recorded. Two warm-up steps absorb first-call costs and DDP's rebuild of its gradient
+    buckets, which it does in its second iteration, so that the recorded steps repeat one
+    another as a predicted step time assumes (chakra stats says where they do not:
+    analysis/step_work.py). Call `step()` once at the end of every training step; steps after
+    the recorded window cost nothing.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, *, warmup: int = 1, active: int = 2,
+    def __init__(self, out_dir: str | os.PathLike, *, warmup: int = 2, active: int = 2,
                  rank: int | None = None, record_shapes: bool = True,
                  annotate_process_groups: bool = True, compress: bool = False, timed_steps: int = 0):
         try:
