@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from chakra_core.analysis.facade import JobAnalysis
-from chakra_core.analysis import job_record, stats
+from chakra_core.analysis import job_record, stats, step_work
 from chakra_core.analysis.job_record import JobRecord, record_job
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import read_table
@@ -48,7 +48,8 @@ REJECTS = TableSchema("rejects", (  # no job: a file outside job folders; no sha
     column("job_id", pa.string(), nullable=True), _FILE, column("bytes", pa.int64()),
     column("sha256", pa.string(), nullable=True), column("stage", pa.string()), column("reason", pa.string()), _RUN))
 TRACES = TableSchema("traces", (_JOB, column("rank", pa.int32()), column("path", pa.string()),
-                                column("source_format", pa.string()), *stats.TRACE_ROW.columns))
+                                column("source_format", pa.string()), *stats.TRACE_ROW.columns,
+                                *step_work.TRACE_FIGURES))
 COLLECTIVES = TableSchema("collectives", (_JOB, column("rank", pa.int32()), *stats.COLLECTIVE_ROWS.columns))
 # the job record's device and kernel rows, with the night's run id
 DEVICE_TIME, DEVICE_VERDICTS, KERNELS = (t.extended(back=[_RUN]) for t in (

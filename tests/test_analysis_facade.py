@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from chakra_core.analysis import JobAnalysis, stats
+from chakra_core.analysis import JobAnalysis, stats, step_work
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
 
@@ -21,7 +21,9 @@ def test_every_question_is_a_table_with_a_row_per_rank_or_node(tmp_path):
     traces = analysis.traces()
     assert traces.column("rank").to_pylist() == [0, 1, 2, 3]
     first = Job.read(prefix).tables[0]
-    assert traces.slice(0, 1).to_pylist()[0] == {"rank": 0, **stats.trace_row(first)}
+    assert traces.slice(0, 1).to_pylist()[0] == {"rank": 0, **stats.trace_row(first),
+                                                 **step_work.trace_figures(step_work.step_table(first))}
+    assert analysis.recorded_steps().num_rows == 0  # a generated job has no ProfilerStep#N
     collectives = analysis.collectives()
     assert collectives.num_rows == sum(stats.collective_rows(t).num_rows for t in Job.read(prefix).tables) > 0
     assert set(collectives.column("rank").to_pylist()) == {0, 1, 2, 3}

@@ -154,6 +154,10 @@ def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ra
     assert {r["job_id"]: r["source_format"] for r in traces} == {"mlp": "pytorch_et", "coll": "pytorch_et",
                                                                  "jax-dp": "jax_profile"}
     assert sum(r["job_id"] == "jax-dp" for r in traces) == 4
+    one_time = {}
+    for r in traces:  # DDP's bucket rebuild in the first recorded step of the gloo MLP's ranks
+        one_time[r["job_id"]] = one_time.get(r["job_id"], 0) + r["one_time_operators"]
+    assert one_time == {"mlp": 2 * 18, "coll": 0, "jax-dp": 0}
     sims = day.tables["sim_results"].to_pylist()
     assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll", "jax-dp"}
     families = {r["family"] for r in day.tables["device_time"].to_pylist() if r["job_id"] == "jax-dp"}

@@ -101,8 +101,10 @@ class JobAnalysis:
         return [stats.collective_rows(table) for table in self.job.tables]
 
     def trace_rows(self) -> list[dict]:
-        """traces() as rows (the figures keep their Python types: nested ones stay dicts)."""
-        return [{"rank": rank, **row} for rank, row in zip(self.ranks, self._trace_rows)]
+        """traces() as rows (the figures keep their Python types: nested ones stay dicts): each
+        rank's statistics and what its recorded steps hold beyond one another (step_work)."""
+        return [{"rank": rank, **row, **step_work.trace_figures(self._recorded_steps[rank])}
+                for rank, row in zip(self.ranks, self._trace_rows)]
 
     def traces(self) -> pa.Table:
         return pa.Table.from_pylist(self.trace_rows())

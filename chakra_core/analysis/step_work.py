@@ -39,6 +39,14 @@ STEP = TableSchema("recorded steps", (
     column("step", pa.string()), column("operators", pa.int64()), column("host_us", pa.int64()),
     column("one_time_operators", pa.int64()), column("one_time", ONE_TIME)))
 STEP_SCHEMA = STEP.schema
+# what a trace's row (chakra stats, the nightly's `traces` table) keeps of its steps
+TRACE_FIGURES = (column("one_time_operators", pa.int64()),)
+
+
+def trace_figures(steps: pa.Table) -> dict:
+    """A trace's figures of TRACE_FIGURES from its step_table: the operators its steps hold
+    beyond one another, over all its steps (0: they repeat, or there is one step or none)."""
+    return {"one_time_operators": int(pc.sum(steps.column("one_time_operators")).as_py() or 0)}
 
 
 def step_table(table: pa.Table) -> pa.Table:
