@@ -137,6 +137,10 @@ class JobAnalysis:
         for a rank without steps."""
         return _by_rank(self._recorded_steps, step_work.STEP_SCHEMA)
 
+    def steps_of(self, rank: int) -> pa.Table:
+        """One rank's recorded steps (step_work.step_table), without the rank column."""
+        return self._recorded_steps[rank]
+
     @cached_property
     def device_ranks(self) -> list[int]:
         """The ranks whose traces hold device kernels (the device analysis covers those)."""

@@ -23,8 +23,6 @@ COMMANDS = {
 
 
 def cmd_stats(args) -> int:
-    import pyarrow.compute as pc
-
     from chakra_core.analysis import step_work
     from chakra_core.analysis.facade import read_trace
     from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
@@ -39,10 +37,9 @@ def cmd_stats(args) -> int:
         if analysis.device_ranks and analysis.prediction_error:
             why = analysis.prediction_error if analysis.predict else "give every rank of the job"
             notes.append(f"chakra stats: {prefix}: no predicted device time: {why}")
-        steps = analysis.recorded_steps()
         for row in analysis.trace_rows():
             rank = row.pop("rank")
-            own = steps.filter(pc.equal(steps.column("rank"), rank)).drop_columns(["rank"])
+            own = analysis.steps_of(rank)
             by_url[urls[rank]] = {"path": urls[rank], **row, "gpu": gpu.get(rank), "recorded_steps": own.to_pylist()}
             notes += [note for note in [step_work.note(urls[rank], own)] if note]
         if len(urls) > 1:
