@@ -99,7 +99,7 @@ def regression_rows(today: Sequence[dict], history: Mapping[str, list[tuple[str,
     """The night's flagged changes: each job of `today` (job_history rows) against its latest
     earlier day, with the noise of the earlier days of the same program."""
     rows = []
-    for job_id, fp, values in _grouped(pa.Table.from_pylist(list(today)) if today else pa.table({})):
+    for job_id, fp, values in _grouped(JOB_HISTORY.from_rows(list(today))):  # typed: a day with no job too
         past = history.get(job_id)
         if not past:
             continue  # a new job: nothing to compare with yet

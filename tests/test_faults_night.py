@@ -4,6 +4,8 @@ as a rank's and a file whose name is a pattern each cost their job at most, neve
 
 from __future__ import annotations
 
+import shutil
+
 import pyarrow as pa
 import pytest
 import ray
@@ -12,11 +14,13 @@ from chakra_core.format.etfile import write_table
 from pipeline import tables
 from pipeline.cluster import start_ray
 from pipeline.layout import remove, traces_dir
+from datapaths import DATASETS
 from test_pipeline import DATE, GLOO
 from tools import make_drop as md
 
 pytestmark = pytest.mark.slow
 ODD = ("a*b", "q?[x]{y}")
+PIPELINE_RUNS = sorted((DATASETS / "pytorch-pipeline").glob("pipeline_*-w2"))
 
 
 def _unsimulable_job() -> list[pa.Table]:
@@ -85,3 +89,39 @@ def test_removing_a_pattern_like_job_removes_that_job_alone(memfs, tmp_path, pro
 
     fs, day = filesystem(traces_dir(warehouse, DATE, "x").rsplit("/", 1)[0])
     assert sorted(p.rstrip("/").rsplit("=", 1)[1] for p in fs.ls(day, detail=False)) == ["a", "b"]
+
+
+def _no_converted_job(day) -> None:
+    """Days of issue 47 whose nights converted nothing: loose files only, or a job all of
+    whose files are rejected (two truncated traces, the same rank twice)."""
+    day.mkdir(parents=True)
+    (day / "stray.bin").write_bytes(b"\x00" * 10)
+    data = (GLOO / "mlp_ddp-w2" / "rank0.et.json.gz").read_bytes()
+    (day / "dead").mkdir()
+    for name in ("rank3.et.json.gz", "rank3.json.gz"):
+        (day / "dead" / name).write_bytes(data[: len(data) // 3])
+
+
+def test_a_night_that_converts_no_job_writes_its_tables_and_rejects(tmp_path):
+    from flows.nightly import nightly
+
+    source, warehouse = tmp_path / "source", (tmp_path / "warehouse").as_uri()
+    _no_converted_job(source / DATE)
+    (source / "2026-11-21").mkdir()  # an empty day
+    for run in PIPELINE_RUNS:  # and a day of pipeline jobs whose receives gloo records inside sends
+        shutil.copytree(run, source / "2026-11-22" / run.name)
+    ray.shutdown()
+    start_ray(num_cpus=2)
+    try:
+        for date in (DATE, "2026-11-21"):
+            summary = nightly(date, source.as_uri(), warehouse, synthetic_jobs=1)
+            assert summary["jobs_converted"] == 0
+            assert set(summary["tables"]) == set(tables.TABLES)
+        assert nightly("2026-11-22", source.as_uri(), warehouse, synthetic_jobs=0)["jobs_converted"] == 2
+    finally:
+        ray.shutdown()
+    rejects = tables.read_day(warehouse, "rejects", DATE).to_pylist()
+    assert sorted(r["file"] for r in rejects) == ["dead/rank3.et.json.gz", "dead/rank3.json.gz", "stray.bin"]
+    assert tables.read_day(warehouse, "regressions", DATE).num_rows == 0
+    assert tables.read_day(warehouse, "rejects", "2026-11-21").num_rows == 0
+    assert tables.read_day(warehouse, "rejects", "2026-11-22").num_rows == 0

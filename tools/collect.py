@@ -42,7 +42,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import sys
 import time
 import warnings
@@ -54,6 +53,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from chakra_core.convert.pytorch.collect import TraceRecorder
+from chakra_core.replay.launch import free_port
 from tools import profcost
 from tools.programlog import ACTIVE, RECORDED_STEPS, STEPS, WARMUP, ProgramLog, ddp_allreduce_hook
 
@@ -368,12 +368,6 @@ def _time_steps(rank: int, step_fn, log, count: int, out: Path) -> None:
     (out / f"rank{rank}.timing.json").write_text(json.dumps({"steps_ns": times}) + "\n")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: str = "small",
         device: str = "cpu", settle_steps: int = 0) -> Path:
     if size != "small" and scenario not in SCALABLE:
@@ -385,7 +379,7 @@ def run(scenario: str, world: int, out_root: Path, timed_steps: int = 0, size: s
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(world, _free_port(), scenario, str(run_dir), timed_steps, size, device, settle_steps),
+    mp.spawn(_worker, args=(world, free_port(), scenario, str(run_dir), timed_steps, size, device, settle_steps),
              nprocs=world, join=True)
     model, parallelism = DESCRIPTIONS[scenario]
     if size != "small":

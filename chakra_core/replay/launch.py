@@ -28,7 +28,8 @@ from chakra_core.replay.plan import ReplayError, Step, plan_rank, recorded_ns, w
 from chakra_core.replay.worker import run_ranks
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a process group's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -54,7 +55,7 @@ def replay_job(prefix: str, comm_groups: dict[int, tuple[int, ...]] | None = Non
     _check_groups(plans, groups, prefix)
     plans = with_all_to_all_sizes(plans, groups)
     outcomes = run_ranks(plans, groups, iterations=iterations, warmup=warmup, backend=backend, compute=compute,
-                         timeout_s=timeout_s, port=_free_port())
+                         timeout_s=timeout_s, port=free_port())
     return {**_summary(prefix, plans, tables, outcomes), "compute_scale": compute_scale}
 
 

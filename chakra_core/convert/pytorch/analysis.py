@@ -184,6 +184,8 @@ class RankAnalysis:
             kind = kind_of_name.get(names[i], OP)
             if kind == OP and inherited < 0:
                 continue
+            if inherited >= 0 and self._own_operation(i, inherited):
+                inherited = -1  # a dispatcher op recorded inside another is an operation of its own
             if kind in (ROOT, ANNOTATION):
                 role[i] = kind
             elif kind == META:
@@ -211,6 +213,14 @@ class RankAnalysis:
         self._attach_gloo(gloo_nodes)
         if self.pg_init_index is None:
             self.report.notes.append("no ## process_group:init ## node: process groups are unknown")
+
+    def _own_operation(self, i: int, anchor: int) -> bool:
+        """Whether a `c10d::` op inside the communication op `anchor` is a second operation, not
+        one of its wrappers: a gloo `irecv` posted right after an `isend` is recorded as a child of
+        the `c10d::send`, and pipeline schedules (batch_isend_irecv) do just that."""
+        names = self.host.names
+        return (names[i].startswith("c10d::") and names[anchor].startswith("c10d::")
+                and self._describe(i) is not None)
 
     def _describe(self, i: int) -> comms.CommOp | None:
         name = self.host.names[i]
