@@ -38,16 +38,18 @@ from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
 from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
 from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.run import DayResult, run_day  # noqa: E402
+from chakra_core.warehouse.catalog import table_location  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
 from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 
 STORAGE_RETRIES = 3
 
 
-@task(name="write table", task_run_name="write {table}", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10],
-      cache_policy=NO_CACHE, retry_condition_fn=transient_only)
-def write_table(warehouse: str, table: str, date: str, data) -> str:
-    return tables.write_day(warehouse, table, date, data)
+@task(name="commit tables", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE,
+      retry_condition_fn=transient_only)
+def commit_tables(warehouse: str, date: str, files: dict, run_id: str, committed: list[str]) -> dict:
+    """The night's data files compacted and committed, one Iceberg commit per table."""
+    return tables.commit_night(warehouse, date, files, run_id, committed)
 
 
 @task(name="write report", retries=STORAGE_RETRIES, retry_delay_seconds=[1, 4, 10], cache_policy=NO_CACHE,
@@ -94,17 +96,17 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
                           run_stage, per_rank_bytes, _progress_line)
-            paths = _write_tables(warehouse, date, day.tables)
+            paths = _commit(warehouse, date, day)
             changes = _changes(day)
             _changes_artifact(date, changes)
-            report = _written("the report page", lambda: write_report(warehouse, date), warehouse, paths,
-                              len(day.tables))
+            report = _written("the report page", lambda: write_report(warehouse, date), warehouse, list(paths),
+                              len(paths))
     except (StageFailed, DayLocked, StorageError) as e:  # the run fails with one line, no second traceback
         return Failed(message=str(e))  # said once, as the run's final state (a stage's failure was logged by it)
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
-        "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.tables["ingest_log"].num_rows,
-        "rejects": day.tables["rejects"].num_rows, "simulations": day.tables["sim_results"].num_rows,
+        "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.files_processed,
+        "rejects": day.rejected_files, "simulations": day.tables["sim_results"].num_rows,
         "best_system": {job: {"system": s, "finish_ns": ns} for job, (s, ns) in sorted(day.best_systems().items())},
         "representatives": {r["job_id"]: r["weight"] for r in day.tables["representatives"].to_pylist()
                             if r["representative"]},
@@ -144,26 +146,26 @@ def _changes_artifact(date: str, changes: list[dict]) -> None:
                           description=f"{len(changes)} flagged change(s) against each job's history on {date}")
 
 
-def _write_tables(warehouse: str, date: str, data: dict) -> dict[str, str]:
-    """Each table for the day; a storage fault (after the retries of a transient one) as one line
-    saying what was written."""
-    paths: dict[str, str] = {}
-    for name, table in data.items():
-        paths[name] = _written(f"table {name}", lambda: write_table(warehouse, name, date, table), warehouse, paths,
-                               len(data))
-    return paths
+def _commit(warehouse: str, date: str, day: DayResult) -> dict[str, str]:
+    """The night's tables published (table -> its location); a storage fault (after the retries
+    of a transient one) as one line: nothing of the night is then visible."""
+    committed: list[str] = []
+    _written("the tables", lambda: commit_tables(warehouse, date, day.files, day.run_id, committed), warehouse,
+             committed, len(tables.TABLES))
+    return {name: table_location(warehouse, name) for name in tables.TABLES}
 
 
-def _written(what: str, write, warehouse: str, paths: dict[str, str], total: int) -> str:
-    """write(); a fault of the storage as StorageError naming the warehouse and the tables written."""
+def _written(what: str, write, warehouse: str, committed, total: int):
+    """write(); a fault of the storage as StorageError naming the warehouse and the tables whose
+    commit landed (each is whole: the night's or the one before)."""
     try:
         return write()
     except Exception as e:
         if storage_fault(e) is None:
             raise
-        raise StorageError(f"writing {what} to the warehouse {warehouse} failed: {describe(e)}; {len(paths)} of "
-                           f"{total} tables written ({', '.join(paths) or 'none'}); no input was rejected for it: "
-                           "re-run the day once the storage is fixed") from None
+        raise StorageError(f"writing {what} to the warehouse {warehouse} failed: {describe(e)}; {len(committed)} of "
+                           f"{total} tables committed ({', '.join(committed) or 'none'}); no input was rejected for "
+                           "it: re-run the day once the storage is fixed") from None
 
 
 def _synthetic_summary(day: DayResult) -> dict:
@@ -214,8 +216,8 @@ def _print_summary(summary: dict) -> None:
                 console.print(f"  {group}: {verdict}")
     elif synthetic["error"]:
         console.print(f"synthesizer: no model ({synthetic['error']})")
-    console.print("tables: " + ", ".join(summary["tables"]) + " (under "
-                  + summary["tables"]["traces"].rsplit("/tables/", 1)[0] + "/tables/<table>/date=<day>/)")
+    console.print("tables: " + ", ".join(summary["tables"]) + " (Iceberg tables under "
+                  + summary["tables"]["traces"].rsplit("/tables/", 1)[0] + "/tables/<table>/; chakra query reads them)")
     _print_changes(console, summary["changes"])
 
 

@@ -1,26 +1,23 @@
 """The fleet's memory: each night's figures per job (`job_history`), its kernels by name
 (`kernels`), and what changed against the job's own history (`regressions`).
 
-The detection reads only what it needs: the `job_history` parts of the HISTORY_DAYS days
-before the night (partition folders listed, older ones never opened), three columns of them,
-never a trace. Each job is compared with its latest earlier day (the baseline); its noise
+The detection reads only what it needs: the committed `job_history` files of the HISTORY_DAYS
+days before the night (older ones never opened), three columns of them, never a trace. Each job is compared with its latest earlier day (the baseline); its noise
 comes from the days before that of the same program (chakra_core/analysis/changes.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from chakra_core.analysis import changes
-from chakra_core.analysis.history import figures, unit
+from chakra_core.analysis.history import simulated_figures, unit
 from chakra_core.table_schema import TableSchema, column
-from pipeline.jobs import KERNELS
-from pipeline.layout import PART, filesystem, join
+from chakra_core.warehouse import catalog as catalogs
+from chakra_core.warehouse import snapshots
 
 HISTORY_DAYS = 28
 HISTORY_COLUMNS = ["job_id", "fingerprint", "metric", "value"]
@@ -37,60 +34,55 @@ REGRESSIONS = TableSchema("regressions", (
     column("baseline_date", pa.date32()), column("history_days", pa.int32()), _RUN))
 
 
-def history_rows(day_tables: Mapping[str, pa.Table], fingerprints: Mapping[str, str], reference: str,
-                 run_id: str) -> list[dict]:
-    """The night's `job_history` rows: every converted job's figures (history.figures) from the
-    day's tables, its simulation on the `reference` system included."""
-    by_job = {name: _by_job(day_tables[name]) for name in ("traces", "device_time", "device_verdicts")}
-    sims = {r["job_id"]: r for r in day_tables["sim_results"].to_pylist() if r["system"] == reference}
-    collectives = day_tables["collectives"]
+def history_rows(figures_by_job: Mapping[str, dict[str, float]], fingerprints: Mapping[str, str],
+                 sims: Mapping[str, dict], run_id: str) -> list[dict]:
+    """The night's `job_history` rows: every converted job's figures (history.figures, computed
+    where the job converted) with those of its simulation on the reference system (`sims`)."""
     rows = []
     for job_id, fp in sorted(fingerprints.items()):
-        mine = collectives.filter(pc.equal(collectives.column("job_id"), job_id))
-        values = figures(by_job["traces"].get(job_id, []), mine, by_job["device_time"].get(job_id, []),
-                         by_job["device_verdicts"].get(job_id, []), sims.get(job_id))
+        values = {**figures_by_job.get(job_id, {}), **simulated_figures(sims.get(job_id))}
         rows += [{"job_id": job_id, "fingerprint": fp, "metric": metric, "value": value, "unit": unit(metric),
                   "run_id": run_id} for metric, value in sorted(values.items())]
     return rows
 
 
-def _by_job(table: pa.Table) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for row in table.to_pylist():
-        out.setdefault(row["job_id"], []).append(row)
-    return out
-
-
-def read_history(warehouse: str, date: str, days: int = HISTORY_DAYS) -> dict[str, list[tuple[str, str, dict]]]:
-    """job -> [(day, fingerprint, {metric: value})] of the `days` days before `date`, oldest first.
-    Only those days' partitions are listed and read (three columns)."""
-    fs, root = filesystem(join(warehouse, "tables", "job_history"))
-    first = (dt.date.fromisoformat(date) - dt.timedelta(days=days)).isoformat()
-    try:
-        folders = fs.ls(root, detail=False)
-    except FileNotFoundError:
+def read_history(warehouse: str, date: str, days: int = HISTORY_DAYS,
+                 warn: Callable[[str], None] | None = None) -> dict[str, list[tuple[str, str, dict]]]:
+    """job -> [(day, fingerprint, {metric: value})] of the `days` days before `date`, oldest first,
+    from the committed job_history (three columns of those days' files). A file that cannot be
+    read (damaged, a column of another type) is skipped and named to `warn`: a night never dies
+    of its history."""
+    catalog = catalogs.open_catalog(warehouse)
+    table = catalogs.load(catalog, JOB_HISTORY.name) if catalog is not None else None
+    if table is None:
         return {}
-    wanted = sorted(day for day in (f.rstrip("/").rsplit("date=", 1)[-1] for f in folders if "date=" in f)
-                    if first <= day < date)
+    first = (dt.date.fromisoformat(date) - dt.timedelta(days=days)).isoformat()
+    wanted = [f for f in snapshots.data_files(table) if f.date and first <= f.date < date]
+    schema = snapshots.arrow_schema(table)
     out: dict[str, list[tuple[str, str, dict]]] = {}
-    for day in wanted:
-        path = f"{root.rstrip('/')}/date={day}/{PART}"
-        if not fs.exists(path):
-            continue
-        with fs.open(path, "rb") as f:
-            table = pq.read_table(f, columns=HISTORY_COLUMNS)
-        for job_id, fp, values in _grouped(table):
+    for day in sorted({f.date for f in wanted}):
+        parts = []
+        for f in (f for f in wanted if f.date == day):
+            try:
+                parts.append(snapshots.read_files([f], schema, HISTORY_COLUMNS))
+            except Exception as exc:  # noqa: BLE001 - any damage of one file costs that file only
+                if warn:
+                    warn(f"job_history: {f.url}: cannot be read ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}); its day is compared without it")
+        for job_id, fp, values in _grouped(pa.concat_tables(parts)) if parts else []:
             out.setdefault(job_id, []).append((day, fp, values))
     return out
 
 
 def _grouped(table: pa.Table):
-    """(job, fingerprint, {metric: value}) per job of one day's part."""
+    """(job, fingerprint, {metric: value}) per job of one day's rows; a job or metric left null
+    by a damaged file is no figure."""
     columns = table.to_pydict()
     jobs: dict[str, tuple[str, dict]] = {}
     for job_id, fp, metric, value in zip(columns["job_id"], columns["fingerprint"], columns["metric"],
                                          columns["value"]):
-        jobs.setdefault(job_id, (fp, {}))[1][metric] = value
+        if job_id is not None and metric is not None and isinstance(value, float):
+            jobs.setdefault(job_id, (fp, {}))[1][metric] = value
     return [(job_id, fp, values) for job_id, (fp, values) in jobs.items()]
 
 
@@ -114,9 +106,9 @@ def regression_rows(today: Sequence[dict], history: Mapping[str, list[tuple[str,
     return rows
 
 
-def memory_tables(day_tables: Mapping[str, pa.Table], fingerprints: Mapping[str, str], kernels: list[dict],
-                  reference: str, history: Mapping[str, list], run_id: str) -> dict[str, pa.Table]:
-    """The night's job_history, kernels and regressions tables."""
-    today = history_rows(day_tables, fingerprints, reference, run_id)
-    return {"job_history": JOB_HISTORY.from_rows(today), "kernels": KERNELS.from_rows(kernels),
+def memory_tables(figures_by_job: Mapping[str, dict[str, float]], fingerprints: Mapping[str, str],
+                  sims: Mapping[str, dict], history: Mapping[str, list], run_id: str) -> dict[str, pa.Table]:
+    """The night's job_history and regressions tables."""
+    today = history_rows(figures_by_job, fingerprints, sims, run_id)
+    return {"job_history": JOB_HISTORY.from_rows(today),
             "regressions": REGRESSIONS.from_rows(regression_rows(today, history, run_id))}

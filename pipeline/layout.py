@@ -3,7 +3,7 @@
 SOURCE/<YYYY-MM-DD>/<job_id>/...                      a day's drop
 WAREHOUSE/traces/date=<d>/job=<id>/<id>.<R>.et       converted, one per rank
 WAREHOUSE/.staging/traces/date=<d>/job=<id>-<run>/   a job's outputs until the whole job succeeded
-WAREHOUSE/tables/<table>/date=<d>/part-0.parquet     one file per table and day
+WAREHOUSE/tables/<table>/                            an Iceberg table (chakra_core/warehouse/): metadata/, data/date=<d>/
 WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet   an ad hoc sweep (docs/sweeps.md)
 """
 
@@ -20,13 +20,10 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import fsspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from chakra_core.literal import files_below, move_file, remove_tree
 
 T = TypeVar("T")
-PART = "part-0.parquet"  # each table and day is ONE Parquet object (pipeline/tables.py)
 RETRY_DELAYS = (1, 4, 10)  # seconds: an endpoint that is down for a moment, then back
 # Not transient: retrying cannot help, and the caller says what they mean (e.g. no drop that day).
 PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError)
@@ -242,22 +239,6 @@ def publish(staging: str, final: str) -> None:
     fs.makedirs(target, exist_ok=True)
     for path in files_below(fs, source):
         move_file(fs, path, f"{target}/{path[len(source.rstrip('/')) + 1:]}")
-
-
-def table_dir(warehouse: str, table: str, date: str) -> str:
-    """tables/<table>/date=<d> (an ad hoc sweep's parts: sweep_table_dir)."""
-    return join(warehouse, "tables", table, f"date={date}")
-
-
-def table_part(warehouse: str, table: str, date: str) -> str:
-    """The one Parquet object of a table and day (pipeline/tables.py writes it)."""
-    return join(table_dir(warehouse, table, date), PART)
-
-
-def read_day(warehouse: str, table: str, date: str) -> pa.Table:
-    fs, path = filesystem(table_part(warehouse, table, date))
-    with fs.open(path, "rb") as f:
-        return pq.read_table(f)
 
 
 def sweep_table_dir(warehouse: str, name: str, date: str | None = None) -> str:

@@ -6,11 +6,15 @@ otherwise fail every task minutes later, each with its traceback, leaving partia
 - Object storage (`s3://...`) that cannot be reached or read with the credentials of the
   environment: one cheap call on the bucket, on the driver and on every node of the cluster
   (tasks read storage themselves, with their node's credentials).
+- A warehouse whose Iceberg catalog cannot be opened (on object storage, none set), which the
+  night would find only at its commit.
 """
 
 from __future__ import annotations
 
 import fsspec
+
+from chakra_core.warehouse.catalog import CatalogError, open_catalog
 
 
 class PreflightError(Exception):
@@ -45,6 +49,10 @@ def check(source: str, warehouse: str) -> None:
         problem = probe(url) or _probe_on_nodes(url, nodes)
         if problem:
             raise PreflightError(f"preflight: {role} {url} cannot be reached: {problem}")
+    try:
+        open_catalog(warehouse, create=True)
+    except CatalogError as e:
+        raise PreflightError(f"preflight: {e}") from None
 
 
 def _probe_on_nodes(url: str, nodes: list[dict]) -> str | None:

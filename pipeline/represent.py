@@ -1,6 +1,7 @@
 """The day's representative jobs: `chakra_core.analysis.select` over the warehouse's own rows.
 
-Selection needs each job's per-rank statistics (the day's `traces` rows) and one simulation
+Selection needs each job's statistics (its `traces` rows merged into one: select.merged_rank_rows,
+computed where the job converted) and one simulation
 on the reference system (`chakra_core.sim.reference`): the sweep's `native-ring` rows are
 exactly that when the sweep has such an entry, else the jobs are simulated on the reference
 system here (Ray tasks). A job without a successful reference simulation cannot be placed;
@@ -12,7 +13,7 @@ same on each row, so that one row answers "how far can these representatives be 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections.abc import Mapping
 
 import pyarrow as pa
 
@@ -38,19 +39,18 @@ REPRESENTATIVES = TableSchema("representatives", (
     column("k", pa.int32(), nullable=True), column("status", pa.string()), column("run_id", pa.string())))
 
 
-def job_summaries(traces: pa.Table, reference_rows: list[dict]) -> tuple[list[JobSummary], dict[str, str]]:
-    """Summaries of the jobs with an `ok` reference simulation; the others with the reason."""
-    ranks: dict[str, list[dict]] = defaultdict(list)
-    for row in sorted(traces.to_pylist(), key=lambda r: (r["job_id"], r["rank"])):
-        ranks[row["job_id"]].append(row)
+def job_summaries(jobs: Mapping[str, tuple[int, dict]], reference_rows: list[dict]
+                  ) -> tuple[list[JobSummary], dict[str, str]]:
+    """Summaries of the jobs (job -> (ranks, select.merged_rank_rows of its traces rows)) with
+    an `ok` reference simulation; the others with the reason."""
     simulated = {row["job_id"]: row for row in reference_rows}
     summaries, unplaced = [], {}
-    for job_id, rows in sorted(ranks.items()):
+    for job_id, (ranks, row) in sorted(jobs.items()):
         sim = simulated.get(job_id)
         if sim is None or sim["status"] != "ok":
             unplaced[job_id] = f"not selected: no reference simulation ({sim['error'] if sim else 'not run'})"
             continue
-        summaries.append(JobSummary(job_id, len(rows), rows, sim["finish_ns"], sim["max_compute_ns"],
+        summaries.append(JobSummary(job_id, ranks, [row], sim["finish_ns"], sim["max_compute_ns"],
                                     sim["max_exposed_comm_ns"]))
     return summaries, unplaced
 
@@ -69,9 +69,10 @@ def _selected_rows(selection: Selection, summaries: list[JobSummary], run_id: st
             for job in selection.jobs]
 
 
-def representatives_table(traces: pa.Table, reference_rows: list[dict], k: int, run_id: str) -> pa.Table:
-    """One `representatives` row per job of the day (columns: docs/pipeline.md)."""
-    summaries, unplaced = job_summaries(traces, reference_rows)
+def representatives_table(jobs: Mapping[str, tuple[int, dict]], reference_rows: list[dict], k: int,
+                          run_id: str) -> pa.Table:
+    """One `representatives` row per converted job of the day (columns: docs/pipeline.md)."""
+    summaries, unplaced = job_summaries(jobs, reference_rows)
     rows = [{"job_id": job_id, "status": reason, "run_id": run_id} for job_id, reason in unplaced.items()]
     if summaries:
         try:

@@ -1,12 +1,17 @@
 """A day of work on Ray: every job converted and summarised, every converted job simulated on
-every system of the sweep. Tasks read and write object storage themselves and return rows
-(small), so traces never pass through the driver. The day runs in named stages (`run_day`'s
-`stage`), which the nightly flow shows as Prefect tasks; the Ray plumbing is pipeline/cluster.py.
+every system of the sweep. Tasks read object storage and write their rows as the night's table
+files themselves, returning a job's digest (pipeline/job_digest.py), so neither traces nor a
+job's rows pass through the driver: what it holds grows with the jobs of the day, a few KB
+each, not with their ranks or nodes. The tables the driver makes itself (simulations, history,
+representatives, synthesis) have a row or a few per job. The day runs in named stages
+(`run_day`'s `stage`), which the nightly flow shows as Prefect tasks; the Ray plumbing is
+pipeline/cluster.py; flows/nightly.py commits the files (pipeline/tables.py: commit_night).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,13 +25,15 @@ from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.drop import list_day
 from pipeline.history import memory_tables, read_history
 from pipeline.ingest import InputFile, JobInput
-from pipeline.jobs import JobOutcome, process_job
+from pipeline.job_digest import JobDigest, digest
+from pipeline.jobs import process_job
 from pipeline.layout import StorageError, remove, retried, staging_day
 from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep_point import SweepPoint
 from pipeline.simulation import reference_point, simulate_row
 from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
-from pipeline.tables import SCHEMAS, empty, from_rows
+from pipeline.night import night_table
+from pipeline.tables import from_rows, write_rows
 
 FAULT_KILL_ONCE = "CHAKRA_FAULT_KILL_WORKER_ONCE"  # test hook: a marker file path (see tests)
 DRAIN_EVERY_S = 1.0  # while jobs convert a task per rank, their progress lines are logged this often
@@ -36,11 +43,14 @@ DRAIN_EVERY_S = 1.0  # while jobs convert a task per rank, their progress lines 
 class DayResult:
     date: str
     run_id: str
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # the small tables the driver makes
+    files: dict[str, list[str]] = field(default_factory=dict)  # table -> the night's data files, not yet committed
     jobs: int = 0
     jobs_converted: int = 0
     ranks: int = 0
     nodes: int = 0
+    files_processed: int = 0
+    rejected_files: int = 0
     jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/bigjobs.py)
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
@@ -55,15 +65,17 @@ class DayResult:
 
 
 def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
-                    per_rank_bytes: int, log: ProgressLog | None) -> tuple[JobOutcome, str]:
-    """The job's outcome, and the node that ran it (on a cluster, the summary says where work went)."""
+                    per_rank_bytes: int, log: ProgressLog | None) -> tuple[JobDigest, str]:
+    """The job processed and its rows written as table files: its digest, and the node that ran
+    it (on a cluster, the summary says where work went)."""
     import ray
 
     marker = os.environ.get(FAULT_KILL_ONCE)
     if marker and not os.path.exists(marker):  # fault injection for the retry test: die once
         open(marker, "w").close()
         os._exit(1)
-    return process_job(job, date, warehouse, run_id, per_rank_bytes, log), ray.get_runtime_context().get_node_id()
+    outcome = process_job(job, date, warehouse, run_id, per_rank_bytes, log)
+    return digest(outcome, warehouse, date, run_id), ray.get_runtime_context().get_node_id()
 
 
 def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
@@ -71,7 +83,8 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             representatives: int = DEFAULT_REPRESENTATIVES,
             synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct,
             per_rank_bytes: int = PER_RANK_BYTES, log: Callable[[str], None] | None = None) -> DayResult:
-    """Everything for one day, as tables (not yet written), in named stages: `stage(name, step,
+    """Everything for one day, as data files of its tables (not yet committed: the nightly flow
+    commits them), in named stages: `stage(name, step,
     counts)` runs each step and says what it did with counts(result). per_rank_bytes: a PyTorch
     job whose largest rank reads this much converts a Ray task per rank (pipeline/bigjobs.py);
     `log` gets the lines of their progress (ProgressLog) while the conversions run."""
@@ -95,21 +108,27 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     per_count = synthetic_jobs if result.jobs_converted else 0
     fitting = _start_fit(date, warehouse, per_count)
     sim_rows = stage("simulate (Ray)", sims.finish, lambda rows: simulation_counts(rows, sims.after_conversion))
-    result.tables = _tables(loose, outcomes, sim_rows, result.run_id)
+    converted = [d for _, d in outcomes if d.prefix]
+    reference_rows = [r for r in sim_rows if r["system"] == reference.name]
+    result.tables = {"rejects": from_rows("rejects", _loose_rejects(loose, result.run_id)),
+                     "sim_results": from_rows("sim_results", sim_rows)}
+    result.rejected_files += len(loose)
     result.tables.update(stage(
-        "compare with history", lambda: _remember(result, outcomes, reference.name, warehouse),
+        "compare with history", lambda: _remember(result, converted, reference_rows, warehouse, log),
         lambda memory: f"{memory['regressions'].num_rows} flagged change(s) in "
                        f"{len(set(memory['regressions'].column('job_id').to_pylist()))} job(s)"))
     result.tables["representatives"] = stage(
         "select representatives", lambda: representatives_table(
-            result.tables["traces"], [r for r in sim_rows if r["system"] == reference.name], representatives,
-            result.run_id),
+            {d.job_id: (d.ranks, d.selection_row) for d in converted if d.selection_row}, reference_rows,
+            representatives, result.run_id),
         representatives_counts)
     synthetic, fidelity, result.training = stage(
         "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id, per_count, progress, fitting),
         lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
     result.tables["synthetic_traces"] = from_rows("synthetic_traces", synthetic)
     result.tables["fidelity"] = from_rows("fidelity", fidelity)
+    result.tables["nights"] = night_table(result, len(sim_rows))
+    _gather_files(result, outcomes, warehouse)
     return result
 
 
@@ -137,7 +156,7 @@ def _list(source: str, date: str, warehouse: str) -> tuple[list[JobInput], list[
 def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
              progress: Callable[[str, int, int], None] | None,
              sims: _Simulations, per_rank_bytes: int,
-             log: Callable[[str], None] | None) -> list[tuple[JobInput, JobOutcome]]:
+             log: Callable[[str], None] | None) -> list[tuple[JobInput, JobDigest]]:
     """A Ray task per job (hash, convert or validate, statistics, publish), declaring the memory
     its files need (pipeline/bigjobs.py); counts into result. Where jobs convert a task per
     rank, the lines their tasks put on a ProgressLog go to `log` as they come (every DRAIN_EVERY_S).
@@ -152,7 +171,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
     pending = {process.options(memory=capped(job_memory(job))).remote(job, date, warehouse, result.run_id,
                                                                       per_rank_bytes, lines): i
                for i, job in enumerate(jobs)}
-    outcomes: list[JobOutcome | None] = [None] * len(jobs)
+    outcomes: list[JobDigest | None] = [None] * len(jobs)
     try:
         while pending:  # wait for a conversion or a simulation
             ready, _ = ray.wait([*pending, *sims.pending], num_returns=1, timeout=DRAIN_EVERY_S if lines else None)
@@ -167,12 +186,14 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
             outcome, node = _result(ready[0])
             result.ray_nodes.add(node)
             outcomes[i] = outcome
+            result.files_processed += outcome.files_processed
+            result.rejected_files += outcome.rejected_files
             if outcome.prefix:
                 sims.add(jobs[i].job_id, outcome)
                 result.jobs_converted += 1
                 result.jobs_by_rank += outcome.by_rank
                 result.ranks += outcome.ranks
-                result.nodes += sum(t["nodes"] for t in outcome.traces)
+                result.nodes += outcome.nodes
             if sims.waiting and len(pending) <= ray.cluster_resources().get("CPU", 0):  # no conversion waits
                 sims.release()
             if progress:
@@ -215,7 +236,7 @@ class _Simulations:
         self.submitted = 0
         self.after_conversion = 0  # rows collected by finish, after the last conversion returned
 
-    def add(self, job_id: str, outcome: JobOutcome) -> None:
+    def add(self, job_id: str, outcome: JobDigest) -> None:
         self.waiting += [(job_id, outcome.prefix, outcome.ranks, outcome.comm_groups, system) for system in self.systems]
 
     def release(self) -> None:
@@ -254,30 +275,31 @@ class _Simulations:
             ray.cancel(ref)
 
 
-def _tables(loose: list[InputFile], outcomes: list[tuple[JobInput, JobOutcome]], sim_rows: list[dict],
-            run_id: str) -> dict[str, pa.Table]:
-    rejects = [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": None if f.problem else sha256(f.url),
-                "stage": "ingest", "reason": f.problem or f"{f.name}: not inside a job folder", "run_id": run_id}
-               for f in loose]
-    collectives = [o.collectives for _, o in outcomes if o.collectives is not None]
-    return {
-        "ingest_log": from_rows("ingest_log", _mark_duplicates([r for _, o in outcomes for r in o.ingest])),
-        "rejects": from_rows("rejects", rejects + [r for _, o in outcomes for r in o.rejects]),
-        "traces": from_rows("traces", [r for _, o in outcomes for r in o.traces]),
-        "collectives": pa.concat_tables(collectives).cast(SCHEMAS["collectives"]) if collectives else empty("collectives"),
-        "sim_results": from_rows("sim_results", sim_rows),
-        "device_time": from_rows("device_time", [r for _, o in outcomes for r in o.device_time]),
-        "device_verdicts": from_rows("device_verdicts", [r for _, o in outcomes for r in o.device_verdicts]),
-    }
+def _loose_rejects(loose: list[InputFile], run_id: str) -> list[dict]:
+    return [{"job_id": None, "file": f.name, "bytes": f.bytes, "sha256": None if f.problem else sha256(f.url),
+             "stage": "ingest", "reason": f.problem or f"{f.name}: not inside a job folder", "run_id": run_id}
+            for f in loose]
 
 
-def _remember(result: DayResult, outcomes: list[tuple[JobInput, JobOutcome]], reference: str,
-              warehouse: str) -> dict[str, pa.Table]:
-    """The night's job_history, kernels and regressions (pipeline/history.py)."""
-    history = retried("reading the history of", warehouse, lambda: read_history(warehouse, result.date))
-    fingerprints = {o.job_id: o.fingerprint for _, o in outcomes if o.prefix and o.fingerprint}
-    return memory_tables(result.tables, fingerprints, [r for _, o in outcomes for r in o.kernels], reference,
-                         history, result.run_id)
+def _remember(result: DayResult, converted: list[JobDigest], reference_rows: list[dict], warehouse: str,
+              log: Callable[[str], None] | None) -> dict[str, pa.Table]:
+    """The night's job_history and regressions (pipeline/history.py)."""
+    warn = log or (lambda line: print(line, file=sys.stderr))
+    history = retried("reading the history of", warehouse, lambda: read_history(warehouse, result.date, warn=warn))
+    return memory_tables({d.job_id: d.figures for d in converted},
+                         {d.job_id: d.fingerprint for d in converted if d.fingerprint},
+                         {r["job_id"]: r for r in reference_rows}, history, result.run_id)
+
+
+def _gather_files(result: DayResult, outcomes: list[tuple[JobInput, JobDigest]], warehouse: str) -> None:
+    """Every data file of the night, table by table: the jobs' (their workers wrote them) and
+    the driver's own small tables, written here."""
+    for _, outcome in outcomes:
+        for table, urls in outcome.files.items():
+            result.files.setdefault(table, []).extend(urls)
+    for table, data in result.tables.items():
+        result.files.setdefault(table, []).extend(write_rows(warehouse, table, result.date,
+                                                             f"{result.run_id}-driver", data))
 
 
 def _start_fit(date: str, warehouse: str, per_count: int) -> Any:
@@ -311,17 +333,3 @@ def _synthesize(date: str, warehouse: str, run_id: str, per_count: int,
         if progress:
             progress("synthetic jobs (per NPU count)", done, len(pending))
     return synthetic, fidelity, training
-
-
-def _mark_duplicates(rows: list[dict]) -> list[dict]:
-    """A file whose content appeared earlier in the day (another job's identical copy) is
-    still processed with its job, and says which file it duplicates."""
-    first: dict[str, str] = {}
-    rows = sorted(rows, key=lambda r: (r["job_id"], r["file"]))
-    for row in rows:
-        if row["sha256"] in first:
-            row["duplicate_of"] = first[row["sha256"]]
-        else:
-            first[row["sha256"]] = row["file"]
-    return rows
-

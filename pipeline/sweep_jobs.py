@@ -28,7 +28,8 @@ from chakra_core.format.etfile import read_table
 from chakra_core.format.job import Job, groups_url, read_comm_groups
 from chakra_core.inputs import sha256
 from chakra_core.outputs import open_output
-from pipeline.layout import filesystem, join, read_day
+from chakra_core.warehouse.snapshots import SnapshotError, read_day
+from pipeline.layout import filesystem, join
 from pipeline.sweep_file import SweepError
 
 MADE = "_sweep_job.json"  # written last into a made job's folder: its files and hash
@@ -106,8 +107,10 @@ def day_jobs(warehouse: str, date: str) -> list[SweepJob]:
     """The jobs the nightly flow converted that day (its `traces` table)."""
     try:
         rows = read_day(warehouse, "traces", date).select(["job_id", "rank", "path"]).to_pylist()
-    except FileNotFoundError:
-        raise SweepError(f"--date {date}: no traces table for that day in {warehouse}") from None
+    except SnapshotError:
+        rows = []
+    if not rows:
+        raise SweepError(f"--date {date}: no traces for that day in {warehouse}")
     files: dict[str, dict[int, str]] = {}
     for row in rows:
         files.setdefault(row["job_id"], {})[row["rank"]] = row["path"]

@@ -6,6 +6,7 @@ import copy
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import fsspec
@@ -66,6 +67,10 @@ def s3_server():
         server.stop()
 
 
+# the Iceberg catalog of the warehouses the tests put on S3 (one database, a catalog per warehouse URL)
+S3_CATALOG = f"sqlite:///{tempfile.mkdtemp(prefix='chakra-test-catalog-')}/catalog.sqlite"
+
+
 def s3_env(endpoint: str) -> dict[str, str]:
     """Environment that points fsspec's s3:// at the endpoint, with fake credentials.
 
@@ -74,6 +79,7 @@ def s3_env(endpoint: str) -> dict[str, str]:
     """
     return {
         "FSSPEC_S3_ENDPOINT_URL": endpoint,
+        "CHAKRA_CATALOG_URI": S3_CATALOG,
         "FSSPEC_S3_KEY": S3_KEY,
         "FSSPEC_S3_SECRET": S3_SECRET,
         "AWS_ACCESS_KEY_ID": S3_KEY,

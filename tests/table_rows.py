@@ -15,3 +15,10 @@ def complete(table: str, row: dict) -> dict:
         return "" if pa.types.is_string(kind) else False if pa.types.is_boolean(kind) else 0
 
     return {**{c.name: empty(c.type) for c in tables.TABLES[table].columns if not c.nullable}, **row}
+
+
+def night_tables(day, warehouse: str) -> dict[str, pa.Table]:
+    """A run_day's night committed (as the nightly flow commits it), then every table of its day
+    read back: what a reader sees of the night."""
+    tables.commit_night(warehouse, day.date, day.files, day.run_id)
+    return {name: tables.read_day(warehouse, name, day.date) for name in tables.TABLES}

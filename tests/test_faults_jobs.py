@@ -14,6 +14,7 @@ from table_rows import complete
 from pipeline.drop import list_day
 from pipeline.ingest import plain_name
 from pipeline.jobs import process_job
+from chakra_core.analysis.select import merged_rank_rows
 from pipeline.represent import representatives_table
 from pipeline.run import representatives_counts, simulation_counts
 from pipeline.tables import from_rows
@@ -89,8 +90,9 @@ def _reference_rows(status: str) -> list[dict]:
 
 def test_a_job_without_a_reference_simulation_is_counted_not_summed():
     """The stage's count summed a column that is null for unplaced jobs (TypeError: int + NoneType)."""
-    traces = from_rows("traces", [complete("traces", {"job_id": "a", "rank": 0, "nodes": 3})])
-    table = representatives_table(traces, _reference_rows("not simulated"), 4, "r1")
+    row = merged_rank_rows([complete("traces", {"job_id": "a", "rank": 0, "nodes": 3, "comm_by_kind": "{}",
+                                                "compute_by_class": "{}"})])
+    table = representatives_table({"a": (1, row)}, _reference_rows("not simulated"), 4, "r1")
     row = table.to_pylist()[0]
     assert row["representative"] is None and row["status"].startswith("not selected: no reference simulation")
     assert representatives_counts(table) == "0 representatives of 1 jobs (1 not selected)"

@@ -188,16 +188,18 @@ def test_a_full_warehouse_ends_the_night_in_one_line_and_rejects_nothing(tmp_pat
     from pipeline.cluster import start_ray
     from test_pipeline import DATE as DAY, make_small_drop
 
+    from pyiceberg.catalog.sql import SqlCatalog
+
     make_small_drop(tmp_path / "source", DAY)
-    real_write, calls = tables.write_day, []
+    real_commit, calls = SqlCatalog.commit_table, []
 
-    def full(warehouse, table, date, data):
-        calls.append(table)
-        if table == "fidelity":
-            raise OSError(errno.ENOSPC, "No space left on device", f"{warehouse}/tables/fidelity")
-        return real_write(warehouse, table, date, data)
+    def full(catalog, table, requirements, updates):
+        calls.append(table.name()[-1])
+        if table.name()[-1] == "fidelity":
+            raise OSError(errno.ENOSPC, "No space left on device", "tables/fidelity/metadata")
+        return real_commit(catalog, table, requirements, updates)
 
-    monkeypatch.setattr(nightly_module.tables, "write_day", full)
+    monkeypatch.setattr(SqlCatalog, "commit_table", full)
     ray.shutdown()
     start_ray(num_cpus=2)
     try:
@@ -207,7 +209,9 @@ def test_a_full_warehouse_ends_the_night_in_one_line_and_rejects_nothing(tmp_pat
         ray.shutdown()
     message = str(info.value)
     assert calls.count("fidelity") == 1  # a full disk is not retried
-    assert "No space left on device [ENOSPC]" in message and f"{len(tables.TABLES) - 1} of {len(tables.TABLES)} tables written" in message
+    order = list(tables.TABLES)
+    assert "No space left on device [ENOSPC]" in message
+    assert f"{order.index('fidelity')} of {len(order)} tables committed" in message
     assert "no input was rejected" in message and "\n" not in message
     rejects = tables.read_day((tmp_path / "wh").as_uri(), "rejects", DAY).to_pylist()
     assert not any("space" in r["reason"] for r in rejects)

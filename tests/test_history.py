@@ -171,8 +171,7 @@ def three_nights(tmp_path_factory):
         for date, inject in days.items():
             _drop_day(source, date, inject)
             day = run_day(date, source.as_uri(), warehouse.as_uri(), load_sweep(str(sweep)), synthetic_jobs=0)
-            for name, data in day.tables.items():
-                tables.write_day(warehouse.as_uri(), name, date, data)
+            tables.commit_night(warehouse.as_uri(), date, day.files, day.run_id)
             nights[date] = day
     finally:
         ray.shutdown()
@@ -181,7 +180,9 @@ def three_nights(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_repeated_day_flags_nothing_and_the_injected_one_exactly_its_two_jobs(three_nights):
-    _, _, nights = three_nights
+    from pipeline import tables
+
+    warehouse, _, nights = three_nights
     assert nights["2026-11-23"].tables["regressions"].num_rows == 0
     assert nights["2026-11-24"].tables["regressions"].num_rows == 0
     flagged = nights["2026-11-25"].tables["regressions"].to_pylist()
@@ -193,7 +194,7 @@ def test_a_repeated_day_flags_nothing_and_the_injected_one_exactly_its_two_jobs(
     assert all(str(r["baseline_date"]) == "2026-11-24" and r["history_days"] == 2 for r in flagged)
     history = nights["2026-11-25"].tables["job_history"].to_pylist()
     assert {r["job_id"] for r in history} == {"gpu-gpt", "gen-dp-000-n8"}
-    kernels = nights["2026-11-25"].tables["kernels"].to_pylist()
+    kernels = tables.read_day(warehouse.as_uri(), "kernels", "2026-11-25").to_pylist()
     assert kernels and all(r["job_id"] == "gpu-gpt" and r["count"] > 0 for r in kernels)
 
 

@@ -13,7 +13,6 @@ import re
 import shutil
 from pathlib import Path
 
-import duckdb
 import fsspec
 import pyarrow.parquet as pq
 import pytest
@@ -25,6 +24,7 @@ from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
 from pipeline.run import FAULT_KILL_ONCE, run_day  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
+from table_rows import night_tables  # noqa: E402
 
 GLOO = Path(__file__).resolve().parents[1] / "datasets" / "pytorch-gloo"
 DATE = "2026-11-20"
@@ -56,8 +56,10 @@ def ray_local():
 
 
 def _count(warehouse: Path, table: str) -> int:
-    return duckdb.sql(f"SELECT count(*) FROM read_parquet('{warehouse}/tables/{table}/*/*.parquet',"
-                      " hive_partitioning=true)").fetchall()[0][0]
+    """The table's rows in the current snapshot."""
+    from chakra_core.warehouse.query import open_warehouse
+
+    return open_warehouse(str(warehouse))[0].execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
 def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
@@ -116,8 +118,14 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     # the second run found the same files already converted and reused the rank traces
     assert {r["status"] for r in tables.read_day(warehouse.as_uri(), "ingest_log", DATE).to_pylist()} == {"unchanged"}
     assert {t: _count(warehouse, t) for t in summary["tables"]} == counts  # replaced, not appended
-    files_on_disk = sorted(p.name for p in (warehouse / "tables" / "traces").rglob("*") if p.is_file())
-    assert files_on_disk == ["part-0.parquet"]
+    from chakra_core.warehouse.query import open_warehouse
+
+    committed = open_warehouse(str(warehouse))[1]  # each night's files compacted to one a table
+    assert all(len(committed[t]) <= 1 for t in summary["tables"]) and len(committed["traces"]) == 1
+    # the first night is still there to read, as it was
+    first = open_warehouse(str(warehouse), as_of=summary["run_id"])[0]
+    assert first.execute("SELECT count(*) FROM traces").fetchone()[0] == 4
+    assert first.execute("SELECT DISTINCT status FROM ingest_log").fetchall() == [("processed",)]
 
 
 def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, capsys):
@@ -127,8 +135,7 @@ def test_a_gpu_run_gives_device_rows_through_chakra_query(tmp_path, ray_local, c
     shutil.copytree(GLOO.parent / "gpu-h200" / "mlp_tiny", job)
     warehouse = tmp_path / "wh"
     day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri(), load_sweep()[:1], synthetic_jobs=0)
-    for name in ("device_time", "device_verdicts"):
-        tables.write_day(warehouse.as_uri(), name, DATE, day.tables[name])
+    tables.commit_night(warehouse.as_uri(), DATE, day.files, day.run_id)
     sql = ("SELECT variant, sum(ns)::BIGINT ns FROM device_time WHERE job_id = 'gpu-tiny' GROUP BY variant ORDER BY variant;"
            " SELECT variant, bound FROM device_verdicts ORDER BY variant")
     assert main(["query", "--warehouse", str(warehouse), "--json", sql.split(";")[0]]) == 0
@@ -148,9 +155,10 @@ def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ra
     files = {str(p.relative_to(day_folder)) for p in day_folder.rglob("*") if p.is_file()}
     warehouse = tmp_path / "wh"
     day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri(), load_sweep()[:1], synthetic_jobs=0)
-    ingest, rejects = day.tables["ingest_log"].to_pylist(), day.tables["rejects"].to_pylist()
+    night = night_tables(day, warehouse.as_uri())
+    ingest, rejects = night["ingest_log"].to_pylist(), night["rejects"].to_pylist()
     assert sorted(r["file"] for r in ingest + rejects) == sorted(files)  # every file once
-    traces = day.tables["traces"].to_pylist()
+    traces = night["traces"].to_pylist()
     assert {r["job_id"]: r["source_format"] for r in traces} == {"mlp": "pytorch_et", "coll": "pytorch_et",
                                                                  "jax-dp": "jax_profile"}
     assert sum(r["job_id"] == "jax-dp" for r in traces) == 4
@@ -160,7 +168,7 @@ def test_a_jax_job_converts_beside_pytorch_jobs_in_the_nightly_flow(tmp_path, ra
     assert one_time == {"mlp": 2 * 18, "coll": 0, "jax-dp": 0}
     sims = day.tables["sim_results"].to_pylist()
     assert {r["job_id"] for r in sims if r["status"] == "ok"} == {"mlp", "coll", "jax-dp"}
-    families = {r["family"] for r in day.tables["device_time"].to_pylist() if r["job_id"] == "jax-dp"}
+    families = {r["family"] for r in night["device_time"].to_pylist() if r["job_id"] == "jax-dp"}
     assert {"gemm", "fusion", "communication"} <= families
 
 
@@ -202,12 +210,14 @@ def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_loc
             assert len(started) == len(ended) == 1 and read, mine
             assert mine.index(started[0]) < mine.index(read[0]) < mine.index(ended[0])
 
-    def rows(day, name):
+    nights = {threshold: night_tables(day, (tmp_path / f"wh{threshold}").as_uri()) for threshold, day in days.items()}
+
+    def rows(night, name):
         return sorted((json.dumps({k: v for k, v in r.items() if k not in ("run_id", "path")}, sort_keys=True,
-                                  default=str) for r in day.tables[name].to_pylist()))
+                                  default=str) for r in night[name].to_pylist()))
     for name in ("ingest_log", "rejects", "traces", "collectives", "sim_results", "device_time", "device_verdicts",
                  "job_history", "kernels"):
-        assert rows(days[1], name) == rows(days[None], name), name
+        assert rows(nights[1], name) == rows(nights[None], name), name
 
 
 def test_the_nightly_logs_how_far_jobs_converted_a_task_per_rank_got(tmp_path, ray_local, caplog):
@@ -250,7 +260,7 @@ def test_a_killed_worker_is_retried_and_the_day_completes(tmp_path, ray_local):
         ray.shutdown()
         start_ray(num_cpus=2)
     assert marker.exists()  # a worker did die
-    assert day.jobs_converted == 2 and day.tables["traces"].num_rows == 4
+    assert day.jobs_converted == 2 and day.ranks == 4 and len(day.files["traces"]) == 2
     assert day.tables["sim_results"].num_rows == 2
 
 
@@ -258,40 +268,41 @@ def test_a_transient_storage_error_is_retried(tmp_path, ray_local, monkeypatch):
     from flows import nightly as nightly_module
 
     make_small_drop(tmp_path / "source")
-    real_write, failures = tables.write_day, []
+    real_commit, failures = tables.commit_night, []
 
-    def flaky_write(warehouse, table, date, data):
-        if table == "traces" and not failures:
-            failures.append(table)
+    def flaky_commit(warehouse, date, files, run_id):
+        if not failures:
+            failures.append(date)
             raise ConnectionResetError("connection reset by peer (injected)")
-        return real_write(warehouse, table, date, data)
+        return real_commit(warehouse, date, files, run_id)
 
-    monkeypatch.setattr(nightly_module.tables, "write_day", flaky_write)
-    monkeypatch.setattr(nightly_module.write_table, "retry_delay_seconds", [0])
+    monkeypatch.setattr(nightly_module.tables, "commit_night", flaky_commit)
+    monkeypatch.setattr(nightly_module.commit_tables, "retry_delay_seconds", [0])
     summary = nightly_module.nightly(DATE, (tmp_path / "source").as_uri(), (tmp_path / "wh").as_uri())
-    assert failures == ["traces"]
+    assert failures == [DATE]
     assert tables.read_day((tmp_path / "wh").as_uri(), "traces", DATE).num_rows == summary["ranks"] == 4
 
 
-def test_an_interrupted_write_leaves_the_previous_day_intact(tmp_path, monkeypatch):
+def test_an_interrupted_commit_leaves_the_previous_day_intact(tmp_path, monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+
     warehouse = (tmp_path / "wh").as_uri()
     first = tables.from_rows("rejects", [{"job_id": "a", "file": "a/x", "bytes": 1, "sha256": "0", "stage": "ingest",
                                           "reason": "r", "run_id": "1"}])
     tables.write_day(warehouse, "rejects", DATE, first)
-    import fsspec.implementations.local as local
 
     def interrupted(self, *args, **kwargs):
-        raise KeyboardInterrupt("killed while replacing the table")
+        raise KeyboardInterrupt("killed while committing the table")
 
-    monkeypatch.setattr(local.LocalFileSystem, "mv", interrupted)
+    monkeypatch.setattr(SqlCatalog, "commit_table", interrupted)
     second = tables.from_rows("rejects", [])
     with pytest.raises(KeyboardInterrupt):
         tables.write_day(warehouse, "rejects", DATE, second)
     monkeypatch.undo()
     assert tables.read_day(warehouse, "rejects", DATE).to_pylist() == first.to_pylist()
-    day_dir = tmp_path / "wh" / "tables" / "rejects" / f"date={DATE}"
-    assert [p.name for p in day_dir.iterdir()] == ["part-0.parquet"]  # the temporary was removed
-    assert pq.read_table(day_dir / "part-0.parquet").num_rows == 1
+    day_dir = tmp_path / "wh" / "tables" / "rejects" / "data" / f"date={DATE}"
+    assert len(list(day_dir.iterdir())) == 1  # no temporary left; the file a commit would name
+    assert pq.read_table(next(day_dir.iterdir())).num_rows == 1
 
 
 def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
@@ -300,7 +311,7 @@ def test_an_ad_hoc_sweep_over_a_processed_day(tmp_path, ray_local):
     make_small_drop(tmp_path / "source")
     warehouse = (tmp_path / "wh").as_uri()
     day = run_day(DATE, (tmp_path / "source").as_uri(), warehouse, load_sweep()[:1], synthetic_jobs=0)
-    tables.write_day(warehouse, "traces", DATE, day.tables["traces"])
+    tables.commit_night(warehouse, DATE, day.files, day.run_id)
     sweep_file = tmp_path / "mine.yaml"
     sweep_file.write_text("systems:\n  - {name: fc-native, network: native-ring, system: %s}\n"
                           % (Path(__file__).resolve().parents[1] / "pipeline" / "sweeps" / "ring_system.json"))
@@ -332,7 +343,8 @@ def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path
     assert "2 of 3 jobs converted" in stages[1][1] and "4 of their simulations started meanwhile" in stages[1][1]
     assert stages[2][1].startswith("4 simulations, ") and "finished in this stage" in stages[2][1]
     assert stages[3][1] == "0 flagged change(s) in 0 job(s)"  # a first night: nothing to compare with
-    assert [r["job_id"] for r in day.tables["traces"].to_pylist()] == ["coll", "coll", "mlp", "mlp"]  # job order
+    traces = night_tables(day, (tmp_path / "wh").as_uri())["traces"]
+    assert [r["job_id"] for r in traces.to_pylist()] == ["coll", "coll", "mlp", "mlp"]  # job order
     chosen = day.tables["representatives"].to_pylist()
     assert [r["k"] for r in chosen] == [1, 1] and sum(r["representative"] for r in chosen) == 1
     assert all((r["weight"] > 0) == r["representative"] and r["coverage"] == pytest.approx(1 - r["estimate_error"])

@@ -28,7 +28,7 @@ def _fill(warehouse: str) -> None:
          "run_id": "0a1b2c"}]))
     PartWriter(sweep_folder(warehouse, "bw", "2026-01-02"), SCHEMAS["sweep_results"], "0a1b2c").write(
         [_sim_row("a", "Ring", 16, 5)])
-    write_day(warehouse, "traces", "2026-01-02", from_rows("traces", []))  # an empty day is still a table
+    write_day(warehouse, "traces", "2026-01-02", from_rows("traces", []))  # an empty day: a table with no file
 
 
 def _query(capsys, *argv) -> tuple[int, str, str]:
@@ -51,7 +51,9 @@ def test_views_have_partition_columns_and_every_form(tmp_path, capsys):
     code, out, _ = _query(capsys, "--warehouse", warehouse)  # no SQL: the tables, days and rows
     listed = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:-1]}
     assert listed == {"rejects": ["1", "1", "1"], "sim_results": ["2", "3", "2"], "sweep_results": ["1", "1", "1"],
-                      "traces": ["1", "0", "1"]}
+                      "traces": ["0", "0", "0"]}
+    code, out, _ = _query(capsys, "--warehouse", warehouse, "--json", "SELECT count(*) n FROM traces")
+    assert code == 0 and json.loads(out) == [{"n": 0}]  # with every column, none of it stored
 
 
 def test_piped_output_keeps_every_value_whole(tmp_path):
@@ -124,12 +126,59 @@ def test_the_full_engine_is_an_explicit_opt_out(tmp_path, capsys):
 def test_a_file_that_is_not_parquet_is_left_out_with_a_warning(tmp_path, capsys):
     warehouse = tmp_path / "wh"
     _fill(str(warehouse))
-    day = warehouse / "tables" / "sim_results" / "date=2026-01-01"
-    (day / "part-9.parquet").write_text("not parquet")
-    os.mkfifo(day / "part-fifo.parquet")
+    damaged = []
+    for day in ("2026-01-03", "2026-01-04"):  # two more committed days, their files then damaged
+        write_day(str(warehouse), "sim_results", day, from_rows("sim_results", [_sim_row("c", "Ring", 8, 7)]))
+        damaged += (warehouse / "tables" / "sim_results" / "data" / f"date={day}").glob("*.parquet")
+    damaged[0].write_text("not parquet")
+    damaged[1].unlink()
+    os.mkfifo(damaged[1])
     code, out, err = _query(capsys, "--warehouse", str(warehouse), "--json", "SELECT count(*) n FROM sim_results")
     assert code == 0 and json.loads(out) == [{"n": 3}]
-    assert "part-9.parquet: not a Parquet file" in err and "part-fifo.parquet: is a FIFO" in err
+    assert f"{damaged[0].name}: not a Parquet file" in err and f"{damaged[1].name}: is a FIFO" in err
+
+
+def test_snapshots_re_runs_as_of_and_columns_added_later(tmp_path, capsys):
+    """A re-run replaces its day and nothing else; the earlier state reads with --as-of (a time or
+    the night's run id); a column the table gains later reads as null on older days."""
+    import datetime as dt
+    import time
+
+    import pyarrow as pa
+
+    from chakra_core.warehouse import catalog, commit, parts, snapshots
+
+    warehouse = str(tmp_path / "wh")
+    _fill(warehouse)
+    time.sleep(0.01)
+    before = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    time.sleep(0.01)
+    write_day(warehouse, "sim_results", "2026-01-01", from_rows("sim_results", [_sim_row("z", "Ring", 8, 9)]))
+    count = "SELECT date::VARCHAR d, count(*) n FROM sim_results GROUP BY d ORDER BY d"
+    code, out, _ = _query(capsys, "--warehouse", warehouse, "--json", count)
+    assert json.loads(out) == [{"d": "2026-01-01", "n": 1}, {"d": "2026-01-02", "n": 1}]
+    code, out, _ = _query(capsys, "--warehouse", warehouse, "--json", "--as-of", before, count)
+    assert json.loads(out) == [{"d": "2026-01-01", "n": 2}, {"d": "2026-01-02", "n": 1}]
+    code, _, err = _query(capsys, "--warehouse", warehouse, "--as-of", "abcdef123456", count)
+    assert code == 2 and err.count("\n") == 1 and "no night with that run id" in err
+    # a column declared later: the table evolves, the older days read it as null
+    wider = SCHEMAS["rejects"].append(pa.field("severity", pa.int32()))
+    url = parts.write_part(warehouse, "rejects", "2026-01-05", "r1", pa.table({
+        **{name: [None] for name in wider.names}, "job_id": ["y"], "file": ["y/f"], "bytes": [1], "stage": ["s"],
+        "reason": ["r"], "run_id": ["aaaaaa"], "severity": [3]}), wider)
+    commit.commit_day(warehouse, "2026-01-05", {"rejects": [url]}, {"rejects": wider}, "bbbbbbbbbbbb")
+    code, out, _ = _query(capsys, "--warehouse", warehouse, "--json",
+                          "SELECT job_id, severity FROM rejects ORDER BY job_id")
+    assert json.loads(out) == [{"job_id": "x", "severity": None}, {"job_id": "y", "severity": 3}]
+    code, out, _ = _query(capsys, "--warehouse", warehouse, "--json", "--as-of", "bbbbbbbbbbbb",
+                          "SELECT count(*) n FROM rejects")
+    assert json.loads(out) == [{"n": 2}]
+    # the metadata alone (pyiceberg, no code of this project's) says the same
+    from pyiceberg.table import StaticTable
+
+    iceberg = catalog.load(catalog.open_catalog(warehouse), "sim_results")
+    assert StaticTable.from_metadata(iceberg.metadata_location).scan().to_arrow().num_rows == 2
+    assert snapshots.read_day(warehouse, "sim_results", "2026-01-01").column("job_id").to_pylist() == ["z"]
 
 
 @pytest.mark.usefixtures("s3")

@@ -160,7 +160,9 @@ def test_nightly_runs_on_both_nodes(cluster, s3, tmp_path):
     assert summary["jobs_converted"] == 4 and summary["rejects"] == 0
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert set(summary["ray_nodes"]) == alive and len(alive) == 2  # job tasks ran on both nodes
-    assert s3.exists(f"cluster-warehouse/wh/tables/traces/date={DATE}/part-0.parquet")
+    from pipeline import tables
+
+    assert tables.read_day("s3://cluster-warehouse/wh", "traces", DATE).num_rows == summary["ranks"]
 
 
 def test_a_local_folder_is_refused_on_a_cluster(cluster, tmp_path):

@@ -191,7 +191,7 @@ def test_a_grid_sweep_gives_a_row_per_job_and_point_and_a_rerun_adds_nothing(tmp
     assert _main(*argv) == 0  # the re-run finds every point done
     assert "0 simulations (0 ok), 36 already done" in capsys.readouterr().out
     assert sorted(p.name for p in (warehouse / "tables" / "sweep_results" / "sweep=bw").iterdir()) == parts
-    from chakra_core.analysis.warehouse import open_warehouse, run_query
+    from chakra_core.warehouse.query import open_warehouse, run_query
 
     con, _, _ = open_warehouse(str(warehouse))  # `chakra query` sees the parameter columns
     grouped = run_query(con, "SELECT topology_0, bandwidth_0, count(*) n FROM sweep_results GROUP BY ALL").to_pylist()

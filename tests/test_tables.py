@@ -12,6 +12,8 @@ import pyarrow as pa
 import pytest
 from datapaths import GLOO, GPU_H200, REPO
 
+from chakra_core.analysis.history import figures
+from chakra_core.analysis.select import merged_rank_rows
 from chakra_core.table_schema import TableRowError, TableSchema, column
 from pipeline import history, jobs, tables
 from pipeline.drop import list_day
@@ -104,12 +106,10 @@ def test_simulations_history_and_representatives_have_their_tables_columns(day):
     reference = reference_point(load_sweep())
     sims = [simulate_row(o.job_id, o.prefix, o.ranks, o.comm_groups, reference) for o in converted]
     _exact("sim_results", sims)
-    day_tables = {"traces": tables.from_rows("traces", [r for o in converted for r in o.traces]),
-                  "collectives": pa.concat_tables([o.collectives for o in converted if o.collectives is not None]),
-                  "sim_results": tables.from_rows("sim_results", sims),
-                  **{name: tables.from_rows(name, [r for o in converted for r in getattr(o, name)])
-                     for name in ("device_time", "device_verdicts")}}
-    today = history.history_rows(day_tables, {o.job_id: o.fingerprint for o in converted}, reference.name, "run")
+    job_figures = {o.job_id: figures(o.traces, o.collectives, o.device_time, o.device_verdicts, None)
+                   for o in converted}
+    today = history.history_rows(job_figures, {o.job_id: o.fingerprint for o in converted},
+                                 {r["job_id"]: r for r in sims}, "run")
     _exact("job_history", today)
     earlier = {row["job_id"]: [("2026-11-25", "another program", {})] for row in today}
     earlier[converted[0].job_id] = [("2026-11-25", converted[0].fingerprint,
@@ -119,5 +119,6 @@ def test_simulations_history_and_representatives_have_their_tables_columns(day):
     assert {r["kind"] for r in flagged} >= {"changed", "improvement"}
     tables.from_rows("regressions", flagged)
     assert set(flagged[-1]) == set(tables.TABLES["regressions"].names)
-    chosen = representatives_table(day_tables["traces"], sims, 2, "run")
+    chosen = representatives_table({o.job_id: (o.ranks, merged_rank_rows(o.traces)) for o in converted}, sims, 2,
+                                   "run")
     assert chosen.schema.equals(tables.SCHEMAS["representatives"]) and chosen.num_rows == len(converted)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from chakra_core.analysis.warehouse import WarehouseError, open_warehouse, run_query
+from chakra_core.warehouse.query import WarehouseError, open_warehouse, run_query
 
 HISTORY_WINDOW_DAYS = 90  # the trends show this many days up to the day
 
@@ -122,10 +122,12 @@ def latest_day(files_by_table: dict) -> str:
 
 
 def _days(files_by_table: dict) -> set[str]:
-    """The days the nightly wrote (a traces part each, empty days included), by their folders."""
-    days = {part[5:] for f in files_by_table.get("traces", []) for part in f.split("/") if part.startswith("date=")}
+    """The days the nightly committed: its `nights` rows (days of no job included), by their
+    files' folders; a warehouse older than that table, by its `traces` folders."""
+    table = "nights" if files_by_table.get("nights") else "traces"
+    days = {part[5:] for f in files_by_table.get(table, []) for part in f.split("/") if part.startswith("date=")}
     if not days:
-        raise WarehouseError("the warehouse has no traces table: no day to report")
+        raise WarehouseError("the warehouse has no night: no day to report")
     return days
 
 

@@ -73,9 +73,17 @@ def figures(traces: list[dict], collectives: pa.Table | None, device_time: list[
                 out[key] = out.get(key, 0.0) + micros * 1000 / len(traces)
     out.update(_communication(collectives))
     out.update(_device(device_time, device_verdicts))
-    if sim and sim.get("status") == "ok":
-        out["sim_finish_ns"] = sim["finish_ns"]
-        out.update({metric: sim[column] for column, metric in SIM_PARTS.items() if sim.get(column) is not None})
+    return {k: float(v) for k, v in out.items() if v is not None} | simulated_figures(sim)
+
+
+def simulated_figures(sim: Mapping | None) -> dict[str, float]:
+    """The figures of a job's `sim_results` row on the reference system (none when it did not
+    simulate): apart from the rest, as a night computes them where the job converted, before
+    its simulation."""
+    if not sim or sim.get("status") != "ok":
+        return {}
+    out = {"sim_finish_ns": sim["finish_ns"],
+           **{metric: sim[column] for column, metric in SIM_PARTS.items() if sim.get(column) is not None}}
     return {k: float(v) for k, v in out.items() if v is not None}
 
 

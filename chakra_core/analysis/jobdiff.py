@@ -74,7 +74,7 @@ def simulated(result) -> dict:
 def side_of_day(con, job_id: str, date: str, history_days: int = 28) -> Side:
     """The job on one day of a warehouse (a connection of warehouse.open_warehouse), with its
     history of the `history_days` days before it."""
-    from chakra_core.analysis.warehouse import WarehouseError, run_query
+    from chakra_core.warehouse.query import WarehouseError, run_query
 
     day = dt.date.fromisoformat(date)
     first = day - dt.timedelta(days=history_days)
@@ -83,18 +83,28 @@ def side_of_day(con, job_id: str, date: str, history_days: int = 28) -> Side:
                           f"AND date BETWEEN DATE '{first}' AND DATE '{day}' ORDER BY date").to_pylist()
     by_day: dict[dt.date, tuple[str, dict]] = {}
     for row in rows:
-        by_day.setdefault(row["date"], (row["fingerprint"], {}))[1][row["metric"]] = row["value"]
+        figures = by_day.setdefault(row["date"], (row["fingerprint"], {}))[1]
+        if row["metric"] is not None and row["value"] is not None:  # a damaged row is no figure
+            figures[row["metric"]] = row["value"]
     if day not in by_day:
         raise WarehouseError(f"job {job_id!r} has no job_history rows on {date}"
                              + (f" (it has on {', '.join(str(d) for d in sorted(by_day))})" if by_day else ""))
     fingerprint, values = by_day.pop(day)
     kernels = run_query(con, f"SELECT {', '.join(KERNEL_COLUMNS)} FROM kernels WHERE job_id = '{key}' "
-                             f"AND date = DATE '{day}'").to_pylist()
+                             f"AND date = DATE '{day}'").to_pylist() if _has(con, "kernels") else []
     messages = run_query(con, f"SELECT kind, comm_size, count(*) AS n FROM collectives WHERE job_id = '{key}' "
-                              f"AND date = DATE '{day}' GROUP BY ALL").to_pylist()
+                              f"AND date = DATE '{day}' GROUP BY ALL").to_pylist() if _has(con, "collectives") else []
     earlier = [v for d, (f, v) in sorted(by_day.items()) if f == fingerprint]
     return Side(f"{job_id} on {date}", values, {k["name"]: k for k in kernels},
                 Counter({(m["kind"], m["comm_size"]): m["n"] for m in messages}), fingerprint, earlier)
+
+
+def _has(con, table: str) -> bool:
+    """Whether the warehouse has the table (one that no night has written yet reads as no rows)."""
+    from chakra_core.warehouse.query import run_query
+
+    found = run_query(con, f"SELECT count(*) AS n FROM information_schema.tables WHERE table_name = '{table}'")
+    return found.column("n")[0].as_py() > 0
 
 
 def diff(before: Side, after: Side) -> JobDiff:
@@ -110,12 +120,13 @@ def _kernels(before: dict[str, dict], after: dict[str, dict]) -> list[dict]:
     rows = []
     for name in {*before, *after}:
         a, b = before.get(name), after.get(name)
-        ns_a, ns_b = (a or {}).get("total_ns", 0), (b or {}).get("total_ns", 0)
+        ns_a, ns_b = ((k or {}).get("total_ns") or 0 for k in (a, b))  # (null in a damaged row: none)
+        count_a, count_b = ((k or {}).get("count") or 0 for k in (a, b))
         moved = abs(ns_b - ns_a) > changes.FLOORS["ns"] * ns_a
         status = "added" if a is None else "vanished" if b is None else "changed" if (
-            moved or a["count"] != b["count"]) else "same"
-        rows.append({"name": name, "family": (b or a)["family"], "count_before": (a or {}).get("count", 0),
-                     "count_after": (b or {}).get("count", 0), "ns_before": ns_a, "ns_after": ns_b,
+            moved or count_a != count_b) else "same"
+        rows.append({"name": name, "family": (b or a)["family"], "count_before": count_a,
+                     "count_after": count_b, "ns_before": ns_a, "ns_after": ns_b,
                      "change": (ns_b - ns_a) / ns_a if ns_a else None, "status": status})
     return sorted(rows, key=lambda r: (-abs(r["ns_after"] - r["ns_before"]), r["name"]))
 

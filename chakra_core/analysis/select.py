@@ -78,6 +78,17 @@ def _summed_map(rows: list[dict], column: str) -> dict[str, float]:
     return totals
 
 
+def merged_rank_rows(rows: list[dict]) -> dict:
+    """The one row that selection reads of a job in place of its rank rows (the same features,
+    estimands and family): the maps and bytes summed, the message quantiles averaged. What a
+    night keeps of a job between its conversion and the selection: a row, not one per rank."""
+    merged = {column: json.dumps({key: [0, total] for key, total in _summed_map(rows, column).items()})
+              for column in ("comm_by_kind", "compute_by_class")}
+    merged.update({column: sum(r[column] for r in rows) for column in ("collective_bytes", "p2p_bytes")})
+    merged.update({q: float(np.mean([r[q] for r in rows])) for q in ("message_p50", "message_p90", "message_p99")})
+    return merged
+
+
 def _shares(totals: dict[str, float], keys: Sequence[str]) -> list[float]:
     whole = sum(totals.values())
     return [totals.get(k, 0.0) / whole if whole else 0.0 for k in keys]

@@ -19,7 +19,7 @@ def cmd_diff(args) -> int:
         if not (args.job and args.date and args.against) or args.prefixes:
             print("chakra diff: with --warehouse give --job, --date and --against and no prefixes", file=sys.stderr)
             return EXIT_BAD_INPUT
-        from chakra_core.analysis.warehouse import open_warehouse
+        from chakra_core.warehouse.query import open_warehouse
 
         con, _, _ = open_warehouse(args.warehouse)
         before, after = (jobdiff.side_of_day(con, args.job, d) for d in (args.against, args.date))

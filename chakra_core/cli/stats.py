@@ -193,9 +193,10 @@ def _note_set_aside(row: dict) -> None:
 
 
 def cmd_query(args) -> int:
-    from chakra_core.analysis.warehouse import open_warehouse, run_query, table_counts
+    from chakra_core.warehouse.query import open_warehouse, run_query, table_counts
 
-    con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine, args.memory_limit)
+    con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine, args.memory_limit,
+                                                   args.as_of)
     for warning in warnings:
         print(f"chakra query: warning: {warning}", file=sys.stderr)
     if args.sql is None:
@@ -253,6 +254,9 @@ def add_parsers(sub) -> None:
     p.add_argument("sql", nargs="?", metavar="SQL", help="the query (default: list the tables)")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL",
                    help="the warehouse folder or URL (default out/warehouse)")
+    p.add_argument("--as-of", metavar="WHEN", default=None,
+                   help="read the tables as they were: an ISO 8601 UTC time (2026-03-02T04:00:00Z: the last commit "
+                   "at or before it) or a night's run id (right after that night's commit); default: now")
     p.add_argument("--unsafe-full-engine", action="store_true",
                    help="run any SQL with all of DuckDB's powers: several statements, writes (COPY TO), any file "
                    "on the machine, ATTACH, INSTALL from the network; for a trusted user only")

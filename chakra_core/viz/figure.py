@@ -18,7 +18,8 @@ DASHES = ("-", "--", "-.", ":")
 
 
 def load_table(table: Any, name: str = "table") -> pa.Table:
-    """A pyarrow Table from a Table/RecordBatch, a Parquet file, or a folder of hive-partitioned Parquet."""
+    """A pyarrow Table from a Table/RecordBatch, a Parquet file, a table of the warehouse
+    (WAREHOUSE/tables/<table>: its current snapshot) or a folder of hive-partitioned Parquet."""
     if isinstance(table, pa.Table):
         return table
     if isinstance(table, pa.RecordBatch):
@@ -39,6 +40,11 @@ def load_table(table: Any, name: str = "table") -> pa.Table:
             raise ValueError(f"{name}: no files match {url}")
         source: Any = files
     elif fs.isdir(path):
+        from chakra_core.warehouse.snapshots import iceberg_folder_rows
+
+        committed = iceberg_folder_rows(url)
+        if committed is not None:  # a table of the warehouse: its current snapshot, not every file below
+            return committed
         source = path
     elif fs.exists(path):
         source = path

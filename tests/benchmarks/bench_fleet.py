@@ -10,8 +10,10 @@ cycling as in the default drop), plus the three jobs to reject: k = 1 is the def
 (18 jobs, 84 rank traces). Each size runs in a fresh process: a local Ray with --num-cpus
 CPUs (default: every CPU), the nightly flow (flows/nightly.py, Prefect's ephemeral API in a
 private PREFECT_HOME) on the drop. The flow's stages are timed through the `stage` hook that
-run_day offers (the flow's own stage runner, wrapped), the table writes by wrapping
-pipeline.tables.write_day; nothing in pipeline/ or flows/ is changed. Printed per stage:
+run_day offers (the flow's own stage runner, wrapped), the commit of the night's tables by
+wrapping pipeline.tables.commit_night (the compaction of each table's data files, which the Ray
+tasks wrote, and one Iceberg commit per table; the stage "commit tables"); nothing in pipeline/
+or flows/ is changed. Printed per stage:
 wall time, the day's nodes per second of that stage, core-microseconds per node (wall x the
 CPUs the stage can use / nodes: Ray stages use every CPU, the driver's stages one), the
 driver's peak RSS during the stage (VmHWM, reset at the stage's start through
@@ -184,8 +186,8 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
     start_ray(num_cpus=num_cpus)
     ray.get([ray.remote(lambda: None).remote() for _ in range(num_cpus)])  # workers up before the clock starts
     monitor = Monitor()
-    flow_stage, write_day = nightly_module.run_stage, tables_module.write_day
-    writes = {"calls": 0}
+    flow_stage, commit_night = nightly_module.run_stage, tables_module.commit_night
+    commits = {"calls": 0, "open": False}
 
     def timed_stage(name, step, counts):
         monitor.start(name)
@@ -194,21 +196,25 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
         finally:
             monitor.end()
 
-    def timed_write(*args, **kwargs):
-        if not writes["calls"]:
-            monitor.start("table writes")
-        writes["calls"] += 1
-        return write_day(*args, **kwargs)
+    def timed_commit(*args, **kwargs):
+        if not commits["open"]:  # a retried commit (a transient storage error) stays one stage
+            monitor.start("commit tables")
+            commits["open"] = True
+        commits["calls"] += 1
+        snapshots = commit_night(*args, **kwargs)  # a failure leaves the stage open for the retry
+        monitor.end()
+        commits["open"] = False
+        return snapshots
 
-    nightly_module.run_stage, tables_module.write_day = timed_stage, timed_write
+    nightly_module.run_stage, tables_module.commit_night = timed_stage, timed_commit
     try:
         started = time.perf_counter()
         summary = nightly_module.nightly(DATE, source, warehouse, num_cpus=num_cpus)
         flow_wall = time.perf_counter() - started
-        if writes["calls"]:
+        if commits["open"]:  # no try succeeded
             monitor.end()
     finally:
-        nightly_module.run_stage, tables_module.write_day = flow_stage, write_day
+        nightly_module.run_stage, tables_module.commit_night = flow_stage, commit_night
         monitor.close()
         ray.shutdown()
     if not isinstance(summary, dict):  # a Failed state: the flow's one line
@@ -216,7 +222,7 @@ def run_size(size: int, num_cpus: int, tmp: str) -> dict:
     return {"size": size, "num_cpus": num_cpus, "drop": {k: drop[k] for k in ("jobs", "rank_traces", "files", "bytes")},
             "jobs": summary["jobs"], "jobs_converted": summary["jobs_converted"], "ranks": summary["ranks"],
             "nodes": summary["nodes"], "simulations": summary["simulations"], "rejects": summary["rejects"],
-            "synthetic_jobs": summary["synthetic"]["jobs"], "tables_written": writes["calls"],
+            "synthetic_jobs": summary["synthetic"]["jobs"], "commits": commits["calls"],
             "flow_wall": flow_wall, "stages": monitor.stages}
 
 
@@ -285,7 +291,8 @@ def print_size(r: dict, baseline: dict | None) -> None:
         print(line)
     staged = sum(s["wall"] for s in r["stages"])
     print(f"  {'whole flow':40s} {r['flow_wall']:8.2f} {r['nodes'] / r['flow_wall']:10,.0f}   "
-          f"(outside the stages: {r['flow_wall'] - staged:.1f} s, the flow's Prefect start-up and bookkeeping)")
+          f"(outside the stages: {r['flow_wall'] - staged:.1f} s, the flow's Prefect start-up and "
+          "bookkeeping, and the report page after the commit)")
     print("  (driver MB: the driver's peak RSS in the stage; worker MB: the largest Ray worker's peak RSS; "
           "workers MB: the largest sum of the workers' RSS at one time)")
 

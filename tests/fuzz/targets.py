@@ -241,7 +241,7 @@ _WAREHOUSE = tempfile.mkdtemp(prefix="chakra-fuzz-wh-")
 
 def _confined_query(sql: str) -> None:
     """The query ends in rows or a ChakraError, and nothing appears outside the warehouse."""
-    from chakra_core.analysis.warehouse import open_warehouse, run_query
+    from chakra_core.warehouse.query import open_warehouse, run_query
     from pipeline.tables import from_rows, write_day
 
     tables = Path(_WAREHOUSE) / "tables"

@@ -1,21 +1,23 @@
-"""SQL over the fleet pipeline's warehouse: DuckDB with one view per table.
+"""SQL over the fleet's warehouse: DuckDB with one view per table.
 
-The pipeline writes `WAREHOUSE/tables/<table>/date=<d>/part-0.parquet` and, for ad hoc sweeps,
-`tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet` (docs/pipeline.md, docs/sweeps.md).
-Here every table folder found under `WAREHOUSE/tables/` becomes a view of the same name, with
-its hive partition columns (`date`, and `sweep` for sweep_results) and every column of its
-parts (a sweep's parameter columns are null in the rows of sweeps without them). The
-warehouse is any fsspec URL: for s3:// (or any other remote store) the fsspec filesystem is
-registered with DuckDB, which then reads through it, so no DuckDB extension has to be
-downloaded.
+Each table of the warehouse's Iceberg catalog (chakra_core/warehouse/catalog.py) is a view over
+the data files of one snapshot (the current one, or the one `as_of` names:
+chakra_core/warehouse/snapshots.py), with every column of the table's current schema: a column
+added since an older file was written reads as null there. A table folder under
+`WAREHOUSE/tables/` that the catalog does not hold (an ad hoc sweep's
+`tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet`, docs/sweeps.md, or a
+warehouse not yet migrated) is a view over its Parquet files with their hive partition columns
+(`date`, `sweep`). The warehouse is any fsspec URL: for s3:// (or any other remote store) the
+fsspec filesystem is registered with DuckDB, which then reads through it, so no DuckDB
+extension has to be downloaded.
 
 The connection is confined to its warehouse unless asked otherwise (`full_engine`): once the
 views exist, DuckDB may open files only under the warehouse's tables/ folder
 (`allowed_directories`, then `enable_external_access = false`, then `lock_configuration`, so
 no query can loosen it), loads and installs no extension, and `run_query` takes exactly one
 read-only statement (a SELECT: also WITH, FROM, VALUES, SHOW, DESCRIBE, SUMMARIZE): no COPY
-TO, ATTACH, INSTALL, SET, CREATE, PRAGMA or second statement. A file under tables/ that is
-not Parquet (judged by its PAR1 magic at both ends) is left out of its view with a warning.
+TO, ATTACH, INSTALL, SET, CREATE, PRAGMA or second statement. A file of a table that is not
+Parquet (judged by its PAR1 magic at both ends) is left out of its view with a warning.
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ import tempfile
 import threading
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from chakra_core import limits
 from chakra_core.errors import ChakraError
 from chakra_core.inputs import InputKindError, is_local, open_raw
 from chakra_core.literal import files_below
+from chakra_core.warehouse import catalog as catalogs
+from chakra_core.warehouse import snapshots
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARQUET_MAGIC = b"PAR1"
@@ -46,11 +52,12 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limits.QUERY_MEMORY):
+def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limits.QUERY_MEMORY,
+                   as_of: str | None = None):
     """(DuckDB connection, {table: [parquet files]}, [warnings]) with a view per table of the
-    warehouse; the connection confined to it unless full_engine (see the module docstring), its
-    memory bounded by memory_limit (DuckDB's form: "2GB") and its spill files in a scratch
-    folder of its own."""
+    warehouse as of `as_of` (None: now); the connection confined to it unless full_engine (see
+    the module docstring), its memory bounded by memory_limit (DuckDB's form: "2GB") and its
+    spill files in a scratch folder of its own."""
     import duckdb
 
     fs, root = fsspec.core.url_to_fs(url)
@@ -63,11 +70,14 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
     if not local:
         con.register_filesystem(fs)
     scheme = "" if local else f"{fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol}://"
-    files_by_table: dict[str, list[str]] = {}
     warnings: list[str] = []
+    files_by_table = _iceberg_views(con, url, fs, as_of, warnings)
+    if as_of and not files_by_table:
+        raise WarehouseError(f"{url}: --as-of needs the tables of an Iceberg catalog; this warehouse has none "
+                             "(chakra warehouse migrate converts one)")
     for entry in sorted(fs.ls(tables_root, detail=False)):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if not _TABLE_NAME.match(name) or not fs.isdir(entry):
+        if name in files_by_table or not _TABLE_NAME.match(name) or not fs.isdir(entry):
             continue
         if local and os.path.islink(entry):  # never followed: a link to / would open every file on the machine
             warnings.append(f"{entry}: a symbolic link; a table is a folder of the warehouse, left out")
@@ -80,6 +90,36 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
     if not full_engine:
         _confine(con, scheme + tables_root.lstrip("/") if scheme else tables_root)
     return con, files_by_table, warnings
+
+
+def _iceberg_views(con, url: str, fs, as_of: str | None, warnings: list[str]) -> dict[str, list[str]]:
+    """A view per table of the warehouse's catalog over one snapshot's files, with every column
+    of the table's schema (an empty typed relation joined by name supplies those no file has)."""
+    catalog = catalogs.open_catalog(url)
+    if catalog is None:
+        return {}
+    at_ms = snapshots.as_of_ms(catalog, as_of)
+    files_by_table: dict[str, list[str]] = {}
+    for name in catalogs.table_names(catalog):
+        table = catalogs.load(catalog, name)
+        files = [f.url for f in snapshots.data_files(table, at_ms)]
+        readable = [f for f in files if _checked(fs, f, warnings)]
+        files_by_table[name] = readable
+        empty = f"_columns_of_{name}"
+        con.register(empty, snapshots.arrow_schema(table).empty_table())
+        local_paths = [fsspec.core.url_to_fs(f)[1] if is_local(fs) else f for f in readable]
+        source = (f"SELECT * FROM read_parquet([{', '.join(_quoted(f) for f in local_paths)}], union_by_name = true) "
+                  f"UNION ALL BY NAME " if readable else "")
+        con.execute(f"CREATE VIEW {_identifier(name)} AS {source}SELECT * FROM {_identifier(empty)}")
+    return files_by_table
+
+
+def _checked(fs, url: str, warnings: list[str]) -> bool:
+    """Whether a committed data file is Parquet; a warning naming it when not."""
+    problem = _not_parquet(fs, fsspec.core.url_to_fs(url)[1] if is_local(fs) else url)
+    if problem is not None:
+        warnings.append(f"{url}: {problem}; left out of its table")
+    return problem is None
 
 
 def _identifier(name: str) -> str:
@@ -124,16 +164,22 @@ def _files_below(fs, folder: str) -> list[str]:
 
 
 def _not_parquet(fs, path: str) -> str | None:
-    """Why the file is not a Parquet file (a link, a FIFO, a device, no PAR1 magic at both ends), or None."""
+    """Why the file is not a Parquet file (a link, a FIFO, a device, no PAR1 magic at both ends, a
+    footer that does not parse), or None."""
     if is_local(fs) and os.path.islink(path):
         return "a symbolic link, never followed (a table's parts are files of the warehouse)"
     try:
         with (open_raw(path) if is_local(fs) else fs.open(path, "rb")) as part:
             head = part.read(4)
             part.seek(-4 if head == PARQUET_MAGIC else 0, 2)
-            if head == PARQUET_MAGIC and part.tell() >= 8 and part.read(4) == PARQUET_MAGIC:
-                return None
-            return "not a Parquet file (no PAR1 at both ends)"
+            if not (head == PARQUET_MAGIC and part.tell() >= 8 and part.read(4) == PARQUET_MAGIC):
+                return "not a Parquet file (no PAR1 at both ends)"
+            part.seek(0)
+            try:  # the footer too: garbage between the marks must not end every query in an error
+                pq.ParquetFile(part).metadata
+            except (pa.ArrowException, ValueError) as exc:
+                return f"a damaged Parquet file ({' '.join(str(exc).split())[:160]})"
+            return None
     except InputKindError as exc:
         return exc.message
     except OSError as exc:
