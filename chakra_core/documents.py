@@ -2,7 +2,7 @@
 and values (chakra_core.limits), each error one line naming the file and the key.
 
 Shared by the simulator's configs (sim/config.py), a job's communicator groups
-(format/job.py), a conversion's side files (convert/pytorch/job.py) and sweep files (pipeline/sweep_file.py).
+(format/job.py), a conversion's side files (convert/pytorch/job.py) and sweep files (pipeline/sweep/file.py).
 
 YAML aliases repeat a node without repeating its text: a few hundred bytes of nested aliases
 stand for 10^9 values, which every walk of the document (this module's checks, the readers

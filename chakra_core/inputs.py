@@ -297,11 +297,18 @@ class BoundedGzipFile(igzip.IGzipFile):
 @contextlib.contextmanager
 def _gzip_errors_as_os_errors() -> Iterator[None]:
     """ISA-L's error for a corrupt deflate stream (zlib's would be zlib.error) raised as an
-    OSError (gzip.BadGzipFile), as every other damaged gzip file is."""
+    OSError (gzip.BadGzipFile), as every other damaged gzip file is; and a member header (its
+    extra field, name and comment) longer than ISA-L's input buffer, which a legal gzip file may
+    have and no trace writer makes, refused as one (its size is the bound on what is read)."""
     try:
         yield
     except isal_zlib.error as exc:
         raise gzip.BadGzipFile(f"corrupt gzip stream: {exc}") from None
+    except OverflowError as exc:
+        if "header" not in str(exc):
+            raise
+        raise gzip.BadGzipFile(f"a gzip member header longer than {_GrowingReads.MOST:,} bytes (its extra field, "
+                               "name or comment): not read") from None
 
 
 class _GrowingReads:

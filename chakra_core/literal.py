@@ -10,8 +10,12 @@ path that holds one goes through here, where only calls that never expand a patt
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
 
 from chakra_core.inputs import is_local
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9._=+-]{1,120}")
 
 
 def remove_file(fs, path: str) -> None:
@@ -64,3 +68,16 @@ def rank_siblings(fs, path: str) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [p for p in listed if p.rstrip("/").rpartition("/")[2].startswith(name + ".")]
+
+
+def file_name_of(text: str) -> str:
+    """A name from data (a job id) as one file name that cannot leave its folder or be read as
+    anything else: kept as it is when it is plain (letters, digits, `._=+-`, at most 120
+    characters, not starting with a dot); else its plain characters (at most 60) and a hash of
+    the whole, so that two names never share a file (`../../x` -> `x-<hash>`, a name with `://`,
+    a NUL or 300 bytes alike)."""
+    if SAFE_NAME.fullmatch(text) and not text.startswith("."):
+        return text
+    kept = re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("._")[:60]
+    return f"{kept or 'name'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+

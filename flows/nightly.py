@@ -33,14 +33,15 @@ from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
-from pipeline.bigjobs import PER_RANK_BYTES  # noqa: E402
+from pipeline.nightly.bigjobs import PER_RANK_BYTES  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
-from pipeline.layout import DayLocked, StorageError, day_lock, describe, report_dir, storage_fault  # noqa: E402
-from pipeline.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
-from pipeline.run import DayResult, run_day  # noqa: E402
+from pipeline.day_lock import DayLocked, day_lock  # noqa: E402
+from pipeline.layout import StorageError, describe, report_dir, storage_fault  # noqa: E402
+from pipeline.nightly.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
+from pipeline.nightly.run import DayResult, run_day  # noqa: E402
 from chakra_core.warehouse.catalog import table_location  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
-from pipeline.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
+from pipeline.nightly.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
 
 STORAGE_RETRIES = 3
 
@@ -124,7 +125,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
 
 
 def _progress_line(line: str) -> None:
-    """A line of a long conversion's progress (pipeline/bigjobs.py), in the log of its stage."""
+    """A line of a long conversion's progress (pipeline/nightly/bigjobs.py), in the log of its stage."""
     get_run_logger().info(line)
 
 

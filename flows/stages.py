@@ -81,7 +81,7 @@ class StageFailed(Exception):
 
 def run_stage(name: str, step: Callable[[], T], counts: Callable[[T], str],
               expected: tuple[type[BaseException], ...] = STORAGE_FAILURES, log_failure: bool = False) -> T:
-    """A stage (pipeline/run.py's day, pipeline/sweep_run.py's sweep) as a Prefect task of its
+    """A stage (pipeline/nightly/run.py's day, pipeline/sweep/run.py's sweep) as a Prefect task of its
     own that logs its counts, so that the UI shows where a run stopped. An `expected` failure
     fails the task with one line (log_failure: logged here too); anything else is a fault of
     the code and keeps its traceback."""

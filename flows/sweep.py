@@ -30,10 +30,10 @@ from prefect.states import Failed  # noqa: E402
 from chakra_core.errors import ChakraError  # noqa: E402
 from pipeline.cluster import start_ray, stopped_by  # noqa: E402
 from pipeline.simulation import DEFAULT_SWEEP  # noqa: E402
-from pipeline.sweep_file import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
-from pipeline.sweep_jobs import Sources  # noqa: E402
-from pipeline.sweep_run import plan, run_sweep  # noqa: E402
-from pipeline.sweep_table import sweep_folder  # noqa: E402
+from pipeline.sweep.file import DEFAULT_MAX_POINTS, load_sweep_file  # noqa: E402
+from pipeline.sweep.jobs import Sources  # noqa: E402
+from pipeline.sweep.run import plan, run_sweep  # noqa: E402
+from pipeline.sweep.table import sweep_folder  # noqa: E402
 
 REPORT_SECONDS = 2.0  # how often a stage's Prefect progress artifact is updated
 

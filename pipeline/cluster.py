@@ -1,4 +1,4 @@
-"""The Ray plumbing that the nightly day (pipeline/run.py), the sweeps (pipeline/sweep_run.py)
+"""The Ray plumbing that the nightly day (pipeline/nightly/run.py), the sweeps (pipeline/sweep/run.py)
 and the synthesizer's fit share: the cluster, how often a task whose worker died is retried,
 and the named stages a flow shows as Prefect tasks.
 

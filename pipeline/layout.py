@@ -10,11 +10,7 @@ WAREHOUSE/tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet   
 from __future__ import annotations
 
 import errno
-import json
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -87,78 +83,6 @@ def retried(what: str, url: str, call: Callable[[], T], delays: tuple[float, ...
                 raise StorageError(f"{what} {url} failed {attempt + 1} times: {describe(e)}") from None
             time.sleep(delays[attempt])
             attempt += 1
-
-
-class DayLocked(Exception):
-    """Another run of the day holds the warehouse's lock; the message is one line."""
-
-
-LOCK_STALE_SECONDS = 24 * 3600  # a lock older than a day is a dead run's, wherever it ran
-
-
-def lock_url(warehouse: str, date: str) -> str:
-    """.locks/date=<d>.json: who runs the day now (host, pid, since)."""
-    return join(warehouse, ".locks", f"date={date}.json")
-
-
-@contextmanager
-def day_lock(warehouse: str, date: str) -> Iterator[None]:
-    """The day's lock for the block: taken by creating the lock object exclusively (O_EXCL on a
-    disk, If-None-Match on S3), so of two runs of one day started together one is refused. A
-    lock left by a dead run (its process gone on this host, or older than a day) is taken over."""
-    url = lock_url(warehouse, date)
-    fs, path = filesystem(url)
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), "token": uuid.uuid4().hex}
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    if not _create(fs, path, me):
-        held = _holder(fs, path)
-        if held is not None and not _stale(held):
-            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(held.get("since", 0)))
-            raise DayLocked(f"another run of {date} holds the warehouse's lock ({url}: host {held.get('host')}, pid "
-                            f"{held.get('pid')}, since {since}); wait for it to end, or remove the lock if that run "
-                            "is dead")
-        fs.rm_file(path)
-        if not _create(fs, path, me):
-            raise DayLocked(f"another run of {date} took the warehouse's lock ({url}) just now")
-    try:
-        yield
-    finally:
-        if (_holder(fs, path) or {}).get("token") == me["token"]:
-            fs.rm_file(path)
-
-
-def _create(fs, path: str, holder: dict) -> bool:
-    try:
-        with fs.open(path, "xb") as f:
-            f.write(json.dumps(holder).encode())
-    except FileExistsError:
-        return False
-    return True
-
-
-def _holder(fs, path: str) -> dict | None:
-    try:
-        held = json.loads(fs.cat_file(path))
-    except FileNotFoundError:
-        return None
-    except ValueError:  # a lock half written by a run that died at once
-        return {}
-    return held if isinstance(held, dict) else {}
-
-
-def _stale(held: dict) -> bool:
-    if not isinstance(held.get("since"), (int, float)):
-        return False  # unreadable: refused, and the message says where it is
-    if time.time() - held["since"] > LOCK_STALE_SECONDS:
-        return True
-    if held.get("host") == socket.gethostname() and isinstance(held.get("pid"), int):
-        try:
-            os.kill(held["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
 
 
 def join(base: str, *parts: str) -> str:
@@ -242,7 +166,7 @@ def publish(staging: str, final: str) -> None:
 
 
 def sweep_table_dir(warehouse: str, name: str, date: str | None = None) -> str:
-    """tables/sweep_results/sweep=<name>[/date=<d>]: an ad hoc sweep's parts (pipeline/sweep_table.py)."""
+    """tables/sweep_results/sweep=<name>[/date=<d>]: an ad hoc sweep's parts (pipeline/sweep/table.py)."""
     return join(warehouse, "tables", "sweep_results", f"sweep={name}", *([f"date={date}"] if date else []))
 
 

@@ -2,7 +2,7 @@
 
 The nightly flow simulates each job on a sweep file's systems (`load_sweep`, `simulate_row`);
 an ad hoc sweep (flows/sweep.py) runs batches of one job's points (`simulate_batch`). Both
-read sweep files with pipeline/sweep_file.py into SweepPoints (the simulator's configuration
+read sweep files with pipeline/sweep/file.py into SweepPoints (the simulator's configuration
 objects, pipeline/sweep_point.py) and simulate in memory (chakra_core.sim.engine.simulate): a batch reads its job once
 and simulates every point on the same node tables.
 """
@@ -22,15 +22,15 @@ from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
 from chakra_core.table_schema import TableSchema, column
 from pipeline.sweep_point import SweepPoint
-from pipeline.sweep_file import load_sweep_file
-from pipeline.sweep_jobs import SweepJob, exists, read_sweep_job
+from pipeline.sweep.file import load_sweep_file
+from pipeline.sweep.jobs import SweepJob, exists, read_sweep_job
 
 DEFAULT_SWEEP = os.path.join(os.path.dirname(__file__), "sweeps", "default.yaml")
 INT64_MAX = 2**63 - 1
 
 
 def load_sweep(path: str | None = None) -> list[SweepPoint]:
-    """The systems of a sweep file (pipeline/sweep_file.py: named systems and grids)."""
+    """The systems of a sweep file (pipeline/sweep/file.py: named systems and grids)."""
     return load_sweep_file(path or DEFAULT_SWEEP).points
 
 
@@ -44,7 +44,7 @@ def reference_point(points: list[SweepPoint]) -> SweepPoint:
 # where the time of the NPU that finishes last went (sim/breakdown.py): the columns add up to finish_ns
 PARTS = {"compute": "compute_ns", "host": "host_ns", "memory": "memory_ns", "communication": "exposed_comm_ns",
          "idle": "idle_ns"}
-# simulate_job's row: the `sim_results` table, the first columns of a sweep's (pipeline/sweep_table.py);
+# simulate_job's row: the `sim_results` table, the first columns of a sweep's (pipeline/sweep/table.py);
 # a simulation that did not run has an error and no times
 SIM_RESULTS = TableSchema("sim_results", (
     column("job_id", pa.string()), column("system", pa.string()), column("topology", pa.string()),

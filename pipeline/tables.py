@@ -19,7 +19,8 @@ import pyarrow as pa
 from chakra_core.table_schema import TableSchema
 from chakra_core.warehouse import commit, parts, snapshots
 from chakra_core.warehouse.catalog import table_location
-from pipeline import history, jobs, night, represent, simulation, synthesis
+from pipeline import simulation
+from pipeline.nightly import history, jobs, night, represent, synthesis
 
 __all__ = ["SCHEMAS", "TABLES", "commit_night", "empty", "from_rows", "read_day", "write_day", "write_rows"]
 
@@ -31,7 +32,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
 )}
 SCHEMAS: dict[str, pa.Schema] = {name: t.schema for name, t in TABLES.items()}  # as the files store them
 # an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with
-# sim_results' columns; pipeline/sweep_table.py adds the sweep's own and its parameter columns
+# sim_results' columns; pipeline/sweep/table.py adds the sweep's own and its parameter columns
 SCHEMAS["sweep_results"] = SCHEMAS["sim_results"]
 
 

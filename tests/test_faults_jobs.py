@@ -11,13 +11,12 @@ from __future__ import annotations
 import pytest
 from table_rows import complete
 
-from pipeline.drop import list_day
-from pipeline.ingest import plain_name
-from pipeline.jobs import process_job
 from chakra_core.analysis.select import merged_rank_rows
-from pipeline.represent import representatives_table
-from pipeline.run import representatives_counts, simulation_counts
-from pipeline.tables import from_rows
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.ingest import plain_name
+from pipeline.nightly.jobs import process_job
+from pipeline.nightly.represent import representatives_table
+from pipeline.nightly.run import representatives_counts, simulation_counts
 from test_pipeline_accounting import DATE, GLOO, SOURCE, accounted, gloo_job, run_job, warehouse_files
 
 GLOO_MLP = GLOO.parent / "mlp_ddp-w2"

@@ -19,13 +19,15 @@ import pytest
 from chakra_core.convert.chakra import copy as chakra_copy
 
 from chakra_core.errors import ChakraError
-from pipeline import jobs as jobs_module
+from pipeline.nightly import jobs as jobs_module
 from pipeline import layout
-from pipeline.jobs import process_job
-from pipeline.layout import DayLocked, StorageError, day_lock, lock_url, retried, storage_fault
+from pipeline.nightly.jobs import process_job
+from pipeline import day_lock as day_lock_module
+from pipeline.day_lock import DayLocked, day_lock, lock_url
+from pipeline.layout import StorageError, retried, storage_fault
 from test_pipeline_accounting import DATE, SOURCE, WAREHOUSE, chakra_job, warehouse_files
 from pipeline.cluster import descendants
-from pipeline.drop import list_day
+from pipeline.nightly.drop import list_day
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -216,3 +218,58 @@ def test_a_full_warehouse_ends_the_night_in_one_line_and_rejects_nothing(tmp_pat
     rejects = tables.read_day((tmp_path / "wh").as_uri(), "rejects", DAY).to_pylist()
     assert not any("space" in r["reason"] for r in rejects)
     assert not (tmp_path / "wh" / ".locks" / f"date={DAY}.json").exists()  # released
+
+
+def _lock_file(warehouse: str) -> Path:
+    lock = Path(layout.filesystem(lock_url(warehouse, DATE))[1])
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    return lock
+
+
+@pytest.mark.parametrize("held", [
+    {"since": float("nan")}, {"since": 1e20}, {"since": "yesterday"}, {"pid": 2**70}, {"pid": True}, {"host": 7}])
+def test_a_lock_of_damaged_fields_is_one_line_then_taken_over(tmp_path, held):
+    """Issue 47: `since` NaN, 1e20 or a string, or a pid of 2**70, crashed the night with a
+    traceback and left the lock behind."""
+    import socket
+
+    lock = _lock_file(tmp_path.as_uri())
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), **held},
+                               allow_nan=True))
+    with pytest.raises(DayLocked, match=r"a lock that cannot be read \(not a lock's fields\), written [0-9]+ s ago"):
+        with day_lock(tmp_path.as_uri(), DATE):
+            pass
+    old = time.time() - 120  # a minute is a lock writer's grace: then it is a dead run's
+    os.utime(lock, (old, old))
+    with day_lock(tmp_path.as_uri(), DATE):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+
+
+def test_a_lock_of_a_live_unrelated_process_is_taken_over(tmp_path):
+    """Issue 47: a lock naming a live process of this host that did not take it (its pid reused)
+    refused the day for 24 hours."""
+    import socket
+
+    lock = _lock_file(tmp_path.as_uri())
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "since": time.time(),
+                                "started": "another-boot:12345"}))
+    with day_lock(tmp_path.as_uri(), DATE):
+        assert json.loads(lock.read_text())["token"]
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
+                                "started": day_lock_module.process_start(os.getpid())}))
+    with pytest.raises(DayLocked, match=f"host '{socket.gethostname()}', pid {os.getpid()}, since "):
+        with day_lock(tmp_path.as_uri(), DATE):  # the process that took it, alive: refused
+            pass
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_something_else_in_the_locks_place_is_one_line(tmp_path, kind):
+    """Issue 47: a folder in the lock's place was a traceback, a FIFO hung the night."""
+    lock = _lock_file(tmp_path.as_uri())
+    lock.mkdir() if kind == "folder" else os.mkfifo(lock)
+    started = time.monotonic()
+    with pytest.raises(DayLocked, match="is not a lock .a folder, FIFO or device in the lock's place.: remove it"):
+        with day_lock(tmp_path.as_uri(), DATE):
+            pass
+    assert time.monotonic() - started < 5

@@ -247,3 +247,30 @@ def test_a_text_workload_too_large_to_build_is_refused_before_it_is_built(tmp_pa
     assert main(["convert", str(path), "-o", str(tmp_path / "out"), "--npus", "2"]) == 2
     err = capsys.readouterr().err
     assert "CHAKRA_MAX_SOURCE_NODES" in err and len(err.splitlines()) == 1
+
+
+def test_job_ids_from_the_warehouse_never_leave_the_report_folder(tmp_path, capsys):
+    """Issue 47: a job id `../../../../x` wrote a page outside -o, one holding `://` was read as a
+    URL and stopped the report, a 300-byte or NUL-holding id or a non-JSON estimate_errors cell
+    stopped the whole report; `--date ''` wrote into `date=/`."""
+    warehouse, out = str(tmp_path / "wh"), tmp_path / "deep" / "reports"
+    ids = ["../../../../x", "a://b", "x" * 300, "nul\x00id", "plain-job"]
+    day = "2026-01-02"
+    write_day(warehouse, "traces", day, [complete("traces", {"job_id": j, "rank": 0, "path": f"{j}.0.et",
+                                                            "nodes": 1}) for j in ids])
+    write_day(warehouse, "nights", day, [complete("nights", {"run_id": "r"})])
+    write_day(warehouse, "representatives", day, [complete("representatives", {
+        "job_id": "plain-job", "status": "ok", "representative": True, "npus": 1, "cluster": 0, "weight": 1.0,
+        "cluster_time_share": 1.0, "cluster_estimate_error": 0.0, "estimate_error": 0.0,
+        "estimate_errors": "{not json"})])
+    assert main(["report", "--warehouse", warehouse, "--date", day, "-o", str(out)]) == 0
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.html"))
+    assert all(str(p).startswith("deep/reports/") for p in written), written
+    pages = sorted(p.name for p in (out / f"date={day}").glob("job=*.html"))
+    assert len(pages) == len(ids) and "job=plain-job.html" in pages
+    assert all(len(name.encode()) < 200 and "/" not in name and "\x00" not in name for name in pages)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:
+        main(["report", "--warehouse", warehouse, "--date", "", "-o", str(out)])
+    assert usage.value.code == 2 and "'' is not a day: give YYYY-MM-DD" in capsys.readouterr().err
+    assert not (out / "date=").exists()

@@ -1,6 +1,6 @@
 """The fleet's memory: a job's figures (analysis/history.py), the comparison engine
 (analysis/changes.py), make_drop's drift (tools/drift.py), and three nights on Ray where the
-second repeats the first and the third carries two injected changes (pipeline/history.py,
+second repeats the first and the third carries two injected changes (pipeline/nightly/history.py,
 `chakra diff`)."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def three_nights(tmp_path_factory):
 
     from pipeline import tables
     from pipeline.cluster import start_ray
-    from pipeline.run import run_day
+    from pipeline.nightly.run import run_day
     from pipeline.simulation import load_sweep
 
     root = tmp_path_factory.mktemp("history")

@@ -327,7 +327,7 @@ def test_yaml_alias_bombs_are_refused_at_once(tmp_path, where):
     bomb.write_text(ALIAS_BOMB)
     started = time.monotonic()
     if where == "sweep":
-        from pipeline.sweep_file import SweepError, load_sweep_file
+        from pipeline.sweep.file import SweepError, load_sweep_file
 
         with pytest.raises(SweepError, match="YAML aliases expand to more than 1,000,000 values"):
             load_sweep_file(str(bomb))
@@ -449,3 +449,25 @@ def test_a_fifo_among_a_jobs_rank_files_is_refused_not_waited_on(tmp_path):
                "--system", str(SYSTEM))
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert "ar.2.et: is a FIFO; input must be a regular file" in run.stderr
+
+
+def _gzip_with_header(data: bytes, extra: int, name: int) -> bytes:
+    """A legal gzip member whose header carries an extra field and a file name of these sizes."""
+    import struct
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = packer.compress(data) + packer.flush()
+    header = b"\x1f\x8b\x08\x0c\x00\x00\x00\x00\x00\xff" + struct.pack("<H", extra) + b"x" * extra + b"n" * name + b"\0"
+    return header + body + struct.pack("<II", zlib.crc32(data), len(data))
+
+
+def test_a_gzip_header_beyond_the_inflaters_buffer_is_one_line(tmp_path):
+    """Issue 47: a 65,535-byte extra field and a 100 KB name (legal gzip) ended in `OverflowError:
+    Gzip header exceeds input buffer size of 8192`, a traceback; a header within the buffer reads."""
+    data = sorted(MICROBENCHMARKS.rglob("*.et"))[0].read_bytes()
+    (tmp_path / "big.et").write_bytes(_gzip_with_header(data, 65535, 100_000))
+    (tmp_path / "small.et").write_bytes(_gzip_with_header(data, 2000, 3000))
+    run = _run("info", str(tmp_path / "big.et"))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "a gzip member header longer than 8,192 bytes" in run.stderr and "big.et" in run.stderr
+    assert _run("info", str(tmp_path / "small.et")).returncode == 0

@@ -24,8 +24,8 @@ from chakra_core.replay.plan import recorded_ns
 from chakra_core.sim.config import load_network, load_system
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import simulate_files
-from pipeline.drop import list_day
-from pipeline.jobs import process_job
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.jobs import process_job
 from pipeline.layout import filesystem, join
 
 GPU_RUNS = [DATASETS / "gpu-h200" / r for r in ("gpt", "mlp_tiny", "mlp_gloo2")] + \

@@ -22,7 +22,7 @@ import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
-from pipeline.run import FAULT_KILL_ONCE, run_day  # noqa: E402
+from pipeline.nightly.run import FAULT_KILL_ONCE, run_day  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
 from table_rows import night_tables  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
     assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
                                       "representatives", "synthetic_traces", "fidelity", "device_time",
-                                      "device_verdicts", "job_history", "kernels", "regressions"}
+                                      "device_verdicts", "job_history", "kernels", "regressions", "nights"}
     assert summary["report"].endswith(f"/reports/date={DATE}/index.html")
     assert "Fleet report" in (warehouse / "reports" / f"date={DATE}" / "index.html").read_text()
     counts = {t: _count(warehouse, t) for t in summary["tables"]}
@@ -176,9 +176,9 @@ def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_loc
     """With the per-rank threshold lowered to one byte, the drop's two 2-rank PyTorch jobs convert
     a Ray task per rank (each declaring its memory), saying how far each rank got; every table
     equals the per-job path's."""
-    from pipeline import bigjobs
-    from pipeline.bigjobs import converts_by_rank, job_memory, memory_for, rank_bytes
-    from pipeline.drop import list_day
+    from pipeline.nightly import bigjobs
+    from pipeline.nightly.bigjobs import converts_by_rank, job_memory, memory_for, rank_bytes
+    from pipeline.nightly.drop import list_day
 
     make_small_drop(tmp_path / "source")
     jobs = {job.job_id: job for job in list_day((tmp_path / "source").as_uri(), DATE)[0]}
@@ -270,11 +270,11 @@ def test_a_transient_storage_error_is_retried(tmp_path, ray_local, monkeypatch):
     make_small_drop(tmp_path / "source")
     real_commit, failures = tables.commit_night, []
 
-    def flaky_commit(warehouse, date, files, run_id):
+    def flaky_commit(warehouse, date, files, run_id, committed):
         if not failures:
             failures.append(date)
             raise ConnectionResetError("connection reset by peer (injected)")
-        return real_commit(warehouse, date, files, run_id)
+        return real_commit(warehouse, date, files, run_id, committed)
 
     monkeypatch.setattr(nightly_module.tables, "commit_night", flaky_commit)
     monkeypatch.setattr(nightly_module.commit_tables, "retry_delay_seconds", [0])
@@ -349,3 +349,29 @@ def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path
     assert [r["k"] for r in chosen] == [1, 1] and sum(r["representative"] for r in chosen) == 1
     assert all((r["weight"] > 0) == r["representative"] and r["coverage"] == pytest.approx(1 - r["estimate_error"])
                and 0.0 <= r["coverage"] < 1.0 for r in chosen)
+
+
+def test_a_damaged_rank_is_rejected_with_the_same_reason_a_task_per_rank(tmp_path, ray_local):
+    """Issue 47: a damaged rank's reason in `rejects` was `UnserializableException: Failed to
+    deserialize exception` (or a RayTaskError with ANSI codes and source paths) when its job
+    converted a Ray task per rank; it is the per-job path's reason, word for word."""
+    from pipeline.nightly.drop import list_day
+    from pipeline.nightly.jobs import process_job
+
+    make_small_drop(tmp_path / "source")
+    rank1 = tmp_path / "source" / DATE / "mlp" / "rank1.et.json.gz"
+    gzip_bytes = rank1.read_bytes()
+    import gzip as gz
+
+    whole = gz.decompress(gzip_bytes)
+    rank1.write_bytes(gz.compress(whole[: len(whole) * 2 // 3]))  # the ET cut mid-node
+    job = next(j for j in list_day((tmp_path / "source").as_uri(), DATE)[0] if j.job_id == "mlp")
+    reasons = {}
+    for threshold in (None, 1):
+        options = {} if threshold is None else {"per_rank_bytes": threshold}
+        outcome = process_job(job, DATE, (tmp_path / f"wh{threshold}").as_uri(), "r", **options)
+        assert outcome.by_rank == (threshold == 1) and outcome.prefix is None
+        reasons[threshold] = sorted((r["file"], r["reason"]) for r in outcome.rejects)
+    assert reasons[1] == reasons[None]
+    culprit = dict(reasons[1])["mlp/rank1.et.json.gz"]
+    assert "rank1.et.json.gz" in culprit and "\x1b" not in culprit and "Unserializable" not in culprit

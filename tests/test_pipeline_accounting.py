@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from chakra_core.format.etfile import write_table
-from pipeline import jobs as jobs_module
-from pipeline.drop import REGULAR_FILES_ONLY, list_day
-from pipeline.jobs import process_job
+from pipeline.nightly import jobs as jobs_module
+from pipeline.nightly.drop import REGULAR_FILES_ONLY, list_day
+from pipeline.nightly.jobs import process_job
 from pipeline.layout import filesystem, join, staging_dir, traces_dir
 from table_rows import night_tables
 from tools import make_drop as md
@@ -259,7 +259,7 @@ def test_a_hostile_day_is_accounted_for_file_by_file(tmp_path):
     good job's ranks in the warehouse."""
     import ray
     from pipeline.cluster import start_ray
-    from pipeline.run import run_day
+    from pipeline.nightly.run import run_day
     from pipeline.simulation import load_sweep
 
     source, warehouse = (tmp_path / "drops").as_uri(), (tmp_path / "wh").as_uri()

@@ -10,8 +10,8 @@ from datapaths import DATASETS, JAX_CPU
 from flexflow_graphs import ALEXNET, TEXT
 
 from chakra_core.format.etfile import read_table
-from pipeline.drop import list_day
-from pipeline.jobs import process_job
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.jobs import process_job
 from pipeline.layout import filesystem, join, traces_dir
 from tools import make_drop as md
 

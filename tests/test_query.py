@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from chakra_core.cli import main
-from pipeline.sweep_table import PartWriter, sweep_folder
+from pipeline.sweep.table import PartWriter, sweep_folder
 from pipeline.tables import SCHEMAS, from_rows, write_day
 
 

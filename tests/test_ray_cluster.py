@@ -220,7 +220,7 @@ def test_listing_is_retried_then_fails_in_one_line(s3, monkeypatch):
     import fsspec
     import s3fs
 
-    from pipeline.drop import list_day
+    from pipeline.nightly.drop import list_day
     from pipeline.layout import StorageError, retried
 
     monkeypatch.setitem(fsspec.config.conf, "s3", {**fsspec.config.conf["s3"],

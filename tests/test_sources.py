@@ -19,8 +19,8 @@ from chakra_core.convert import conventions, sources
 from chakra_core.convert.sources import SourceOptions, convert_source
 from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
-from pipeline.drop import list_day
-from pipeline.jobs import process_job
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.jobs import process_job
 from pipeline.layout import filesystem, join
 
 GLOO = DATASETS / "pytorch-gloo"

@@ -1,4 +1,4 @@
-"""Grid sweeps (pipeline/sweep_file.py, pipeline/sweep_run.py, flows/sweep.py): a sweep file's grid
+"""Grid sweeps (pipeline/sweep/file.py, pipeline/sweep/run.py, flows/sweep.py): a sweep file's grid
 expanded and checked, then simulated on local Ray over small generated jobs, resumably."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from chakra_core.generate.workloads import generate
 from chakra_core.sim import reference
 from chakra_core.sim.config import load_system
 from pipeline.sweep_point import network_values
-from pipeline.sweep_file import SweepError, load_sweep_file
-from pipeline.sweep_jobs import Sources
-from pipeline.sweep_run import batches, plan
-from pipeline.sweep_where import WhereError
+from pipeline.sweep.file import SweepError, load_sweep_file
+from pipeline.sweep.jobs import Sources
+from pipeline.sweep.run import batches, plan
+from pipeline.sweep.where import WhereError
 
 REPO = Path(__file__).resolve().parents[1]
 RING_SYSTEM = REPO / "pipeline" / "sweeps" / "ring_system.json"
@@ -241,7 +241,7 @@ def test_too_many_simulations_are_refused_before_any_starts(tmp_path, jobs):
 
 @pytest.mark.slow
 def test_a_failed_point_is_recorded_and_the_rest_go_on(tmp_path, jobs, ray_local):
-    from pipeline.sweep_run import run_sweep
+    from pipeline.sweep.run import run_sweep
 
     broken = tmp_path / "broken"  # a job whose rank 1 is cut short
     for rank in (0, 1):
@@ -274,7 +274,7 @@ def test_two_runs_of_one_sweep_at_once_write_different_parts(tmp_path):
     both parts (before it, the second move replaced the first)."""
     import pyarrow.parquet as pq
 
-    from pipeline.sweep_table import PartWriter, parts, sweep_folder
+    from pipeline.sweep.table import PartWriter, parts, sweep_folder
     from pipeline.tables import SCHEMAS
 
     folder = sweep_folder(str(tmp_path / "wh"), "twice")

@@ -16,7 +16,7 @@ from chakra_core.format.job import Job
 from chakra_core.generate.workloads import generate
 from pipeline.cluster import start_ray
 from pipeline.simulation import simulate_job
-from pipeline.sweep_file import load_sweep_file
+from pipeline.sweep.file import load_sweep_file
 
 pytestmark = pytest.mark.slow
 

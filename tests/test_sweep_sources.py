@@ -1,4 +1,4 @@
-"""Where a sweep's jobs come from (pipeline/sweep_jobs.py): folders, a nightly day, a synthesizer
+"""Where a sweep's jobs come from (pipeline/sweep/jobs.py): folders, a nightly day, a synthesizer
 model, `chakra generate` and `chakra convert` specs, together in one sweep on local Ray."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from table_rows import complete
 
 from chakra_core.generate.workloads import generate
 from pipeline import tables
-from pipeline.sweep_file import SweepError, load_sweep_file
-from pipeline.sweep_jobs import Converted, Generated, Sources, converted_job, generated_job, prepare_job, read_sweep_job
-from pipeline.sweep_run import plan, run_sweep
+from pipeline.sweep.file import SweepError, load_sweep_file
+from pipeline.sweep.jobs import Converted, Generated, Sources, converted_job, generated_job, prepare_job, read_sweep_job
+from pipeline.sweep.run import plan, run_sweep
 
 DATE = "2026-11-20"
 OTHER = Path(__file__).resolve().parents[1] / "datasets" / "other-formats"

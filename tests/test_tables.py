@@ -15,10 +15,11 @@ from datapaths import GLOO, GPU_H200, REPO
 from chakra_core.analysis.history import figures
 from chakra_core.analysis.select import merged_rank_rows
 from chakra_core.table_schema import TableRowError, TableSchema, column
-from pipeline import history, jobs, tables
-from pipeline.drop import list_day
-from pipeline.jobs import process_job
-from pipeline.represent import representatives_table
+from pipeline import tables
+from pipeline.nightly import history
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.jobs import process_job
+from pipeline.nightly.represent import representatives_table
 from pipeline.simulation import load_sweep, reference_point, simulate_row
 
 DATE = "2026-11-26"

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from chakra_core.cli import main
 from chakra_core.warehouse import commit, parts, snapshots
 from pipeline import tables
-from pipeline.sweep_table import PartWriter, sweep_folder
+from pipeline.sweep.table import PartWriter, sweep_folder
 from table_rows import complete
 
 
@@ -56,7 +56,7 @@ def test_an_old_warehouse_migrates_without_losing_a_row(tmp_path, capsys):
                                                    {"d": "2026-11-01", "n": 3, "fp": 3},
                                                    {"d": "2026-11-02", "n": 2, "fp": 2}]
     # the night's history read takes the migrated days, the one without fingerprints included
-    from pipeline.history import read_history
+    from pipeline.nightly.history import read_history
 
     history = read_history(warehouse.as_uri(), "2026-11-03")
     assert [day for day, _, _ in history["j0"]] == ["2026-11-01", "2026-11-02"] and history["old"][0][1] is None

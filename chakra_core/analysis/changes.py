@@ -1,6 +1,6 @@
 """What changed between two sets of a job's figures (history.py), and which part explains it.
 
-One engine for the nightly detection (pipeline/history.py, the `regressions` table) and for
+One engine for the nightly detection (pipeline/nightly/history.py, the `regressions` table) and for
 `chakra diff`. A metric's change is flagged when it moves beyond
 
     threshold = max(FLOORS[unit], NOISE_K x noise)

@@ -55,7 +55,7 @@ OP_CLASSES = (
 
 OP_CLASS_NAMES = tuple(name for name, _ in OP_CLASSES) + ("other",)  # every class op_class returns
 
-# trace_row's figures, in its order: the `traces` table's columns after the job's (pipeline/jobs.py)
+# trace_row's figures, in its order: the `traces` table's columns after the job's (pipeline/nightly/jobs.py)
 TRACE_ROW = TableSchema("trace_row", (
     *(column(name, pa.int64()) for name in (
         "nodes", "comp_nodes", "collective_nodes", "p2p_nodes", "dependencies", "compute_micros",

@@ -1,5 +1,5 @@
 """The registry of trace sources: one record per format that `chakra convert`, the nightly's
-drop walker and ingestion (pipeline/ingest.py) and its conversion (pipeline/jobs.py) all read.
+drop walker and ingestion (pipeline/nightly/ingest.py) and its conversion (pipeline/nightly/jobs.py) all read.
 
 A record says the source's one name (`chakra convert --from NAME`), the files it takes and how
 their names give ranks (its trace files, then the side files it reads beside them), how its
@@ -134,6 +134,7 @@ class Source:
     options_group: str = ""  # the CLI's heading for its options
     counter: str | None = None  # single-file sources, "module:function": (src, options) -> the NPUs it converts to
     folder: str | None = None  # "module:function": (src) -> whether a folder is a run of this source, by its layout
+    ranks_apart: bool = False  # its ranks are read and analysed apart, a Ray task each for a big job (pipeline's bigjobs)
 
     def devices(self, src: str, options: SourceOptions) -> int:
         """The NPUs a single-file source converts to (its file read and checked: a sweep's --convert)."""
@@ -188,7 +189,7 @@ SIDE_FILES = {s.kind: s for s in (
 SOURCES = (
     Source("pytorch", "PyTorch traces", "a PyTorch trace",
            FileRule("pytorch_et", re.compile(r"^rank([0-9]+)\.et\.json(\.gz)?\Z"), "rank<R>.et.json[.gz]"),
-           "chakra_core.convert.pytorch.job:convert_pytorch", sides=("kineto", "timing")),
+           "chakra_core.convert.pytorch.job:convert_pytorch", sides=("kineto", "timing"), ranks_apart=True),
     Source("chakra", "Chakra ETs", "a Chakra ET",
            FileRule("chakra_et", CHAKRA_RANK_FILE, "<name>.<R>.et",
                     job_name=lambda name: split_rank_url(name)[0]),

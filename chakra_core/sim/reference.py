@@ -3,7 +3,7 @@
 A job of N ranks is simulated on a single Ring of exactly N NPUs (50 GB/s, 500 ns per hop)
 with the system file of ASTRA-sim's reference folder (ring algorithms, 4 dataset splits,
 LIFO, localBWAware). SYSTEM is the source of these settings: a sweep file's `system:
-reference` (pipeline/sweep_file.py, the nightly sweep's `ring-native`) is SYSTEM, and
+reference` (pipeline/sweep/file.py, the nightly sweep's `ring-native`) is SYSTEM, and
 pipeline/sweeps/ring_system.json, the same settings as a file for the command line, is
 checked equal to it by tests/test_sweep_grid.py. One fixed model for every job, so that
 simulated times of real and synthetic jobs, or of jobs within a cluster, are comparable.

@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from chakra_core.analysis.history import unit
+from chakra_core.literal import file_name_of
 from chakra_core.terminal import printable
 
 # term -> what it means (title attributes where a term first appears, and each page's glossary)
@@ -90,8 +91,13 @@ def _untrusted(value):
 
 
 def page_of(job_id: str) -> str:
-    """The file name of a job's page beside its day page."""
-    return f"job={job_id}.html"
+    """The file name of a job's page beside its day page (a job id is data: literal.file_name_of)."""
+    return f"job={file_name_of(job_id)}.html"
+
+
+def timeline_of(job_id: str) -> str:
+    """The file name of a job's timeline beside its page."""
+    return f"job={file_name_of(job_id)}.timeline.json.gz"
 
 
 def href(name: str) -> str:

@@ -18,6 +18,8 @@ they open offline.
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
 import sys
 from collections import defaultdict
@@ -102,7 +104,7 @@ def day_context(day: daily.Day, sections: dict[str, list[dict]], history: dict[s
         not_simulated[r["job_id"]].append(r)
     estimate = sections["estimate"][0] if sections["estimate"] else None
     if estimate:
-        estimate = {**estimate, "errors": json.loads(estimate["estimate_errors"] or "{}")}
+        estimate = {**estimate, "errors": _json_map(estimate["estimate_errors"])}
     families = sections["device_families"]
     return {
         "day": day.date, "previous": previous, "jobs": jobs, "rejects": sections["rejects"],
@@ -116,6 +118,15 @@ def day_context(day: daily.Day, sections: dict[str, list[dict]], history: dict[s
         "representatives": [{**r, "rejected_files": rejected[r["job_id"]]} for r in sections["representatives"]],
         "estimate": estimate, "fidelity": sections["fidelity"],
     }
+
+
+def _json_map(text: str | None) -> dict:
+    """A JSON object cell of the warehouse; a damaged one (not JSON, not an object) shows as none."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def change_blocks(changes: list[dict], history: dict[str, list[dict]]) -> list[dict]:
@@ -160,11 +171,22 @@ def add_report_parser(subparsers) -> None:
         "DIR/date=<d>/job=<id>.html per job (per-rank step breakdown, top kernels, history, the comparison with "
         "the day before) with a Perfetto timeline beside it. Plots inline; no scripts, no network fetches.")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL", help="the warehouse (default out/warehouse)")
-    p.add_argument("--date", action="append", metavar="YYYY-MM-DD",
-                   help="the day (default: the latest day of the traces table); repeat it for several days")
+    p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=_iso_day,
+                   help="the day (default: the latest night of the warehouse); repeat it for several days")
     p.add_argument("-o", "--output", metavar="DIR", help="the reports folder (default: WAREHOUSE/reports, where the "
                    "nightly flow writes them)")
     p.set_defaults(run=cmd_report)
+
+
+def _iso_day(text: str) -> str:
+    """--date as a calendar day: anything else (an empty string, a path) is a usage error."""
+    try:
+        day = dt.date.fromisoformat(text) if len(text) == 10 else None  # (3.11 also reads 20261120)
+    except ValueError:
+        day = None
+    if day is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give YYYY-MM-DD")
+    return text
 
 
 def cmd_report(args) -> int:

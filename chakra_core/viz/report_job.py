@@ -10,7 +10,7 @@ from chakra_core.analysis import job_day
 from chakra_core.analysis.daily import HISTORY_WINDOW_DAYS, Day
 from chakra_core.errors import ChakraError
 from chakra_core.viz import report_plots
-from chakra_core.viz.pages import ms, pct, render
+from chakra_core.viz.pages import ms, pct, render, timeline_of
 
 MAX_TIMELINE_NODES = 50_000  # trace nodes over all ranks; larger jobs get no timeline (a note says so)
 TOP_KERNELS = 15
@@ -99,7 +99,7 @@ def timeline(day: Day, job: str, info: dict, out_dir: str) -> tuple[str | None, 
         result = predict(traces, reference_system())
     except (ChakraError, OSError, ValueError, ArithmeticError) as exc:  # a job the model cannot run (times past
         return None, f"No timeline: {' '.join(str(exc).split())}"          # int64 overflow): a note, not a failed night
-    name = f"job={job}.timeline.json.gz"
+    name = timeline_of(job)
     write_timeline(timeline_from_simulation(result, traces.tables), f"{out_dir.rstrip('/')}/{name}")
     return name, ""
 

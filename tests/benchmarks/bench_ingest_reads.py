@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_ingest_reads.py [--copies-of-real 1]
 
 Writes a day's drop with tools/make_drop.py (recorded gloo and GPU jobs, generated jobs, other
-formats, corrupt files), then runs pipeline.jobs.process_job on every job, one after the other
+formats, corrupt files), then runs pipeline.nightly.jobs.process_job on every job, one after the other
 in this process, twice: into a fresh warehouse (every job converted), then again into the same
 one (every job found unchanged and reused). Every file the library opens goes through
 chakra_core.inputs.open_raw; for this count its local files are opened without a file number,
@@ -85,8 +85,8 @@ def main() -> int:
     parser.add_argument("--copies-of-real", type=int, default=1)
     args = parser.parse_args()
     from chakra_core.inputs import sha256
-    from pipeline.drop import list_day
-    from pipeline.jobs import process_job
+    from pipeline.nightly.drop import list_day
+    from pipeline.nightly.jobs import process_job
     from tools.make_drop import make_drop
 
     with tempfile.TemporaryDirectory(prefix="bench-reads-") as tmp:

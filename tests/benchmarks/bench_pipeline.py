@@ -1,10 +1,10 @@
-"""Benchmark: the nightly flow's day on Ray (pipeline.run.run_day: convert + stats, the sweep's
+"""Benchmark: the nightly flow's day on Ray (pipeline.nightly.run.run_day: convert + stats, the sweep's
 simulations, representatives, synthesis), with 1 worker CPU and with 2.
 
     .venv/bin/python tests/benchmarks/bench_pipeline.py [--min-rank-traces 200] [--systems 6]
 
 Builds a day's drop with tools/make_drop.py (recorded gloo jobs, generated jobs, corrupt
-files; at least --min-rank-traces rank traces), then runs pipeline.run.run_day on it twice,
+files; at least --min-rank-traces rank traces), then runs pipeline.nightly.run.run_day on it twice,
 each time in a fresh local Ray instance: num_cpus=1, then num_cpus=2. Prints rank traces per
 minute, nodes per second and simulations per minute for each, the seconds of each stage
 (stages overlap on Ray: a stage's time is what it waited for), and the speed-up (target
@@ -32,7 +32,7 @@ def run(num_cpus: int, source: str, warehouse: str, systems) -> tuple[float, obj
     import ray
 
     from pipeline.cluster import start_ray
-    from pipeline.run import run_day
+    from pipeline.nightly.run import run_day
 
     stages: dict[str, float] = {}
 

@@ -6,7 +6,7 @@ Generates eight data-parallel jobs of 64 to 1,024 NPUs (chakra_core.generate: fo
 128, one of 256, one of 1,024) and two grids over Ring, Switch and FullyConnected networks of
 each job's own size (`where: total_npus == traced_npus`) with 7 bandwidths: 7 latencies for the
 jobs of 64 to 256 NPUs, 2 for the 1,024-NPU one (whose simulations take ten times as long):
-7 x 147 + 42 = 1,071 simulations, thinned evenly to --points. Runs pipeline.sweep_run on them
+7 x 147 + 42 = 1,071 simulations, thinned evenly to --points. Runs pipeline.sweep.run on them
 twice, each time in a fresh local Ray instance and warehouse: num_cpus=1, then 2. Prints, for
 each, simulations per minute, the share of the CPUs' time spent simulating (below 100%: Ray
 left CPUs idle; a 2-CPU rate no better than 1's at about 100% means the cores were shared with
@@ -53,7 +53,7 @@ def make_jobs(root: Path) -> Path:
 
 def thinned(planned, points: int):
     """Every job keeps an evenly spaced share of its points, `points` in all."""
-    from pipeline.sweep_run import Plan
+    from pipeline.sweep.run import Plan
 
     share = points / planned.simulations
     kept = {job: ps[:: max(1, round(1 / share))][: max(1, round(len(ps) * share))]
@@ -65,7 +65,7 @@ def run(num_cpus: int, sweep, planned, warehouse: str):
     import ray
 
     from pipeline.cluster import start_ray
-    from pipeline.sweep_run import run_sweep
+    from pipeline.sweep.run import run_sweep
 
     ray.shutdown()
     start_ray(num_cpus=num_cpus)
@@ -87,9 +87,9 @@ def seconds(folder: str) -> tuple[float, dict[int, float]]:
 
 
 def main() -> None:
-    from pipeline.sweep_file import load_sweep_file
-    from pipeline.sweep_jobs import Sources
-    from pipeline.sweep_run import plan
+    from pipeline.sweep.file import load_sweep_file
+    from pipeline.sweep.jobs import Sources
+    from pipeline.sweep.run import plan
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=1000, help="simulations per run (default 1000)")

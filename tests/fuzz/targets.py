@@ -279,8 +279,8 @@ def _process_drop(files: dict[str, bytes]) -> None:
     the ingest rows and reject rows (a bad name costs its job at most)."""
     import fsspec
 
-    from pipeline.drop import list_day
-    from pipeline.jobs import process_job
+    from pipeline.nightly.drop import list_day
+    from pipeline.nightly.jobs import process_job
 
     fs = fsspec.filesystem("memory")
     fs.store.clear()

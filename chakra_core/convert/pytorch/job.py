@@ -63,7 +63,7 @@ def convert_job(src: str, out_dir: str, prefix: str = "trace",
 @with_collector_paused
 def analyse_rank(item: RankInput, progress: Callable[[str, int, int], None] | None = None) -> RankConversion:
     """One rank read and analysed (the traces are referenced by the conversion alone, which
-    releases them once emitted); the nightly's per-rank Ray tasks call it too (pipeline/bigjobs)."""
+    releases them once emitted); the nightly's per-rank Ray tasks call it too (pipeline/nightly/bigjobs)."""
     kineto = read_kineto(item.kineto) if item.kineto else None
     rank = checked_rank(rank_of(item.host, kineto, item.rank if item.rank >= 0 else None), item.host)
     step = (lambda done, total, label=f"rank {rank}": progress(label, done, total)) if progress else None

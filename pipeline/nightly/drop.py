@@ -18,7 +18,7 @@ import unicodedata
 
 from chakra_core.inputs import file_kind, is_local
 from chakra_core.terminal import printable
-from pipeline.ingest import InputFile, JobInput, kind_in_job
+from pipeline.nightly.ingest import InputFile, JobInput, kind_in_job
 from pipeline.layout import day_url, filesystem
 
 REGULAR_FILES_ONLY = "a drop holds regular files only; not read"

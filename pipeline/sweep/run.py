@@ -23,9 +23,9 @@ from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.layout import join, retried, sweep_jobs_dir
 from pipeline.simulation import failed_row, simulate_batch
 from pipeline.sweep_point import SweepPoint
-from pipeline.sweep_file import Sweep, SweepError
-from pipeline.sweep_jobs import Sources, SweepJob, list_jobs, prepare_job
-from pipeline.sweep_table import PartWriter, done_keys, schema, sweep_folder
+from pipeline.sweep.file import Sweep, SweepError
+from pipeline.sweep.jobs import Sources, SweepJob, list_jobs, prepare_job
+from pipeline.sweep.table import PartWriter, done_keys, schema, sweep_folder
 
 BATCHES_PER_CPU = 4  # so that the cluster stays busy while the last batches finish
 MAX_BATCH_NPUS = 32 * 1024  # simulated NPUs per batch: about 26 s at 0.8 ms each (bench_sweep.py)

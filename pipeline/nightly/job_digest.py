@@ -1,6 +1,6 @@
 """What a night keeps of a job once its worker has written the job's rows as table files.
 
-A Ray task processes a job (pipeline/jobs.py: process_job), writes every row it made as data
+A Ray task processes a job (pipeline/nightly/jobs.py: process_job), writes every row it made as data
 files of the night's tables (chakra_core/warehouse/parts.py) and returns a JobDigest: the
 files' URLs and what the driver needs to schedule, select and summarise, a few KB a job
 whatever its ranks and nodes. The driver never holds a job's rows (docs/pipeline.md,
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from chakra_core.analysis.history import figures
 from chakra_core.analysis.select import merged_rank_rows
-from pipeline.jobs import JobOutcome
+from pipeline.nightly.jobs import JobOutcome
 from pipeline.tables import write_rows
 
 

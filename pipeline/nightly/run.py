@@ -1,6 +1,6 @@
 """A day of work on Ray: every job converted and summarised, every converted job simulated on
 every system of the sweep. Tasks read object storage and write their rows as the night's table
-files themselves, returning a job's digest (pipeline/job_digest.py), so neither traces nor a
+files themselves, returning a job's digest (pipeline/nightly/job_digest.py), so neither traces nor a
 job's rows pass through the driver: what it holds grows with the jobs of the day, a few KB
 each, not with their ranks or nodes. The tables the driver makes itself (simulations, history,
 representatives, synthesis) have a row or a few per job. The day runs in named stages
@@ -20,19 +20,19 @@ from typing import Any
 import pyarrow as pa
 
 from chakra_core.inputs import sha256
-from pipeline.bigjobs import PER_RANK_BYTES, ProgressLog, capped, converts_by_rank, job_memory
+from pipeline.nightly.bigjobs import PER_RANK_BYTES, ProgressLog, capped, converts_by_rank, job_memory
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
-from pipeline.drop import list_day
-from pipeline.history import memory_tables, read_history
-from pipeline.ingest import InputFile, JobInput
-from pipeline.job_digest import JobDigest, digest
-from pipeline.jobs import process_job
+from pipeline.nightly.drop import list_day
+from pipeline.nightly.history import memory_tables, read_history
+from pipeline.nightly.ingest import InputFile, JobInput
+from pipeline.nightly.job_digest import JobDigest, digest
+from pipeline.nightly.jobs import process_job
 from pipeline.layout import StorageError, remove, retried, staging_day
-from pipeline.represent import DEFAULT_REPRESENTATIVES, representatives_table
+from pipeline.nightly.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep_point import SweepPoint
 from pipeline.simulation import reference_point, simulate_row
-from pipeline.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
-from pipeline.night import night_table
+from pipeline.nightly.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
+from pipeline.nightly.night import night_table
 from pipeline.tables import from_rows, write_rows
 
 FAULT_KILL_ONCE = "CHAKRA_FAULT_KILL_WORKER_ONCE"  # test hook: a marker file path (see tests)
@@ -51,8 +51,8 @@ class DayResult:
     nodes: int = 0
     files_processed: int = 0
     rejected_files: int = 0
-    jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/bigjobs.py)
-    training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/synthesis.py)
+    jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/nightly/bigjobs.py)
+    training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/nightly/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
     def best_systems(self) -> dict[str, tuple[str, int]]:
@@ -86,7 +86,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     """Everything for one day, as data files of its tables (not yet committed: the nightly flow
     commits them), in named stages: `stage(name, step,
     counts)` runs each step and says what it did with counts(result). per_rank_bytes: a PyTorch
-    job whose largest rank reads this much converts a Ray task per rank (pipeline/bigjobs.py);
+    job whose largest rank reads this much converts a Ray task per rank (pipeline/nightly/bigjobs.py);
     `log` gets the lines of their progress (ProgressLog) while the conversions run."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
@@ -158,7 +158,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
              sims: _Simulations, per_rank_bytes: int,
              log: Callable[[str], None] | None) -> list[tuple[JobInput, JobDigest]]:
     """A Ray task per job (hash, convert or validate, statistics, publish), declaring the memory
-    its files need (pipeline/bigjobs.py); counts into result. Where jobs convert a task per
+    its files need (pipeline/nightly/bigjobs.py); counts into result. Where jobs convert a task per
     rank, the lines their tasks put on a ProgressLog go to `log` as they come (every DRAIN_EVERY_S).
     A converted job's simulations (`sims`) go to Ray as soon as its task returns, except while
     conversions still wait for a CPU: Ray would run the simulations first (it has no priorities),
@@ -283,7 +283,7 @@ def _loose_rejects(loose: list[InputFile], run_id: str) -> list[dict]:
 
 def _remember(result: DayResult, converted: list[JobDigest], reference_rows: list[dict], warehouse: str,
               log: Callable[[str], None] | None) -> dict[str, pa.Table]:
-    """The night's job_history and regressions (pipeline/history.py)."""
+    """The night's job_history and regressions (pipeline/nightly/history.py)."""
     warn = log or (lambda line: print(line, file=sys.stderr))
     history = retried("reading the history of", warehouse, lambda: read_history(warehouse, result.date, warn=warn))
     return memory_tables({d.job_id: d.figures for d in converted},

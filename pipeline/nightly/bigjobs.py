@@ -35,15 +35,15 @@ from chakra_core.convert import sources
 from chakra_core.convert.common.result import JobResult
 from chakra_core.convert.pytorch.discover import RankInput, find_ranks
 from chakra_core.convert.pytorch.job import analyse_rank, convert_ranks, file_size
+from chakra_core.errors import ChakraError
 from chakra_core.terminal import human_bytes
 from pipeline.cluster import WORKER_RETRIES
-from pipeline.ingest import JobInput
+from pipeline.nightly.ingest import JobInput
 
 PER_RANK_BYTES = 256 << 20  # a job whose largest rank reads this much converts a task per rank
 WORKER_BYTES = 512 << 20  # a worker with the library imported (about 120 MiB) and the job's small tables
 BYTES_PER_READ_BYTE = 4  # peak memory per byte of trace JSON read: conversion 2.3, tables and statistics on top
 GZIP_EXPANSION = 25  # JSON bytes per gzip byte of the shipped GPU runs' traces (gpt: 16.9 MB in 0.66 MB)
-PYTORCH = "pytorch_et"
 PROGRESS_EVERY_S = 10.0  # the least time between two lines of one rank's bytes read
 
 
@@ -75,9 +75,10 @@ def rank_bytes(job: JobInput) -> dict[int, int]:
 
 
 def converts_by_rank(job: JobInput, per_rank_bytes: int = PER_RANK_BYTES) -> bool:
-    """Whether the job converts a task per rank: a PyTorch job of a folder with more than one
-    rank, the largest reading per_rank_bytes or more."""
-    ranks = rank_bytes(job) if job.trace_format == PYTORCH else {}
+    """Whether the job converts a task per rank: a job of a source whose ranks convert apart
+    (sources.Source.ranks_apart: PyTorch traces) with more than one rank, the largest reading
+    per_rank_bytes or more."""
+    ranks = rank_bytes(job) if job.source is not None and job.source.ranks_apart else {}
     return len(ranks) > 1 and max(ranks.values()) >= per_rank_bytes
 
 
@@ -107,7 +108,11 @@ def convert_by_rank(src: str, out_dir: str, prefix: str, accounted: frozenset[st
             while waiting:
                 _, waiting = ray.wait(waiting, num_returns=1)
                 log.line(f"{prefix}: {len(refs) - len(waiting)} of {len(refs)} ranks converted")
-        return convert_ranks(ray.get(refs), inputs, out_dir, prefix)
+        try:
+            conversions = ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:  # the rank's own error, as the per-job path raises it
+            raise exc.cause if isinstance(exc.cause, Exception) else RankFailed(str(exc).splitlines()[0]) from None
+        return convert_ranks(conversions, inputs, out_dir, prefix)
 
 
 def _item_bytes(item: RankInput) -> int:
@@ -142,9 +147,23 @@ class ProgressLog:
         self.queue.shutdown()
 
 
+class RankFailed(ChakraError):
+    """A rank's conversion error, carried back from its Ray task as its message alone: the
+    library's errors hold their fields in their own constructors' arguments, which Ray cannot
+    rebuild on the driver (it would say `Failed to deserialize exception`)."""
+
+
 def analyse_logged(item: RankInput, prefix: str, log: ProgressLog | None):
     """analyse_rank of one rank of job `prefix` (a Ray task of convert_by_rank), saying to `log`
-    when it starts and ends and, from within, how much of the host trace it has read."""
+    when it starts and ends and, from within, how much of the host trace it has read; bad input
+    is a RankFailed with the library's message."""
+    try:
+        return _analyse_logged(item, prefix, log)
+    except ChakraError as exc:
+        raise RankFailed(str(exc)) from None
+
+
+def _analyse_logged(item: RankInput, prefix: str, log: ProgressLog | None):
     if log is None:
         return analyse_rank(item)
     name = f"{prefix} rank {item.rank}" if item.rank >= 0 else f"{prefix} {os.path.basename(item.host)}"

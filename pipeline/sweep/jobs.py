@@ -30,7 +30,7 @@ from chakra_core.inputs import sha256
 from chakra_core.outputs import open_output
 from chakra_core.warehouse.snapshots import SnapshotError, read_day
 from pipeline.layout import filesystem, join
-from pipeline.sweep_file import SweepError
+from pipeline.sweep.file import SweepError
 
 MADE = "_sweep_job.json"  # written last into a made job's folder: its files and hash
 

@@ -1,10 +1,9 @@
-"""A day's jobs and their files (pipeline/drop.py walks the drop): what kind each file is, which
+"""A day's jobs and their files (pipeline/nightly/drop.py walks the drop): what kind each file is, which
 files a job cannot use, or why its rank traces do not make one job (docs/pipeline.md, rejects).
 Every source, its files and their names come from the registry (chakra_core/convert/sources.py)."""
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from dataclasses import dataclass, field
 

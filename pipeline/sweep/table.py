@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from chakra_core.outputs import open_output
 from pipeline.layout import filesystem, join, sweep_table_dir
 from pipeline.sweep_point import SweepPoint, split_column
-from pipeline.sweep_file import SweepError
+from pipeline.sweep.file import SweepError
 from pipeline.tables import SCHEMAS
 
 EXTRA = pa.schema([

@@ -24,8 +24,8 @@ from chakra_core.format.job import Job, read_comm_groups
 from chakra_core.inputs import InputHashes, content_hashes
 from chakra_core.outputs import open_output
 from chakra_core.table_schema import TableSchema, column
-from pipeline import bigjobs
-from pipeline.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
+from pipeline.nightly import bigjobs
+from pipeline.nightly.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
 from pipeline.layout import (
     StorageError,
     describe,
@@ -74,7 +74,7 @@ class JobOutcome:
     device_verdicts: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     fingerprint: str | None = None
-    by_rank: bool = False  # converted a Ray task per rank (pipeline/bigjobs.py)
+    by_rank: bool = False  # converted a Ray task per rank (pipeline/nightly/bigjobs.py)
 
 
 @dataclass

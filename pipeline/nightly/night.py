@@ -13,6 +13,6 @@ NIGHTS = TableSchema("nights", (column("run_id", pa.string()),
 
 
 def night_table(day, simulations: int) -> pa.Table:
-    """The night's row from run_day's result (pipeline/run.py: DayResult)."""
+    """The night's row from run_day's result (pipeline/nightly/run.py: DayResult)."""
     return NIGHTS.from_rows([{"run_id": day.run_id, **{name: getattr(day, name) for name in COUNTS},
                               "simulations": simulations}])

@@ -43,7 +43,7 @@ from pipeline.sweep_point import (
     parameter_columns,
     split_column,
 )
-from pipeline.sweep_where import Condition, parse_where
+from pipeline.sweep.where import Condition, parse_where
 
 DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
