@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import TypeVar
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
+# Prefect's temporary server gets 20 s to start by default: a second night started beside a first
+# one (both loading Ray, the first converting) took longer and died "Timed out while attempting to
+# connect to ephemeral Prefect API server" (issue 47)
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402

@@ -137,3 +137,24 @@ def test_each_collective_alone_gives_back_the_network_and_the_cli_names_a_bad_ki
     assert exit_info.value.code == 2 and "broadcast: expected some of" in capsys.readouterr().err
     with pytest.raises(CalibrationError, match="gloo has no reduce-scatter"):
         measure(2, kinds=("reduce_scatter",))
+
+
+def test_a_damaged_report_and_absurd_arguments_are_one_line(tmp_path, capsys):
+    """Issue 47: `chakra calibrate` on a bad report named no key; `--npus 100000000` and
+    `--measured-ms 1e300` were accepted."""
+    from datapaths import GPU_H200
+
+    assert main(["convert", str(GPU_H200 / "mlp_tiny"), "-o", str(tmp_path / "job")]) == 0
+    report = tmp_path / "job" / "trace.report.json"
+    document = json.loads(report.read_text())
+    document["ranks_report"][0]["device_timing"]["launch_latency_ns"] = "x"
+    report.write_text(json.dumps(document))
+    capsys.readouterr()
+    assert main(["calibrate", str(tmp_path / "job" / "trace"), "--npus", "1", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "trace.report.json: ranks_report[0].device_timing.launch_latency_ns: 'x' is not a time" in err
+    assert err.count("\n") == 1
+    for option, value in (("--npus", "100000000"), ("--measured-ms", "1e300")):
+        with pytest.raises(SystemExit) as usage:
+            main(["calibrate", "--npus", "8", option, value, "-o", str(tmp_path / "out")])
+        assert usage.value.code == 2 and value in capsys.readouterr().err

@@ -273,3 +273,17 @@ def test_something_else_in_the_locks_place_is_one_line(tmp_path, kind):
         with day_lock(tmp_path.as_uri(), DATE):
             pass
     assert time.monotonic() - started < 5
+
+
+def test_prefects_temporary_server_gets_time_to_start_beside_another_night():
+    """Issue 47: a second night started 4 s after a first died with "Timed out while attempting to
+    connect to ephemeral Prefect API server" (Prefect gives its temporary server 20 s); a setting
+    made outside is kept."""
+    code = ("import flows.nightly; from prefect.settings import get_current_settings; "
+            "print(get_current_settings().server.ephemeral.startup_timeout_seconds)")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.stdout.split() == ["120"], run.stderr
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "33"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.stdout.split() == ["33"], run.stderr

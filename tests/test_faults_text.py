@@ -6,6 +6,7 @@ edges of the environment and the options refused in one line."""
 from __future__ import annotations
 
 import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -274,3 +275,22 @@ def test_job_ids_from_the_warehouse_never_leave_the_report_folder(tmp_path, caps
         main(["report", "--warehouse", warehouse, "--date", "", "-o", str(out)])
     assert usage.value.code == 2 and "'' is not a day: give YYYY-MM-DD" in capsys.readouterr().err
     assert not (out / "date=").exists()
+
+
+def test_kernel_names_of_a_kineto_trace_reach_the_terminal_as_text(tmp_path):
+    """Issue 47: NCCL kernel names holding ESC/OSC sequences or U+202E reached stderr raw in the
+    notes of `chakra convert` of Kineto traces alone."""
+    import gzip
+
+    trace = json.loads(gzip.decompress((PROJECT / "datasets" / "kineto-nccl" / "recsys-w16-rank0" /
+                                        "rank0.kineto.json.gz").read_bytes()))
+    nccl = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"
+            and e["name"].startswith("nccl")]
+    nccl[0]["name"] = "ncclKernel_\x1b]52;c;cHduZWQ=\x07Evil\u202eRING(ncclDevComm*)"
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank0.kineto.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode()))
+    run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "convert", str(tmp_path / "job"), "-o",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "\x1b" not in run.stderr and "\u202e" not in run.stderr and "\x07" not in run.stderr
+    assert "ncclKernel_\\x1b]52;c;cHduZWQ=\\x07Evil\\u202eRING" in run.stderr

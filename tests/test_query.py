@@ -191,3 +191,18 @@ def test_an_s3_warehouse_is_confined_too(s3, tmp_path, capsys):
         code, out, err = _query(capsys, "--warehouse", "s3://confined-wh/warehouse",
                                 f"SELECT * FROM read_csv('{target}')")
         assert code == 2 and "SECRET" not in out + err and err.count("\n") == 1, err
+
+
+def test_a_value_bigger_than_the_memory_limit_is_one_line_within_the_bound(tmp_path):
+    """Issue 47: `SELECT length(repeat('x', 4000000000))` peaked at 7.9 GB with the default 2 GB
+    --memory-limit (which bounds DuckDB's buffers, not a value a query builds)."""
+    import resource
+
+    warehouse = str(tmp_path / "wh")
+    _fill(warehouse)
+    run = subprocess.run([sys.executable, "-m", "chakra_core.cli", "query", "--warehouse", warehouse,
+                          "SELECT length(repeat('x', 4000000000))"], capture_output=True, text=True, timeout=120)
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "Out of Memory Error" in run.stderr and "--memory-limit raises the limit" in run.stderr
+    assert peak_mib < 2048 + 1024

@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable
 
+from chakra_core import limits
 from chakra_core.errors import ChakraError
 from chakra_core.terminal import Progress
 
@@ -45,6 +46,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def npu_count(text: str) -> int:
+    """NPUs of a network to write or simulate: a whole number from 1 to the `npus` limit."""
+    value = positive_int(text)
+    most = limits.value("npus")
+    if value > most:
+        raise argparse.ArgumentTypeError(f"{text!r}: more NPUs than the limit of {most:,} "
+                                         f"({limits.LIMITS['npus'].env} raises it)")
+    return value
+
+
+def milliseconds(text: str) -> float:
+    """A measured time in ms: above 0, at most a day."""
+    value = positive_number(text)
+    if value > 86_400_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected milliseconds from above 0 to 86,400,000 (a day)")
+    return value
+
+
 def positive_number(text: str) -> float:
     """A finite number above 0 (a clock in MHz, a timeout in seconds, a time in ms)."""
     try:
@@ -56,13 +75,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def memory_bytes(text: str) -> float:
+    """The bytes of a memory size written as DuckDB reads it (`512MB`, `2GB`, `1.5GiB`); 0 if it is not one."""
+    match = MEMORY_SIZE.match(text.strip())
+    if not match:
+        return 0.0
+    return float(match[1]) * (1024 if match[3] else 1000) ** ("KMGT".index(match[2].upper()) + 1)
+
+
 def memory_size(text: str) -> str:
     """A memory size as DuckDB reads it (`512MB`, `2GB`, `1.5GiB`), from 64 MB to 1 TiB."""
-    match = MEMORY_SIZE.match(text.strip())
-    value = 0.0
-    if match:
-        power = "KMGT".index(match[2].upper()) + 1
-        value = float(match[1]) * (1024 if match[3] else 1000) ** power
+    value = memory_bytes(text)
     if not 64e6 <= value <= 2**40:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 512MB or 4GB, from 64MB to 1TiB")
     return text.strip()

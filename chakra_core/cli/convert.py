@@ -7,7 +7,7 @@ import sys
 
 from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
 from chakra_core.convert import sources
-from chakra_core.terminal import Progress, console, plain_table
+from chakra_core.terminal import Progress, console, plain_table, printable
 
 COMMANDS = {
     "convert": "convert PyTorch execution traces (+ Kineto), a FlexFlow task graph or an ASTRA-sim 1.0 text "
@@ -15,6 +15,12 @@ COMMANDS = {
     "split": "split a multi-rank input into one Chakra ET per NPU, checking collectives",
     "link": "link one rank's PyTorch ET with its Kineto trace into a Chakra ET",
 }
+
+
+def _note(what: str, note: str) -> None:
+    """A line of the conversion's notes on stderr: names from the traces (kernels, files) are
+    data, their control and bidirectional characters shown as escapes."""
+    print(f"{what}: {printable(note)}", file=sys.stderr)
 
 
 def _convert_job(args):
@@ -60,16 +66,16 @@ def _print_conversion(result, as_json: bool) -> int:
         out.print(table)
         for report in result.reports:
             for note in report["notes"]:
-                print(f"rank {report['rank']}: {note}", file=sys.stderr)
+                _note(f"rank {report['rank']}", note)
         for note in result.inference_notes:
-            print(f"groups: {note}", file=sys.stderr)
+            _note("groups", note)
         for note in [*result.input_notes, *result.set_aside.values()]:
-            print(f"input: {note}", file=sys.stderr)
+            _note("input", note)
         out.print(_wrote(result, "rank"))
         if len(result.ranks) > 1 and not result.mismatches:
             out.print("collectives match across ranks")
     for problem in result.mismatches:
-        print(f"mismatch: {problem}", file=sys.stderr)
+        _note("mismatch", problem)
     return EXIT_FINDINGS if result.mismatches else EXIT_OK
 
 
@@ -85,7 +91,7 @@ def _print_source_conversion(result) -> None:
     source = result.source
     print(f"{source['format']}: {source['time']}", file=sys.stderr)
     for note in source["notes"]:
-        print(f"{source['format']}: {note}", file=sys.stderr)
+        _note(source["format"], note)
     out.print(_wrote(result, "npu"))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from chakra_core.cli.common import EXIT_OK, factor, positive_int, positive_number, print_json
+from chakra_core.cli.common import EXIT_OK, factor, milliseconds, npu_count, positive_int, positive_number, print_json
 from chakra_core.terminal import console, plain_table
 
 COMMANDS = {
@@ -179,14 +179,14 @@ def add_parsers(sub) -> None:
                        "DIR/network.yml and DIR/system.json for N NPUs, which chakra simulate takes as they are, and "
                        "DIR/calibration.json with the fit and every sample's residual.")
     p.add_argument("workloads", nargs="*", metavar="PREFIX", help="jobs whose traces carry measured durations")
-    p.add_argument("--npus", type=positive_int, required=True, metavar="N", help="NPUs of the network to write")
+    p.add_argument("--npus", type=npu_count, required=True, metavar="N", help="NPUs of the network to write")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--comm-group", metavar="FILE", help="communicator groups (default PREFIX.comm_groups.json)")
     p.add_argument("--measure", action="store_true", help="also measure a collective sweep on N gloo ranks here")
     p.add_argument("--kinds", default="all_reduce", metavar="K[,K...]", type=_kinds,
                    help="collectives the sweep measures: all_reduce, all_gather, all_to_all (default all_reduce;"
                    " calibration.json and the output give each one's own fit beside the joint one)")
-    p.add_argument("--measured-ms", type=positive_number, metavar="MS",
+    p.add_argument("--measured-ms", type=milliseconds, metavar="MS",
                    help="the first job's recorded steps measured with the profiler off: gives the compute scale "
                    "(default: the unprofiled steps its conversion found beside the traces, where there are)")
     p.add_argument("--probe", metavar="FILE",

@@ -9,6 +9,7 @@ from chakra_core import limits
 from chakra_core.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
+    memory_bytes,
     memory_size,
     per_file,
     print_json,
@@ -193,7 +194,7 @@ def _note_set_aside(row: dict) -> None:
 
 
 def cmd_query(args) -> int:
-    from chakra_core.warehouse.query import open_warehouse, run_query, table_counts
+    from chakra_core.warehouse.query import address_space_bound, open_warehouse, run_query, table_counts
 
     con, files_by_table, warnings = open_warehouse(args.warehouse, args.unsafe_full_engine, args.memory_limit,
                                                    args.as_of)
@@ -202,7 +203,8 @@ def cmd_query(args) -> int:
     if args.sql is None:
         rows, columns = table_counts(con, files_by_table), ["table", "days", "rows", "files"]
     else:
-        result = run_query(con, args.sql, args.unsafe_full_engine, args.timeout)
+        with address_space_bound(memory_bytes(args.memory_limit)):  # what DuckDB allocates beside its buffers too
+            result = run_query(con, args.sql, args.unsafe_full_engine, args.timeout)
         rows, columns = ([], []) if result is None else (result.to_pylist(), result.column_names)
     if args.json:
         print_json(rows, default=str)

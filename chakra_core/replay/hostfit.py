@@ -120,17 +120,29 @@ def device_timing_of(prefixes: list[str]) -> DeviceTiming | None:
     (convert/devicetiming.py, in their conversion reports); None when none measured any."""
     latency, gap = [], []
     for prefix in prefixes:
-        for rank in _report(prefix).get("ranks_report") or []:
+        ranks = _report(prefix).get("ranks_report")
+        for i, rank in enumerate(ranks if isinstance(ranks, list) else []):
             timing = rank.get("device_timing") if isinstance(rank, dict) else None
             if isinstance(timing, dict):
+                where = f"{prefix}.report.json: ranks_report[{i}].device_timing"
                 if _count(timing, "launches_measured") >= MIN_SAMPLES:
-                    latency.append(float(timing["launch_latency_ns"]))
+                    latency.append(_nanoseconds(timing, "launch_latency_ns", where))
                 if _count(timing, "gaps_measured") >= MIN_SAMPLES:
-                    gap.append(float(timing["kernel_gap_ns"]))
+                    gap.append(_nanoseconds(timing, "kernel_gap_ns", where))
     if not latency and not gap:
         return None
     return DeviceTiming(launch_latency_ns=float(np.median(latency)) if latency else 0.0,
                         kernel_gap_ns=float(np.median(gap)) if gap else 0.0)
+
+
+def _nanoseconds(timing: dict, key: str, where: str) -> float:
+    """A measured time of a conversion report: a finite number of ns from 0 to a second, or one
+    line naming the report and the key."""
+    value = timing.get(key)
+    if type(value) not in (int, float) or not 0 <= value <= 1e9:
+        raise CalibrationError(f"{where}.{key}: {str(value)[:40]!r} is not a time in ns from 0 to 1e9; convert the job "
+                               "again")
+    return float(value)
 
 
 def _count(timing: dict, key: str) -> int:

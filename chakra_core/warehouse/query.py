@@ -23,6 +23,7 @@ Parquet (judged by its PAR1 magic at both ends) is left out of its view with a w
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -205,6 +206,31 @@ def _union(files: list[str]) -> str:
         "union_by_name = true)" for group in layouts.values())
 
 
+ADDRESS_SPACE_MARGIN = 1 << 30  # beyond the process's size and the memory limit: DuckDB's own vectors, results
+
+
+@contextlib.contextmanager
+def address_space_bound(memory_limit: float):
+    """The process's address space bounded for the block at its size now, plus the memory limit
+    and a margin (RLIMIT_AS, soft limit only, restored after): DuckDB's memory_limit bounds its
+    buffer manager, not a value a query builds (`repeat('x', 4000000000)` peaked at 7.9 GB with a
+    2 GB limit); past the bound DuckDB's allocation fails and the query ends in one line. For a
+    process that runs queries alone (`chakra query`): another thread's allocations meet it too."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    bound = int(size + memory_limit + ADDRESS_SPACE_MARGIN)
+    if hard != resource.RLIM_INFINITY:
+        bound = min(bound, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (bound, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def run_query(con, sql: str, full_engine: bool = False, timeout_s: float = limits.QUERY_TIMEOUT_S):
     """The query's result as a pyarrow Table; DuckDB's complaint, or why the statement is not
     allowed (without full_engine: one read-only statement), as one WarehouseError line. A query
@@ -220,8 +246,9 @@ def run_query(con, sql: str, full_engine: bool = False, timeout_s: float = limit
         return None if relation is None else relation.to_arrow_table()  # None: CREATE, SET, ...
     except duckdb.InterruptException:
         raise WarehouseError(f"the query ran past its time limit of {timeout_s:g} s (--timeout raises it)") from None
-    except duckdb.OutOfMemoryException as exc:
-        raise WarehouseError(f"{' '.join(str(exc).split())} (--memory-limit raises the limit)") from None
+    except duckdb.OutOfMemoryException as exc:  # its first sentence: the rest is advice on DuckDB's settings
+        said = " ".join(str(exc).split()).split(" Possible solutions")[0]
+        raise WarehouseError(f"{said} (--memory-limit raises the limit)") from None
     except duckdb.Error as exc:
         raise WarehouseError(" ".join(str(exc).split())) from None
     finally:
