@@ -15,6 +15,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from typing import Any
 
 WORKER_RETRIES = 3
 _AT_EXIT: list = []  # what this process registered with atexit
+_CARETAKER_PIPE: list[int] = []  # the write end of the caretaker's pipe
 _STOP_SIGNAL: list[str] = []  # the stop signal received, once one is
 
 # runs a named step and says what it did with counts(result); the flows run each as a Prefect task
@@ -44,8 +47,19 @@ def start_ray(num_cpus: int | None = None) -> None:
         if _stop_local_ray not in _AT_EXIT:  # once a process; runs before Ray's own exit handler (registered later,
             _AT_EXIT.append(_stop_local_ray)  # run first)
             atexit.register(_stop_local_ray)
+            _start_caretaker()
         if threading.current_thread() is threading.main_thread():  # ray.init replaced SIGTERM's handler with its own
             end_on_signals()
+
+
+def _start_caretaker() -> None:
+    """pipeline/caretaker.py, which ends what this process started if it dies without its exit
+    handlers (kill -9). The pipe's write end stays open here, unused, until this process ends."""
+    read, write = os.pipe()
+    subprocess.Popen([sys.executable, "-m", "pipeline.caretaker", str(os.getpid()), str(read)], pass_fds=(read,),
+                     stdin=subprocess.DEVNULL, start_new_session=True)
+    os.close(read)
+    _CARETAKER_PIPE.append(write)  # (kept referenced; never written)
 
 
 def end_on_signals() -> None:
@@ -88,10 +102,10 @@ def _stop_local_ray(grace_s: float = 3.0) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_running(p) for p in started):
+        while time.monotonic() < deadline and any(running(p) for p in started):
             time.sleep(0.1)
         for pid in started:
-            if _running(pid):
+            if running(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -113,7 +127,17 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def _running(pid: int) -> bool:
+def process_start(pid: int) -> str | None:
+    """The process's start on this host (boot id and start time in clock ticks), which a reused
+    pid does not share; None where /proc does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot, open(f"/proc/{pid}/stat") as proc:
+            return f"{boot.read().strip()}:{proc.read().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return None
+
+
+def running(pid: int) -> bool:
     """Alive and not a zombie."""
     try:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from chakra_core.inputs import is_local
+from pipeline.cluster import process_start
 from pipeline.layout import filesystem, join
 
 LOCK_STALE_SECONDS = 24 * 3600  # a lock older than a day is a dead run's, wherever it ran
@@ -62,16 +63,6 @@ def day_lock(warehouse: str, date: str) -> Iterator[None]:
     finally:
         if _holder(fs, path, url).get("token") == me["token"]:
             fs.rm_file(path)
-
-
-def process_start(pid: int) -> str | None:
-    """The process's start on this host (boot id and start time in clock ticks), which a reused
-    pid does not share; None where /proc does not say."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot, open(f"/proc/{pid}/stat") as proc:
-            return f"{boot.read().strip()}:{proc.read().rsplit(')', 1)[1].split()[19]}"
-    except (OSError, IndexError):
-        return None
 
 
 def _create(fs, path: str, holder: dict) -> bool:

@@ -5,6 +5,7 @@ one day are serialised by a lock in the warehouse; a killed run's helpers end wi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -22,11 +23,10 @@ from chakra_core.errors import ChakraError
 from pipeline.nightly import jobs as jobs_module
 from pipeline import layout
 from pipeline.nightly.jobs import process_job
-from pipeline import day_lock as day_lock_module
 from pipeline.day_lock import DayLocked, day_lock, lock_url
 from pipeline.layout import StorageError, retried, storage_fault
 from test_pipeline_accounting import DATE, SOURCE, WAREHOUSE, chakra_job, warehouse_files
-from pipeline.cluster import descendants
+from pipeline.cluster import descendants, process_start
 from pipeline.nightly.drop import list_day
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -257,7 +257,7 @@ def test_a_lock_of_a_live_unrelated_process_is_taken_over(tmp_path):
     with day_lock(tmp_path.as_uri(), DATE):
         assert json.loads(lock.read_text())["token"]
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
-                                "started": day_lock_module.process_start(os.getpid())}))
+                                "started": process_start(os.getpid())}))
     with pytest.raises(DayLocked, match=f"host '{socket.gethostname()}', pid {os.getpid()}, since "):
         with day_lock(tmp_path.as_uri(), DATE):  # the process that took it, alive: refused
             pass
@@ -287,3 +287,51 @@ def test_prefects_temporary_server_gets_time_to_start_beside_another_night():
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "33"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert run.stdout.split() == ["33"], run.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_night_leaves_nothing_of_its_own_running(tmp_path):
+    """Issue 47: after `kill -9` of a run, Ray's processes and Prefect's server were still alive
+    15 s later (no exit handler runs): the run's caretaker (pipeline/caretaker.py) ends them."""
+    code = ("import time; from pipeline.cluster import start_ray; start_ray(1); "
+            "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "print('ready', flush=True); time.sleep(600)")
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert driver.stdout.readline().strip() == "ready"
+        time.sleep(2)  # (the caretaker looks every second)
+        started = descendants(driver.pid)
+        assert len(started) >= 3  # Ray's processes, the sleeper, the caretaker
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and [p for p in started if _alive(p)]:
+            time.sleep(0.5)
+        assert not [p for p in started if _alive(p)]
+    finally:
+        for pid in [driver.pid, *descendants(driver.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_full_warehouse_while_a_job_writes_its_rows_is_a_storage_fault(memfs, monkeypatch):
+    """Issue 47: a full disk met where a worker writes its job's rows is one line (StorageError),
+    not Ray's stack frames nor a rejected job."""
+    import ray
+
+    from pipeline.nightly import job_digest, run
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "tables/traces/data/x.parquet")
+
+    monkeypatch.setattr(job_digest, "write_rows", full)
+    chakra_job(SOURCE, "j", {"j.0.et": 0, "j.1.et": 1})
+    job = list_day(SOURCE, DATE)[0][0]
+    ray.shutdown()
+    try:
+        with pytest.raises(StorageError, match=r"storage failed while the rows of job j were written to the "
+                                               r"warehouse .*No space left on device \[ENOSPC\]"):
+            run._process_remote(job, DATE, WAREHOUSE, "r", 1 << 40, None)
+    finally:
+        ray.shutdown()

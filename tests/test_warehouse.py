@@ -100,3 +100,31 @@ def test_chakra_diff_takes_null_figures_of_a_damaged_day_as_none(tmp_path, capsy
                  "--json"]) == 0
     kernels = json.loads(capsys.readouterr().out)["kernels"]
     assert [(k["ns_before"], k["ns_after"]) for k in kernels] == [(7, 0)]
+
+
+def test_a_damaged_history_costs_its_files_only(tmp_path, capsys):
+    """Issue 47: one corrupt job_history file (garbage between the Parquet marks) or a `value`
+    column written as text killed every night for the next 28 days and every query and diff."""
+    from pipeline.nightly.history import read_history
+
+    warehouse = str(tmp_path / "wh")
+    for day in ("2026-11-01", "2026-11-02", "2026-11-03"):
+        tables.write_day(warehouse, "job_history", day, [_history("j", 5.0)])
+    files = {f.parent.name: f for f in (tmp_path / "wh" / "tables" / "job_history" / "data").rglob("*.parquet")}
+    garbage = files["date=2026-11-01"]
+    garbage.write_bytes(b"PAR1" + b"\x00garbage" * 100 + b"PAR1")
+    as_text = files["date=2026-11-02"]
+    data = pq.read_table(as_text)
+    i = data.schema.get_field_index("value")
+    pq.write_table(data.set_column(i, "value", pa.array(["five"], pa.string())), as_text)
+    warnings = []
+    history = read_history(warehouse, "2026-11-04", warn=warnings.append)
+    assert [day for day, _, _ in history["j"]] == ["2026-11-03"]
+    assert len(warnings) == 2 and all("job_history: " in w and "cannot be read" in w for w in warnings)
+    assert any(garbage.name in w for w in warnings) and any(as_text.name in w for w in warnings)
+    assert main(["query", "--warehouse", warehouse, "--json", "SELECT count(*) n FROM job_history"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"n": 2}] and garbage.name in err  # the text value reads; the garbage is left out
+    assert main(["diff", "--warehouse", warehouse, "--job", "j", "--date", "2026-11-03", "--against",
+                 "2026-11-02"]) in (0, 2)
+    assert capsys.readouterr().err.count("\n") <= 1

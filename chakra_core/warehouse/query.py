@@ -111,8 +111,16 @@ def _iceberg_views(con, url: str, fs, as_of: str | None, warnings: list[str]) ->
         local_paths = [fsspec.core.url_to_fs(f)[1] if is_local(fs) else f for f in readable]
         source = (f"SELECT * FROM read_parquet([{', '.join(_quoted(f) for f in local_paths)}], union_by_name = true) "
                   f"UNION ALL BY NAME " if readable else "")
-        con.execute(f"CREATE VIEW {_identifier(name)} AS {source}SELECT * FROM {_identifier(empty)}")
+        con.execute(f"CREATE VIEW {_identifier(name)} AS SELECT {_typed_columns(con, empty)} FROM "
+                    f"({source}SELECT * FROM {_identifier(empty)}) AS stored")
     return files_by_table
+
+
+def _typed_columns(con, typed: str) -> str:
+    """Every column as the table declares it: a value a damaged file stored as another type (a
+    number written as text) that does not convert reads as null, never as the column's type."""
+    columns = con.execute(f"DESCRIBE {_identifier(typed)}").fetchall()
+    return ", ".join(f"TRY_CAST({_identifier(c[0])} AS {c[1]}) AS {_identifier(c[0])}" for c in columns)
 
 
 def _checked(fs, url: str, warnings: list[str]) -> bool:
