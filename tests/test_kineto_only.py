@@ -160,3 +160,20 @@ def test_a_job_folder_of_kineto_traces_alone_is_a_job_of_the_nightly_flow(memfs)
 def test_stats_on_a_raw_pytorch_trace_says_what_to_run(capsys, name, says):
     assert main(["stats", str(DATASETS / "gpu-h200" / "mlp_tiny" / name)]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("element", ["42", '"text"', "[1, 2]", "null", "true"])
+def test_a_trace_event_that_is_not_an_object_is_one_line(tmp_path, element, capsys):
+    """Issue 47: elements of traceEvents that were not objects were dropped silently (the C
+    digest skipped them); a corrupt file is refused, naming the element."""
+    from chakra_core.cli import main
+
+    run = DATASETS / "pytorch-gloo" / "mlp_ddp-w2"
+    (tmp_path / "job").mkdir()
+    text = gzip.decompress((run / "rank0.kineto.json.gz").read_bytes()).decode()
+    at = text.index('"traceEvents"')
+    at = text.index("[", at) + 1
+    (tmp_path / "job" / "rank0.kineto.json").write_text(text[:at] + element + "," + text[at:])
+    assert main(["convert", str(tmp_path / "job"), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "traceEvents[0] is a JSON" in err and "not a trace event (an object)" in err and err.count("\n") == 1

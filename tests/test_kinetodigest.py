@@ -16,7 +16,7 @@ from datapaths import DATASETS
 from kineto_parsed import NoKinetoDigest
 
 from chakra_core._native import _kinetodigest
-from chakra_core.convert.common.jsonstream import TraceJSONError
+from chakra_core.errors import ChakraFormatError
 from chakra_core.convert.kineto.host import keep_args
 from chakra_core.convert.pytorch import kineto as kineto_module
 from chakra_core.convert.pytorch.kineto import read_kineto
@@ -42,7 +42,7 @@ def _both(path, monkeypatch, keep=None):
         monkeypatch.setattr(kineto_module, "_kinetodigest", module)
         try:
             results.append(_snapshot(read_kineto(str(path), keep_args=keep)))
-        except TraceJSONError as exc:
+        except ChakraFormatError as exc:  # malformed JSON, or an event refused (an element not an object)
             results.append(f"error: {exc}")
     return results
 
@@ -132,6 +132,8 @@ def test_each_kind_of_event_reads_as_parsing_it_does(tmp_path, monkeypatch, what
                                 json.dumps(_event(name="after", ts=300))]))
     digested, reference = _both(path, monkeypatch, keep_args)
     assert digested == reference
+    if what == "not an object":  # refused by both, naming the element (issue 47: it was dropped silently)
+        assert digested.startswith("error: ") and "traceEvents[1] is a JSON array" in digested
 
 
 @pytest.mark.parametrize("text", [

@@ -582,6 +582,15 @@ static void out_free(out_t *o, cur_t *c) {
     PyMem_Free(c->stack);
 }
 
+/* An element that is not an object (c->pos at its first byte): left to kineto.py, which refuses
+ * it, as an odd event. 0: done, -1 malformed, -2 Python error. */
+static int odd_element(cur_t *c, Py_ssize_t index, out_t *o) {
+    Py_ssize_t at = c->pos;
+    if (skip_value(c) < 0) return -1;
+    if (put_order(o, K_ODD) < 0) return -2;
+    return append_new(o->odd, Py_BuildValue("(nnn)", index, at, c->pos)) < 0 ? -2 : 0;
+}
+
 static PyObject *py_digest(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end;
@@ -604,7 +613,7 @@ static PyObject *py_digest(PyObject *self, PyObject *args) {
     if (c.pos < c.n && c.s[c.pos] == ']') goto digested;
     for (;; index++) {
         ws(&c);
-        int r = (c.pos < c.n && c.s[c.pos] == '{') ? digest_event(&c, index, &o) : skip_value(&c);
+        int r = (c.pos < c.n && c.s[c.pos] == '{') ? digest_event(&c, index, &o) : odd_element(&c, index, &o);
         if (r == -2) goto done;
         if (r < 0) { malformed = 1; break; }
         ws(&c);
@@ -640,7 +649,7 @@ static Py_ssize_t walked_event(void *ctx, Py_ssize_t pos, Py_ssize_t index) {
     c->pos = pos;
     int is_event = c->s[pos] == '{';
     c->depth_left = is_event ? w->max_depth - 1 : w->max_depth; /* an event's members are inside it */
-    int r = is_event ? digest_event(c, index, w->o) : skip_value(c);
+    int r = is_event ? digest_event(c, index, w->o) : odd_element(c, index, w->o);
     if (r == -2) return -2;
     if (r < 0 || (!is_event && !element_terminated(c->s, c->pos, c->n))) return -1;
     return c->pos;

@@ -12,7 +12,8 @@ Linking (docs/ingestion.md, 'Linking'):
   nested in it on the same thread.
 What cannot be linked is counted in LinkReport; conversion goes on without that detail.
 An event whose time is not one (NaN, negative, beyond 2**62 µs) or whose name, tid or args
-are of the wrong kind is refused rather than skipped: it means the file is corrupt, and a
+are of the wrong kind, or an element of traceEvents that is not an object, is refused rather
+than skipped: it means the file is corrupt, and a
 skipped event would silently take its kernels' durations with it. So is a Kineto trace of
 another rank than its host trace.
 """
@@ -120,6 +121,10 @@ class KinetoTrace:
         return info if isinstance(info, dict) else {}
 
 
+def _json_kind(value) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
 def _int_or_none(value) -> int | None:
     return value if type(value) is int else None
 
@@ -217,7 +222,10 @@ class _EventReader:
 
     def add_event(self, event, index: int) -> None:
         """One event parsed whole: kept in its list, skipped, or refused (see the module docstring)."""
-        if not isinstance(event, dict) or event.get("ph") != "X":
+        if not isinstance(event, dict):  # (a list, a number, a string: not a trace event; the file is corrupt)
+            raise ChakraFormatError(self.url, f"traceEvents[{index}] is a JSON {_json_kind(event)}, not a trace "
+                                    "event (an object)")
+        if event.get("ph") != "X":
             return
         category = event.get("cat")
         if category not in CATEGORIES:
