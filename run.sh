@@ -16,7 +16,7 @@ for d in "$previous" "$day"; do
     .venv/bin/python -m tools.make_drop --root "$source_url" --date "$d" --other-formats
 done
 .venv/bin/python -m flows.nightly --date "$previous" --date "$day" --source "$source_url" \
-    --warehouse "$warehouse_url" | tee out/nightly.log | grep -v '^report'
+    --warehouse "$warehouse_url" | tee out/nightly.log | grep --line-buffered -v '^report'  # each night as it ends
 echo "DuckDB over the tables (chakra query): exposed communication by topology and NPU count"
 .venv/bin/chakra query --warehouse "$warehouse_url" "
     SELECT topology, npus, count(*) AS jobs, round(avg(max_exposed_comm_ns) / 1e6, 3) AS avg_exposed_comm_ms,
