@@ -42,8 +42,8 @@ LIMITS: dict[str, Limit] = {
     "archive_members": Limit("CHAKRA_MAX_ARCHIVE_MEMBERS", 100_000, "members of one .zip or .tar job bundle"),
     "log_lines": Limit("CHAKRA_MAX_LOG_LINES", 500_000, "issue/callback lines of one simulator log"),
     "source_nodes": Limit("CHAKRA_MAX_SOURCE_NODES", 4_000_000,
-                          "nodes of a job built node by node from an ASTRA-sim text workload, over all NPUs (about "
-                          "370 bytes each while built: 4,000,000 take about 1.6 GB)"),
+                          "nodes of a job built node by node from an ASTRA-sim text workload or a JAX run, over all "
+                          "NPUs (about 370 bytes each while built: 4,000,000 take about 1.6 GB)"),
     "source_bytes": Limit("CHAKRA_MAX_SOURCE_BYTES", 256 << 20,
                           "bytes of a FlexFlow task graph or an ASTRA-sim 1.0 text workload (read whole)"),
 }

@@ -11,9 +11,8 @@ import shutil
 
 import pytest
 
-from datapaths import JAX_CPU
+from jax_runs import one_line, run_copy  # noqa: F401 - run_copy is a fixture
 
-from chakra_core.cli import main
 from chakra_core.convert.jax.collectives import CollectiveError, replica_groups, source_target_pairs
 from chakra_core.convert.jax.hlo import parse_hlo, parse_instruction
 from chakra_core.convert.jax.hlo_shapes import shape_bytes
@@ -53,7 +52,7 @@ def test_unreadable_replica_groups_say_why(text):
 
 
 def test_source_target_pairs_and_shapes():
-    assert source_target_pairs("{{0,1},{1,2},{2,3},{3,0}}") == ((0, 1), (1, 2), (2, 3), (3, 0))
+    assert source_target_pairs("{{0,1},{1,2},{2,3},{3,0}}", 4) == ((0, 1), (1, 2), (2, 3), (3, 0))
     assert shape_bytes("(f32[1024,512]{1,0}, f32[16,1024]{1,0}, f32[])") == 4 * (1024 * 512 + 16 * 1024 + 1)
     assert shape_bytes("bf16[8,128]{1,0:T(8,128)(2,1)}") == 2 * 8 * 128  # tiles are not dimensions
     assert shape_bytes("pred[3]") == 3 and shape_bytes("s4[3]") == 2 and shape_bytes("f32[<=10]") == 40
@@ -151,25 +150,10 @@ def test_async_pairs_fold_into_one_collective_that_only_the_done_users_wait_for(
         assert by_name["copy.1"]["name"].endswith("xla:copy")
 
 
-def _one_line(capsys, *argv) -> str:
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
-@pytest.fixture
-def run_copy(tmp_path, monkeypatch):
-    monkeypatch.delenv("CHAKRA_DEBUG", raising=False)
-    run = tmp_path / "run"
-    shutil.copytree(JAX_CPU / "tp_mlp", run)
-    return run
-
-
 def test_a_truncated_xplane_is_one_line_naming_it(run_copy, tmp_path, capsys):
     xplane = next(run_copy.rglob("*.xplane.pb"))
     xplane.write_bytes(xplane.read_bytes()[:5000])
-    line = _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    line = one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
     assert "vm.xplane.pb" in line and "XPlane" in line
 
 
@@ -179,30 +163,30 @@ def test_bad_hlo_is_one_line_naming_the_file_and_line(run_copy, tmp_path, capsys
     at = next(i for i, text in enumerate(lines) if " all-reduce(" in text)
     lines[at] = lines[at].replace("all-reduce(%ynn_fusion.2)", "all-reduce(%nowhere)")
     hlo.write_text("\n".join(lines))
-    line = _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    line = one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
     assert hlo.name in line and f"line {at + 1}" in line and "nowhere" in line
     lines[at] = lines[at].replace("%nowhere", "%ynn_fusion.2").replace("mesh[", "grid[")
     hlo.write_text("\n".join(lines))
-    line = _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    line = one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
     assert hlo.name in line and f"line {at + 1}" in line and "replica_groups" in line
     hlo.write_text("HloModule jit_step\n\nENTRY %main () -> f32[] {\n  %x = f32[] constant(0)\n")
-    assert "not closed" in _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    assert "not closed" in one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
 
 
-def test_a_bad_trace_or_timing_is_one_line(run_copy, tmp_path, capsys):
+def test_a_bad_trace_or_timing_isone_line(run_copy, tmp_path, capsys):
     next(run_copy.rglob("*.xplane.pb")).unlink()
     trace = next(run_copy.rglob("vm.trace.json.gz"))
     document = json.loads(gzip.decompress(trace.read_bytes()))
     index = next(i for i, e in enumerate(document["traceEvents"]) if e.get("ph") == "X")
     document["traceEvents"][index]["ts"] = "soon"
     trace.write_bytes(gzip.compress(json.dumps(document).encode()))
-    line = _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    line = one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
     assert "vm.trace.json.gz" in line and f"traceEvents[{index}].ts" in line
     trace.write_bytes(gzip.compress(b'{"traceEvents": [')[:-3])
-    assert "vm.trace.json.gz" in _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
+    assert "vm.trace.json.gz" in one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"))
     (run_copy / "timing.json").write_text('{"steps_ns": [1, -2]}')
     shutil.rmtree(trace.parent)
-    assert "no JAX profile" in _one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"),
+    assert "no JAX profile" in one_line(capsys, "convert", str(run_copy), "-o", str(tmp_path / "out"),
                                          "--from", "jax")
 
 

@@ -46,6 +46,7 @@ REAL_TEXT = [(DATASETS / "other-formats/text" / name).read_bytes()
              for name in ("DLRM_HybridParallel.txt", "MLP_HybridParallel_Data_Model.txt", "microAllReduce.txt")]
 JAX_RUN = DATASETS / "jax-cpu/tp_mlp"
 REAL_XPLANE = next(JAX_RUN.rglob("*.xplane.pb")).read_bytes()
+REAL_TRACE_JSON = gzip.decompress(next(JAX_RUN.rglob("vm.trace.json.gz")).read_bytes())
 REAL_HLO = (JAX_RUN / "step.hlo.txt").read_bytes()
 REAL_CONFIGS = [(DATASETS / "astra-sim-reference/configs" / name).read_bytes()
                 for name in ("Ring_4chunks.json", "Switch_8npus.yml", "Ring_8npus.yml")]
@@ -128,16 +129,95 @@ def _convert_source(fmt: str):
 
 
 def _convert_jax(mutated: str):
-    """A JAX run converted whose XPlane ("xplane") or compiled HLO ("hlo") is the drawn file."""
+    """A JAX run converted whose XPlane ("xplane"), trace JSON ("trace", read as there is no
+    XPlane) or compiled HLO ("hlo") is the drawn file."""
     def convert(path: str) -> None:
         with tempfile.TemporaryDirectory() as run:
             profile = Path(run, "plugins", "profile", "r")
             profile.mkdir(parents=True)
             data = Path(path).read_bytes()
-            Path(profile, "vm.xplane.pb").write_bytes(data if mutated == "xplane" else REAL_XPLANE)
+            if mutated == "trace":
+                Path(profile, "vm.trace.json").write_bytes(data)
+            else:
+                Path(profile, "vm.xplane.pb").write_bytes(data if mutated == "xplane" else REAL_XPLANE)
             Path(run, "step.hlo.txt").write_bytes(data if mutated == "hlo" else REAL_HLO)
             convert_jax_run(run, f"{run}/out", "fuzz")
     return convert
+
+
+# numbers at the edges of what a profile's times, ids and counts hold
+EDGE_NUMBERS = st.sampled_from([0, -1, 1e300, -1e300, 2**63, 2**64, 65535, 10**18, 0.5]) | st.integers(-2**70, 2**70) \
+    | st.floats()
+
+
+@st.composite
+def odd_trace_json(draw) -> bytes:
+    """The real trace JSON with fields of a few events replaced: times, ids, device ordinals and
+    step numbers at the edges, or random JSON values (valid JSON whose meaning is wrong)."""
+    document = json.loads(REAL_TRACE_JSON)
+    events = document["traceEvents"]
+    for _ in range(draw(st.integers(1, 4))):
+        victim = events[draw(st.integers(0, len(events) - 1))]
+        key = draw(st.sampled_from(["ts", "dur", "pid", "tid", "ph", "name", "device_ordinal", "step_num", "hlo_op",
+                                    "run_id"]))
+        value = draw(EDGE_NUMBERS | JSON_VALUES)
+        if key in ("device_ordinal", "step_num", "hlo_op", "run_id"):
+            victim.setdefault("args", {})[key] = str(value) if draw(st.booleans()) else value
+        else:
+            victim[key] = value
+    return json.dumps(document).encode()
+
+
+# attribute values and shapes of an HLO instruction as a hostile printer could write them
+HLO_NUMBERS = st.sampled_from(["0", "1", "2", "4", "-1", "65535", "400000000", "99999999999", "9" * 30]) \
+    | st.integers(0, 10**6).map(str)
+HLO_GROUPS = st.one_of(
+    st.lists(st.lists(HLO_NUMBERS, max_size=5).map(lambda g: "{" + ",".join(g) + "}"), max_size=4)
+    .map(lambda gs: "{" + ",".join(gs) + "}"),
+    st.tuples(HLO_NUMBERS, HLO_NUMBERS, st.lists(HLO_NUMBERS, min_size=1, max_size=4), st.booleans()).map(
+        lambda t: f"[{t[0]},{t[1]}]<=[{','.join(t[2])}]" + (f"T({','.join(map(str, range(len(t[2]))))})" if t[3]
+                                                             else "")),
+    st.lists(st.tuples(st.sampled_from("abc"), HLO_NUMBERS), min_size=1, max_size=3).flatmap(
+        lambda axes: st.lists(st.sampled_from("abcz"), max_size=3).map(
+            lambda chosen: "mesh[" + ",".join(f"'{n}'={v}" for n, v in axes) + "] {"
+                           + ",".join(f"'{c}'" for c in chosen) + "}")))
+HLO_SHAPES = st.lists(st.sampled_from(["f32", "bf16", "pred", "s4", "token", "x9"]).flatmap(
+    lambda e: st.lists(HLO_NUMBERS | st.just("<=8"), max_size=3).map(lambda d: f"{e}[{','.join(d)}]")),
+    min_size=1, max_size=3).map(lambda arrays: arrays[0] if len(arrays) == 1 else f"({', '.join(arrays)})")
+# long runs of what a pattern could backtrack over
+HLO_RUNS = st.tuples(st.sampled_from(["->", "/*", "(", "{", "a", "a[", "%x,", "'", "\""]),
+                     st.integers(1, 20_000)).map(lambda t: t[0] * t[1])
+
+
+@st.composite
+def odd_hlo(draw) -> bytes:
+    """The real HLO with its all-reduce given drawn replica groups, source-target pairs or operand
+    shape, or a line of a long run of one piece put before its entry computation or in it."""
+    text = REAL_HLO.decode()
+    kind = draw(st.sampled_from(["groups", "pairs", "shape", "run"]))
+    if kind == "groups":
+        text = text.replace("replica_groups=mesh['axis_0'=1,'axis_1'=4] {'axis_1'}",
+                            f"replica_groups={draw(HLO_GROUPS)}", 1)
+    elif kind == "pairs":
+        text = text.replace(" all-reduce(%ynn_fusion.2)", " collective-permute(%ynn_fusion.2)", 1).replace(
+            "replica_groups=mesh['axis_0'=1,'axis_1'=4] {'axis_1'}", f"source_target_pairs={draw(HLO_GROUPS)}", 1)
+    elif kind == "shape":
+        text = text.replace("%ynn_fusion.2 = f32[256,512]{1,0}", f"%ynn_fusion.2 = {draw(HLO_SHAPES)}", 1)
+    else:
+        line = draw(st.sampled_from(["x ({}", "  %y = ({}) tuple()", "  %y = f32[] add({})",
+                                     "  %y = f32[] constant(0) {}"]))
+        text = text.replace("\nENTRY", f"\n{line.format(draw(HLO_RUNS))}\nENTRY", 1)
+    return text.encode()
+
+
+def _parse_hlo(path: str) -> None:
+    """The HLO parsed, and each collective of its entry described for the run's 4 devices."""
+    from chakra_core.convert.jax.collectives import describe
+    from chakra_core.convert.jax.hlo import parse_hlo
+
+    module = parse_hlo(path, Path(path).read_text(errors="replace"))
+    for instruction in module.entry_computation.instructions:
+        describe(module, instruction, 4)
 
 
 def _attempt(data: bytes, suffix: str, read) -> None:
@@ -367,6 +447,9 @@ TARGETS = [
     _target("text_mutated", st.sampled_from(REAL_TEXT).flatmap(mutated_json), ".txt", _convert_source("text")),
     _target("jax_xplane_mutated", mutated_json(REAL_XPLANE), ".pb", _convert_jax("xplane")),
     _target("jax_hlo_mutated", mutated_json(REAL_HLO), ".txt", _convert_jax("hlo")),
+    _target("jax_trace_json_mutated", mutated_json(REAL_TRACE_JSON), ".json", _convert_jax("trace")),
+    _target("jax_trace_json_meaning", odd_trace_json(), ".json", _convert_jax("trace")),
+    _target("jax_hlo_hostile", odd_hlo(), ".txt", _parse_hlo, _convert_jax("hlo")),
     _target("configs_mutated", st.sampled_from(REAL_CONFIGS).flatmap(mutated_json) | odd_config(), ".json",
             load_system, load_network, read_comm_groups),
     _target("bundles_odd", odd_bundle(), ".zip", _convert),

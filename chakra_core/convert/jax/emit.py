@@ -62,7 +62,7 @@ def category(module: HloModule | None, instruction: Instruction | None, name: st
         return next((c for pattern, c in _BY_NAME if re.search(pattern, name)), "other")
     if coll.base_opcode(instruction.opcode)[0] in coll.KINDS or instruction.opcode.startswith("async-"):
         return "collective"
-    opcodes = _called_opcodes(module, instruction, set())
+    opcodes = module.opcodes_within(instruction)
     if "convolution" in opcodes or re.search(r"conv", instruction.attrs.get("custom_call_target", "")):
         return "convolution"
     if "dot" in opcodes or re.search(r"gemm|matmul", instruction.attrs.get("custom_call_target", ""), re.I):
@@ -72,28 +72,41 @@ def category(module: HloModule | None, instruction: Instruction | None, name: st
     return "copy" if instruction.opcode.startswith("copy") else instruction.opcode
 
 
-def _called_opcodes(module: HloModule, instruction: Instruction, seen: set[str]) -> set[str]:
-    found = {instruction.opcode}
-    for name in instruction.called:
-        if name in module.computations and name not in seen and instruction.opcode in ("fusion", "custom-call"):
-            seen.add(name)
-            for inner in module.computations[name].instructions:
-                found |= _called_opcodes(module, inner, seen)
-    return found
+@dataclass
+class _Shared:
+    """What every device's emission shares: the job's communicator groups, when each op began on
+    each device, and per group of a collective its pg_name and its last arrival, worked out once
+    for the group, not per device (a group may hold every device)."""
+
+    groups: JobBuilder
+    arrivals: dict[tuple, dict[int, float]]  # _arrivals
+    pg_names: dict[int, str] = field(default_factory=dict)  # id(group): groups live on in describe()'s cache
+    last_arrivals: dict[tuple, float] = field(default_factory=dict)  # (arrival key, id(group)) -> ns
+
+    def pg_name(self, group: tuple[int, ...]) -> str:
+        if id(group) not in self.pg_names:
+            self.pg_names[id(group)] = self.groups.group(group)
+        return self.pg_names[id(group)]
+
+    def last_arrival(self, key: tuple, group: tuple[int, ...]) -> float | None:
+        """When the last device of the group began the op (None: none of them did)."""
+        if (key, id(group)) not in self.last_arrivals:
+            starts = self.arrivals.get(key, {})
+            self.last_arrivals[(key, id(group))] = max((starts[d] for d in group if d in starts), default=None)
+        return self.last_arrivals[(key, id(group))]
 
 
 class _Device:
     """The rows of one device's table, and where the chain of its ops stands."""
 
-    def __init__(self, device: int, npus: int, groups: JobBuilder):
-        self.device, self.npus, self.groups = device, npus, groups
+    def __init__(self, device: int, npus: int, shared: _Shared):
+        self.device, self.npus, self.shared = device, npus, shared
         self.rows: dict[str, list] = {k: [] for k in ("name", "type", "ctrl_deps", "data_deps", "start_time_micros",
                                                       "duration_micros", "is_cpu_op", "comm_type", "comm_size",
                                                       "comm_src", "comm_dst", "comm_tag", "pg_name", "stream")}
         self.chain: list[int] = []  # the nodes the next op in the schedule waits for
         self.launcher: int | None = None  # the host node that launched the ops that follow
         self.gaps: dict[int, float] = {}  # id(event) -> idle before it (ns), this step
-        self.arrivals: dict[tuple, dict[int, float]] = {}  # _arrivals
         self.run_key: tuple[int, int] = (0, 0)  # (step, execution in the step) being emitted
         self.seen: Counter = Counter()  # the synchronous collectives emitted, by (step, execution, name)
 
@@ -119,12 +132,10 @@ class _Device:
 
 def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitted:
     """Every device's table (see the module docstring) and the communicator groups they use."""
-    groups = JobBuilder(npus)
+    shared = _Shared(JobBuilder(npus), _arrivals(ops))
     emitted = Emitted([], {})
-    arrivals = _arrivals(ops)
     for device in range(npus):
-        dev = _Device(device, npus, groups)
-        dev.arrivals = arrivals
+        dev = _Device(device, npus, shared)
         for number, step in enumerate(ops.steps):
             runs = ops.by_device.get(device, {}).get(step.number, [])
             first = min((run[0].start_ns for run in runs if run), default=step.end_ns)
@@ -141,7 +152,7 @@ def emit_job(ops: DeviceOps, modules: dict[str, HloModule], npus: int) -> Emitte
                 after = Event(f"{AFTER_STEP_PREFIX}{step.number}", last, until - last, {})
                 dev.chain = [dev.add(after.name, COMP, after, ctrl=dev.chain, is_cpu_op=True, stream=None)]
         emitted.tables.append(dev.table())
-    emitted.comm_groups = groups.comm_groups
+    emitted.comm_groups = shared.groups.comm_groups
     return emitted
 
 
@@ -271,32 +282,39 @@ def _collective(dev: _Device, name: str, event: Event, c: coll.Collective, data:
                 emitted: Emitted) -> list[int]:
     """The device's nodes of one collective instruction (tag: its HLO line, the same on every device)."""
     label = f"{name} xla:collective"
-    nodes = []
+    index = c.member_of.get(dev.device)
+    group = c.groups[index] if index is not None else ()
     if c.kind == coll.PERMUTE:
-        for source, target in c.pairs:
-            if source == dev.device and target != dev.device:
-                nodes.append(dev.add(label, SEND, event, data, dev.chain, comm_src=source, comm_dst=target,
-                                     comm_tag=tag, comm_size=c.bytes, pg_name=WORLD))
-                emitted.counts["sends"] += 1
-            if target == dev.device and source != dev.device:
-                nodes.append(dev.add(label, RECV, event, (), dev.chain, comm_src=source, comm_dst=target,
-                                     comm_tag=tag, comm_size=c.bytes, pg_name=WORLD))
-                emitted.counts["receives"] += 1
+        nodes = _permute(dev, label, event, c, data, tag, emitted)
+    elif len(group) > 1:
+        nodes = [dev.add(label, COLL, event, data, dev.chain, comm_type=comm_type_number(c.kind), comm_size=c.bytes,
+                         pg_name=dev.shared.pg_name(group))]
+        emitted.counts[f"collectives {c.kind}"] += 1
     else:
-        group = next((g for g in c.groups if dev.device in g), None)
-        if group is not None and len(group) > 1:
-            nodes.append(dev.add(label, COLL, event, data, dev.chain, comm_type=comm_type_number(c.kind),
-                                 comm_size=c.bytes, pg_name=dev.groups.group(group)))
-            emitted.counts[f"collectives {c.kind}"] += 1
-        else:
-            emitted.counts["collectives over this device alone (no communication)"] += 1
+        nodes = []
+        emitted.counts["collectives over this device alone (no communication)"] += 1
     if not nodes:  # nothing to send: the op's time on the device
         return _sync([dev.add(f"{name} xla:copy", COMP, event, data, dev.chain)], dev, c)
     if not c.is_async:
-        peers = {dev.device, *(t for s, t in c.pairs if s == dev.device), *(s for s, t in c.pairs if t == dev.device)}
-        group = next((g for g in c.groups if dev.device in g), ())
-        nodes = [_own_time(dev, name, event, nodes, peers | set(group))]
+        partners = {d for pair in c.pairs_of.get(dev.device, ()) for d in pair}
+        nodes = [_own_time(dev, name, event, nodes, partners | {dev.device}, group)]
     return _sync(nodes, dev, c)
+
+
+def _permute(dev: _Device, label: str, event: Event, c: coll.Collective, data: list[int], tag: int,
+             emitted: Emitted) -> list[int]:
+    """A send per source-target pair whose source is the device, a receive per pair whose target is."""
+    nodes = []
+    for source, target in c.pairs_of.get(dev.device, ()):
+        if source == dev.device and target != dev.device:
+            nodes.append(dev.add(label, SEND, event, data, dev.chain, comm_src=source, comm_dst=target,
+                                 comm_tag=tag, comm_size=c.bytes, pg_name=WORLD))
+            emitted.counts["sends"] += 1
+        if target == dev.device and source != dev.device:
+            nodes.append(dev.add(label, RECV, event, (), dev.chain, comm_src=source, comm_dst=target,
+                                 comm_tag=tag, comm_size=c.bytes, pg_name=WORLD))
+            emitted.counts["receives"] += 1
+    return nodes
 
 
 def _sync(nodes: list[int], dev: _Device, c: coll.Collective) -> list[int]:
@@ -305,15 +323,18 @@ def _sync(nodes: list[int], dev: _Device, c: coll.Collective) -> list[int]:
     return nodes
 
 
-def _own_time(dev: _Device, name: str, event: Event, nodes: list[int], peers: set[int]) -> int:
+def _own_time(dev: _Device, name: str, event: Event, nodes: list[int], peers: set[int],
+              group: tuple[int, ...]) -> int:
     """A host node after a synchronous collective with its own time on this device: from the
-    last of its peers' arrival to its end here (the wait for later peers is the simulator's to
-    make). A network fitted to the runtime times the call itself, so it takes no time there
-    (call-time-in-network), as a blocking gloo call's (convert/job.keep_own_time)."""
+    last of its peers' (and its group's) arrival to its end here (the wait for later peers is the
+    simulator's to make). A network fitted to the runtime times the call itself, so it takes no
+    time there (call-time-in-network), as a blocking gloo call's (convert/job.keep_own_time)."""
     key = (*dev.run_key, event.args.get("hlo_op") or event.name)
-    occurrence = dev.seen[key]
+    arrival = (*key, dev.seen[key])
     dev.seen[key] += 1
-    starts = dev.arrivals.get((*key, occurrence), {})
-    last = max([event.start_ns, *(starts[p] for p in peers if p in starts)])
+    starts = dev.shared.arrivals.get(arrival, {})
+    group_last = dev.shared.last_arrival(arrival, group) if group else None
+    last = max([event.start_ns, *(starts[p] for p in peers if p in starts),
+                *([group_last] if group_last is not None else [])])
     own = Event(f"{XLA_CALL_OWN_TIME_PREFIX} {name}", last, max(0.0, event.end_ns - last), {})
     return dev.add(own.name, COMP, own, nodes, is_cpu_op=True, stream=None)

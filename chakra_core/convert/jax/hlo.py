@@ -18,10 +18,9 @@ from chakra_core.convert.jax.hlo_shapes import ShapeError, shape_bytes
 from chakra_core.errors import SourceFormatError
 
 _MODULE = re.compile(r"^HloModule\s+([^\s,]+)")
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*->.*\{\s*$")
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(")  # the head; `-> SHAPE {` is checked by _computation
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
-_COMMENT = re.compile(r"/\*.*?\*/")
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 
 
@@ -34,10 +33,7 @@ class Instruction:
     attrs: dict[str, str]
     line: int
     root: bool = False
-
-    @property
-    def bytes(self) -> int:
-        return shape_bytes(self.shape)
+    bytes: int = 0  # the shape's (a tuple's summed), at most int64
 
     @property
     def called(self) -> list[str]:
@@ -63,10 +59,30 @@ class HloModule:
     computations: dict[str, Computation]
     entry: str
     header: dict[str, str]
+    described: dict = field(default_factory=dict)  # collectives.describe's answers, by instruction (asked per device)
+    _within: dict[str, frozenset[str]] = field(default_factory=dict)  # opcodes_within's answers
 
     @property
     def entry_computation(self) -> Computation:
         return self.computations[self.entry]
+
+    def opcodes_within(self, instruction: Instruction) -> frozenset[str]:
+        """The instruction's opcode and, for a fusion or custom call, those of the computations it
+        calls, nested: walked without recursion (a chain of calls may be deep) and once per
+        instruction (every device asks, at every step)."""
+        if instruction.name not in self._within:
+            found, seen, pending = {instruction.opcode}, set(), [instruction]
+            while pending:
+                caller = pending.pop()
+                if caller.opcode not in ("fusion", "custom-call"):
+                    continue
+                for name in caller.called:
+                    if name in self.computations and name not in seen:
+                        seen.add(name)
+                        found.update(i.opcode for i in self.computations[name].instructions)
+                        pending.extend(self.computations[name].instructions)
+            self._within[instruction.name] = frozenset(found)
+        return self._within[instruction.name]
 
     def instruction(self, name: str) -> tuple[Computation, Instruction] | None:
         """The instruction of that name in any computation (names are unique in a module)."""
@@ -143,9 +159,27 @@ def _operand_name(piece: str, opcode: str) -> str | None:
     return token if re.fullmatch(r"[A-Za-z_][\w.\-]*", token) else None
 
 
+def _without_comments(line: str) -> str:
+    """The line without its `/*...*/` comments, found with str.find: linear, where a pattern
+    would scan to the end from each unclosed `/*`."""
+    pieces, at = [], 0
+    while (start := line.find("/*", at)) >= 0 and (end := line.find("*/", start + 2)) >= 0:
+        pieces.append(line[at:start])
+        at = end + 2
+    pieces.append(line[at:])
+    return "".join(pieces)
+
+
+def _computation(line: str) -> re.Match | None:
+    """The head of `[ENTRY ]%NAME (PARAMS) -> SHAPE {`, when the line is one (checked without a
+    backtracking `.*->.*{` pattern, quadratic on a line of many `->`)."""
+    head = _COMPUTATION.match(line)
+    return head if head and line.endswith("{") and "->" in line[head.end():-1] else None
+
+
 def parse_instruction(line: str, number: int) -> Instruction:
-    """One instruction line; ValueError says what is wrong with it."""
-    text = _COMMENT.sub("", line)
+    """One instruction line; ValueError (or a ShapeError) says what is wrong with it."""
+    text = _without_comments(line)
     head = _INSTRUCTION.match(text)
     if head is None:
         raise ValueError("not an instruction `%name = SHAPE opcode(...)`")
@@ -165,7 +199,12 @@ def parse_instruction(line: str, number: int) -> Instruction:
     pieces = split_top(text[opcode.end():args_end - 1])
     operands = [n for n in (_operand_name(p, opcode.group(1)) for p in pieces) if n is not None]
     attrs = _attributes(text[args_end:].lstrip().removeprefix(","))
-    return Instruction(head.group(2), shape.strip(), opcode.group(1), operands, attrs, number, bool(head.group(1)))
+    try:
+        size = shape_bytes(shape)
+    except ShapeError as exc:
+        raise ShapeError(f"instruction {head.group(2)[:80]}: {exc}") from None
+    return Instruction(head.group(2), shape.strip(), opcode.group(1), operands, attrs, number, bool(head.group(1)),
+                       size)
 
 
 def parse_hlo(path: str, text: str) -> HloModule:
@@ -183,7 +222,7 @@ def parse_hlo(path: str, text: str) -> HloModule:
                 raise SourceFormatError(path, "not HLO text: the first line is not `HloModule NAME, ...`", line=number)
             continue
         if current is None:
-            match = _COMPUTATION.match(stripped)
+            match = _computation(stripped)
             if match:
                 current = Computation(match.group(2).lstrip("%"))
                 if current.name in computations:
@@ -198,8 +237,7 @@ def parse_hlo(path: str, text: str) -> HloModule:
             continue
         try:
             instruction = parse_instruction(stripped, number)
-            instruction.bytes  # noqa: B018 - the shape is checked here, where the line is known
-        except (ValueError, ShapeError) as exc:
+        except ValueError as exc:  # ShapeError too
             raise SourceFormatError(path, f"bad instruction in computation {current.name}: {exc}", line=number) \
                 from None
         current.instructions.append(instruction)

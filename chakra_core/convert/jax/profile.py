@@ -13,17 +13,19 @@ the step its execution began in.
 
 from __future__ import annotations
 
-import re
+import bisect
 import gzip
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from chakra_core.errors import SourceFormatError
 from chakra_core.inputs import read_bounded
 
-_DEVICE_PLANE = re.compile(r"^/device:[A-Z]+:(\d+)")
+_DEVICE_PLANE = re.compile(r"^/device:[A-Z]+:([0-9]{1,18})(?![0-9])")
 OPS_LINE = "XLA Ops"
 _INTEGER = re.compile(r"[0-9]{1,18}")
+LATEST_NS = 2**63 - 1  # times become int64 downstream (the ET's columns, the simulator's clock)
 
 
 @dataclass
@@ -63,6 +65,18 @@ class DeviceOps:
     modules: set[str] = field(default_factory=set)
     outside_steps: int = 0  # ops of executions that began in no step
     annotated: bool = True  # whether the profile had step annotations
+
+
+def time_error(start_ns: float, dur_ns: float) -> str | None:
+    """Why an event's times are not times, or None: a negative start or duration (never clamped:
+    a profiler does not write them), or an end beyond int64 ns (292 years)."""
+    if start_ns < 0:
+        return f"starts at {start_ns:,.0f} ns, before 0"
+    if dur_ns < 0:
+        return f"lasts {dur_ns:,.0f} ns, a negative duration"
+    if start_ns + dur_ns > LATEST_NS:
+        return f"ends at {start_ns + dur_ns:.4g} ns, beyond 2**63 ns (292 years)"
+    return None
 
 
 def read_profile_file(path: str, what: str) -> bytes:
@@ -114,12 +128,13 @@ def device_ops(profile: Profile) -> DeviceOps:
             executions[(device_of(e), e.args.get("run_id", ""))].append(e)
             if "hlo_module" in e.args:
                 result.modules.add(e.args["hlo_module"])
+    starts = [s.start_ns for s in result.steps]
     for (device, run), ops in sorted(executions.items(), key=lambda kv: min(e.start_ns for e in kv[1])):
         ops.sort(key=lambda e: e.start_ns)
         if run:
-            pieces = [(_step_at(result.steps, ops[0].start_ns), ops)]
+            pieces = [(_step_at(result.steps, starts, ops[0].start_ns), ops)]
         else:  # no execution id: the ops of a step make one execution
-            pieces = [(_step_at(result.steps, e.start_ns), [e]) for e in ops]
+            pieces = [(_step_at(result.steps, starts, e.start_ns), [e]) for e in ops]
         for step, chunk in pieces:
             if step is None:
                 result.outside_steps += len(chunk)
@@ -136,10 +151,11 @@ def device_ops(profile: Profile) -> DeviceOps:
     return result
 
 
-def _step_at(steps: list[Step], t: float) -> int | None:
+def _step_at(steps: list[Step], starts: list[float], t: float) -> int | None:
     """The last step begun by t (dispatch is asynchronous: a device may run a step's ops after
-    the host's annotation ended); None before the first."""
+    the host's annotation ended); None before the first. starts: the steps' (sorted), searched
+    by halves, as a profile may hold many steps and many ops."""
     if not steps:
         return 0
-    begun = [s for s in steps if s.start_ns <= t]
-    return begun[-1].number if begun else None
+    begun = bisect.bisect_right(starts, t)
+    return steps[begun - 1].number if begun else None

@@ -18,7 +18,7 @@ from chakra_core.convert.jax.chrome import read_trace_json
 from chakra_core.convert.jax.emit import emit_job
 from chakra_core.convert.jax.hlo import HloModule, parse_hlo
 from chakra_core.convert.jax import layout
-from chakra_core.convert.jax.profile import device_ops
+from chakra_core.convert.jax.profile import DeviceOps, device_ops
 from chakra_core.convert.jax.xplane import read_xplane
 from chakra_core.convert import sources
 from chakra_core.convert.common.source_file import SourceOptions, read_source
@@ -31,6 +31,10 @@ _XPLANE = re.compile(r"\.xplane\.pb$")
 _HOST_TRACE = re.compile(r"(?<!perfetto_trace)\.trace\.json(\.gz)?$")
 _PERFETTO = re.compile(r"^perfetto_trace\.json(\.gz)?$")
 _HLO = re.compile(r"(after_optimizations\.txt|\.hlo\.txt)$")
+IDLE_DEVICES_ALLOWED = 16  # devices per device that ran ops (plus 16), before a numbering is refused as made up
+# what a device's table costs before it holds a node (about 60 KB of Arrow and Python objects),
+# counted as nodes of a job built in Python (about 400 bytes each)
+TABLE_NODES = 150
 
 
 @dataclass
@@ -138,18 +142,43 @@ def convert_jax_run(src: str, out_dir: str, prefix: str, options: SourceOptions 
             for run in runs:
                 op_names.setdefault(run[0].args.get("hlo_module", ""), set()).update(
                     e.args.get("hlo_op") or e.name for e in run)
+    npus = _devices(files.profile, ops)
+    _check_size(files.profile, ops, npus)
     modules = _modules(files, op_names)
-    npus = max(ops.by_device) + 1
-    if npus > limits.value("npus"):
-        raise limits.LimitExceeded(files.profile, "npus", f"device ordinal {npus - 1}")
-    events = sum(len(run) for steps in ops.by_device.values() for runs in steps.values() for run in runs)
-    if 3 * events + npus * len(ops.steps) > limits.value("nodes"):  # an op makes at most 3 nodes (gap, op, own time)
-        raise limits.LimitExceeded(files.profile, "nodes", f"{events:,} device ops")
     emitted = emit_job(ops, modules, npus)
     source = _report(files, profile.reader, ops, modules, emitted, npus)
     mismatches = check_send_recv(emitted.tables)  # every send meets its receive (same tag and size)
     return write_converted(Job(emitted.tables, emitted.comm_groups, prefix), out_dir, prefix, source, mismatches,
                            unprofiled_step_ns=_timing(files.timing), set_aside=files.set_aside)
+
+
+def _devices(path: str, ops: DeviceOps) -> int:
+    """The job's devices: one per ordinal up to the largest, each its own table, so bounded before
+    any is built: within the npus limit, and at most 16 per device that ran ops, plus 16 (one
+    event naming device 65535 made 65,536 tables: 2.7 GB)."""
+    npus = max(ops.by_device) + 1
+    if npus > limits.value("npus"):
+        raise limits.LimitExceeded(path, "npus", f"device ordinal {npus - 1:,}")
+    used = len(ops.by_device)
+    allowed = IDLE_DEVICES_ALLOWED * (used + 1)
+    if npus > allowed:
+        raise SourceFormatError(path, f"device ordinal {npus - 1:,} makes {npus:,} devices, but ops ran on {used:,}"
+                                f" of them (at most {allowed:,}: {IDLE_DEVICES_ALLOWED} per device with ops, plus"
+                                f" {IDLE_DEVICES_ALLOWED})")
+    return npus
+
+
+def _check_size(path: str, ops: DeviceOps, npus: int) -> None:
+    """The job's nodes, counted before any is built: at most 3 per op (launch gap, op, own time), 2
+    per device and step (its launch, the host after it) and a table per device; within the nodes
+    limit and the lower one of jobs built in Python (source_nodes)."""
+    events = sum(len(run) for steps in ops.by_device.values() for runs in steps.values() for run in runs)
+    nodes = 3 * events + 2 * npus * len(ops.steps) + TABLE_NODES * npus
+    for name in ("nodes", "source_nodes"):
+        if nodes > limits.value(name):
+            raise limits.LimitExceeded(path, name, f"{events:,} device ops on {npus:,} device(s) over"
+                                       f" {len(ops.steps):,} step(s) make up to {nodes:,} nodes, a device's"
+                                       f" table counted as {TABLE_NODES}")
 
 
 def _report(files: RunFiles, reader: str, ops, modules: dict[str, HloModule], emitted, npus: int) -> dict:

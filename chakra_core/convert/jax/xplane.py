@@ -13,7 +13,7 @@ from __future__ import annotations
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from chakra_core.convert.jax.profile import Event, Profile, read_profile_file
+from chakra_core.convert.jax.profile import Event, Profile, read_profile_file, time_error
 from chakra_core.errors import SourceFormatError
 
 _T = descriptor_pb2.FieldDescriptorProto
@@ -98,19 +98,23 @@ def read_xplane(path: str) -> Profile:
         space.ParseFromString(data)
     except DecodeError as exc:
         raise SourceFormatError(path, f"not an XPlane protobuf (truncated or corrupt: {exc})") from None
+    if not space.planes:
+        raise SourceFormatError(path, "an XPlane file without planes (not a profile?)")
     events = []
     for plane in space.planes:
         stat_names = {key: m.name for key, m in plane.stat_metadata.items()}
-        metadata = plane.event_metadata
         for line in plane.lines:
-            base_ps = line.timestamp_ns * 1000
-            for event in line.events:
-                meta = metadata.get(event.metadata_id)
+            line_name = line.display_name or line.name
+            for index, event in enumerate(line.events):
+                meta = plane.event_metadata.get(event.metadata_id)
+                name = (meta.display_name or meta.name) if meta is not None else str(event.metadata_id)
+                start_ps = line.timestamp_ns * 1000 + event.offset_ps  # exact integers, checked before floats
+                problem = time_error(start_ps // 1000, event.duration_ps / 1000)
+                if problem:
+                    raise SourceFormatError(path, f"plane {plane.name!r:.60} line {line_name!r:.60} event {index}"
+                                            f" {name!r:.60} (timestamp_ns {line.timestamp_ns} + offset_ps"
+                                            f" {event.offset_ps}, duration_ps {event.duration_ps}) {problem}")
                 args = {stat_names.get(s.metadata_id, str(s.metadata_id)): _stat_value(s, stat_names)
                         for s in (*(meta.stats if meta is not None else ()), *event.stats)}
-                name = (meta.display_name or meta.name) if meta is not None else str(event.metadata_id)
-                events.append(Event(name, (base_ps + event.offset_ps) / 1000, event.duration_ps / 1000, args,
-                                    plane.name, line.display_name or line.name))
-    if not space.planes:
-        raise SourceFormatError(path, "an XPlane file without planes (not a profile?)")
+                events.append(Event(name, start_ps / 1000, event.duration_ps / 1000, args, plane.name, line_name))
     return Profile(path, events, "xplane")
