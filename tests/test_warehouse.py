@@ -128,3 +128,20 @@ def test_a_damaged_history_costs_its_files_only(tmp_path, capsys):
     assert main(["diff", "--warehouse", warehouse, "--job", "j", "--date", "2026-11-03", "--against",
                  "2026-11-02"]) in (0, 2)
     assert capsys.readouterr().err.count("\n") <= 1
+
+
+def test_nights_merge_their_manifests_and_old_snapshots_are_forgotten(tmp_path, monkeypatch):
+    """A year of nights left 365 manifests per table that every reader's planning opened (the
+    day page took 7-14 s); and each commit copies metadata that grows with every snapshot kept."""
+    from chakra_core.warehouse import catalog
+
+    warehouse = str(tmp_path / "wh")
+    for day in range(1, 13):
+        tables.write_day(warehouse, "nights", f"2026-11-{day:02d}", [complete("nights", {"run_id": "r"})])
+    iceberg = catalog.load(catalog.open_catalog(warehouse), "nights")
+    assert len(iceberg.current_snapshot().manifests(iceberg.io)) <= 8
+    assert len(iceberg.snapshots()) > 2
+    monkeypatch.setattr(commit, "SNAPSHOT_DAYS", 0)
+    tables.write_day(warehouse, "nights", "2026-11-13", [complete("nights", {"run_id": "r"})])
+    iceberg = catalog.load(catalog.open_catalog(warehouse), "nights")
+    assert len(iceberg.snapshots()) == 1 and tables.read_day(warehouse, "nights", "2026-11-05").num_rows == 1

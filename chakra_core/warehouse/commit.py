@@ -13,6 +13,7 @@ Each snapshot carries the night's run id (`chakra query --as-of RUN_ID`).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
 import warnings
@@ -29,7 +30,18 @@ from chakra_core.warehouse.parts import COMPRESSION, part_url
 from chakra_core.warehouse.snapshots import RUN_PROPERTY
 
 TARGET_FILE_BYTES = int(os.environ.get("CHAKRA_TABLE_FILE_BYTES", 128 << 20))  # what compaction aims for
+SNAPSHOT_DAYS = int(os.environ.get("CHAKRA_SNAPSHOT_DAYS", 35))  # how far back --as-of reaches
 COMMIT_TRIES = 5  # a commit that lost a race with another night's (another day) is redone
+
+
+def _expire_old_snapshots(iceberg) -> None:
+    """Snapshots older than SNAPSHOT_DAYS forgotten (each commit copies the table's metadata, which
+    grows with every snapshot kept: 1.3 s a table after a year of nights); the current one is kept."""
+    cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=SNAPSHOT_DAYS)
+    current = iceberg.current_snapshot()
+    if any(s.timestamp_ms < cutoff.timestamp() * 1000 and (current is None or s.snapshot_id != current.snapshot_id)
+           for s in iceberg.snapshots()):
+        iceberg.maintenance.expire_snapshots().older_than(cutoff).commit()
 
 
 def compact(warehouse: str, table: str, date: str, files: list[str], run_id: str,
@@ -109,6 +121,7 @@ def commit_day(warehouse: str, date: str, files: Mapping[str, list[str]], schema
             except CommitFailedException:
                 if attempt == COMMIT_TRIES - 1:
                     raise
+        _expire_old_snapshots(catalogs.load(catalog, table))
         current = catalogs.load(catalog, table).current_snapshot()
         snapshots[table] = None if current is None else current.snapshot_id
         if committed is not None:
