@@ -1,9 +1,9 @@
 """The warehouse as the report pages show it: each section a query over the nightly tables
-(warehouse.py's views), answered as a pyarrow Table.
+(chakra_core/warehouse/query.py's views), answered as a pyarrow Table.
 
-`open_day(url, date)` opens the warehouse for one day (the latest day of the `traces` table
-when no date is given); `day_sections(day)` answers the day page's sections, `days_index(day)`
-the index of every day, `history(day, jobs, metrics)` the figures of `job_history` over the
+`open_day(url, date)` opens the warehouse for one day (the latest night's when no date is
+given), its views over the HISTORY_WINDOW_DAYS up to it; `day_sections(day)` answers the day
+page's sections, `days_index(day)` the index of every day (a day opened with window=False), `history(day, jobs, metrics)` the figures of `job_history` over the
 HISTORY_WINDOW_DAYS up to the day. A section whose tables the warehouse lacks (a warehouse
 from before that table existed) is an empty table, not an error.
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from chakra_core.warehouse.query import WarehouseError, open_warehouse, run_query
+from chakra_core.warehouse.snapshots import committed_days
 
 HISTORY_WINDOW_DAYS = 90  # the trends show this many days up to the day
 
@@ -117,10 +118,6 @@ def _date(day: str) -> str:
     return f"CAST({literal(day)} AS DATE)"
 
 
-def latest_day(files_by_table: dict) -> str:
-    return max(_days(files_by_table))
-
-
 def _days(files_by_table: dict) -> set[str]:
     """The days the nightly committed: its `nights` rows (days of no job included), by their
     files' folders; a warehouse older than that table, by its `traces` folders."""
@@ -131,26 +128,37 @@ def _days(files_by_table: dict) -> set[str]:
     return days
 
 
-def _known_day(files_by_table: dict, date: str) -> str:
-    """date, when the nightly wrote it; else one line naming the days there are (no page of a day
-    the warehouse lacks)."""
-    days = _days(files_by_table)
+def _known_day(days: set[str], date: str) -> str:
+    """date, when a night committed it; else one line naming the days there are (no page of a
+    day the warehouse lacks)."""
     if date not in days:
         raise WarehouseError(f"the warehouse has no day {date} (its days: {min(days)} to {max(days)}, {len(days)} "
                              "in all)")
     return date
 
 
-def open_day(url: str, date: str | None = None) -> Day:
-    con, files_by_table, skipped = open_warehouse(url)
+def open_day(url: str, date: str | None = None, window: bool = True) -> Day:
+    """The warehouse opened for a day (the latest night's when none is given), its views over the
+    HISTORY_WINDOW_DAYS up to it when `window` (all the day page and its job pages read), else
+    over every day (the index of days)."""
+    committed = committed_days(url)
+    day = date or (committed[-1] if committed else None)
+    since = None
+    if window and day:
+        try:
+            since = (dt.date.fromisoformat(day) - dt.timedelta(days=HISTORY_WINDOW_DAYS - 1)).isoformat()
+        except ValueError:
+            raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
+    con, files_by_table, skipped = open_warehouse(url, since=since)
     for warning in skipped:  # parts that are not Parquet, left out of their tables
         print(f"report: warning: {warning}", file=sys.stderr)
-    day = date or latest_day(files_by_table)
+    days = set(committed) if committed else _days(files_by_table)
+    day = day or max(days)
     try:
         dt.date.fromisoformat(day)
     except ValueError:
         raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
-    _known_day(files_by_table, day)
+    _known_day(days, day)
     return Day(con, files_by_table, day)
 
 

@@ -58,7 +58,7 @@ def write_report(warehouse: str, out_dir: str, date: str | None = None) -> str:
     sections = {name: table.to_pylist() for name, table in daily.sections_of(day).items()}
     out_dir = out_dir.rstrip("/")
     root = out_dir.rsplit("/", 1)[0] if "/" in out_dir else "."
-    days = daily.days_index(day)
+    days = daily.days_index(daily.open_day(warehouse, day.date, window=False))  # every day, not the window
     earlier = [d["date"] for d in days if d["date"] < day.date and _exists(f"{root}/{folder_of(d['date'])}/index.html")]
     previous = {"date": earlier[0], "folder": folder_of(earlier[0])} if earlier else None
     jobs = [j["job_id"] for j in sections["jobs"]]

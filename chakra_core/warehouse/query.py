@@ -54,9 +54,10 @@ def _quoted(text: str) -> str:
 
 
 def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limits.QUERY_MEMORY,
-                   as_of: str | None = None):
+                   as_of: str | None = None, since: str | None = None):
     """(DuckDB connection, {table: [parquet files]}, [warnings]) with a view per table of the
-    warehouse as of `as_of` (None: now); the connection confined to it unless full_engine (see
+    warehouse as of `as_of` (None: now), its catalog's tables over the days from `since` on
+    (None: every day; the report's day page reads its window, not the year); the connection confined to it unless full_engine (see
     the module docstring), its memory bounded by memory_limit (DuckDB's form: "2GB") and its
     spill files in a scratch folder of its own."""
     import duckdb
@@ -72,7 +73,7 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
         con.register_filesystem(fs)
     scheme = "" if local else f"{fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol}://"
     warnings: list[str] = []
-    files_by_table = _iceberg_views(con, url, fs, as_of, warnings)
+    files_by_table = _iceberg_views(con, url, fs, as_of, since, warnings)
     if as_of and not files_by_table:
         raise WarehouseError(f"{url}: --as-of needs the tables of an Iceberg catalog; this warehouse has none "
                              "(chakra warehouse migrate converts one)")
@@ -93,7 +94,8 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
     return con, files_by_table, warnings
 
 
-def _iceberg_views(con, url: str, fs, as_of: str | None, warnings: list[str]) -> dict[str, list[str]]:
+def _iceberg_views(con, url: str, fs, as_of: str | None, since: str | None,
+                   warnings: list[str]) -> dict[str, list[str]]:
     """A view per table of the warehouse's catalog over one snapshot's files, with every column
     of the table's schema (an empty typed relation joined by name supplies those no file has)."""
     catalog = catalogs.open_catalog(url)
@@ -103,7 +105,7 @@ def _iceberg_views(con, url: str, fs, as_of: str | None, warnings: list[str]) ->
     files_by_table: dict[str, list[str]] = {}
     for name in catalogs.table_names(catalog):
         table = catalogs.load(catalog, name)
-        files = [f.url for f in snapshots.data_files(table, at_ms)]
+        files = [f.url for f in snapshots.data_files(table, at_ms, since=since)]
         readable = [f for f in files if _checked(fs, f, warnings)]
         files_by_table[name] = readable
         empty = f"_columns_of_{name}"

@@ -63,14 +63,16 @@ def snapshot_id(table, at_ms: int | None) -> int | None:
     return None if snapshot is None else snapshot.snapshot_id
 
 
-def data_files(table, at_ms: int | None = None, date: str | None = None) -> list[DataFile]:
-    """The table's data files in the snapshot at `at_ms`, of one day or all."""
-    from pyiceberg.expressions import AlwaysTrue, EqualTo
+def data_files(table, at_ms: int | None = None, date: str | None = None, since: str | None = None) -> list[DataFile]:
+    """The table's data files in the snapshot at `at_ms`: of one day, of the days from `since`
+    on, or all (a filter prunes the manifests read, not only the files kept)."""
+    from pyiceberg.expressions import AlwaysTrue, EqualTo, GreaterThanOrEqual
 
     sid = snapshot_id(table, at_ms)
     if sid is None:
         return []
-    scan = table.scan(snapshot_id=sid, row_filter=EqualTo(PARTITION, date) if date else AlwaysTrue())
+    row_filter = EqualTo(PARTITION, date) if date else GreaterThanOrEqual(PARTITION, since) if since else AlwaysTrue()
+    scan = table.scan(snapshot_id=sid, row_filter=row_filter)
     files = []
     for task in scan.plan_files():
         day = task.file.partition[0] if len(task.file.partition) else None
@@ -129,6 +131,20 @@ def read_day(warehouse: str, table: str, date: str, as_of: str | None = None) ->
     schema = arrow_schema(iceberg)
     rows = read_files(data_files(iceberg, as_of_ms(catalog, as_of), date), schema)
     return rows.drop_columns([PARTITION])
+
+
+def committed_days(warehouse: str) -> list[str] | None:
+    """The days nights committed (the `nights` table's, else the `traces` table's), oldest first;
+    None for a warehouse without a catalog (its days are its folders')."""
+    catalog = catalogs.open_catalog(warehouse)
+    if catalog is None:
+        return None
+    for name in ("nights", "traces"):
+        table = catalogs.load(catalog, name)
+        days = sorted({f.date for f in data_files(table) if f.date}) if table is not None else []
+        if days:
+            return days
+    return []
 
 
 def iceberg_folder_rows(url: str) -> pa.Table | None:
