@@ -484,6 +484,8 @@ def _profiled_jobs(gloo_runs):
 
 
 # (nodes, _profile_digest) of profile_job on each job, recorded with the per-node implementation
+# (gen-tp-001-n4 and gen-moe-004-n8 since: their `attn` nodes are attention, as the operator
+# classes take the kernel families' vocabulary, issue 49)
 # that the vectorised pass replaced (tests/benchmarks/bench_synth.py keeps it as its baseline).
 # A different node count means the input changed (conversion, generators), not the profile pass;
 # so does a different digest with the same counts where the baseline agrees with the new pass
@@ -495,8 +497,8 @@ EXPECTED_PROFILES = {
     "transformer_ddp-w2": (5508, "db46272dda01f5a4"), "transformer_ddp-w4": (11016, "e719b56bfc47a287"),
     "transformer-tp2-pp2": (1232, "5cd07f306652f9c6"), "mlp-dp-mp": (144, "6838557716dfa299"),
     "dlrm": (140, "50ec5eac6cc4b59b"), "gen-dp-000-n8": (768, "34caa675a1eb6939"),
-    "gen-tp-001-n4": (608, "61f2c0e7e2d90819"), "gen-pp-002-n4": (314, "79481462f160d96d"),
-    "gen-dlrm-003-n8": (400, "d93306cb67c74078"), "gen-moe-004-n8": (1584, "2212c75b577acba7"),
+    "gen-tp-001-n4": (608, "2e0a3e7f8ec4dcdd"), "gen-pp-002-n4": (314, "79481462f160d96d"),
+    "gen-dlrm-003-n8": (400, "d93306cb67c74078"), "gen-moe-004-n8": (1584, "4a43c1f755cc9d15"),
 }
 
 

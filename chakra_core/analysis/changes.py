@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from chakra_core.analysis.history import HEADLINES, SIM_PARTS, unit
+from chakra_core.analysis.stats import CLASS_OF_FAMILY
 
 FLOORS = {"ns": 0.05, "bytes": 0.01, "count": 0.01, "share": 0.05}
 NOISE_K = 4.0
@@ -84,10 +85,22 @@ def compare(before: Mapping[str, float], after: Mapping[str, float],
     the earlier days' figures of the same program, oldest first, `before` last."""
     changes = {m: _change(m, before.get(m), after.get(m), noise(history, m)) for m in {*before, *after}}
     changes = {m: _significant(c, before, after) for m, c in changes.items()}
+    changes = _one_cause_once(changes)
     for headline in HEADLINES:
         if headline in changes:
             changes[headline] = _attributed(changes[headline], changes, program_changed)
     return sorted(changes.values(), key=lambda c: (not c.flagged, -abs(c.change or 0), c.metric))
+
+
+def _one_cause_once(changes: dict[str, Change]) -> dict[str, Change]:
+    """An operator class's change is not flagged beside the kernel family of the same name that
+    moved the same way (stats.CLASS_OF_FAMILY: one vocabulary): slower GEMM kernels are one cause,
+    not also `class_ns:gemm`."""
+    moved = {CLASS_OF_FAMILY[m.split(":", 1)[1]]: c.kind for m, c in changes.items()
+             if c.flagged and m.startswith("family_ns:") and m.split(":", 1)[1] in CLASS_OF_FAMILY}
+    return {m: Change(**{**c.to_dict(), "flagged": False})
+            if c.flagged and m.startswith("class_ns:") and moved.get(m.split(":", 1)[1]) == c.kind else c
+            for m, c in changes.items()}
 
 
 def flagged(changes: Sequence[Change]) -> list[Change]:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core._native import _graphpath
+from chakra_core.analysis.kernels import family
 from chakra_core.format.depgraph import (
     csr,
     cycle_candidates,
@@ -81,7 +82,19 @@ COLLECTIVE_COLUMNS = ("id", "name", "type", "comm_type", "comm_size", "pg_name",
                       "duration_micros")
 
 
+# Kernel families (analysis/kernels.py) that are an operator class, taken before the keywords:
+# one vocabulary, so that a kernel the families call gemm (cuBLAS's nvjet, CUTLASS, xmma) is a
+# gemm here too, and one slowed family is one cause. The other families (elementwise, reduction,
+# ...) name host operators more loosely than the keywords do, which decide for them.
+CLASS_OF_FAMILY = {"gemm": "gemm", "convolution": "convolution", "attention": "attention",
+                   "normalisation": "normalization", "optimizer": "optimizer", "memcpy_htod": "memory",
+                   "memcpy_dtoh": "memory", "memcpy_dtod": "memory", "memset": "memory", "copy": "memory"}
+
+
 def op_class(name: str) -> str:
+    by_family = CLASS_OF_FAMILY.get(family(name))
+    if by_family is not None:
+        return by_family
     lowered = name.lower()
     return next((cls for cls, keys in OP_CLASSES if any(k in lowered for k in keys)), "other")
 

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis.stats import OP_CLASS_NAMES, OP_CLASSES, op_class
+from chakra_core.analysis.stats import OP_CLASS_NAMES, op_class
 from chakra_core.format.columns import NODE_TYPE_VALUES
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
 from chakra_core.synth.master import (
@@ -205,27 +205,13 @@ def _first_compute_descendant(table: pa.Table, comm_rows: np.ndarray) -> np.ndar
 
 
 def _op_class_indices(names: pa.Array) -> np.ndarray:
-    """OP_CLASS_NAMES index of op_class(name) for each name (null: ""), keyword by keyword over
-    the whole array; names that are not ASCII (where str.lower may differ from ASCII
-    lowering) go through op_class itself."""
-    other = OP_CLASS_NAMES.index("other")
-    out = np.full(len(names), other, np.int64)
+    """OP_CLASS_NAMES index of op_class(name) for each name (null: ""), each distinct name
+    classified once (stats.op_class: the kernel families, then the keywords)."""
     if not len(names):
-        return out
-    names = pc.fill_null(names, "")
-    lowered = pc.ascii_lower(names)
-    unset = np.ones(len(names), bool)
-    for index, (_, keys) in enumerate(OP_CLASSES):
-        hit = np.zeros(len(names), bool)
-        for key in keys:
-            hit |= to_numpy(pc.match_substring(lowered, key), False)
-        hit &= unset
-        out[hit] = index
-        unset &= ~hit
-    not_ascii = np.flatnonzero(~to_numpy(pc.string_is_ascii(names), False))
-    for i in not_ascii.tolist():
-        out[i] = OP_CLASS_NAMES.index(op_class(names[i].as_py()))
-    return out
+        return np.zeros(0, np.int64)
+    encoded = pc.fill_null(names, "").dictionary_encode()
+    classes = np.array([OP_CLASS_NAMES.index(op_class(n)) for n in encoded.dictionary.to_pylist()], np.int64)
+    return classes[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def _rank_profile(table: pa.Table, seq: CommSequence, labels_of_ops: np.ndarray, uneven: np.ndarray) -> RankProfile:
