@@ -12,14 +12,12 @@ then SIGKILL after a grace, and exits.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import sys
-import time
 
-from pipeline.cluster import descendants, process_start, running
+from pipeline.cluster import descendants, end_processes, process_start
 
 LOOK_EVERY_S = 1.0
 GRACE_S = 3.0
@@ -41,24 +39,10 @@ def watch(driver: int, pipe: int) -> dict[int, str]:
                 noted[pid] = start
 
 
-def end(pids: set[int]) -> None:
-    """SIGTERM each still running, SIGKILL those alive GRACE_S later."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and any(running(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        if running(pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the terminal is the driver's to handle
     driver, pipe = int(argv[0]), int(argv[1])
-    end({pid for pid, start in watch(driver, pipe).items() if process_start(pid) == start})
+    end_processes({pid for pid, start in watch(driver, pipe).items() if process_start(pid) == start}, GRACE_S)
     return 0
 
 

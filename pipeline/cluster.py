@@ -98,16 +98,21 @@ def _stop_local_ray(grace_s: float = 3.0) -> None:
     try:
         ray.shutdown()
     finally:
-        for pid in started:
+        end_processes(started, grace_s)
+
+
+def end_processes(pids: set[int], grace_s: float) -> None:
+    """SIGTERM each process, then SIGKILL those still running `grace_s` later."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(running(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if running(pid):
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(running(p) for p in started):
-            time.sleep(0.1)
-        for pid in started:
-            if running(pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def descendants(pid: int) -> set[int]:

@@ -55,6 +55,15 @@ def storage_fault(exc: BaseException) -> str | None:
     return None
 
 
+
+def raise_if_storage(exc: BaseException, while_doing: str) -> None:
+    """A fault of the storage (full, no rights, a bucket gone, a timeout) is not the input's: it
+    ends the run as one StorageError line saying what was being done; anything else is left to
+    the caller."""
+    if storage_fault(exc) is not None:
+        raise StorageError(f"storage failed while {while_doing}: {describe(exc)}") from None
+
+
 def describe(exc: BaseException) -> str:
     """An exception as one line: an OSError by its code's words and the path it names."""
     if isinstance(exc, StorageError):

@@ -105,8 +105,8 @@ class Day:
     def query(self, sql: str) -> pa.Table:
         """`sql` with {date} standing for the day and {first} for the first day of the history window
         (replaced, not str.format: literals in `sql` may hold braces)."""
-        first = (dt.date.fromisoformat(self.date) - dt.timedelta(days=HISTORY_WINDOW_DAYS - 1)).isoformat()
-        return run_query(self.con, sql.replace("{date}", _date(self.date)).replace("{first}", _date(first)))
+        return run_query(self.con, sql.replace("{date}", _date(self.date)).replace("{first}",
+                                                                                  _date(_first_day(self.date))))
 
 
 def literal(text: str) -> str:
@@ -116,6 +116,14 @@ def literal(text: str) -> str:
 
 def _date(day: str) -> str:
     return f"CAST({literal(day)} AS DATE)"
+
+
+def _first_day(day: str) -> str:
+    """The first day of the HISTORY_WINDOW_DAYS ending on `day`; one line when `day` is not one."""
+    try:
+        return (dt.date.fromisoformat(day) - dt.timedelta(days=HISTORY_WINDOW_DAYS - 1)).isoformat()
+    except ValueError:
+        raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
 
 
 def _days(files_by_table: dict) -> set[str]:
@@ -143,21 +151,14 @@ def open_day(url: str, date: str | None = None, window: bool = True) -> Day:
     over every day (the index of days)."""
     committed = committed_days(url)
     day = date or (committed[-1] if committed else None)
-    since = None
-    if window and day:
-        try:
-            since = (dt.date.fromisoformat(day) - dt.timedelta(days=HISTORY_WINDOW_DAYS - 1)).isoformat()
-        except ValueError:
-            raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
-    con, files_by_table, skipped = open_warehouse(url, since=since)
+    first = _first_day(day) if day else None  # (a day given is checked before anything is opened)
+    con, files_by_table, skipped = open_warehouse(url, since=first if window else None)
     for warning in skipped:  # parts that are not Parquet, left out of their tables
         print(f"report: warning: {warning}", file=sys.stderr)
     days = set(committed) if committed else _days(files_by_table)
-    day = day or max(days)
-    try:
-        dt.date.fromisoformat(day)
-    except ValueError:
-        raise WarehouseError(f"--date {day!r}: expected YYYY-MM-DD") from None
+    if day is None:  # a warehouse without a catalog: its latest folder
+        day = max(days)
+        _first_day(day)
     _known_day(days, day)
     return Day(con, files_by_table, day)
 

@@ -48,30 +48,23 @@ def compact(warehouse: str, table: str, date: str, files: list[str], run_id: str
             target_bytes: int = TARGET_FILE_BYTES,
             rewrite: Callable[[pa.Table], pa.Table] | None = None) -> list[str]:
     """The files rewritten as few files of about target_bytes (on disk, compressed); the small
-    ones stay until the commit that no longer needs them (remove_files). `rewrite`, when given, maps the whole night's rows first (it then holds
-    them: for small tables only). One file or none is left as it is."""
+    ones stay until the commit that no longer needs them (remove_files). `rewrite`, when given,
+    maps the whole night's rows first (it then holds them: for small tables only). One file or
+    none is left as it is."""
     if len(files) <= 1 and rewrite is None:
         return files
-    out: list[str] = []
-    writer, sink, written = None, None, 0
     batches = _all_rows(files, rewrite) if rewrite else _batches(files)
-    try:
-        for batch in batches:
-            if writer is None:
-                url = part_url(warehouse, table, date, f"{run_id}-c{len(out)}-{uuid.uuid4().hex[:6]}")
-                sink = open_output(url, "wb", gzipped=False)
-                writer = pq.ParquetWriter(sink.__enter__(), batch.schema, compression=COMPRESSION)
-                out.append(url)
-            writer.write_batch(batch)
-            written += batch.nbytes
-            if written >= target_bytes * 4:  # zstd keeps about a quarter of Arrow's bytes of these tables
-                writer.close()
-                sink.__exit__(None, None, None)
-                writer, written = None, 0
-    finally:
-        if writer is not None:
-            writer.close()
-            sink.__exit__(None, None, None)
+    batch, out = next(batches, None), []
+    while batch is not None:  # a file a turn, until its bytes reach the target
+        url = part_url(warehouse, table, date, f"{run_id}-c{len(out)}-{uuid.uuid4().hex[:6]}")
+        with open_output(url, "wb", gzipped=False) as sink, \
+                pq.ParquetWriter(sink, batch.schema, compression=COMPRESSION) as writer:
+            written = 0
+            while batch is not None and written < target_bytes * 4:  # zstd keeps about a quarter of Arrow's bytes
+                writer.write_batch(batch)
+                written += batch.nbytes
+                batch = next(batches, None)
+        out.append(url)
     return out
 
 
@@ -121,8 +114,9 @@ def commit_day(warehouse: str, date: str, files: Mapping[str, list[str]], schema
             except CommitFailedException:
                 if attempt == COMMIT_TRIES - 1:
                     raise
-        _expire_old_snapshots(catalogs.load(catalog, table))
-        current = catalogs.load(catalog, table).current_snapshot()
+        iceberg = catalogs.load(catalog, table)
+        _expire_old_snapshots(iceberg)  # (the current snapshot is kept)
+        current = iceberg.current_snapshot()
         snapshots[table] = None if current is None else current.snapshot_id
         if committed is not None:
             committed.append(table)

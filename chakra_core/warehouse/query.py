@@ -57,9 +57,9 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
                    as_of: str | None = None, since: str | None = None):
     """(DuckDB connection, {table: [parquet files]}, [warnings]) with a view per table of the
     warehouse as of `as_of` (None: now), its catalog's tables over the days from `since` on
-    (None: every day; the report's day page reads its window, not the year); the connection confined to it unless full_engine (see
-    the module docstring), its memory bounded by memory_limit (DuckDB's form: "2GB") and its
-    spill files in a scratch folder of its own."""
+    (None: every day; the report's day page reads its window, not the year); the connection
+    confined to it unless full_engine (see the module docstring), its memory bounded by
+    memory_limit (DuckDB's form: "2GB") and its spill files in a scratch folder of its own."""
     import duckdb
 
     fs, root = fsspec.core.url_to_fs(url)
@@ -76,7 +76,7 @@ def open_warehouse(url: str, full_engine: bool = False, memory_limit: str = limi
     files_by_table = _iceberg_views(con, url, fs, as_of, since, warnings)
     if as_of and not files_by_table:
         raise WarehouseError(f"{url}: --as-of needs the tables of an Iceberg catalog; this warehouse has none "
-                             "(chakra warehouse migrate converts one)")
+                             "(chakra migrate converts one)")
     for entry in sorted(fs.ls(tables_root, detail=False)):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
         if name in files_by_table or not _TABLE_NAME.match(name) or not fs.isdir(entry):
@@ -105,14 +105,15 @@ def _iceberg_views(con, url: str, fs, as_of: str | None, since: str | None,
     files_by_table: dict[str, list[str]] = {}
     for name in catalogs.table_names(catalog):
         table = catalogs.load(catalog, name)
-        files = [f.url for f in snapshots.data_files(table, at_ms, since=since)]
-        readable = [f for f in files if _checked(fs, f, warnings)]
-        files_by_table[name] = readable
+        # (url, what DuckDB opens: a local disk's path, else the URL through the registered filesystem)
+        located = [(f.url, fsspec.core.url_to_fs(f.url)[1] if is_local(fs) else f.url)
+                   for f in snapshots.data_files(table, at_ms, since=since)]
+        readable = [(url, path) for url, path in located if _checked(fs, url, path, warnings)]
+        files_by_table[name] = [url for url, _ in readable]
         empty = f"_columns_of_{name}"
         con.register(empty, snapshots.arrow_schema(table).empty_table())
-        local_paths = [fsspec.core.url_to_fs(f)[1] if is_local(fs) else f for f in readable]
-        source = (f"SELECT * FROM read_parquet([{', '.join(_quoted(f) for f in local_paths)}], union_by_name = true) "
-                  f"UNION ALL BY NAME " if readable else "")
+        source = (f"SELECT * FROM read_parquet([{', '.join(_quoted(path) for _, path in readable)}], "
+                  "union_by_name = true) UNION ALL BY NAME " if readable else "")
         con.execute(f"CREATE VIEW {_identifier(name)} AS SELECT {_typed_columns(con, empty)} FROM "
                     f"({source}SELECT * FROM {_identifier(empty)}) AS stored")
     return files_by_table
@@ -125,9 +126,9 @@ def _typed_columns(con, typed: str) -> str:
     return ", ".join(f"TRY_CAST({_identifier(c[0])} AS {c[1]}) AS {_identifier(c[0])}" for c in columns)
 
 
-def _checked(fs, url: str, warnings: list[str]) -> bool:
-    """Whether a committed data file is Parquet; a warning naming it when not."""
-    problem = _not_parquet(fs, fsspec.core.url_to_fs(url)[1] if is_local(fs) else url)
+def _checked(fs, url: str, path: str, warnings: list[str]) -> bool:
+    """Whether a committed data file (at `path` on fs) is Parquet; a warning naming it when not."""
+    problem = _not_parquet(fs, path)
     if problem is not None:
         warnings.append(f"{url}: {problem}; left out of its table")
     return problem is None

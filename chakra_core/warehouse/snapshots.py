@@ -100,8 +100,8 @@ def read_files(files: list[DataFile], schema: pa.Schema, columns: list[str] | No
     parts = []
     for f in files:
         with fsspec.open(f.url, "rb") as handle:
-            present = set(pq.read_schema(handle).names)
-            part = pq.read_table(handle, columns=[c for c in wanted.names if c in present])
+            stored = pq.ParquetFile(handle)  # its footer read once, for the columns and the rows
+            part = stored.read(columns=[c for c in wanted.names if c in stored.schema_arrow.names])
         parts.append(conformed(part, wanted))
     return pa.concat_tables(parts) if parts else wanted.empty_table()
 

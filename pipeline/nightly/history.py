@@ -9,6 +9,7 @@ comes from the days before that of the same program (chakra_core/analysis/change
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
@@ -57,12 +58,13 @@ def read_history(warehouse: str, date: str, days: int = HISTORY_DAYS,
     if table is None:
         return {}
     first = (dt.date.fromisoformat(date) - dt.timedelta(days=days)).isoformat()
-    wanted = [f for f in snapshots.data_files(table) if f.date and first <= f.date < date]
+    # the scan's filter prunes the older days' manifests and files; the night's own day is left out
+    wanted = [f for f in snapshots.data_files(table, since=first) if f.date and f.date < date]
     schema = snapshots.arrow_schema(table)
     out: dict[str, list[tuple[str, str, dict]]] = {}
-    for day in sorted({f.date for f in wanted}):
+    for day, files in itertools.groupby(wanted, key=lambda f: f.date):  # (data_files are in day order)
         parts = []
-        for f in (f for f in wanted if f.date == day):
+        for f in files:
             try:
                 parts.append(snapshots.read_files([f], schema, HISTORY_COLUMNS))
             except Exception as exc:  # noqa: BLE001 - any damage of one file costs that file only

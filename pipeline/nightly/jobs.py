@@ -27,15 +27,13 @@ from chakra_core.table_schema import TableSchema, column
 from pipeline.nightly import bigjobs
 from pipeline.nightly.ingest import InputFile, JobInput, job_input, job_problem, source_options, unusable_files
 from pipeline.layout import (
-    StorageError,
-    describe,
     filesystem,
     join,
     publish,
+    raise_if_storage,
     remove,
     staged,
     staging_dir,
-    storage_fault,
     traces_dir,
 )
 
@@ -109,7 +107,8 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
                                 frozenset(_stored_name(f) for f in job.files if f.name in unusable), outcome.by_rank,
                                 log)
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the night; the reason is recorded
-                _raise_if_storage(exc, job, warehouse)
+                # a storage fault is not the job's: the run ends in one line, and no input is rejected for it
+                raise_if_storage(exc, f"job {job.job_id} was processed (drop {job.url}, warehouse {warehouse})")
                 stage, problem = "convert", _blame(exc, usable)
         hashes = _hashes(job, read)
     outcome.rejects = [_reject(job, f, hashes, "ingest", unusable[f.name], run_id)
@@ -133,14 +132,6 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
                        "sha256": hashes[f.name], "status": "unchanged" if done.reused else "processed",
                        "duplicate_of": None, "run_id": run_id} for f in usable if f.name not in set_aside]
     return outcome
-
-
-def _raise_if_storage(exc: Exception, job: JobInput, warehouse: str) -> None:
-    """A fault of the storage (full, no rights, a bucket gone, a timeout) is not the job's: it
-    ends the run with one line, and no input is rejected for it."""
-    if storage_fault(exc) is not None:
-        raise StorageError(f"storage failed while job {job.job_id} was processed (drop {job.url}, warehouse "
-                           f"{warehouse}): {describe(exc)}") from None
 
 
 def _hashes(job: JobInput, read: InputHashes) -> dict[str, str]:

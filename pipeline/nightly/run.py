@@ -27,7 +27,7 @@ from pipeline.nightly.history import memory_tables, read_history
 from pipeline.nightly.ingest import InputFile, JobInput
 from pipeline.nightly.job_digest import JobDigest, digest
 from pipeline.nightly.jobs import process_job
-from pipeline.layout import StorageError, describe, remove, retried, staging_day, storage_fault
+from pipeline.layout import StorageError, raise_if_storage, remove, retried, staging_day
 from pipeline.nightly.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep_point import SweepPoint
 from pipeline.simulation import reference_point, simulate_row
@@ -78,10 +78,8 @@ def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
     try:
         written = digest(outcome, warehouse, date, run_id)
     except Exception as exc:  # a full or read-only warehouse: one line, as every storage fault (not the job's)
-        if storage_fault(exc) is None:
-            raise
-        raise StorageError(f"storage failed while the rows of job {job.job_id} were written to the warehouse "
-                           f"{warehouse}: {describe(exc)}") from None
+        raise_if_storage(exc, f"the rows of job {job.job_id} were written to the warehouse {warehouse}")
+        raise
     return written, ray.get_runtime_context().get_node_id()
 
 
