@@ -74,6 +74,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # conftest's s3_env
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+
+from bench_fleet_driver import peak_rss, measured_nightly, private_prefect  # noqa: E402  (the measured night)
+
 RAY = str(Path(sys.executable).parent / "ray")
 DATE = "2026-11-20"
 DROPS_BUCKET, WAREHOUSE_BUCKET = "bench-drops", "bench-warehouse"
@@ -282,11 +286,6 @@ def stop_leftovers(tmp: str) -> list[int]:
 # ------------------------------------------------------------------ the driver (its own process)
 
 
-def _peak() -> int:
-    """This process's peak RSS in bytes (ru_maxrss is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _rss() -> int:
     """This process's resident memory now, in bytes."""
     with open("/proc/self/statm") as f:
@@ -300,17 +299,9 @@ def _cpu() -> float:
 
 def run_driver(tmp: str, nodes: int) -> dict:
     """The night, in this fresh process, on the cluster RAY_ADDRESS names."""
-    os.environ["PREFECT_HOME"] = os.path.join(tmp, "prefect")  # a private API database (others may run flows)
-    os.environ.pop("PREFECT_API_URL", None)  # Prefect's ephemeral API, never a server this shell points at
-    os.environ.pop("PREFECT_API_KEY", None)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")  # a loaded machine is slow
+    private_prefect(tmp)
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    import flows.nightly as nightly_module
-    from pipeline import tables as tables_module
 
     ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)  # start_ray() in the flow then keeps it
     deadline = time.monotonic() + 120
@@ -323,31 +314,12 @@ def run_driver(tmp: str, nodes: int) -> dict:
     warm = ray.remote(num_cpus=1)(lambda: os.getpid())  # a worker on every node before the clock starts
     ray.get([warm.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
              for n in alive])
-    before, rss_now, cpu_before = _peak(), _rss(), _cpu()
-    stages: list[tuple[str, float, int]] = []  # (stage, its wall s, the peak by its end)
-    flow_stage, commit_night, report = nightly_module.run_stage, tables_module.commit_night, nightly_module.write_report
-
-    def measured(name, call):
-        def wrapper(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                stages.append((name or args[0], time.perf_counter() - t0, _peak()))
-        return wrapper
-
-    nightly_module.run_stage = measured(None, flow_stage)
-    tables_module.commit_night = measured("commit tables", commit_night)
-    nightly_module.write_report = measured("report page", report)
+    before, rss_now, cpu_before = peak_rss(), _rss(), _cpu()
     try:
-        started = time.perf_counter()
-        summary = nightly_module.nightly(DATE, SOURCE, WAREHOUSE, sweep=os.path.join(tmp, "sweep.yaml"),
-                                         synthetic_jobs=0, representatives=1)
-        wall = time.perf_counter() - started
-        peak, cpu = _peak(), _cpu() - cpu_before
+        summary, wall, peak, stages = measured_nightly(DATE, SOURCE, WAREHOUSE, sweep=os.path.join(tmp, "sweep.yaml"),
+                                                       synthetic_jobs=0, representatives=1)
+        cpu = _cpu() - cpu_before
     finally:
-        nightly_module.run_stage, tables_module.commit_night = flow_stage, commit_night
-        nightly_module.write_report = report
         ray.shutdown()
     if not isinstance(summary, dict):  # a Failed state: the flow's one line
         raise RuntimeError(f"the flow failed: {summary}")  # noqa: TRY004
@@ -415,9 +387,9 @@ def print_result(r: dict, names: dict[int, str], moto_cpu: float) -> None:
     print(f"driver RSS once connected {_mb(r['rss_now'])} MB (its peak so far {_mb(r['rss_before'])} MB), "
           f"peak {_mb(r['peak'])} MB "
           f"(+{(r['peak'] - r['rss_before']) / 1e6:,.0f} MB in the night); driver CPU {r['driver_cpu']:.1f} s, "
-          f"moto (this process) CPU {moto_cpu:.1f} s, peak RSS {_mb(_peak())} MB")
+          f"moto (this process) CPU {moto_cpu:.1f} s, peak RSS {_mb(peak_rss())} MB")
     print("stages (wall s, the driver's peak MB by its end): "
-          + "; ".join(f"{name} {wall:.1f} s ({_mb(peak)})" for name, wall, peak in r["stages"]))
+          + "; ".join(f"{name} {wall:.1f} s ({_mb(peak)})" for name, peak, wall in r["stages"]))
     print(f"Ray nodes that ran job tasks: {len(r['ray_nodes'])} of {len(r['node_ports'])} alive: {', '.join(ran)}")
     rows = r["rows"]
     print(f"committed rows (open_warehouse on {WAREHOUSE}): traces {rows['traces']:,} "

@@ -60,7 +60,7 @@ systems:
 """
 
 
-def _peak() -> int:
+def peak_rss() -> int:
     """This process's peak RSS in bytes (ru_maxrss is KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -94,17 +94,51 @@ def make_day(template: Path, source: Path, copies: int) -> dict:
 # ------------------------------------------------------------------ one size (its own process)
 
 
-def run_size(tmp: str, num_cpus: int) -> dict:
-    os.environ["PREFECT_HOME"] = os.path.join(tmp, "prefect")  # a private API database (others may run flows)
-    os.environ.pop("PREFECT_API_URL", None)  # Prefect's ephemeral API, never a server this shell points at
+def private_prefect(tmp: str) -> None:
+    """Prefect's ephemeral API in a database of this run's own (others may run flows), quiet."""
+    os.environ["PREFECT_HOME"] = os.path.join(tmp, "prefect")
+    os.environ.pop("PREFECT_API_URL", None)  # never a server this shell points at
     os.environ.pop("PREFECT_API_KEY", None)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")  # a loaded machine is slow
-    import ray
 
+
+def measured_nightly(*args, **kwargs) -> tuple[object, float, int, list[tuple[str, int, float]]]:
+    """flows.nightly.nightly(*args, **kwargs) in this process: (its result, wall s, this process's
+    peak RSS after it, [(stage, the peak by its end, its wall s)]), the stages being the flow's
+    own, the commit and the report page (each wrapped for the run, then put back)."""
     import flows.nightly as nightly_module
     from pipeline import tables as tables_module
+
+    stages: list[tuple[str, int, float]] = []
+    flow_stage, commit_night, report = nightly_module.run_stage, tables_module.commit_night, nightly_module.write_report
+
+    def measured(name, call):
+        def wrapper(*call_args, **call_kwargs):
+            t0 = time.perf_counter()
+            try:
+                return call(*call_args, **call_kwargs)
+            finally:
+                stages.append((name or call_args[0], peak_rss(), time.perf_counter() - t0))
+        return wrapper
+
+    nightly_module.run_stage = measured(None, flow_stage)
+    tables_module.commit_night = measured("commit tables", commit_night)
+    nightly_module.write_report = measured("report page", report)
+    try:
+        started = time.perf_counter()
+        summary = nightly_module.nightly(*args, **kwargs)
+        return summary, time.perf_counter() - started, peak_rss(), stages
+    finally:
+        nightly_module.run_stage, tables_module.commit_night = flow_stage, commit_night
+        nightly_module.write_report = report
+
+
+def run_size(tmp: str, num_cpus: int) -> dict:
+    private_prefect(tmp)
+    import ray
+
     from pipeline.cluster import start_ray
 
     source = Path(tmp, "source").as_uri()
@@ -112,42 +146,11 @@ def run_size(tmp: str, num_cpus: int) -> dict:
     sweep = os.path.join(tmp, "sweep.yaml")
     start_ray(num_cpus=num_cpus)
     ray.get([ray.remote(lambda: None).remote() for _ in range(num_cpus)])  # workers up before the clock starts
-    before = _peak()
-    stages: list[tuple[str, int, float]] = []  # (stage, the peak by its end, its wall s)
-    flow_stage, commit_night, report = nightly_module.run_stage, tables_module.commit_night, nightly_module.write_report
-
-    def measured_stage(name, step, counts):
-        t0 = time.perf_counter()
-        try:
-            return flow_stage(name, step, counts)
-        finally:
-            stages.append((name, _peak(), time.perf_counter() - t0))
-
-    def measured_commit(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return commit_night(*args, **kwargs)
-        finally:
-            stages.append(("commit tables", _peak(), time.perf_counter() - t0))
-
-    def measured_report(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return report(*args, **kwargs)
-        finally:
-            stages.append(("report page", _peak(), time.perf_counter() - t0))
-
-    nightly_module.run_stage, tables_module.commit_night = measured_stage, measured_commit
-    nightly_module.write_report = measured_report
+    before = peak_rss()
     try:
-        started = time.perf_counter()
-        summary = nightly_module.nightly(DATE, source, warehouse, sweep=sweep, num_cpus=num_cpus,
-                                         synthetic_jobs=0, representatives=1)
-        wall = time.perf_counter() - started
-        peak = _peak()
+        summary, wall, peak, stages = measured_nightly(DATE, source, warehouse, sweep=sweep, num_cpus=num_cpus,
+                                                       synthetic_jobs=0, representatives=1)
     finally:
-        nightly_module.run_stage, tables_module.commit_night = flow_stage, commit_night
-        nightly_module.write_report = report
         ray.shutdown()
     if not isinstance(summary, dict):  # a Failed state: the flow's one line
         raise RuntimeError(f"the flow failed: {summary}")  # noqa: TRY004
