@@ -25,6 +25,7 @@ dependencies on each other (their order on each thread stays).
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
 from collections import Counter
 
@@ -38,7 +39,8 @@ from chakra_core.convert.pytorch import comms
 from chakra_core.convert.pytorch.comms import DTYPE_BYTES
 from chakra_core.convert.pytorch.et import ATTRS, ID_ATTRS, IO_STRUCT, PG_INIT_NAME, HostTrace, is_kept_whole
 from chakra_core.convert.pytorch.kineto import CpuEvent, KinetoTrace, column
-from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
+from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, OperationCountError, compute_cost
+from chakra_core.errors import ChakraFormatError
 
 SCHEMA = "kineto"  # what the report's `schema` says of a host trace made here
 PROCESS_ROOT, THREAD_ROOT = "[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_trace|thread]"
@@ -127,7 +129,7 @@ class _Builder:
             what = "not recorded" if dtype in (None, "TensorList") else repr(dtype)
             self.assumed[(op, f"dtype {what}, {ASSUMED}")] += 1
             dtype = ASSUMED_DTYPE
-        numel = int(np.prod(dims)) if isinstance(dims, list) and all(type(d) is int for d in dims) else 0
+        numel = math.prod(dims) if isinstance(dims, list) and all(type(d) is int for d in dims) else 0
         self.next_tensor += 1
         return [self.next_tensor, self.next_tensor, 0, numel, DTYPES[dtype][1], "kineto"]
 
@@ -161,8 +163,7 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     roots = np.array([thread_root[tid] for tid in codes], np.int64)
     parents = np.where(enclosing >= 0, enclosing + first, roots[thread]).tolist()
     names = [e.name for e in events]
-    num_ops = [compute_cost(name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
-               if name in COST_OPS else NO_ESTIMATE for name, e in zip(names, events)]
+    num_ops = _operation_counts(kineto.path, names, events)
     kept_whole = {name: is_kept_whole(name) for name in set(names)}
     b.add_operators(names, parents, np.array([threads[tid] for tid in codes], np.int64)[thread].tolist(),
                     [e.rf_id for e in events], num_ops)
@@ -172,6 +173,7 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     b.kernels, b.parent_event = found.kernels, parent_event
     communication = [events[k] for k in whole]
     b.named_inside = {id(outer) for e in communication if names_collective(e) for outer in _outer(e, parent_event)}
+    _check_element_counts(kineto.path, communication)
     b.inner = _inner_buffers(communication, parent_event)
     first = len(b.trace.ids) - len(events)
     for index, e in zip((first + k for k in whole), communication):
@@ -185,6 +187,18 @@ def host_trace(kineto: KinetoTrace) -> HostTrace:
     trace.notes.extend(found.notes)
     trace.notes.extend(f"{op}: {what}, for {n:,} tensor(s) or call(s)" for (op, what), n in sorted(b.assumed.items()))
     return trace
+
+
+def _operation_counts(path: str, names: list[str], events: list[CpuEvent]) -> list[int]:
+    """num_ops of each event from its "Input Dims"; a count no int64 holds names its event."""
+    counts = [NO_ESTIMATE] * len(names)
+    for k, (name, e) in enumerate(zip(names, events)):
+        if name in COST_OPS:
+            try:
+                counts[k] = compute_cost(name, {"shapes": (e.args or {}).get("Input Dims") or []}, {"shapes": []})
+            except OperationCountError as exc:
+                raise ChakraFormatError(path, f"the event at ts {e.ts} µs: {exc}") from None
+    return counts
 
 
 def _enclosing_events(events: list[CpuEvent], enclosing: list[int], starts: list[int]) -> dict[int, CpuEvent]:
@@ -204,6 +218,18 @@ def _outer(e: CpuEvent, parent_event: dict[int, CpuEvent]):
     while outer is not None:
         yield outer
         outer = parent_event.get(id(outer))
+
+
+def _check_element_counts(path: str, communication: list[CpuEvent]) -> None:
+    """Refuses a message element count no tensor has (negative, not whole, 2**62 or more), which
+    would otherwise be ignored where a tensor inside the op sizes it, or overflow the bytes."""
+    for e in communication:
+        args = e.args or {}
+        for key in ("In msg nelems", "Out msg nelems"):
+            count = args.get(key)
+            if key in args and (type(count) is not int or not 0 <= count < 2**62):
+                raise ChakraFormatError(path, f"the {e.name} event at ts {e.ts} µs: {key} {str(count)[:40]} is not "
+                                              "an element count (a whole number from 0 to 2**62)")
 
 
 def _inner_buffers(communication: list[CpuEvent], parent_event: dict[int, CpuEvent]) -> dict[int, tuple[list, str]]:
@@ -330,7 +356,7 @@ def _named_after(b: _Builder, kernel: NcclKernel, args: dict, attrs: dict) -> st
                           "run as SendRecv kernels too)")] += 1
     buffer = _first_tensor(args)
     if buffer is not None and "In msg nelems" not in args:
-        attrs["in_msg_nelems"], attrs["dtype"] = int(np.prod(buffer[0])), PARAM_COMMS_DTYPE[buffer[1]]
+        attrs["in_msg_nelems"], attrs["dtype"] = math.prod(buffer[0]), PARAM_COMMS_DTYPE[buffer[1]]
     if "dtype" not in attrs and kernel.dtype is not None:
         attrs["dtype"] = PARAM_COMMS_DTYPE[kernel.dtype]
     return label

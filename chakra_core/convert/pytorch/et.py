@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from chakra_core._native import _jsonscan, _ptdigest
 from chakra_core.convert.common.jsonstream import StreamedDocument, TraceJSONError, parse_json
-from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, compute_cost
+from chakra_core.convert.pytorch.opcost import COST_OPS, NO_ESTIMATE, OperationCountError, compute_cost
 
 FLAT, ATTRS = "flat", "attrs"
 KNOWN_SCHEMAS = {
@@ -252,8 +252,11 @@ class _HostReader:
                     key = (name, in_shapes[in_at[k]:in_at[k + 1]], out_shapes[out_at[k]:out_at[k + 1]])
                     ops = self.costs.get(key)
                     if ops is None:
-                        ops = self.costs[key] = compute_cost(name, {"shapes": _json_or_empty(key[1])},
-                                                             {"shapes": _json_or_empty(key[2])})
+                        try:
+                            ops = self.costs[key] = compute_cost(name, {"shapes": _json_or_empty(key[1])},
+                                                                 {"shapes": _json_or_empty(key[2])})
+                        except OperationCountError as exc:
+                            raise TraceJSONError(trace.path, str(exc), element=first_element + k) from None
                     num_ops[k] = ops
         trace.num_ops.frombytes(num_ops.tobytes())
         trace.io_chunks.append(_io_array(len(names), d["io"], d["inputs_present"], d["outputs_present"]))

@@ -12,6 +12,11 @@ from __future__ import annotations
 from math import prod
 
 NO_ESTIMATE = -1
+MAX_OPS = 2**63 - 1  # num_ops is an int64 column
+
+
+class OperationCountError(ValueError):
+    """Shapes whose operation count no int64 holds: a corrupt trace, not a real operator."""
 
 
 def _shapes(io: dict) -> list:
@@ -58,7 +63,14 @@ COST_OPS = frozenset("aten::" + op for op in (
 
 
 def compute_cost(name: str, inputs: dict, outputs: dict) -> int:
-    """num_ops of one operator, or NO_ESTIMATE."""
+    """num_ops of one operator, or NO_ESTIMATE; OperationCountError beyond an int64."""
+    ops = _operation_count(name, inputs, outputs)
+    if ops > MAX_OPS:
+        raise OperationCountError(f"{name}: its shapes make {ops:.3g} operations, beyond 2**63 (a corrupt shape)")
+    return ops
+
+
+def _operation_count(name: str, inputs: dict, outputs: dict) -> int:
     if name in COST_OPS:
         op = name[6:]
         shapes = _shapes(inputs)
