@@ -2,8 +2,9 @@
 
 The lock is taken by creating its object exclusively (O_EXCL on a disk, If-None-Match on S3),
 so of two runs of one day started together one is refused. It is taken over when it is a dead
-run's: older than a day, wherever that run was; on this host, a process that is gone, or a live
-process that is not the one that took it (its start time differs: the pid was reused); or a lock
+run's: older than a day (by the store's time of writing or by its own `since`), wherever that
+run was; on this host, a process that is gone, or a live process that is not the one that took
+it (its start time differs: the pid was reused); or a lock
 that cannot be read as one (half written, damaged) once it is older than a minute (a run that
 is creating it right now writes it within that). Whatever the lock holds is data: read bounded,
 never trusted for its types, shown as text. Something else in the lock's place (a folder, a
@@ -119,7 +120,7 @@ def _stale(held: dict) -> bool:
         return True  # gone meanwhile
     if "problem" in held:
         return held["age"] > UNREADABLE_GRACE_SECONDS
-    if time.time() - held["since"] > LOCK_STALE_SECONDS:
+    if max(held["age"], time.time() - held["since"]) > LOCK_STALE_SECONDS:  # the file's age or the one it says
         return True
     if held["host"] != socket.gethostname():
         return False

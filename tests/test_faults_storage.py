@@ -263,6 +263,20 @@ def test_a_lock_of_a_live_unrelated_process_is_taken_over(tmp_path):
             pass
 
 
+def test_a_lock_written_over_a_day_ago_is_taken_over_whatever_it_says(tmp_path):
+    """A lock file two days old that claims to be written now by this live process: its `since`
+    is data, the store's time of writing is not; the day is not refused for another day."""
+    import socket
+
+    lock = _lock_file(tmp_path.as_uri())
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
+                                "started": process_start(os.getpid())}))
+    then = time.time() - 2 * 24 * 3600
+    os.utime(lock, (then, then))
+    with day_lock(tmp_path.as_uri(), DATE):
+        assert json.loads(lock.read_text())["token"]
+
+
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_something_else_in_the_locks_place_is_one_line(tmp_path, kind):
     """Issue 47: a folder in the lock's place was a traceback, a FIFO hung the night."""

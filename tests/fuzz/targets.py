@@ -1,7 +1,7 @@
 """Fuzz targets: random and mutated real inputs for every reader of untrusted bytes (ETs, PyTorch
 and Kineto traces, FlexFlow task graphs, ASTRA-sim text workloads, JAX profiles and HLO text,
 configurations), job bundles with odd members, YAML built of aliases, SQL that tries to leave
-the warehouse, and (issue 41) a drop of hostile file names, untrusted text on the console and the
+the warehouse, (issue 47) a day's lock and a damaged history file (night_targets.py), and (issue 41) a drop of hostile file names, untrusted text on the console and the
 page, numbers at the edges of the environment, a network and a conversion's options.
 
 Each target must end in success or in the project's own error type (ChakraError), never in
@@ -20,6 +20,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import night_targets
 
 from chakra_core.analysis.validate import validate_table
 from chakra_core.convert.jax.run import convert_jax_run
@@ -460,4 +462,7 @@ TARGETS = [
     _plain_target("env_numbers", HOSTILE_TEXT | st.integers().map(str) | st.floats().map(str), _environment_number),
     _target("network_numbers", network_numbers(), ".yml", load_network, _simulate_on),
     _plain_target("source_options", st.tuples(NUMBERS, NUMBERS, NUMBERS, NUMBERS), _source_options),
+    _plain_target("history_damaged", night_targets.odd_history_file(mutated_json),
+                  night_targets.compared_against_damaged_history),
+    _plain_target("day_lock_odd", night_targets.odd_lock(), night_targets.lock_taken_or_refused),
 ]
