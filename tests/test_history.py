@@ -224,3 +224,20 @@ def test_chakra_diff_needs_two_sides(capsys):
     assert chakra(["diff", "only-one"]) == 2
     assert "two job prefixes" in capsys.readouterr().err
 
+
+
+@pytest.mark.slow
+def test_each_flagged_change_says_what_it_costs_the_step(three_nights):
+    """Issue 49: gpu-gpt is host-bound, so its GEMMs 40% slower cost its predicted step nothing,
+    and the row says so; gen-dp-000-n8's doubled all-reduce bytes lengthen its simulated finish."""
+    _, _, nights = three_nights
+    flagged = nights["2026-11-25"].tables["regressions"].to_pylist()
+    gemm = next(r for r in flagged if r["metric"] == "family_ns:gemm")
+    assert gemm["impact_basis"] == "predicted_step_ns" and abs(gemm["step_impact"]) < 0.01
+    assert gemm["impact_note"].startswith("no effect on the step")
+    doubled = next(r for r in flagged if r["metric"] == "comm_bytes:all_reduce")
+    assert doubled["impact_basis"] == "sim_finish_ns" and 0.02 < doubled["step_impact"] <= 1.0
+    assert doubled["step_impact_ns"] > 0 and doubled["impact_note"] == f"{doubled['step_impact']:+.1%} of the step"
+    for job in ("gpu-gpt", "gen-dp-000-n8"):  # each job's rows by impact, largest first
+        impacts = [abs(r["step_impact"] or 0) for r in flagged if r["job_id"] == job]
+        assert impacts == sorted(impacts, reverse=True)

@@ -339,10 +339,12 @@ def test_a_sweep_without_a_native_ring_still_gets_reference_simulations(tmp_path
     assert [r["job_id"] for r in day.tables["sim_results"].to_pylist()] == ["coll", "coll", "mlp", "mlp"]
     # no barrier: each job's simulations were submitted in the conversion stage, as the job converted
     assert [name for name, _ in stages] == ["list day", "ingest, convert and statistics (Ray)", "simulate (Ray)",
-                                            "compare with history", "select representatives", "synthesis (Ray)"]
+                                            "compare with history", "what each change costs the step (Ray)",
+                                            "select representatives", "synthesis (Ray)"]
     assert "2 of 3 jobs converted" in stages[1][1] and "4 of their simulations started meanwhile" in stages[1][1]
     assert stages[2][1].startswith("4 simulations, ") and "finished in this stage" in stages[2][1]
     assert stages[3][1] == "0 flagged change(s) in 0 job(s)"  # a first night: nothing to compare with
+    assert stages[4][1] == "0 of 0 flagged change(s) priced by simulating their job again"
     traces = night_tables(day, (tmp_path / "wh").as_uri())["traces"]
     assert [r["job_id"] for r in traces.to_pylist()] == ["coll", "coll", "mlp", "mlp"]  # job order
     chosen = day.tables["representatives"].to_pylist()

@@ -145,7 +145,7 @@ def test_schedule_fires_and_a_worker_completes_a_run(server, s3, tmp_path):
     assert s3.exists(f"prefect-warehouse/wh/reports/date={DATE}/index.html")  # the day's page, on S3 too
     tasks = client.post("/task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}).json()
     stages = {"list day", "ingest, convert and statistics (Ray)", "simulate (Ray)", "compare with history",
-              "select representatives", "synthesis (Ray)", "commit tables", "write report"}  # as the UI lists them
+              "what each change costs the step (Ray)", "select representatives", "synthesis (Ray)", "commit tables", "write report"}  # as the UI lists them
     # (run names end in "-<3 hex digits>"): the night's tables are one task, their commit
     assert {t["name"].rsplit("-", 1)[0] for t in tasks} == stages
 

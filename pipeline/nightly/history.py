@@ -32,7 +32,10 @@ REGRESSIONS = TableSchema("regressions", (
     _JOB, _METRIC, *(column(name, pa.float64(), nullable=True) for name in ("before", "after", "change")),
     column("threshold", pa.float64()), column("noise", pa.float64(), nullable=True), column("kind", pa.string()),
     column("cause", pa.string()), column("explained", pa.float64(), nullable=True),
-    column("baseline_date", pa.date32()), column("history_days", pa.int32()), _RUN))
+    column("baseline_date", pa.date32()), column("history_days", pa.int32()),
+    # what the change costs the step (pipeline/nightly/impact.py): null until worked out, or where it cannot be
+    column("step_impact", pa.float64(), nullable=True), column("step_impact_ns", pa.int64(), nullable=True),
+    column("impact_basis", pa.string(), nullable=True), column("impact_note", pa.string(), nullable=True), _RUN))
 
 
 def history_rows(figures_by_job: Mapping[str, dict[str, float]], fingerprints: Mapping[str, str],

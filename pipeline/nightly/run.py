@@ -24,6 +24,7 @@ from pipeline.nightly.bigjobs import PER_RANK_BYTES, ProgressLog, capped, conver
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.nightly.drop import list_day
 from pipeline.nightly.history import memory_tables, read_history
+from pipeline.nightly.impact import parts_to_set_back, with_step_impacts
 from pipeline.nightly.ingest import InputFile, JobInput
 from pipeline.nightly.job_digest import JobDigest, digest
 from pipeline.nightly.jobs import process_job
@@ -118,10 +119,15 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     result.tables = {"rejects": from_rows("rejects", _loose_rejects(loose, result.run_id)),
                      "sim_results": from_rows("sim_results", sim_rows)}
     result.rejected_files += len(loose)
-    result.tables.update(stage(
+    memory, history = stage(
         "compare with history", lambda: _remember(result, converted, reference_rows, warehouse, log),
-        lambda memory: f"{memory['regressions'].num_rows} flagged change(s) in "
-                       f"{len(set(memory['regressions'].column('job_id').to_pylist()))} job(s)"))
+        lambda done: f"{done[0]['regressions'].num_rows} flagged change(s) in "
+                     f"{len(set(done[0]['regressions'].column('job_id').to_pylist()))} job(s)")
+    result.tables.update(memory)
+    result.tables["regressions"] = stage(
+        "what each change costs the step (Ray)", lambda: _costs(memory["regressions"], converted, history),
+        lambda table: f"{sum(v is not None for v in table.column('step_impact').to_pylist())} of "
+                      f"{table.num_rows} flagged change(s) priced by simulating their job again")
     result.tables["representatives"] = stage(
         "select representatives", lambda: representatives_table(
             {d.job_id: (d.ranks, d.selection_row) for d in converted if d.selection_row}, reference_rows,
@@ -287,13 +293,20 @@ def _loose_rejects(loose: list[InputFile], run_id: str) -> list[dict]:
 
 
 def _remember(result: DayResult, converted: list[JobDigest], reference_rows: list[dict], warehouse: str,
-              log: Callable[[str], None] | None) -> dict[str, pa.Table]:
-    """The night's job_history and regressions (pipeline/nightly/history.py)."""
+              log: Callable[[str], None] | None) -> tuple[dict[str, pa.Table], dict]:
+    """The night's job_history and regressions (pipeline/nightly/history.py), and the history read."""
     warn = log or (lambda line: print(line, file=sys.stderr))
     history = retried("reading the history of", warehouse, lambda: read_history(warehouse, result.date, warn=warn))
     return memory_tables({d.job_id: d.figures for d in converted},
                          {d.job_id: d.fingerprint for d in converted if d.fingerprint},
-                         {r["job_id"]: r for r in reference_rows}, history, result.run_id)
+                         {r["job_id"]: r for r in reference_rows}, history, result.run_id), history
+
+
+def _costs(regressions: pa.Table, converted: list[JobDigest], history: dict) -> pa.Table:
+    """The regressions with what each change costs the step (pipeline/nightly/impact.py)."""
+    rows = regressions.to_pylist()
+    parts = parts_to_set_back(rows, {d.job_id: d.figures for d in converted}, history)
+    return from_rows("regressions", with_step_impacts(regressions, {d.job_id: d.prefix for d in converted}, parts))
 
 
 def _gather_files(result: DayResult, outcomes: list[tuple[JobInput, JobDigest]], warehouse: str) -> None:
