@@ -122,7 +122,8 @@ def test_a_job_without_recorded_times_is_one_line(tmp_path, capsys):
 
 
 def _warehouse(root: Path, prefix: str) -> str:
-    """Two days of one real job (pytorch-gloo's mlp_ddp-w2, converted) and a job too big to draw."""
+    """Two days of one real job (pytorch-gloo's mlp_ddp-w2, converted) and of a job too big to draw;
+    a job new on the second day (the same traces)."""
     url = str(root / "warehouse")
     ranks = sum(1 for _ in Path(prefix).parent.glob("job.*.et"))
     for day in DAYS:
@@ -130,9 +131,9 @@ def _warehouse(root: Path, prefix: str) -> str:
         folder.mkdir(parents=True)
         for rank in range(ranks):
             (folder / f"job.{rank}.et").write_bytes(Path(f"{prefix}.{rank}.et").read_bytes())
+        jobs = [("gloo-w2", 500), ("big-job", MAX_TIMELINE_NODES + 1)] + [("new-job", 500)] * (day == DAYS[1])
         rows = [{"job_id": job, "rank": rank, "nodes": nodes, "source_format": "pytorch_et",
-                 "path": f"{folder}/job.{rank}.et"}
-                for job, nodes in (("gloo-w2", 500), ("big-job", MAX_TIMELINE_NODES + 1)) for rank in range(ranks)]
+                 "path": f"{folder}/job.{rank}.et"} for job, nodes in jobs for rank in range(ranks)]
         for name in tables.TABLES:
             chosen = rows if name == "traces" else []
             tables.write_day(url, name, day, tables.from_rows(name, [complete(name, r) for r in chosen]))
@@ -149,16 +150,19 @@ def test_the_job_page_links_the_recorded_timeline_the_day_befores_and_the_simula
                      f"../date={DAYS[0]}/job=gloo-w2.recorded.json.gz"]
     assert all((folder / link).exists() for link in links)
     recorded = _load(folder / "job=gloo-w2.recorded.json.gz")
-    assert recorded["otherData"]["source"] == "traces" and _load(folder / links[2])["otherData"]["npus"] == 2
+    assert validate_trace_events(recorded) == [] and recorded["otherData"]["npus"] == 2
+    assert _load(folder / links[0])["otherData"]["source"] == "simulation"
+    assert _load(folder / links[2])["otherData"]["prefix"].endswith(f"date={DAYS[0]}/job=gloo-w2/job")
     # the page's file is the command's
     out = tmp_path / "cli.json.gz"
     prefix = str(Path(warehouse) / "traces" / f"date={DAYS[1]}" / "job=gloo-w2" / "job")
     assert main(["timeline", "--recorded", prefix, "-o", str(out)]) == 0
     assert _load(out) == recorded
     # the first day has no day before: its page links its own recorded timeline only
-    first = html.unescape((Path(warehouse) / "reports" / f"date={DAYS[0]}" / "job=gloo-w2.html").read_text())
-    assert "job=gloo-w2.recorded.json.gz" in first and "../date=" not in " ".join(
-        re.findall(r'href="([^"]+\.json\.gz)"', first))
+    first = (Path(warehouse) / "reports" / f"date={DAYS[0]}" / "job=gloo-w2.html").read_text()
+    assert re.findall(r'href="([^"]+\.json\.gz)"', first) == links[:2]
+    new = re.findall(r'href="([^"]+\.json\.gz)"', (folder / "job=new-job.html").read_text())
+    assert new == ["job=new-job.timeline.json.gz", "job=new-job.recorded.json.gz"]  # no day before to link
     big = html.unescape((folder / "job=big-job.html").read_text())
     assert f"No recorded timeline: the job has {2 * (MAX_TIMELINE_NODES + 1):,} trace nodes" in big
     assert not (folder / "job=big-job.recorded.json.gz").exists()

@@ -140,9 +140,10 @@ def recorded_before(job: str, previous: dict | None, out_dir: str) -> str | None
     """The link to the job's recorded timeline beside its page of the day before, where that is."""
     if previous is None:
         return None
-    link = f"../{previous['folder']}/{recorded_timeline_of(job)}"
-    fs, path = fsspec.core.url_to_fs(f"{out_dir.rstrip('/')}/{link}")
-    return link if fs.exists(path) else None
+    beside = f"{previous['folder']}/{recorded_timeline_of(job)}"  # in the reports root, out_dir's parent
+    root = out_dir.rstrip("/").rpartition("/")[0] or "."  # no "..": an object store takes it literally
+    fs, path = fsspec.core.url_to_fs(f"{root}/{beside}")
+    return f"../{beside}" if fs.exists(path) else None
 
 
 def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir: str) -> str:
