@@ -100,6 +100,11 @@ def timeline_of(job_id: str) -> str:
     return f"job={file_name_of(job_id)}.timeline.json.gz"
 
 
+def recorded_timeline_of(job_id: str) -> str:
+    """The file name of a job's recorded timeline beside its page."""
+    return f"job={file_name_of(job_id)}.recorded.json.gz"
+
+
 def href(name: str) -> str:
     return quote(name, safe="=/.")
 

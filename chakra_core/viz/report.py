@@ -7,7 +7,8 @@
   the day's jobs and rejects, device time by family across the fleet, device time per job, the
   host-bound jobs, the simulated systems per job, the representatives and the synthetic jobs'
   fidelity (chakra_core.analysis.daily's sections);
-- `out_dir/job=<id>.html` per job (report_job.py) and its timeline `job=<id>.timeline.json.gz`;
+- `out_dir/job=<id>.html` per job (report_job.py) and its timelines, `job=<id>.timeline.json.gz`
+  (simulated) and `job=<id>.recorded.json.gz` (as recorded);
 - the index of days, `index.html` in out_dir's parent: every day of the warehouse with its
   counts and flagged changes, linking the day pages found beside it.
 
@@ -169,7 +170,7 @@ def add_report_parser(subparsers) -> None:
         "counts and flagged changes), DIR/date=<d>/index.html (what changed since the day before, then the day's "
         "jobs, rejects, device time, simulated systems, representatives and synthetic jobs) and "
         "DIR/date=<d>/job=<id>.html per job (per-rank step breakdown, top kernels, history, the comparison with "
-        "the day before) with a Perfetto timeline beside it. Plots inline; no scripts, no network fetches.")
+        "the day before) with Perfetto timelines beside it, simulated and as recorded. Plots inline; no scripts, no network fetches.")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL", help="the warehouse (default out/warehouse)")
     p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=_iso_day,
                    help="the day (default: the latest night of the warehouse); repeat it for several days")

@@ -1,16 +1,19 @@
-"""A job's page of the daily report (reports/date=<d>/job=<id>.html) and its Perfetto timeline
-beside it (job=<id>.timeline.json.gz): where each rank's step goes, the job seen three ways
+"""A job's page of the daily report (reports/date=<d>/job=<id>.html) and its Perfetto timelines
+beside it (job=<id>.timeline.json.gz simulated on the reference system, job=<id>.recorded.json.gz
+as recorded, linked with the day before's): where each rank's step goes, the job seen three ways
 (recorded, predicted without the profiler, simulated on the reference system) and why they can
 disagree on what bounds it, its top kernels, its history, and `chakra diff` (jobdiff.py) of the
 job on the day before and on the day."""
 
 from __future__ import annotations
 
+import fsspec
+
 from chakra_core.analysis import job_day
 from chakra_core.analysis.daily import HISTORY_WINDOW_DAYS, Day
 from chakra_core.errors import ChakraError
 from chakra_core.viz import report_plots
-from chakra_core.viz.pages import ms, pct, render, timeline_of
+from chakra_core.viz.pages import ms, pct, recorded_timeline_of, render, timeline_of
 
 MAX_TIMELINE_NODES = 50_000  # trace nodes over all ranks; larger jobs get no timeline (a note says so)
 TOP_KERNELS = 15
@@ -80,28 +83,67 @@ def trend_series(rows: list[dict]) -> dict[str, list[tuple[str, float]]]:
     return {m: points for m, points in series.items() if points}
 
 
+def converted_prefix(info: dict) -> tuple[str | None, str]:
+    """(the prefix of the job's converted rank files, or None; why a report draws no timeline of it)."""
+    from chakra_core.format.job import split_rank_url
+
+    if info["nodes"] > MAX_TIMELINE_NODES:
+        return None, (f"the job has {info['nodes']:,} trace nodes, more than the {MAX_TIMELINE_NODES:,} a report's "
+                      "timelines draw (`chakra timeline --recorded` or `--workload` draws it)")
+    found = split_rank_url(info["path"] or "")
+    if found is None:
+        return None, "the traces table names no converted rank file of this job"
+    return found[0], ""
+
+
 def timeline(day: Day, job: str, info: dict, out_dir: str) -> tuple[str | None, str]:
     """(the timeline's file name beside the page, or None; a note when there is none): the job's
     converted traces simulated on the reference system."""
     from chakra_core.analysis.predicted import predict
-    from chakra_core.format.job import Job, split_rank_url
+    from chakra_core.format.job import Job
     from chakra_core.sim.reference import reference_system
     from chakra_core.viz.timeline import timeline_from_simulation, write_timeline
 
-    if info["nodes"] > MAX_TIMELINE_NODES:
-        return None, (f"No timeline: the job has {info['nodes']:,} trace nodes, more than the "
-                      f"{MAX_TIMELINE_NODES:,} a report's timeline simulates; `chakra timeline --workload` draws it.")
-    found = split_rank_url(info["path"] or "")
-    if found is None:
-        return None, "No timeline: the traces table names no converted rank file of this job."
+    prefix, why = converted_prefix(info)
+    if prefix is None:
+        return None, f"No timeline: {why}."
     try:
-        traces = Job.read(found[0], info["ranks"])
+        traces = Job.read(prefix, info["ranks"])
         result = predict(traces, reference_system())
     except (ChakraError, OSError, ValueError, ArithmeticError) as exc:  # a job the model cannot run (times past
         return None, f"No timeline: {' '.join(str(exc).split())}"          # int64 overflow): a note, not a failed night
     name = timeline_of(job)
     write_timeline(timeline_from_simulation(result, traces.tables), f"{out_dir.rstrip('/')}/{name}")
     return name, ""
+
+
+def recorded_timeline(job: str, info: dict, out_dir: str) -> tuple[str | None, str]:
+    """(the recorded timeline's file name beside the page, or None; a note when there is none):
+    every rank's converted trace at its recorded times, as `chakra timeline --recorded` writes it."""
+    from chakra_core.viz import timeline as perfetto
+
+    prefix, why = converted_prefix(info)
+    if prefix is None:
+        return None, f"No recorded timeline: {why}."
+    try:
+        doc = perfetto.recorded_timeline(prefix, info["ranks"])
+    except (ChakraError, OSError, ValueError) as exc:
+        return None, f"No recorded timeline: {' '.join(str(exc).split())}"
+    if not doc["otherData"]["events"]:
+        return None, "No recorded timeline: the job's traces hold no start times (a generated or synthetic job)."
+    name = recorded_timeline_of(job)
+    perfetto.write_timeline(doc, f"{out_dir.rstrip('/')}/{name}")
+    return name, ""
+
+
+def recorded_before(job: str, previous: dict | None, out_dir: str) -> str | None:
+    """The link to the job's recorded timeline beside its page of the day before, where that is."""
+    if previous is None:
+        return None
+    beside = f"{previous['folder']}/{recorded_timeline_of(job)}"  # in the reports root, out_dir's parent
+    root = out_dir.rstrip("/").rpartition("/")[0] or "."  # no "..": an object store takes it literally
+    fs, path = fsspec.core.url_to_fs(f"{root}/{beside}")
+    return f"../{beside}" if fs.exists(path) else None
 
 
 def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir: str) -> str:
@@ -115,6 +157,7 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
     compared = diff.kernels if diff else []
     series = trend_series(history_rows)
     name, note = timeline(day, job, model["info"], out_dir)
+    recorded, recorded_note = recorded_timeline(job, model["info"], out_dir)
     figures = today[1]
     simulated = job_day.simulated_parts(figures)
     sim_plot = (report_plots.step_bars([{"label": "slowest NPU", "parts": simulated}], "ms, the whole trace")
@@ -130,4 +173,5 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
         history_days=len({str(r["date"]) for r in history_rows}), window=HISTORY_WINDOW_DAYS,
         diff=diff, kernel_changes=[k for k in compared if k["status"] != "same"][:KERNEL_CHANGES_SHOWN],
         kernel_counts={s: sum(k["status"] == s for k in compared) for s in ("added", "vanished", "changed", "same")},
-        timeline=name, timeline_note=note)
+        timeline=name, timeline_note=note, recorded=recorded, recorded_note=recorded_note,
+        recorded_before=recorded_before(job, model["previous"], out_dir) if recorded else None)

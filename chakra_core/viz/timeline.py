@@ -3,8 +3,10 @@
 Three sources, one output shape:
 - a simulation result (`timeline_from_simulation`): one process per NPU, a thread per engine
   track (cpu, compute, comm, memory);
-- real traces, one .et file per rank (`timeline_from_traces`): one process per rank, CPU
-  operators by their `tid`, device kernels by `stream`, communication nodes on "communication";
+- real traces as recorded, a job's converted rank files (`recorded_timeline`, by prefix) or
+  .et files (`timeline_from_traces`): one process per rank, each node at the start time and
+  duration its trace holds (duration_ns where kept), CPU operators by their `tid`, device
+  kernels by `stream`, communication nodes on "communication" named with their kind and bytes;
   a "launch" flow from each kernel's launching operator to it (drawn before other flows);
 - the reference timeline visualizer's issue/callback CSV log (`timeline_from_log`).
 
@@ -28,8 +30,10 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 
 from chakra_core import limits
+from chakra_core.format.columns import COMM_TYPES
 from chakra_core.format.job import read_ranks, split_rank_url
 from chakra_core.format.nodetypes import (
     COLL,
@@ -41,6 +45,7 @@ from chakra_core.format.nodetypes import (
 )
 from chakra_core.inputs import bounded_lines, open_input
 from chakra_core.outputs import open_output
+from chakra_core.terminal import human_bytes
 
 DEFAULT_MAX_FLOWS = 2000
 COMM_KINDS = {SEND: "send", RECV: "recv", COLL: "collective"}
@@ -194,7 +199,11 @@ def _deps(table) -> Iterable[tuple[int, int]]:
                 yield child, parent
 
 
-# ------------------------------------------------------------------ real traces
+# ------------------------------------------------------------------ real traces, as recorded
+
+# the node-table columns a recorded timeline reads
+RECORDED_COLUMNS = ["id", "name", "type", "start_time_micros", "duration_micros", "duration_ns", "is_cpu_op",
+                    "comm_size", "stream", "tid", "ctrl_deps", "data_deps", "comm_type", "tensor_size"]
 
 
 def _rank_of(url: str, default: int) -> int:
@@ -203,67 +212,108 @@ def _rank_of(url: str, default: int) -> int:
 
 
 def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, rebase: bool = True) -> dict:
-    """One .et file per rank of one job (rank from `<prefix>.<rank>.et`, else file order).
-    Nodes without a start time are skipped and counted. With `rebase`, times start at the job's
-    earliest node (ranks stay aligned); otherData.time_origin_us holds the offset."""
+    """One .et file per rank of one job (rank from `<prefix>.<rank>.et`, else file order), as
+    timeline_from_tables draws it."""
     from chakra_core.format.etfile import read_table
 
-    wanted = ["id", "name", "type", "start_time_micros", "duration_micros", "is_cpu_op", "comm_size", "stream",
-              "tid", "ctrl_deps", "data_deps", "comm_type", "tensor_size"]
-    ranks: list[tuple[int, list[dict], list]] = []
+    ranks: list[tuple[int, pa.Table]] = []
     used: set[int] = set()
     for k, url in enumerate(urls):
-        table = read_table(url)
         rank = _rank_of(url, k)
         if rank in used:  # two files claiming one rank: keep both, apart
             rank = max(used) + 1
         used.add(rank)
-        rows = table.select([c for c in wanted if c in table.column_names]).to_pylist()
-        ranks.append((rank, rows, list(_deps(table))))
-    starts = [r["start_time_micros"] for _, rows, _ in ranks for r in rows if r.get("start_time_micros")]
+        ranks.append((rank, read_table(url, RECORDED_COLUMNS)))
+    return timeline_from_tables(ranks, {"files": list(urls)}, max_flows, rebase)
+
+
+def recorded_timeline(prefix: str, npus: int | None = None, max_flows: int = DEFAULT_MAX_FLOWS) -> dict:
+    """The job of the converted rank files `<prefix>.<R>.et[.gz]` (ranks 0..npus-1; all there are
+    when None) as recorded: what `chakra timeline --recorded` and a report's job page write."""
+    tables = read_ranks(prefix, npus, RECORDED_COLUMNS)
+    return timeline_from_tables(list(enumerate(tables)), {"prefix": prefix}, max_flows)
+
+
+def timeline_from_tables(ranks: list[tuple[int, pa.Table]], sources: dict, max_flows: int = DEFAULT_MAX_FLOWS,
+                         rebase: bool = True) -> dict:
+    """(rank, node table) pairs of one job, each node at its recorded time: from start_time_micros
+    for duration_ns where the conversion kept it (device work timed by Kineto), else
+    duration_micros (analysis.device_work.recorded_times, as stats reads them). Nodes without a
+    start time are skipped and counted. With `rebase`, times start at the job's earliest node
+    (ranks stay aligned); otherData.time_origin_us holds the offset."""
+    from chakra_core.analysis.device_work import recorded_times
+
+    timed = [(rank, table, *recorded_times(table)) for rank, table in ranks]
+    starts = [int(start[start > 0].min()) for _, _, start, _ in timed if (start > 0).any()]
     origin = min(starts) if (rebase and starts) else 0
     b = _Builder("Rank", track_rank={})
     skipped = 0
     flows = []
-    for rank, rows, deps in ranks:
+    for rank, table, start, end in timed:
         b.process_names[rank] = f"Rank {rank}"
-        for r in rows:
-            start = r.get("start_time_micros") or 0
-            if start <= 0:
+        rows = table.select([c for c in RECORDED_COLUMNS if c in table.column_names]).to_pylist()
+        for r, begins, ends in zip(rows, start.tolist(), end.tolist()):
+            if begins <= 0:
                 skipped += 1
                 continue
-            node_type = r.get("type")
-            if node_type in COMM_NODE_TYPES:
-                track, kind = "communication", COMM_KINDS[node_type]
-                b.track_rank.setdefault(track, (2,))
-            elif node_type in MEM_NODE_TYPES:
-                track, kind = "memory", "memory"
-                b.track_rank.setdefault(track, (3,))
-            elif r.get("is_cpu_op") is False:
-                stream = r.get("stream")
-                track, kind = (f"stream {stream}" if stream is not None else "device"), "kernel"
-                b.track_rank.setdefault(track, (1, stream if stream is not None else -1))
-            else:
-                tid = r.get("tid")
-                track, kind = (f"CPU thread {tid}" if tid is not None else "CPU"), "cpu"
-                b.track_rank.setdefault(track, (0, tid if tid is not None else -1))
-                b.nesting.add(track)
-            duration = max(r.get("duration_micros") or 0, 0)
-            args = {"node_id": r["id"], "kind": kind}
-            if r.get("comm_size") is not None:
-                args["comm_size"] = r["comm_size"]
-            if r.get("comm_type") is not None and node_type == COLL:
-                args["comm_type"] = r["comm_type"]
-            if r.get("tensor_size") is not None:
-                args["bytes"] = r["tensor_size"]
-            b.add(_Event(rank, track, r.get("name") or f"node {r['id']}", (start - origin) * 1000,
-                         (start - origin + duration) * 1000, args, key=r["id"]))
+            b.add(_Event(rank, _recorded_track(b, r), _recorded_name(r), begins - origin, max(ends, begins) - origin,
+                         _recorded_args(r), key=r["id"]))
         kernels = {r["id"] for r in rows if r.get("is_cpu_op") is False and r.get("stream") is not None}
+        deps = list(_deps(table))
         launches = [(rank, parent, child, "launch") for child, parent in deps if child in kernels]
         flows.extend(launches)  # first, so that the cap keeps them: host operator -> the kernels it launched
         flows.extend((rank, parent, child) for child, parent in deps if child not in kernels)
-    other = {"source": "traces", "files": list(urls), "skipped_zero_start": skipped, "time_origin_us": origin}
+    other = {"source": "traces", **sources, "skipped_zero_start": skipped, "time_origin_us": origin // 1000}
     return b.document(flows, max_flows, other)
+
+
+def _recorded_track(b: _Builder, r: dict) -> str:
+    """The node's track (registered with its sort key): a host thread, a device stream, or the
+    communication or memory track."""
+    node_type = r.get("type")
+    if node_type in COMM_NODE_TYPES:
+        b.track_rank.setdefault("communication", (2,))
+        return "communication"
+    if node_type in MEM_NODE_TYPES:
+        b.track_rank.setdefault("memory", (3,))
+        return "memory"
+    if r.get("is_cpu_op") is False:
+        stream = r.get("stream")
+        track = f"stream {stream}" if stream is not None else "device"
+        b.track_rank.setdefault(track, (1, stream if stream is not None else -1))
+        return track
+    tid = r.get("tid")
+    track = f"CPU thread {tid}" if tid is not None else "CPU"
+    b.track_rank.setdefault(track, (0, tid if tid is not None else -1))
+    b.nesting.add(track)  # host operators nest: a call stack
+    return track
+
+
+def _recorded_kind(r: dict) -> str:
+    node_type = r.get("type")
+    if node_type in COMM_NODE_TYPES:
+        return COMM_KINDS[node_type]
+    return "memory" if node_type in MEM_NODE_TYPES else "kernel" if r.get("is_cpu_op") is False else "cpu"
+
+
+def _recorded_name(r: dict) -> str:
+    """The node's name; communication also says its kind and bytes (`c10d::allreduce_
+    (all_reduce, 256.3 MiB)`), so that a collective reads as what it moved."""
+    name = r.get("name") or f"node {r['id']}"
+    if r.get("type") in COMM_NODE_TYPES and r.get("comm_size") is not None:
+        kind = COMM_TYPES.get(r.get("comm_type"), "collective") if r["type"] == COLL else COMM_KINDS[r["type"]]
+        return f"{name} ({kind.lower()}, {human_bytes(r['comm_size'])})"
+    return name
+
+
+def _recorded_args(r: dict) -> dict:
+    args = {"node_id": r["id"], "kind": _recorded_kind(r)}
+    for column, key in (("comm_size", "comm_size"), ("tensor_size", "bytes")):
+        if r.get(column) is not None:
+            args[key] = r[column]
+    if r.get("comm_type") is not None and r.get("type") == COLL:
+        args["comm_type"] = r["comm_type"]
+    return args
 
 
 # ------------------------------------------------------------------ reference visualizer logs
@@ -463,11 +513,14 @@ def add_timeline_parser(subparsers):
         "timeline", help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
         description="One process per NPU (rank), one thread per track; overlapping events of a track go to "
         "sub-tracks so that Perfetto accepts them. Sources: a simulation (--workload with --network and "
-        "--system), real .et traces of one job (--trace), or the reference timeline visualizer's "
-        "issue/callback log (--log with --npu-frequency). OUT ending in .gz is gzipped.")
+        "--system), a job's converted traces as recorded (--recorded PREFIX, or its files: --trace), or the "
+        "reference timeline visualizer's issue/callback log (--log with --npu-frequency). OUT ending in .gz is "
+        "gzipped.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--workload", metavar="PREFIX", help="simulate PREFIX.0.et, PREFIX.1.et, ...")
-    source.add_argument("--trace", nargs="+", metavar="IN.et", help="one .et file per rank of one job")
+    source.add_argument("--recorded", metavar="PREFIX", help="the job as recorded: its converted traces "
+                        "PREFIX.0.et, PREFIX.1.et, ... at their start times and durations")
+    source.add_argument("--trace", nargs="+", metavar="IN.et", help="one .et file per rank of one job, as recorded")
     source.add_argument("--log", metavar="LOG.csv", help="issue/callback log (chakra_timeline_visualizer input)")
     p.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (with --workload)")
     p.add_argument("--system", metavar="SYS.json", help="ASTRA-sim system JSON (with --workload)")
@@ -499,6 +552,12 @@ def cmd_timeline(args) -> int:
             result, status = exc.partial, 1
         tables = read_ranks(args.workload, len(result.npus)) if args.max_flows > 0 else None
         doc = timeline_from_simulation(result, tables, args.max_flows)
+    elif args.recorded:
+        doc = recorded_timeline(args.recorded, max_flows=args.max_flows)
+        if not doc["otherData"]["events"]:
+            print(f"chakra timeline: {args.recorded}: no node has a recorded start time (a generated or synthetic "
+                  "job?); nothing written", file=sys.stderr)
+            return 2
     elif args.trace:
         doc = timeline_from_traces(args.trace, args.max_flows)
     else:
