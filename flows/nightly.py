@@ -130,12 +130,14 @@ def _progress_line(line: str) -> None:
 
 
 def _changes(day: DayResult) -> list[dict]:
-    """The night's flagged changes (the regressions table), worst first."""
-    columns = ("job_id", "metric", "before", "after", "change", "kind", "cause", "baseline_date")
+    """The night's flagged changes (the regressions table), by what they cost the step, then worst first."""
+    columns = ("job_id", "metric", "before", "after", "change", "kind", "cause", "step_impact", "impact_note",
+               "baseline_date")
     rows = [{k: r[k] for k in columns} for r in day.tables["regressions"].to_pylist()]
     for row in rows:
         row["baseline_date"] = str(row["baseline_date"])
-    return sorted(rows, key=lambda r: (r["kind"] != "regression", -abs(r["change"] or 0), r["job_id"], r["metric"]))
+    return sorted(rows, key=lambda r: (-abs(r["step_impact"] or 0), r["kind"] != "regression", -abs(r["change"] or 0),
+                                       r["job_id"], r["metric"]))
 
 
 def _changes_artifact(date: str, changes: list[dict]) -> None:
@@ -231,12 +233,13 @@ def _print_changes(console, changes: list[dict]) -> None:
     if not changes:
         console.print("changes against each job's history: none flagged")
         return
-    table = Table("job", "metric", "before", "after", "change", "kind", "cause", box=None, pad_edge=False,
-                  title=f"{len(changes)} flagged change(s) against each job's history", title_justify="left")
+    table = Table("job", "metric", "before", "after", "change", "kind", "cause", "cost to the step", box=None,
+                  pad_edge=False, title=f"{len(changes)} flagged change(s) against each job's history, by what "
+                                        "they cost the step", title_justify="left")
     for c in changes:
         table.add_row(*(escape(str(c[k])) for k in ("job_id", "metric")), shown(c["metric"], c["before"]),
                       shown(c["metric"], c["after"]), "" if c["change"] is None else f"{c['change']:+.1%}",
-                      c["kind"], escape(c["cause"]))
+                      c["kind"], escape(c["cause"]), escape(c["impact_note"] or ""))
     console.print(table)
 
 

@@ -12,7 +12,8 @@ host) is flagged only when it also moves by SIGNIFICANCE of what it is part of (
 work for a family, the step for an idle cause, the simulated finish for host time), so that a
 tiny family doubling is no news. A flagged headline's cause is the part whose
 change, in the headline's direction, is largest; `explained` is that part's share of the
-headline's change. Rises of time, bytes and counts are regressions, falls improvements (the
+headline's change, at most 1 (a part that moved more than its headline, others moving back,
+explains all of it). Rises of time, bytes and counts are regressions, falls improvements (the
 busy share the other way round). The simulated finish's parts and the busy share only explain
 other changes: they are never flagged alone (EXPLAINING_ONLY).
 """
@@ -155,7 +156,8 @@ def _attributed(headline: Change, changes: Mapping[str, Change], program_changed
     top = _largest_part(PARTS[headline.metric], changes, delta)
     if top is None:
         return headline
-    cause, explained = top.cause, _delta(top) / delta
+    # a share of at most all of it: a cause that moved more than its headline (other parts moved back) explains all
+    cause, explained = top.cause, min(_delta(top) / delta, 1.0)
     finer = _largest_part(FINER.get(top.metric, ()), changes, delta)
     if finer is not None and (finer.metric.startswith("comm_bytes:") and finer.flagged
                               or not finer.metric.startswith("comm_bytes:")):

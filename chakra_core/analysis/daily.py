@@ -87,7 +87,8 @@ SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
                message_size_ks_worst, verdict FROM fidelity WHERE date = {date} ORDER BY npus, cluster"""),
     "changes": (("regressions",), """
         SELECT job_id, metric, before, after, change, threshold, noise, kind, cause, explained, baseline_date,
-               history_days FROM regressions WHERE date = {date} ORDER BY job_id, abs(change) DESC NULLS FIRST"""),
+               history_days, step_impact, step_impact_ns, impact_basis, impact_note FROM regressions
+        WHERE date = {date} ORDER BY job_id, abs(step_impact) DESC NULLS LAST, abs(change) DESC NULLS FIRST"""),
 }
 
 

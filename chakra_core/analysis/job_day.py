@@ -77,6 +77,32 @@ def simulated_parts(figures: dict[str, float]) -> dict[str, float]:
     return {name: figures[m] for m, name in names.items() if figures.get(m)}
 
 
+def history_parts(figures: dict[str, float]) -> dict[str, float]:
+    """One day's step as parts in ns from its job_history figures: device time by family and idle
+    by cause per step (means over ranks) for a job with device work, else the simulated finish's
+    parts (simulated_parts)."""
+    families = {m.split(":", 1)[1]: v for m, v in figures.items() if m.startswith("family_ns:") and v > 0}
+    if not families:
+        return simulated_parts(figures)
+    parts: dict[str, float] = defaultdict(float)
+    for name, ns in sorted(families.items(), key=lambda kv: -kv[1]):
+        parts["memcpy" if name in MEMCPY else name] += ns
+    for cause in CAUSES:
+        if figures.get(f"idle_ns:{cause}"):
+            parts[IDLE_LABELS[cause]] = figures[f"idle_ns:{cause}"]
+    return dict(parts)
+
+
+def before_after(rows: list[dict], date: str) -> list[dict]:
+    """The job's step on its latest earlier day and on `date`, as bars (label, parts): what a
+    flagged change did to the step, side by side; [] without both days."""
+    held = by_day(rows)
+    earlier = sorted(d for d in held if d < date)
+    if date not in held or not earlier:
+        return []
+    return [{"label": day, "parts": history_parts(held[day][1])} for day in (earlier[-1], date)]
+
+
 def kernels(day: Day, job: str) -> list[dict]:
     """The job's kernels on the day, most time first, with `share`, their part of the job's kernel time."""
     if not day.has("kernels"):

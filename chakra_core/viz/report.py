@@ -131,7 +131,8 @@ def _json_map(text: str | None) -> dict:
 
 
 def change_blocks(changes: list[dict], history: dict[str, list[dict]]) -> list[dict]:
-    """The flagged changes by job, each with a sparkline of its step time over the days held."""
+    """The flagged changes by job, each with a sparkline of its step time over the days held; the
+    jobs by what their costliest change costs the step."""
     by_job: dict[str, list[dict]] = defaultdict(list)
     for r in changes:
         by_job[r["job_id"]].append(r)
@@ -147,7 +148,7 @@ def change_blocks(changes: list[dict], history: dict[str, list[dict]]) -> list[d
                              spark_range=f"{ms(min(values))} to {ms(max(values))}, today {ms(values[-1])}")
                 break
         blocks.append(block)
-    return blocks
+    return sorted(blocks, key=lambda b: -max(abs(r["step_impact"] or 0.0) for r in b["rows"]))
 
 
 def write_index(day: daily.Day, days: list[dict], root: str) -> str:

@@ -162,10 +162,14 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
     simulated = job_day.simulated_parts(figures)
     sim_plot = (report_plots.step_bars([{"label": "slowest NPU", "parts": simulated}], "ms, the whole trace")
                 if simulated and not entries else None)
+    compared_days = job_day.before_after(history_rows, day.date) if model["flagged"] else []
+    change_plot = (report_plots.step_bars(compared_days, "ms per step" if entries else "ms, the whole trace")
+                   if compared_days and all(d["parts"] for d in compared_days) else None)
     return render(
         "job.html.j2", job=job, day=day.date, fingerprint=today[0], **model,
         breakdown=entries, breakdown_plot=report_plots.step_bars(entries) if entries else None,
         ranks_left_out=len({v["rank"] for v in verdicts}) > len({e["rank"] for e in entries}), sim_plot=sim_plot,
+        change_plot=change_plot, compared_days=[d["label"] for d in compared_days],
         sim_finish=figures.get("sim_finish_ns"),
         views=views(model["device"], figures), bound_notes=bound_notes(model["device"], figures),
         kernels=kernels[:TOP_KERNELS], kernels_more=max(len(kernels) - TOP_KERNELS, 0),

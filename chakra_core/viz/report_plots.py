@@ -5,6 +5,8 @@ Times are drawn in ms; colours are fixed per part, so a family has one colour on
 
 from __future__ import annotations
 
+import statistics
+
 import base64
 import datetime as dt
 import io
@@ -48,17 +50,22 @@ def _day_ticks(ax, xs: Sequence[int], most: int = 4) -> None:
     ax.set_xticks(ticks, [dt.date.fromordinal(t).strftime("%m-%d") for t in ticks], fontsize=7)
 
 
+SPARK_SPAN = 0.25  # a sparkline's height is at least ±25% of the job's median: +0.5% stays flat, +50% is steep
+
+
 def sparkline(points: Sequence[tuple[str, float]], scale: float = 1e6) -> str:
-    """A small line of a job's values (ns: drawn in ms) over its days, the last day marked."""
+    """A small line of a job's values (ns: drawn in ms) over its days, the last day marked. Its
+    scale is fixed relative to the job's median (SPARK_SPAN, wider only for a bigger swing), so
+    every job's line shows the size of its change, not a change stretched to fill the box."""
     fig, ax = figure(size=(2.4, 0.6), layout=None)
     fig.subplots_adjust(0.02, 0.08, 0.98, 0.92)
     xs, ys = _days(points), [v / scale for _, v in points]
     ax.plot(xs, ys, color="#1f77b4", linewidth=1.2)
     ax.plot(xs[-1:], ys[-1:], "o", color="#d62728", markersize=3)
     ax.set_axis_off()
-    low, high = min(ys), max(ys)
-    pad = 0.1 * ((high - low) or abs(high) or 1.0)
-    ax.set_ylim(low - pad, high + pad)
+    middle = statistics.median(ys) or 1.0
+    span = max(SPARK_SPAN, *(abs(y / middle - 1) * 1.1 for y in ys))
+    ax.set_ylim(middle * (1 - span), middle * (1 + span))
     return png_uri(fig)
 
 
