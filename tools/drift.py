@@ -51,9 +51,9 @@ def factor(date: str, job_id: str) -> float:
     return random.Random(f"drift:{date}:{job_id}").uniform(1 - DRIFT, 1 + DRIFT)
 
 
-def drifted_kineto(data: bytes, scale: float, gemm_slowdown: float = 1.0) -> bytes:
-    """A gzipped Kineto trace with every event's time scaled about its first event, and GEMM
-    kernels' durations times `gemm_slowdown`."""
+def drifted_kineto(data: bytes, scale: float, slowdown: float = 1.0, slowed: str = "gemm") -> bytes:
+    """A gzipped Kineto trace with every event's time scaled about its first event, and the
+    durations of the kernels of family `slowed` (GEMM by default) times `slowdown`."""
     trace = orjson.loads(gzip.decompress(data))
     events = trace.get("traceEvents", [])
     first = min((e["ts"] for e in events if isinstance(e.get("ts"), (int, float))), default=0)
@@ -61,7 +61,7 @@ def drifted_kineto(data: bytes, scale: float, gemm_slowdown: float = 1.0) -> byt
         if isinstance(e.get("ts"), (int, float)):
             e["ts"] = round(first + (e["ts"] - first) * scale, 3)
         if isinstance(e.get("dur"), (int, float)):
-            slower = gemm_slowdown if e.get("cat") == "kernel" and family(e.get("name", "")) == "gemm" else 1.0
+            slower = slowdown if e.get("cat") == "kernel" and family(e.get("name", "")) == slowed else 1.0
             e["dur"] = round(e["dur"] * scale * slower, 3)
     return gzip.compress(orjson.dumps(trace), compresslevel=6, mtime=0)
 
