@@ -241,3 +241,16 @@ def test_each_flagged_change_says_what_it_costs_the_step(three_nights):
     for job in ("gpu-gpt", "gen-dp-000-n8"):  # each job's rows by impact, largest first
         impacts = [abs(r["step_impact"] or 0) for r in flagged if r["job_id"] == job]
         assert impacts == sorted(impacts, reverse=True)
+
+
+def test_a_figure_beyond_its_threshold_that_is_not_flagged_says_why():
+    """Issue 49: the busy share was labelled 'improvement' when slower kernels raised it, and
+    sim_compute_ns +12.9% against a 5% threshold was shown unflagged with no reason."""
+    found = {c.metric: c for c in changes.compare(
+        {"sim_finish_ns": 100.0, "sim_compute_ns": 50.0, "busy_share": 0.5, "family_ns:gemm": 10.0,
+         "family_ns:other": 1000.0, "class_ns:gemm": 10.0},
+        {"sim_finish_ns": 113.0, "sim_compute_ns": 63.0, "busy_share": 0.6, "family_ns:gemm": 19.0,
+         "family_ns:other": 1000.0, "class_ns:gemm": 19.0})}
+    assert found["busy_share"].kind == "changed" and not found["busy_share"].flagged
+    assert found["sim_compute_ns"].why_not == "it only explains other figures (never news alone)"
+    assert found["family_ns:gemm"].why_not == "it moved less than 2% of what it is part of"

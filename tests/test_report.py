@@ -145,7 +145,7 @@ def test_the_day_page_opens_with_what_changed(reports):
     assert text.index('id="changes"') < text.index('id="jobs"')
     changes = _section(text, "changes")
     assert "2 job(s) flagged" in changes
-    assert "family:gemm" in changes and "12.00 ms → 16.80 ms" in changes and "+40.0 %" in changes
+    assert "family:gemm" in changes and "12.000 ms → 16.800 ms" in changes and "+40.0 %" in changes
     assert "comm_bytes:all_reduce" in changes and "1.00 GiB → 2.00 GiB" in changes
     assert changes.count("data:image/png;base64,") == 2  # a sparkline per flagged job
     assert "step time, 3 days" in changes and "simulated finish, 3 days" in changes
@@ -230,7 +230,7 @@ def test_the_job_page_breaks_down_each_rank_and_compares_with_the_day_before(rep
     diff = _section(text, "diff")
     assert f"chakra diff of gpu-gpt on {DAYS[1]} and gpu-gpt on {LAST}" in diff
     raw = _section((reports / f"date={LAST}" / "job=gpu-gpt.html").read_text(), "diff")
-    assert "<td>family_ns:gemm</td>" in raw and "&lt;t" not in raw  # the figures' table is HTML, not its tags as text
+    assert "<td title=\"family_ns:gemm\">gemm kernel time per step</td>" in raw and "&lt;t" not in raw  # the figures' table is HTML, not its tags as text
     gemm = next(r for r in diff.split("<tr>") if "family_ns:gemm" in r)
     assert "+40.0 %" in gemm and "yes" in gemm and "regression" in gemm
     for name, status in (("new_fused_kernel", "added"), ("old_kernel", "vanished"), ("nvjet_gemm_a", "changed")):

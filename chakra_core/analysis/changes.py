@@ -13,8 +13,9 @@ work for a family, the step for an idle cause, the simulated finish for host tim
 tiny family doubling is no news. A flagged headline's cause is the part whose
 change, in the headline's direction, is largest; `explained` is that part's share of the
 headline's change, at most 1 (a part that moved more than its headline, others moving back,
-explains all of it). Rises of time, bytes and counts are regressions, falls improvements (the
-busy share the other way round). The simulated finish's parts and the busy share only explain
+explains all of it). Rises of time, bytes and counts are regressions, falls improvements; the
+busy share's moves are `changed` (slower kernels raise it as a faster host does). A figure beyond
+its threshold that is not flagged says why (`why_not`). The simulated finish's parts and the busy share only explain
 other changes: they are never flagged alone (EXPLAINING_ONLY).
 """
 
@@ -58,9 +59,10 @@ class Change:
     threshold: float
     noise: float | None  # the job's own day-to-day variation of the metric; None: too little history
     flagged: bool
-    kind: str  # regression, improvement, added, vanished or same
+    kind: str  # regression, improvement, changed (the busy share), added, vanished or same
     cause: str  # what moved: the metric's own part, or for a headline the part that explains most of it
     explained: float | None  # the cause's share of the change (headlines)
+    why_not: str | None = None  # why a figure beyond its threshold is not flagged
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,7 +101,8 @@ def _one_cause_once(changes: dict[str, Change]) -> dict[str, Change]:
     not also `class_ns:gemm`."""
     moved = {CLASS_OF_FAMILY[m.split(":", 1)[1]]: c.kind for m, c in changes.items()
              if c.flagged and m.startswith("family_ns:") and m.split(":", 1)[1] in CLASS_OF_FAMILY}
-    return {m: Change(**{**c.to_dict(), "flagged": False})
+    return {m: Change(**{**c.to_dict(), "flagged": False,
+                         "why_not": "the kernel family of the same name is flagged: one cause, once"})
             if c.flagged and m.startswith("class_ns:") and moved.get(m.split(":", 1)[1]) == c.kind else c
             for m, c in changes.items()}
 
@@ -115,10 +118,13 @@ def _change(metric: str, before: float | None, after: float | None, spread: floa
         return Change(metric, before, after, None, threshold, spread, metric in ("ranks",), kind, cause_of(metric), None)
     relative = (after - before) / abs(before) if before else (None if after == before else float("inf"))
     moved = relative is not None and abs(relative) > threshold
-    worse = (after > before) != (metric == "busy_share")
-    kind = "same" if not moved else ("regression" if worse else "improvement")
+    # the busy share is neither: it rises when kernels get slower as when the host gets faster
+    kind = "same" if not moved else "changed" if metric == "busy_share" else \
+        "regression" if after > before else "improvement"
+    explaining = moved and metric in EXPLAINING_ONLY
     return Change(metric, before, after, relative if relative != float("inf") else None, threshold, spread,
-                  moved and metric not in EXPLAINING_ONLY, kind, cause_of(metric), None)
+                  moved and not explaining, kind, cause_of(metric), None,
+                  "it only explains other figures (never news alone)" if explaining else None)
 
 
 def _headline_of(metric: str) -> str | None:
@@ -131,7 +137,8 @@ def _significant(c: Change, before: Mapping[str, float], after: Mapping[str, flo
         return c
     scale = max(_scale(c.metric, before), _scale(c.metric, after))
     if scale and abs(c.after - c.before) < SIGNIFICANCE * scale:
-        return Change(**{**c.to_dict(), "flagged": False, "kind": "same"})
+        return Change(**{**c.to_dict(), "flagged": False, "kind": "same",
+                         "why_not": f"it moved less than {SIGNIFICANCE:.0%} of what it is part of"})
     return c
 
 

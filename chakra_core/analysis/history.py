@@ -31,6 +31,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
+import humanize
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -51,6 +52,23 @@ def unit(metric: str) -> str:
     if base == "comm_bytes":
         return "bytes"
     return "share" if base == "busy_share" else "count"
+
+
+WORDS = {"step_ns": "recorded step", "predicted_step_ns": "predicted step",
+         "sim_finish_ns": "simulated finish (reference system)", "sim_compute_ns": "simulated compute",
+         "sim_host_ns": "simulated host time", "sim_exposed_comm_ns": "simulated exposed communication",
+         "sim_idle_ns": "simulated idle time", "busy_share": "device busy share", "host_ns": "host operator time",
+         "ranks": "ranks", "nodes": "trace nodes"}
+PART_WORDS = {"family_ns": "{} kernel time per step", "idle_ns": "device idle per step: {}",
+              "class_ns": "{} operator compute time", "comm_bytes": "{} bytes", "comm_count": "{} count"}
+
+
+def words(metric: str) -> str:
+    """A metric in words, for people (its key stays what queries name)."""
+    base, _, part = metric.partition(":")
+    if part and base in PART_WORDS:
+        return PART_WORDS[base].format(part.replace("_", " "))
+    return WORDS.get(metric, metric)
 
 
 def part_of(metric: str) -> str | None:
@@ -142,12 +160,13 @@ def fingerprint(tables: Iterable[pa.Table]) -> str:
 
 
 def shown(metric: str, value: float | None) -> str:
-    """A metric's value as people read it: ms for times, MiB for bytes, % for shares."""
+    """A metric's value as people read it, in the terminal and on the pages alike: ms for times,
+    binary units for bytes (KiB, MiB, GiB), % for shares."""
     if value is None:
         return ""
     kind = unit(metric)
     if kind == "ns":
         return f"{value / 1e6:,.3f} ms"
-    if kind == "bytes":
-        return f"{value / 2**20:,.2f} MiB"
+    if kind == "bytes":  # as the pages write sizes: one unit for the same bytes everywhere
+        return humanize.naturalsize(value, binary=True, format="%.2f")
     return f"{value:.1%}" if kind == "share" else f"{value:,.0f}"

@@ -16,7 +16,7 @@ import humanize
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from chakra_core.analysis.history import unit
+from chakra_core.analysis.history import shown, words
 from chakra_core.literal import file_name_of
 from chakra_core.terminal import printable
 
@@ -78,9 +78,8 @@ def count(n) -> str:
 
 
 def figure(value, metric: str) -> str:
-    """A job_history value as people read it, by its metric's unit."""
-    kind = unit(metric)
-    return {"ns": ms, "bytes": size, "share": pct}.get(kind, count)(value)
+    """A job_history value as people read it, by its metric's unit: as the terminal shows it."""
+    return "–" if value is None else shown(metric, value)
 
 
 def _untrusted(value):
@@ -114,7 +113,7 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("chakra_core.viz", "templates"), autoescape=select_autoescape(["j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       finalize=_untrusted)
-    env.filters.update(ms=ms, pct=pct, signed=signed, size=size, count=count, figure=figure, href=href,
+    env.filters.update(ms=ms, pct=pct, signed=signed, size=size, count=count, figure=figure, words=words, href=href,
                        page_of=page_of)
     env.globals["GLOSSARY"] = GLOSSARY
     return env

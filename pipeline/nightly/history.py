@@ -105,7 +105,7 @@ def regression_rows(today: Sequence[dict], history: Mapping[str, list[tuple[str,
         found = changes.compare(baseline, values, same_program, program_changed=fp != baseline_fp)
         if fp != baseline_fp:
             found.insert(0, changes.Change("program", None, None, None, 0.0, None, True, "changed", "program", None))
-        rows += [{"job_id": job_id, **{k: v for k, v in c.to_dict().items() if k != "flagged"},
+        rows += [{"job_id": job_id, **{k: v for k, v in c.to_dict().items() if k not in ("flagged", "why_not")},
                   "baseline_date": dt.date.fromisoformat(baseline_day), "history_days": len(same_program),
                   "run_id": run_id} for c in changes.flagged(found)]
     return rows
