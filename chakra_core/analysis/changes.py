@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from chakra_core.analysis.history import HEADLINES, SIM_PARTS, unit
-from chakra_core.analysis.stats import CLASS_OF_FAMILY
+from chakra_core.analysis.stats import KERNEL_CLASS
 
 FLOORS = {"ns": 0.05, "bytes": 0.01, "count": 0.01, "share": 0.05}
 NOISE_K = 4.0
@@ -96,11 +96,11 @@ def compare(before: Mapping[str, float], after: Mapping[str, float],
 
 
 def _one_cause_once(changes: dict[str, Change]) -> dict[str, Change]:
-    """An operator class's change is not flagged beside the kernel family of the same name that
-    moved the same way (stats.CLASS_OF_FAMILY: one vocabulary): slower GEMM kernels are one cause,
+    """An operator class's change is not flagged beside the kernel family whose class it is that
+    moved the same way (stats.KERNEL_CLASS: one vocabulary): slower GEMM kernels are one cause,
     not also `class_ns:gemm`."""
-    moved = {CLASS_OF_FAMILY[m.split(":", 1)[1]]: c.kind for m, c in changes.items()
-             if c.flagged and m.startswith("family_ns:") and m.split(":", 1)[1] in CLASS_OF_FAMILY}
+    moved = {KERNEL_CLASS[m.split(":", 1)[1]]: c.kind for m, c in changes.items()
+             if c.flagged and m.startswith("family_ns:") and m.split(":", 1)[1] in KERNEL_CLASS}
     return {m: Change(**{**c.to_dict(), "flagged": False,
                          "why_not": "the kernel family of the same name is flagged: one cause, once"})
             if c.flagged and m.startswith("class_ns:") and moved.get(m.split(":", 1)[1]) == c.kind else c

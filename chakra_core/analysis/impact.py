@@ -68,8 +68,9 @@ def _family_nodes(table: pa.Table, name: str) -> np.ndarray:
 
 def _class_nodes(table: pa.Table, name: str) -> np.ndarray:
     comp = to_numpy(pc.equal(table.column("type"), COMP), False)
-    names = table.column("name").to_pylist()
-    return comp & np.array([stats.op_class(n or "") == name for n in names], bool)
+    mask = np.zeros(table.num_rows, bool)
+    mask[comp] = to_numpy(pc.equal(stats.compute_classes(table), name), False)
+    return mask
 
 
 def _host_nodes(table: pa.Table, _name: str) -> np.ndarray:

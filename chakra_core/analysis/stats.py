@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core._native import _graphpath
-from chakra_core.analysis.kernels import family
+from chakra_core.analysis.kernels import FAMILY_NAMES, family
 from chakra_core.format.depgraph import (
     csr,
     cycle_candidates,
@@ -77,7 +77,7 @@ COLLECTIVE_ROWS = TableSchema("collective_rows", (
 
 # the node-table columns trace_row and collective_rows read (all a reader of a big trace keeps for them)
 TRACE_COLUMNS = ("id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "is_cpu_op", "num_ops",
-                 "comm_type", "comm_size", "pg_name")
+                 "comm_type", "comm_size", "pg_name", "stream")
 COLLECTIVE_COLUMNS = ("id", "name", "type", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst", "comm_tag",
                       "duration_micros")
 
@@ -91,7 +91,19 @@ CLASS_OF_FAMILY = {"gemm": "gemm", "convolution": "convolution", "attention": "a
                    "memcpy_dtoh": "memory", "memcpy_dtod": "memory", "memset": "memory", "copy": "memory"}
 
 
+# A device kernel's class is its family's, always: every family has one (a family that is no
+# operator class, such as reduction or triton, is `other`), so a kernel's class and family agree.
+KERNEL_CLASS = {name: CLASS_OF_FAMILY.get(name, name if name in OP_CLASS_NAMES else "other") for name in FAMILY_NAMES}
+
+
+def kernel_class(name: str) -> str:
+    """The operator class of a device kernel: its family's (KERNEL_CLASS)."""
+    return KERNEL_CLASS[family(name)]
+
+
 def op_class(name: str) -> str:
+    """The operator class of a host operator (or of a node whose place is not known): the kernel
+    families that are a class, then the keywords."""
     by_family = CLASS_OF_FAMILY.get(family(name))
     if by_family is not None:
         return by_family
@@ -113,16 +125,26 @@ def _grouped_sums(keys: pa.Array, values: pa.Array) -> dict:
                                                        g.column("v_sum").to_pylist())}
 
 
-def _op_classes(names: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Each row's operator class, each distinct name classified once (the rows take its position:
-    no copy of the names)."""
+def _classes_by(names: pa.ChunkedArray, of) -> pa.ChunkedArray:
+    """Each row's class by `of(name)`, each distinct name classified once (the rows take its
+    position: no copy of the names)."""
     def classify(distinct: pa.Array) -> pa.Array:
-        return pa.array([op_class(n) for n in distinct.to_pylist()], pa.string())
+        return pa.array([of(n or "") for n in distinct.to_pylist()], pa.string())
 
     if pa.types.is_dictionary(names.type):  # read for a big trace: the names are positions already
         return on_names(names, classify)
     distinct = pc.unique(names)
     return classify(distinct).take(pc.index_in(names, value_set=distinct))
+
+
+def compute_classes(table: pa.Table) -> pa.Array:
+    """The operator class of each compute node (the COMP rows, in order): a device kernel's (off
+    the CPU, on a stream: a recorded GPU kernel) by its family (kernel_class), any other's by
+    op_class (a generated trace's nodes carry operator names, not kernel names)."""
+    comp = pc.equal(table.column("type"), COMP)
+    names = pc.filter(table.column("name"), comp)
+    kernels = pc.filter(pc.and_(device_compute(table), pc.is_valid(table.column("stream"))), comp)
+    return pc.if_else(kernels, _classes_by(names, kernel_class), _classes_by(names, op_class)).combine_chunks()
 
 
 def _comm_kinds(comm: pa.Table) -> pa.Array:
@@ -205,7 +227,7 @@ def trace_row(table: pa.Table) -> dict:
     is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
     on_npu = device_compute(table)
     comp = table.select(["duration_micros", "num_ops"]).filter(is_comp)  # (a copy: only what is summed)
-    classes = _op_classes(pc.filter(table.column("name"), is_comp)).combine_chunks()
+    classes = compute_classes(table)
     comm = table.filter(is_comm)
     sizes = to_numpy(comm.column("comm_size"), 0)
     kinds = _comm_kinds(comm)
