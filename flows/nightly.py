@@ -108,7 +108,8 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.files_processed,
         "rejects": day.rejected_files, "simulations": day.tables["sim_results"].num_rows,
-        "best_system": {job: {"system": s, "finish_ns": ns} for job, (s, ns) in sorted(day.best_systems().items())},
+        "best_system": {job: {"system": systems[0] if len(systems) == 1 else None, "ties": systems, "finish_ns": ns}
+                        for job, (systems, ns) in sorted(day.best_systems().items())},
         "representatives": {r["job_id"]: r["weight"] for r in day.tables["representatives"].to_pylist()
                             if r["representative"]},
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
@@ -197,9 +198,10 @@ def _print_summary(summary: dict) -> None:
                   f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
                   f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
                   f"{summary['simulations']} simulations")
-    best = Table("job", "best system", "finish (ms)", box=None, pad_edge=False)
+    best = Table("job", "best system of the sweep", "its simulated finish (ms)", box=None, pad_edge=False)
     for job, row in summary["best_system"].items():
-        best.add_row(job, row["system"], f"{row['finish_ns'] / 1e6:,.3f}")
+        tie = f"a tie of {len(row['ties'])} systems" if row["system"] is None else row["system"]
+        best.add_row(job, tie, f"{row['finish_ns'] / 1e6:,.3f}")
     console.print(best)
     if summary["representatives"]:
         console.print(f"{len(summary['representatives'])} representative job(s) (weight): "
@@ -228,16 +230,16 @@ def _print_changes(console, changes: list[dict]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from chakra_core.analysis.history import shown
+    from chakra_core.analysis.history import shown, words
 
     if not changes:
         console.print("changes against each job's history: none flagged")
         return
-    table = Table("job", "metric", "before", "after", "change", "kind", "cause", "cost to the step", box=None,
+    table = Table("job", "figure", "before", "after", "change", "kind", "cause", "cost to the step", box=None,
                   pad_edge=False, title=f"{len(changes)} flagged change(s) against each job's history, by what "
                                         "they cost the step", title_justify="left")
     for c in changes:
-        table.add_row(*(escape(str(c[k])) for k in ("job_id", "metric")), shown(c["metric"], c["before"]),
+        table.add_row(escape(str(c["job_id"])), escape(words(c["metric"])), shown(c["metric"], c["before"]),
                       shown(c["metric"], c["after"]), "" if c["change"] is None else f"{c['change']:+.1%}",
                       c["kind"], escape(c["cause"]), escape(c["impact_note"] or ""))
     console.print(table)

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import fsspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,7 +23,7 @@ import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
-from pipeline.nightly.run import FAULT_KILL_ONCE, run_day  # noqa: E402
+from pipeline.nightly.run import FAULT_KILL_ONCE, DayResult, run_day  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
 from table_rows import night_tables  # noqa: E402
 
@@ -377,3 +378,15 @@ def test_a_damaged_rank_is_rejected_with_the_same_reason_a_task_per_rank(tmp_pat
     assert reasons[1] == reasons[None]
     culprit = dict(reasons[1])["mlp/rank1.et.json.gz"]
     assert "rank1.et.json.gz" in culprit and "\x1b" not in culprit and "Unserializable" not in culprit
+
+
+def test_the_best_system_of_exact_ties_is_said_as_a_tie():
+    """Issue 49: a one-rank job finishes at the same nanosecond on every network; the summary named
+    one of them as if it were better."""
+    day = DayResult("2026-11-02", "r")
+    rows = [{"job_id": "one", "system": s, "status": "ok", "finish_ns": 5} for s in ("b", "a")] + [
+        {"job_id": "two", "system": "a", "status": "ok", "finish_ns": 7},
+        {"job_id": "two", "system": "b", "status": "ok", "finish_ns": 6},
+        {"job_id": "two", "system": "c", "status": "failed", "finish_ns": None}]
+    day.tables["sim_results"] = pa.Table.from_pylist(rows)
+    assert day.best_systems() == {"one": (["b", "a"], 5), "two": (["b"], 6)}

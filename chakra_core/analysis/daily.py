@@ -70,8 +70,11 @@ SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
                arg_max(system, finish_ns) FILTER (status = 'ok') AS worst,
                CASE WHEN count(*) FILTER (status = 'ok') >= 2
                     THEN max(finish_ns) FILTER (status = 'ok') / nullif(min(finish_ns) FILTER (status = 'ok'), 0)
-               END AS worst_over_best
-        FROM sim_results WHERE date = {date} GROUP BY job_id ORDER BY job_id"""),
+               END AS worst_over_best,
+               count(*) FILTER (status = 'ok' AND finish_ns = best_of_job) AS tied
+        FROM (SELECT *, min(finish_ns) FILTER (status = 'ok') OVER (PARTITION BY job_id) AS best_of_job
+              FROM sim_results WHERE date = {date})
+        GROUP BY job_id ORDER BY job_id"""),
     "not_simulated": (("sim_results",), """
         SELECT job_id, status, coalesce(error, '') AS error, list(system ORDER BY system) AS systems
         FROM sim_results WHERE date = {date} AND status <> 'ok' GROUP BY ALL ORDER BY job_id, status, error"""),

@@ -56,12 +56,17 @@ class DayResult:
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/nightly/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
-    def best_systems(self) -> dict[str, tuple[str, int]]:
-        """job -> (system, finish_ns) with the earliest finish."""
-        best: dict[str, tuple[str, int]] = {}
+    def best_systems(self) -> dict[str, tuple[list[str], int]]:
+        """job -> (the systems with the earliest finish, several where they tie exactly, finish_ns)."""
+        best: dict[str, tuple[list[str], int]] = {}
         for row in self.tables["sim_results"].to_pylist():
-            if row["status"] == "ok" and (row["job_id"] not in best or row["finish_ns"] < best[row["job_id"]][1]):
-                best[row["job_id"]] = (row["system"], row["finish_ns"])
+            if row["status"] != "ok":
+                continue
+            systems, finish = best.get(row["job_id"], ([], None))
+            if finish is None or row["finish_ns"] < finish:
+                best[row["job_id"]] = ([row["system"]], row["finish_ns"])
+            elif row["finish_ns"] == finish:
+                systems.append(row["system"])
         return best
 
 
