@@ -216,11 +216,23 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
                 progress("jobs", len(jobs) - len(pending), len(jobs))
     except BaseException:  # a failed night leaves nothing of its own running on the cluster
         sims.cancel()
+        _abandon(list(pending))
         raise
     finally:
         if lines:
             lines.close()
     return list(zip(jobs, outcomes))
+
+
+def _abandon(refs: list) -> None:
+    """Cancels the tasks a failed night no longer waits for. Their own failures (a full disk meets
+    every job) are the night's one line already: not also Ray's 'unhandled error' stack frames,
+    which it prints for every failed result nobody read."""
+    import ray
+
+    os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+    for ref in refs:
+        ray.cancel(ref)
 
 
 def _result(ref) -> Any:
