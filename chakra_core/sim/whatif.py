@@ -54,7 +54,7 @@ def _shift_peers(table: pa.Table, block_start: int) -> pa.Table:
 
 def _scale_compute(table: pa.Table, factor: float) -> pa.Table:
     is_comp = pc.equal(table.column("type"), COMP)
-    for name in ("duration_micros", "num_ops"):
+    for name in ("duration_micros", "duration_ns", "num_ops"):
         column = table.column(name)
         scaled = pc.cast(pc.floor(pc.multiply(pc.cast(column, pa.float64()), factor)), column.type)
         table = table.set_column(table.schema.get_field_index(name), table.schema.field(name),

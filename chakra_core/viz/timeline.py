@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 
 from chakra_core import limits
+from chakra_core.format.durations import durations_ns
 from chakra_core.format.job import read_ranks, split_rank_url
 from chakra_core.format.nodetypes import (
     COLL,
@@ -208,7 +209,7 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
     earliest node (ranks stay aligned); otherData.time_origin_us holds the offset."""
     from chakra_core.format.etfile import read_table
 
-    wanted = ["id", "name", "type", "start_time_micros", "duration_micros", "is_cpu_op", "comm_size", "stream",
+    wanted = ["id", "name", "type", "start_time_micros", "is_cpu_op", "comm_size", "stream",
               "tid", "ctrl_deps", "data_deps", "comm_type", "tensor_size"]
     ranks: list[tuple[int, list[dict], list]] = []
     used: set[int] = set()
@@ -219,6 +220,8 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
             rank = max(used) + 1
         used.add(rank)
         rows = table.select([c for c in wanted if c in table.column_names]).to_pylist()
+        for row, ns in zip(rows, durations_ns(table).to_pylist()):  # to the ns where the conversion kept it
+            row["duration_ns"] = ns
         ranks.append((rank, rows, list(_deps(table))))
     starts = [r["start_time_micros"] for _, rows, _ in ranks for r in rows if r.get("start_time_micros")]
     origin = min(starts) if (rebase and starts) else 0
@@ -248,7 +251,7 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
                 track, kind = (f"CPU thread {tid}" if tid is not None else "CPU"), "cpu"
                 b.track_rank.setdefault(track, (0, tid if tid is not None else -1))
                 b.nesting.add(track)
-            duration = max(r.get("duration_micros") or 0, 0)
+            duration_ns = max(r["duration_ns"], 0)
             args = {"node_id": r["id"], "kind": kind}
             if r.get("comm_size") is not None:
                 args["comm_size"] = r["comm_size"]
@@ -257,7 +260,7 @@ def timeline_from_traces(urls: list[str], max_flows: int = DEFAULT_MAX_FLOWS, re
             if r.get("tensor_size") is not None:
                 args["bytes"] = r["tensor_size"]
             b.add(_Event(rank, track, r.get("name") or f"node {r['id']}", (start - origin) * 1000,
-                         (start - origin + duration) * 1000, args, key=r["id"]))
+                         (start - origin) * 1000 + duration_ns, args, key=r["id"]))
         kernels = {r["id"] for r in rows if r.get("is_cpu_op") is False and r.get("stream") is not None}
         launches = [(rank, parent, child, "launch") for child, parent in deps if child in kernels]
         flows.extend(launches)  # first, so that the cap keeps them: host operator -> the kernels it launched
