@@ -84,3 +84,20 @@ def test_each_injected_change_is_flagged_once_with_one_cause_and_its_cost(nights
     for row in rows:  # the headline it explains carries the same cost
         assert 0.02 <= row["step_impact"] <= part["change"], row
         assert row["step_impact_ns"] > 0 and row["impact_note"] == f"{row['step_impact']:+.1%} of the step"
+
+
+def test_setting_a_part_back_scales_only_its_nodes_and_keeps_nulls():
+    import pyarrow as pa
+
+    from chakra_core.analysis.impact import reverted
+    from chakra_core.format.nodetypes import COMP
+
+    table = pa.table({"id": pa.array([1, 2, 3], pa.uint64()), "name": ["ampere_sgemm_128x64", "elementwise_kernel",
+                                                                       "ampere_sgemm_64x64"],
+                      "type": pa.array([COMP] * 3, pa.int32()), "is_cpu_op": [False] * 3,
+                      "stream": pa.array([7, 7, 7], pa.int64()),
+                      "duration_micros": pa.array([14, 10, 7], pa.uint64()),
+                      "duration_ns": pa.array([14_000, None, None], pa.int64())})
+    back = reverted([table], "family_ns:gemm", 0.5)[0]
+    assert back.column("duration_micros").to_pylist() == [7, 10, 4]  # (3.5 rounds to even)
+    assert back.column("duration_ns").to_pylist() == [7_000, None, None]

@@ -27,7 +27,7 @@ from pipeline import tables
 DAYS = ("2026-11-23", "2026-11-24", "2026-11-25")
 LAST = DAYS[-1]
 SYSTEMS = ("ring-native", "ring-8", "switch-8", "fc-8", "ring-16", "ring4xswitch4-16")
-WHY_NOT = "what-if scaling of a trace with communicator sub-groups (pg_name) is not supported"
+WHY_NOT = "the trace has communicator sub-groups: it scales only to a multiple of its 4 NPUs, not 6"
 SPAN = 100_000_000  # gloo-w4's span of each rank over its 2 steps
 
 

@@ -419,8 +419,8 @@ def test_a_job_traced_on_4_npus_runs_on_8():
 
 def test_weak_and_strong_scaling_of_compute():
     traced = same_on_every_npu([comp(1, 40), all_reduce(2, MiB, 1)], npus=4)
-    weak, _ = scale_job(traced, 8)
-    strong, notes = scale_job(traced, 8, scaling="strong")
+    weak, _, _ = scale_job(traced, 8)
+    strong, _, notes = scale_job(traced, 8, scaling="strong")
     assert finish_times(weak) == [40_000 + 64440] * 8
     assert finish_times(strong) == [20_000 + 64440] * 8
     assert any("strong scaling" in n for n in notes)
@@ -429,7 +429,7 @@ def test_weak_and_strong_scaling_of_compute():
 def test_send_recv_scale_by_whole_blocks_only():
     pair = job([{"id": 1, "type": "COMM_SEND_NODE", "comm_dst": 1, "comm_size": 1024, "comm_tag": 1}],
                [{"id": 1, "type": "COMM_RECV_NODE", "comm_src": 0, "comm_size": 1024, "comm_tag": 1}])
-    scaled, notes = scale_job(pair, 4)
+    scaled, _, notes = scale_job(pair, 4)
     assert [t.column("comm_dst").to_pylist()[0] for t in scaled[::2]] == [1, 3]  # NPU 2 sends to NPU 3
     assert [t.column("comm_src").to_pylist()[0] for t in scaled[1::2]] == [0, 2]
     assert any("block" in n for n in notes)
@@ -438,9 +438,22 @@ def test_send_recv_scale_by_whole_blocks_only():
         scale_job(pair, 3)
 
 
-def test_what_if_refuses_communicator_sub_groups():
-    with pytest.raises(SimulationError, match="sub-groups"):
-        scale_job(job(*[[all_reduce(1, MiB, pg_name="1")]] * 2), 4)
+def test_communicator_sub_groups_repeat_in_every_block_of_the_traced_ranks():
+    # 4 traced ranks in two pairs, groups 1 = {0, 1} and 2 = {2, 3}, and group 3 of all four: a
+    # pair all-reduce, then one over group 3; on 8 NPUs the pairs repeat as groups 4 and 5
+    groups = {1: (0, 1), 2: (2, 3), 3: (0, 1, 2, 3)}
+    traced = job(*[[all_reduce(1, MiB, pg_name=str(1 + rank // 2)), all_reduce(2, MiB, 1, pg_name="3")]
+                   for rank in range(4)])
+    scaled, scaled_groups, notes = scale_job(traced, 8, groups=groups)
+    assert scaled_groups == {1: (0, 1), 5: (4, 5), 2: (2, 3), 6: (6, 7), 3: tuple(range(8))}
+    assert [t.column("pg_name").to_pylist() for t in scaled] == [[g, "3"] for g in "11225566"]
+    assert any("repeat in each block of 4" in n for n in notes)
+    # each pair's 1 MiB all-reduce is a ring of 2, then the 8-NPU ring's 64,440 ns
+    pair = CollectiveModel(RING8, BASE).member_durations("all_reduce", MiB, group=(0, 1))[0]
+    result = simulate(Job(traced, groups), RING8, BASE, traced_npus=4)
+    assert [n.finish_ns for n in result.npus] == [pair + 64440] * 8
+    with pytest.raises(SimulationError, match="sub-groups: it scales only to a multiple of its 4 NPUs, not 6"):
+        scale_job(traced, 6, groups=groups)
 
 
 def test_chakra_simulate_what_if_prints_its_assumptions():

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from chakra_core.analysis import intervals
 from chakra_core.analysis.kernels import COMMUNICATION, families
 from chakra_core.format.depgraph import flat_list, lookup, to_numpy
+from chakra_core.format.durations import durations_ns
 from chakra_core.format.nodenames import on_names
 from chakra_core.format.nodetypes import COMM_NODE_TYPES, COMP, METADATA
 from chakra_core.format.normalize import normalize_table
@@ -74,14 +75,10 @@ def has_device_work(table: pa.Table) -> bool:
 
 def recorded_times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every node in ns as recorded; -1 for nodes without a start time. A Chakra
-    ET holds whole microseconds (start_time_micros, duration_micros); a node's `duration_ns`
-    attribute, where the conversion kept one (device work timed by Kineto), gives its duration
-    to the ns, so that sums over many short kernels are not off by their rounding."""
+    ET holds whole microseconds of start; durations are to the ns where the conversion kept them
+    (format/durations.py), so that sums over many short kernels are not off by their rounding."""
     start = to_numpy(table.column("start_time_micros"), 0).astype(np.int64) * 1000
-    micros = to_numpy(table.column("duration_micros"), 0).astype(np.int64) * 1000
-    fine = to_numpy(table.column("duration_ns"), -1).astype(np.int64) if "duration_ns" in table.column_names \
-        else np.full(len(micros), -1, np.int64)
-    end = start + np.where(fine >= 0, fine, micros)
+    end = start + durations_ns(table).to_numpy(zero_copy_only=False)
     untimed = start <= 0
     start[untimed], end[untimed] = -1, -1
     return start, end

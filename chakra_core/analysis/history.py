@@ -15,7 +15,7 @@ the `job_history` table's rows. Metric names say their unit and, after a colon, 
 | `family_ns:<family>` | recorded device time of a kernel family per step, mean over device ranks | ns |
 | `idle_ns:<cause>` | recorded device idle time by cause per step, mean over device ranks | ns |
 | `busy_share` | the device's busy share, mean over device ranks | share |
-| `class_ns:<class>` | compute time of an operator class in the trace, mean over ranks | ns |
+| `class_ns:<class>` | compute time of an operator class in the trace, mean over ranks (to the ns where the trace timed it so) | ns |
 | `host_ns` | time of the host's operators in the trace, mean over ranks | ns |
 | `comm_bytes:<kind>`, `comm_count:<kind>` | communication by kind, summed over ranks | bytes, count |
 | `ranks`, `nodes` | the job's size | count |
@@ -84,11 +84,11 @@ def figures(traces: list[dict], collectives: pa.Table | None, device_time: list[
     the reference system, None or not ok when it did not simulate."""
     out: dict[str, float] = {"ranks": len(traces), "nodes": sum(r["nodes"] for r in traces)}
     if traces:
-        out["host_ns"] = sum(r["compute_micros"] - r["npu_compute_micros"] for r in traces) * 1000 / len(traces)
+        out["host_ns"] = sum(_compute_ns(r) - _compute_ns(r, "npu_") for r in traces) / len(traces)
         for row in traces:
-            for op_class, (_, micros) in _as_dict(row["compute_by_class"]).items():
+            for op_class, ns in _compute_ns_by_class(row).items():
                 key = f"class_ns:{op_class}"
-                out[key] = out.get(key, 0.0) + micros * 1000 / len(traces)
+                out[key] = out.get(key, 0.0) + ns / len(traces)
     out.update(_communication(collectives))
     out.update(_device(device_time, device_verdicts))
     return {k: float(v) for k, v in out.items() if v is not None} | simulated_figures(sim)
@@ -103,6 +103,20 @@ def simulated_figures(sim: Mapping | None) -> dict[str, float]:
     out = {"sim_finish_ns": sim["finish_ns"],
            **{metric: sim[column] for column, metric in SIM_PARTS.items() if sim.get(column) is not None}}
     return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def _compute_ns(row: Mapping, prefix: str = "") -> int:
+    """A `traces` row's compute time (prefix "npu_": on the device) in ns; rows written before
+    the ns columns existed have whole microseconds only."""
+    ns = row.get(f"{prefix}compute_ns")
+    return row[f"{prefix}compute_micros"] * 1000 if ns is None else ns
+
+
+def _compute_ns_by_class(row: Mapping) -> dict[str, int]:
+    by_class = row.get("compute_ns_by_class")
+    if by_class is None:
+        return {op_class: micros * 1000 for op_class, (_, micros) in _as_dict(row["compute_by_class"]).items()}
+    return {op_class: ns for op_class, (_, ns) in _as_dict(by_class).items()}
 
 
 def _as_dict(value) -> dict:

@@ -110,9 +110,8 @@ def reverted(tables: list[pa.Table], metric: str, factor: float) -> list[pa.Tabl
                 values = table.column(column).combine_chunks()
                 scaled = np.rint(to_numpy(values, 0).astype(np.float64) * factor).astype(np.int64)
                 new = pa.array(np.where(mask, scaled, to_numpy(values, 0)), pa.int64()).cast(values.type)
-                keep = pc.or_(pc.is_valid(values), pa.array(~mask))  # a null stays null
-                table = table.set_column(table.schema.get_field_index(column), column,
-                                         pc.if_else(keep, new, pa.nulls(len(values), values.type)))
+                table = table.set_column(table.schema.get_field_index(column), column,  # a null stays null
+                                         pc.if_else(pc.is_valid(values), new, pa.nulls(len(values), values.type)))
         out.append(table)
     return out
 

@@ -34,6 +34,7 @@ from chakra_core.format.depgraph import (
     lookup,
     to_numpy,
 )
+from chakra_core.format.durations import durations_ns
 from chakra_core.format.columns import COMM_TYPES, device_compute
 from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
 from chakra_core.format.nodenames import as_strings, on_names
@@ -65,6 +66,9 @@ TRACE_ROW = TableSchema("trace_row", (
     column("critical_path_compute_share", pa.float64()), column("critical_path_comm_share", pa.float64()),
     *(column(name, pa.int64()) for name in ("depth", "width", "missing_parents", "cycle_edges_set_aside")),
     *(column(name, pa.string()) for name in ("node_types", "compute_by_class", "comm_by_kind", "comm_by_group")),
+    # the same compute times to the ns (format/durations.py), where the figures are read from
+    column("compute_ns", pa.int64(), nullable=True), column("npu_compute_ns", pa.int64(), nullable=True),
+    column("compute_ns_by_class", pa.string(), nullable=True),
 ))
 # collective_rows' columns (the attributes a communication node may lack are nullable)
 COLLECTIVE_ROWS = TableSchema("collective_rows", (
@@ -76,8 +80,8 @@ COLLECTIVE_ROWS = TableSchema("collective_rows", (
 
 
 # the node-table columns trace_row and collective_rows read (all a reader of a big trace keeps for them)
-TRACE_COLUMNS = ("id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "is_cpu_op", "num_ops",
-                 "comm_type", "comm_size", "pg_name", "stream")
+TRACE_COLUMNS = ("id", "name", "type", "ctrl_deps", "data_deps", "duration_micros", "duration_ns", "is_cpu_op",
+                 "num_ops", "comm_type", "comm_size", "pg_name", "stream")
 COLLECTIVE_COLUMNS = ("id", "name", "type", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst", "comm_tag",
                       "duration_micros")
 
@@ -226,7 +230,9 @@ def trace_row(table: pa.Table) -> dict:
     is_coll = pc.equal(types, COLL)
     is_comm = pc.is_in(types, value_set=pa.array(COMM_NODE_TYPES, pa.int32()))
     on_npu = device_compute(table)
+    durations = durations_ns(table)
     comp = table.select(["duration_micros", "num_ops"]).filter(is_comp)  # (a copy: only what is summed)
+    comp_ns = pc.filter(durations, is_comp)
     classes = compute_classes(table)
     comm = table.filter(is_comm)
     sizes = to_numpy(comm.column("comm_size"), 0)
@@ -259,6 +265,9 @@ def trace_row(table: pa.Table) -> dict:
         "comm_by_kind": json.dumps(_grouped_sums(kinds, comm.column("comm_size").combine_chunks()), sort_keys=True),
         "comm_by_group": json.dumps(_grouped_sums(comm.column("pg_name").combine_chunks(),
                                                   comm.column("comm_size").combine_chunks()), sort_keys=True),
+        "compute_ns": _sum(comp_ns),
+        "npu_compute_ns": _sum(pc.filter(durations, on_npu)),
+        "compute_ns_by_class": json.dumps(_grouped_sums(classes, comp_ns), sort_keys=True),
     }
 
 

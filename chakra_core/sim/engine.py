@@ -198,7 +198,7 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
     if traced_npus is not None and traced_npus != network.npus:
         if traced_npus != len(tables):
             raise SimulationError(f"traced_npus is {traced_npus} but the job has {len(tables)} rank(s)")
-        tables, assumptions = scale_job(tables, network.npus, scaling)
+        tables, groups, assumptions = scale_job(tables, network.npus, scaling, groups)
         paths = [f"{paths[npu % traced_npus]} (as NPU {npu})" for npu in range(network.npus)]
     options = dict(comm_groups=groups, mode=mode, record_timeline=record_timeline, **knobs)
     share = share and not record_timeline and (not backend(mode).contends or knobs.get("reuse_alone", True))

@@ -62,10 +62,3 @@ class EventQueue:
             else:
                 complete(tick, npu, index)
         return tick
-
-
-def insert_by_priority(line: list, item, priority_of) -> None:
-    """Queues `item` after every entry of equal or higher priority (higher runs first)."""
-    mine = priority_of(item)
-    at = next((i for i, entry in enumerate(line) if priority_of(entry) < mine), len(line))
-    line.insert(at, item)

@@ -35,8 +35,8 @@ from chakra_core.sim.sharing import Sharing
 from chakra_core.sim.workload.nodes import COLL, DEFAULT_GROUP_NAMES, RECV, SEND, NodeDecoder
 
 # the columns the simulator reads (workload/feeder.py, workload/nodes.py), besides those moved with the NPUs
-COMPARED = ("id", "data_deps", "ctrl_deps") + tuple(c for c in NodeDecoder.COLUMNS
-                                                 if c not in ("pg_name", "comm_src", "comm_dst"))
+COMPARED = ("id", "data_deps", "ctrl_deps") + NodeDecoder.DURATION_COLUMNS + tuple(
+    c for c in NodeDecoder.COLUMNS if c not in ("pg_name", "comm_src", "comm_dst"))
 MOVED = ("pg_name", "comm_src", "comm_dst")
 
 

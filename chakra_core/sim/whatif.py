@@ -13,10 +13,11 @@ are printed with every result (`assumptions`):
   strong scaling: compute durations (and num_ops) are multiplied by N / M (the global batch
   is fixed and each NPU's share shrinks);
 - send/recv: the peer keeps its offset within a block of N NPUs (pipeline stages repeat
-  per block), which needs M to be a multiple of N.
-
-Traces with communicator sub-groups (pg_name naming a group) are refused: how their groups
-map to M NPUs depends on the parallelism layout, which a trace does not record.
+  per block), which needs M to be a multiple of N;
+- communicator sub-groups (pg_name naming a group) likewise repeat per block of N NPUs (a
+  tensor- or pipeline-parallel group inside each data-parallel replica), each block's copy a
+  group of its own; a group of all N traced ranks spans all M NPUs, as the world does. The
+  trace does not record the layout: this is the one assumed, and printed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,34 @@ def _uses_sub_groups(table: pa.Table) -> bool:
     return bool(pc.any(named).as_py())
 
 
+def _groups_by_block(groups: dict[int, tuple[int, ...]], traced: int, npus: int
+                     ) -> tuple[dict[int, tuple[int, ...]], int]:
+    """The M-NPU job's groups and the id step between blocks: block b's copy of group g is
+    group g + b * step (block 0 keeps the traced ids); a group of every traced rank spans all
+    NPUs under its own id."""
+    step = max(groups, default=0) + 1
+    scaled = {}
+    for group, members in groups.items():
+        if set(members) == set(range(traced)):
+            scaled[group] = tuple(range(npus))
+            continue
+        for block in range(npus // traced):
+            scaled[group + block * step] = tuple(member + block * traced for member in members)
+    return scaled, step
+
+
+def _rename_groups(table: pa.Table, groups: dict[int, tuple[int, ...]], traced: int, offset: int) -> pa.Table:
+    """pg_name of the sub-groups (not those of every traced rank) moved on by `offset` ids."""
+    own = [g for g, members in groups.items() if set(members) != set(range(traced))]
+    if not offset or not own:
+        return table
+    position = pc.index_in(table.column("pg_name"), value_set=pa.array([str(g) for g in own]))
+    renamed = pc.take(pa.array([str(g + offset) for g in own]), position)
+    column = pc.if_else(pc.is_valid(position), renamed, table.column("pg_name"))
+    index = table.schema.get_field_index("pg_name")
+    return table.set_column(index, table.schema.field("pg_name"), column)
+
+
 def _has_point_to_point(table: pa.Table) -> bool:
     return bool(pc.any(pc.is_in(table.column("type"), pa.array([SEND, RECV], pa.int32()))).as_py())
 
@@ -54,7 +83,7 @@ def _shift_peers(table: pa.Table, block_start: int) -> pa.Table:
 
 def _scale_compute(table: pa.Table, factor: float) -> pa.Table:
     is_comp = pc.equal(table.column("type"), COMP)
-    for name in ("duration_micros", "num_ops"):
+    for name in ("duration_micros", "duration_ns", "num_ops"):
         column = table.column(name)
         scaled = pc.cast(pc.floor(pc.multiply(pc.cast(column, pa.float64()), factor)), column.type)
         table = table.set_column(table.schema.get_field_index(name), table.schema.field(name),
@@ -62,19 +91,21 @@ def _scale_compute(table: pa.Table, factor: float) -> pa.Table:
     return table
 
 
-def scale_job(tables: list[pa.Table], npus: int, scaling: str = "weak") -> tuple[list[pa.Table], list[str]]:
-    """M = npus node tables from the N traced ones, and the assumptions made (to print)."""
-    traced = len(tables)
+def scale_job(tables: list[pa.Table], npus: int, scaling: str = "weak",
+              groups: dict[int, tuple[int, ...]] | None = None
+              ) -> tuple[list[pa.Table], dict[int, tuple[int, ...]], list[str]]:
+    """M = npus node tables from the N traced ones, their communicator groups (from the traced
+    `groups`), and the assumptions made (to print)."""
+    traced, groups = len(tables), groups or {}
     if scaling not in ("weak", "strong"):
         raise SimulationError(f"scaling {scaling!r}: expected 'weak' or 'strong'")
     tables = [normalize_table(t) for t in tables]
-    if any(_uses_sub_groups(t) for t in tables):
-        raise SimulationError("what-if scaling of a trace with communicator sub-groups (pg_name) is not supported: "
-                              "how the groups map to a new NPU count depends on the parallelism layout")
+    sub_groups = any(_uses_sub_groups(t) for t in tables)
     point_to_point = any(_has_point_to_point(t) for t in tables)
-    if point_to_point and npus % traced:
-        raise SimulationError(f"the trace has send/recv nodes: it scales only to a multiple of its {traced} NPUs, "
-                              f"not {npus}")
+    for present, what in ((point_to_point, "send/recv nodes"), (sub_groups, "communicator sub-groups")):
+        if present and npus % traced:
+            raise SimulationError(f"the trace has {what}: it scales only to a multiple of its {traced} NPUs, "
+                                  f"not {npus}")
     assumptions = [
         f"traced on {traced} NPU(s), simulated on {npus}: NPU j runs the trace of rank j mod {traced} (data parallel)",
         "collectives over all NPUs run on all simulated NPUs, each NPU keeping its traced comm_size",
@@ -83,11 +114,19 @@ def scale_job(tables: list[pa.Table], npus: int, scaling: str = "weak") -> tuple
     ]
     if point_to_point:
         assumptions.append(f"send/recv peers keep their offset within each block of {traced} NPUs")
+    if sub_groups:
+        assumptions.append(f"communicator sub-groups repeat in each block of {traced} NPUs, each copy a group of its "
+                           "own; a group of every traced rank spans all NPUs")
     if scaling == "strong":
         tables = [_scale_compute(t, traced / npus) for t in tables]
+    scaled_groups, step = _groups_by_block(groups, traced, npus) if sub_groups else (groups, 0)
     scaled = []
     for npu in range(npus):
         table = tables[npu % traced]
         block = npu - npu % traced
-        scaled.append(_shift_peers(table, block) if point_to_point and block else table)
-    return scaled, assumptions
+        if point_to_point and block:
+            table = _shift_peers(table, block)
+        if sub_groups and block:
+            table = _rename_groups(table, groups, traced, block // traced * step)
+        scaled.append(table)
+    return scaled, scaled_groups, assumptions

@@ -102,8 +102,10 @@ class _Device:
     def __init__(self, device: int, npus: int, shared: _Shared):
         self.device, self.npus, self.shared = device, npus, shared
         self.rows: dict[str, list] = {k: [] for k in ("name", "type", "ctrl_deps", "data_deps", "start_time_micros",
-                                                      "duration_micros", "is_cpu_op", "comm_type", "comm_size",
-                                                      "comm_src", "comm_dst", "comm_tag", "pg_name", "stream")}
+                                                      "duration_micros", "duration_ns", "is_cpu_op", "comm_type",
+                                                      "comm_size", "comm_src", "comm_dst", "comm_tag", "pg_name",
+                                                      "stream")}
+        self.start_ns: list[int] = []  # each node's start in ns (the table keeps whole microseconds)
         self.chain: list[int] = []  # the nodes the next op in the schedule waits for
         self.launcher: int | None = None  # the host node that launched the ops that follow
         self.gaps: dict[int, float] = {}  # id(event) -> idle before it (ns), this step
@@ -116,9 +118,11 @@ class _Device:
         values = {"name": name, "type": kind, "data_deps": data, "ctrl_deps": sorted(set(ctrl) - set(data)),
                   "start_time_micros": max(0, int(event.start_ns // 1000)) if event else 0,
                   "duration_micros": max(0, int(round(event.dur_ns / 1000))) if event else 0,
+                  "duration_ns": max(0, round(event.dur_ns)) if event else None,
                   "is_cpu_op": False, "stream": None if kind != COMP else 0, **attrs}
         for key, column in self.rows.items():
             column.append(values.get(key))
+        self.start_ns.append(round(event.start_ns) if event else 0)
         return node
 
     def table(self) -> pa.Table:
@@ -259,6 +263,7 @@ def _fold_done(dev: _Device, done: Instruction, event: Event, produced: dict[str
     for node in nodes:
         start = dev.rows["start_time_micros"][node]
         dev.rows["duration_micros"][node] = max(dev.rows["duration_micros"][node], int(event.end_ns // 1000) - start)
+        dev.rows["duration_ns"][node] = max(dev.rows["duration_ns"][node] or 0, round(event.end_ns) - dev.start_ns[node])
     produced[done.name] = nodes
     dev.chain = sorted(set(dev.chain) | set(nodes))
 

@@ -326,7 +326,7 @@ class CollectiveModel:
     def _offsets_only_shift(self, plan: CollectivePlan) -> bool:
         """Whether every event of the replay waits for the same earlier events whatever the
         members' issue ticks: one phase, one chunk at a time per queue (chunks then run in the
-        priority order they were queued in), one packet in flight (not direct with P > 1, whose
+        order they were queued in), one packet in flight (not direct with P > 1, whose
         sends go out in the order packets happen to become ready). Each event is then the
         maximum of earlier events plus constants, so each finish is max_j (offset_j + L_ij)."""
         if len(plan.phases) != 1 or slots_per_queue(self.system) != 1:

@@ -28,7 +28,7 @@ from collections import deque
 from functools import lru_cache
 
 from chakra_core.sim.errors import SimulationError
-from chakra_core.sim.events import EventQueue, insert_by_priority
+from chakra_core.sim.events import EventQueue
 from chakra_core.sim.system import tree
 from chakra_core.sim.system.plan import (
     ALL_GATHER,
@@ -37,7 +37,6 @@ from chakra_core.sim.system.plan import (
     REDUCE_SCATTER,
     CollectivePlan,
     Phase,
-    chunk_priorities,
     message_bytes,
     queue_choices,
     ring_direction,
@@ -353,12 +352,13 @@ class Instance:
         self.call = replay.events.call
         self.queues_per_dim = system.num_queues_per_dim
         self.slots = slots_per_queue(system)
-        self.priority = chunk_priorities(system, plan.chunks)
         self.choices = queue_choices(plan, self.queues_per_dim)
         self.algorithms = [FixedAlgorithm(phase.duration) if fixed else replay.algorithm(phase, plan.endpoint_delay)
                            for phase in plan.phases]
         self.running: dict[tuple[int, int, int], list[tuple[int, int]]] = {}  # (npu, dim, queue) -> (chunk, phase)
-        self.waiting: dict[tuple[int, int, int], list[tuple[int, int]]] = {}  # -> (chunk, phase) by priority
+        # -> (chunk, phase) in the order they came: ASTRA-sim gives all of a collective's chunks one
+        # priority (Sys::generate_collective), and a chunk queues after every one of equal priority
+        self.waiting: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
         self.left: dict[int, int] = {}  # npu -> chunks not finished
         self.machines: dict[tuple[int, int, int], _Machine] = {}  # (npu, chunk, phase) -> its machine
         network = replay.network
@@ -381,7 +381,7 @@ class Instance:
 
     def _enqueue(self, npu: int, chunk: int, phase: int) -> tuple[int, int, int]:
         queue = (npu, self.plan.phases[phase].dim, self.choices[chunk][phase])
-        insert_by_priority(self.waiting.setdefault(queue, []), (chunk, phase), lambda entry: self.priority[entry[0]])
+        self.waiting.setdefault(queue, []).append((chunk, phase))
         return queue
 
     def _start_waiters(self, queue: tuple[int, int, int], now: int) -> None:

@@ -114,12 +114,3 @@ def ring_direction(queue: int, queues_per_dim: int) -> int:
 def phase_directions(plan: CollectivePlan, phase: int, queues_per_dim: int) -> set[int]:
     """The ring directions the chunks of one phase of the plan run in."""
     return {ring_direction(chunk[phase], queues_per_dim) for chunk in queue_choices(plan, queues_per_dim)}
-
-
-def chunk_priorities(system: SystemConfig, chunks: int) -> list[int]:
-    """Each new chunk's priority: LIFO counts up, FIFO down (higher runs first); EXPLICIT would
-    take the node's comm_priority, the same for all of a collective's chunks."""
-    if system.scheduling_policy == "EXPLICIT":
-        return [0] * chunks
-    step = -1 if system.scheduling_policy == "FIFO" else 1
-    return [step * i for i in range(chunks)]

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.format.columns import NODE_TYPE_VALUES, device_compute
+from chakra_core.format.durations import durations_ns
 from chakra_core.format.nodenames import on_names
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES
 from chakra_core.sim.config import NetworkConfig, SystemConfig
@@ -57,7 +58,7 @@ def read_columns(system: SystemConfig, timeline: bool = False) -> tuple[str, ...
     host-overhead model counts them): all a reader of a big trace needs to keep."""
     names = ("name",) if timeline or system.call_time_in_network else ()
     inputs = ("inputs",) if system.host_overhead is not None and system.host_overhead.reads_inputs else ()
-    return ("id", "ctrl_deps", "data_deps", *NodeDecoder.COLUMNS, *names, *inputs)
+    return ("id", "ctrl_deps", "data_deps", *NodeDecoder.COLUMNS, *NodeDecoder.DURATION_COLUMNS, *names, *inputs)
 
 
 def input_counts(table: pa.Table) -> list[int]:
@@ -87,8 +88,9 @@ class NodeDecoder:
     compute_scale multiplies every compute time; npu_speed[i] divides NPU i's. `shapes` lists
     every distinct (NPU, Node) decoded, for layers that check the whole job once."""
 
-    COLUMNS = ("type", "duration_micros", "is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size",
+    COLUMNS = ("type", "is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size",
                "pg_name", "involved_dim", "comm_src", "comm_dst", "comm_tag")
+    DURATION_COLUMNS = ("duration_micros", "duration_ns")  # read together by format/durations.py
 
     def __init__(self, network: NetworkConfig, system: SystemConfig, comm_groups: dict[int, tuple[int, ...]],
                  collectives: CollectiveModel, memory: LocalMemory, compute_scale: float, npu_speed: list[float]):
@@ -118,6 +120,7 @@ class NodeDecoder:
     def _columns(self, t: pa.Table, ids: np.ndarray, launches: dict[int, int] | None) -> dict[str, list]:
         """The rows' values that decide their Node, column by column."""
         cols = {name: _column(t, name) for name in self.COLUMNS}
+        cols["duration_ns"] = durations_ns(t).to_pylist()  # to the ns where the conversion kept it
         if self.system.call_time_in_network and "name" in t.column_names:  # else no column: nothing to tell apart
             cols["call_own_time"] = self._call_own_time(t)
         if launches is not None:
@@ -157,13 +160,13 @@ class NodeDecoder:
 
     def _node(self, cols: dict, i: int, npu: int, path: str, node_id: int) -> Node:
         ntype, is_cpu = cols["type"][i], bool(cols["is_cpu_op"][i])
-        duration_us = cols["duration_micros"][i] or 0
+        recorded_ns = cols["duration_ns"][i]
         if ntype in (COLL, SEND, RECV) and is_cpu:
             raise SimulationError(f"{path}: node {node_id}: communication node with is_cpu_op true "
                                   "(ASTRA-sim: Comm node should not be on CPU)")
         slot = CPU if is_cpu else (GPU_COMPUTE if ntype == COMP else (NO_SLOT if ntype == RECV else GPU_COMM))
         if self.system.replay_only and ntype not in INSTANT_TYPES:
-            return Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1)
+            return Node(DO_REPLAY, slot, duration=recorded_ns or 1)
         if ntype == COMP and is_cpu and "call_own_time" in cols and cols["call_own_time"][i]:
             return Node(DO_INSTANT, slot)
         if ntype == COMP:
@@ -172,10 +175,10 @@ class NodeDecoder:
             children = (cols["children"][i] or 0) if "children" in cols else 0
             calls = cols["launch_calls"][i] if "launch_calls" in cols else None
             return Node(DO_COMPUTE, slot, duration=self._compute_ns(
-                npu, duration_us, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id, inputs,
+                npu, recorded_ns, cols["num_ops"][i], cols["tensor_size"][i], launches, path, node_id, inputs,
                 children, calls))
         if ntype == COLL:
-            return self._collective(cols, i, npu, slot, duration_us, path, node_id)
+            return self._collective(cols, i, npu, slot, recorded_ns, path, node_id)
         if ntype in (SEND, RECV):
             return self._point_to_point(cols, i, ntype, path, node_id)
         if ntype in INSTANT_TYPES:
@@ -184,7 +187,7 @@ class NodeDecoder:
             return self._memory(cols["tensor_size"][i], slot, path, node_id)
         raise SimulationError(f"{path}: node {node_id}: unknown node type {ntype}")
 
-    def _compute_ns(self, npu: int, duration_us: int, num_ops, tensor_size, launches: int | None, path: str,
+    def _compute_ns(self, npu: int, recorded_ns: int, num_ops, tensor_size, launches: int | None, path: str,
                     node_id: int, inputs: int = 0, children: int = 0, launch_calls: int | None = None) -> int:
         """launches: None for device compute; for a CPU node, the device work it launched where the
         system takes the profiler's cost out of host time (SystemConfig.host_overhead), else 0;
@@ -201,20 +204,20 @@ class NodeDecoder:
             perf = min(sysc.local_mem_bw_gbps * 1e9 * intensity, sysc.peak_perf_tflops * 1e12)
             ns = math.floor(num_ops / perf * 1e9)
         else:
-            ns = duration_us * 1000 or 1
+            ns = recorded_ns or 1
         if is_cpu and sysc.host_overhead is not None:
             ns = sysc.host_overhead.host_ns(ns, launches, inputs, children, launch_calls)
         scale = self.compute_scale / self.npu_speed[npu]
         return ns if scale == 1.0 else max(1, math.floor(ns * scale))
 
-    def _collective(self, cols: dict, i: int, npu: int, slot: int, duration_us: int, path: str, node_id: int) -> Node:
+    def _collective(self, cols: dict, i: int, npu: int, slot: int, recorded_ns: int, path: str, node_id: int) -> Node:
         comm_type, size = cols["comm_type"][i], cols["comm_size"][i]
         if comm_type is None or size is None:
             raise SimulationError(f"{path}: node {node_id}: a collective needs comm_type and comm_size")
         if size < 0:
             raise SimulationError(f"{path}: node {node_id}: comm_size {size} is negative")
         if comm_type == BROADCAST:  # ASTRA-sim replays broadcasts by their duration
-            return Node(DO_REPLAY, slot, duration=duration_us * 1000 or 1, op="broadcast", label="broadcast", size=size)
+            return Node(DO_REPLAY, slot, duration=recorded_ns or 1, op="broadcast", label="broadcast", size=size)
         if comm_type not in COLLECTIVE_OPS:
             raise SimulationError(f"{path}: node {node_id}: comm_type {comm_type} is not a CollectiveCommType")
         op, label = COLLECTIVE_OPS[comm_type]
