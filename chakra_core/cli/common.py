@@ -7,6 +7,7 @@ it uses inside its function, so that `chakra --help` and the light commands star
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import re
@@ -97,6 +98,22 @@ def seconds(text: str) -> float:
     if value > 86400:
         raise argparse.ArgumentTypeError(f"{text!r}: expected seconds from above 0 to 86,400 (a day)")
     return value
+
+
+def iso_day(text: str) -> dt.date:
+    """A day as YYYY-MM-DD (--date, --against): another spelling is refused by argparse in one line."""
+    try:
+        return dt.date.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a day as YYYY-MM-DD, such as 2026-12-02") from None
+
+
+def listed(names: list, most: int = 12) -> str:
+    """Names for a one-line message: all of them, or the last `most` of a longer list with how many there are."""
+    shown = [str(n) for n in names]
+    if len(shown) <= most:
+        return ", ".join(shown)
+    return f"..., {', '.join(shown[-most:])} ({len(shown)} in all)"
 
 
 def print_json(document, **options) -> None:
