@@ -50,7 +50,9 @@ class DayResult:
     ranks: int = 0
     nodes: int = 0
     files_processed: int = 0
-    rejected_files: int = 0
+    rejected_files: int = 0  # of jobs, and outside any job's folder
+    rejected_jobs: int = 0  # jobs with a rejected file
+    files_outside_jobs: int = 0  # loose files of the drop (each rejected)
     jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/nightly/bigjobs.py)
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/nightly/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
@@ -118,6 +120,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     result.tables = {"rejects": from_rows("rejects", _loose_rejects(loose, result.run_id)),
                      "sim_results": from_rows("sim_results", sim_rows)}
     result.rejected_files += len(loose)
+    result.files_outside_jobs = len(loose)
     result.tables.update(stage(
         "compare with history", lambda: _remember(result, converted, reference_rows, warehouse, log),
         lambda memory: f"{memory['regressions'].num_rows} flagged change(s) in "
@@ -140,7 +143,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
 def simulation_counts(rows: list[dict], after_conversion: int) -> str:
     """The simulation stage's line; a job that could not be simulated has its row, status and error."""
     ok = sum(r["status"] == "ok" for r in rows)
-    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} not ({after_conversion} finished in this stage)"
+    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} failed ({after_conversion} finished in this stage)"
 
 
 def representatives_counts(table: pa.Table) -> str:
@@ -193,6 +196,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
             outcomes[i] = outcome
             result.files_processed += outcome.files_processed
             result.rejected_files += outcome.rejected_files
+            result.rejected_jobs += outcome.rejected_files > 0
             if outcome.prefix:
                 sims.add(jobs[i].job_id, outcome)
                 result.jobs_converted += 1
