@@ -115,7 +115,8 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         "rejects": day.rejected_files, "rejected_jobs": day.rejected_jobs, "files_outside_jobs": day.files_outside_jobs,
         "simulations": day.tables["sim_results"].num_rows,
         "simulations_failed": sum(s != "ok" for s in day.tables["sim_results"].column("status").to_pylist()),
-        "best_system": {job: {"system": s, "finish_ns": ns} for job, (s, ns) in sorted(day.best_systems().items())},
+        "best_system": {job: {"system": s, "finish_ns": ns, "ties": ties, "systems": n}
+                        for job, (s, ns, ties, n) in sorted(day.best_systems().items())},
         "representatives": {r["job_id"]: r["weight"] for r in day.tables["representatives"].to_pylist()
                             if r["representative"]},
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
@@ -204,7 +205,10 @@ def _print_summary(summary: dict) -> None:
     console.print(_counts_line(summary))
     best = Table("job", "best system", "finish (ms)", box=None, pad_edge=False)
     for job, row in summary["best_system"].items():
-        best.add_row(job, row["system"], f"{row['finish_ns'] / 1e6:,.3f}")
+        tie = row["ties"] > 1  # a one-rank job finishes alike everywhere: no system is best
+        system = (f"none: all {row['systems']} tie" if row["ties"] == row["systems"] else
+                  f"{row['system']} and {row['ties'] - 1} more (tie)") if tie else row["system"]
+        best.add_row(job, system, f"{row['finish_ns'] / 1e6:,.3f}")
     console.print(best)
     if summary["representatives"]:
         console.print(f"{len(summary['representatives'])} representative job(s) (weight): "

@@ -57,13 +57,16 @@ class DayResult:
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/nightly/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
-    def best_systems(self) -> dict[str, tuple[str, int]]:
-        """job -> (system, finish_ns) with the earliest finish."""
-        best: dict[str, tuple[str, int]] = {}
-        for row in self.tables["sim_results"].to_pylist():
-            if row["status"] == "ok" and (row["job_id"] not in best or row["finish_ns"] < best[row["job_id"]][1]):
+    def best_systems(self) -> dict[str, tuple[str, int, int, int]]:
+        """job -> (system, finish_ns) of the earliest finish, how many systems finish the job at that
+        time (a one-rank job finishes alike on every system: a tie, no best) and how many simulated it."""
+        rows = [r for r in self.tables["sim_results"].to_pylist() if r["status"] == "ok"]
+        best: dict[str, tuple[str, int, int, int]] = {}
+        for row in rows:
+            if row["job_id"] not in best or row["finish_ns"] < best[row["job_id"]][1]:
                 best[row["job_id"]] = (row["system"], row["finish_ns"])
-        return best
+        simulated = {job: [r["finish_ns"] for r in rows if r["job_id"] == job] for job in best}
+        return {job: (system, ns, simulated[job].count(ns), len(simulated[job])) for job, (system, ns) in best.items()}
 
 
 def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
