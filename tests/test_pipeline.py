@@ -62,8 +62,8 @@ def _count(warehouse: Path, table: str) -> int:
     return open_warehouse(str(warehouse))[0].execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
-    from flows.nightly import nightly
+def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local, capsys):
+    from flows.nightly import _print_summary, nightly
 
     files = make_small_drop(tmp_path / "source")
     warehouse = tmp_path / "warehouse"
@@ -111,6 +111,19 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert all(r["samples_needed"] >= 3 and (r["synthetic_jobs"] >= r["samples_needed"]
                                              or r["verdict"].startswith("too few samples")) for r in fidelity)
     assert sorted(summary["synthetic"]["verdicts"].values()) == sorted(r["verdict"] for r in fidelity)
+    # the terminal counts files as files (of how many jobs), failed simulations, and says an unjudged
+    # comparison in words (issue 49)
+    assert (summary["rejects"], summary["rejected_jobs"], summary["files_outside_jobs"]) == (3, 2, 1)
+    capsys.readouterr()
+    _print_summary(summary)
+    printed = capsys.readouterr().out
+    assert "3 files rejected (2 in 2 job(s), 1 outside any job's folder: chakra query" in printed
+    failed = sum(r["status"] != "ok" for r in sims)
+    assert f"; {len(sims)} simulations, {failed} failed" in printed.split("\n")[0] and "too few samples" not in printed
+    short = [g for g, v in summary["synthetic"]["verdicts"].items() if v.startswith("too few samples")]
+    assert set(summary["synthetic"]["short"]) == set(short)
+    assert all(f"  {group}: not judged: the real jobs' iteration times spread too widely for " in printed
+               for group in short)
 
     assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
