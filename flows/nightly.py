@@ -219,9 +219,10 @@ def _print_summary(summary: dict) -> None:
         console.print(f"  their estimate of the day's totals: largest error {max(errors.values()):.1%} ("
                       + ", ".join(f"{group} {error:.1%}" for group, error in errors.items()) + ")")
     if synthetic["model"]:
+        npus = " and ".join(map(str, synthetic["npus"]))
         console.print(f"synthesizer: trained on {synthetic['training_jobs']} job(s) ({synthetic['training_skipped']} "
                       f"not usable), model {synthetic['model']}; {synthetic['valid']} of {synthetic['jobs']} "
-                      f"synthetic job(s) valid at {synthetic['npus']} NPUs; {synthetic['meeting_targets']} of "
+                      f"synthetic job(s) valid at {npus} NPUs; {synthetic['meeting_targets']} of "
                       f"{synthetic['comparisons']} (cluster, NPU count) comparison(s) meet the targets")
         for group, verdict in synthetic["verdicts"].items():
             if verdict != "meets targets":  # what misses, by how much, or why it cannot be judged yet
@@ -259,8 +260,8 @@ def _counts_line(summary: dict) -> str:
           f"'{summary['date']}'\"" if failed else ""
     return (f"nightly {summary['date']} (run {summary['run_id']}): {summary['jobs']} jobs, {summary['jobs_converted']} "
             f"converted ({summary['ranks']} rank traces, {summary['nodes']:,} nodes); {summary['files_processed']} "
-            f"files read, {summary['rejects']} files rejected{rejected}; {summary['simulations']} simulations, {failed} "
-            f"failed{why}")
+            f"files read, {summary['rejects']} files rejected{rejected}; {summary['simulations']} simulations, "
+            f"{failed} failed{why}")
 
 
 def _print_changes(console, changes: list[dict]) -> None:

@@ -111,7 +111,8 @@ def night(tmp_path_factory) -> tuple[Path, list[tuple[float, str]], float]:
                       "endpoint-delay": 1000}  # other finishes for jobs that communicate, alike for one rank
     (work / "slow_endpoints.json").write_text(json.dumps(slow_endpoints))
     (work / "sweep.yaml").write_text("systems:\n  - {name: ring-native, network: native-ring, system: reference}\n"
-                                     "  - {name: ring-native-slow, network: native-ring, system: slow_endpoints.json}\n")
+                                     "  - {name: ring-native-slow, network: native-ring, "
+                                     "system: slow_endpoints.json}\n")
     run = subprocess.Popen([sys.executable, "-m", "flows.nightly", *(f"--date={d}" for d in days), "--source",
                             "out/drops", "--warehouse", "out/warehouse", "--sweep", "sweep.yaml", "--num-cpus", "2",
                             "--synthetic-jobs", "0"], cwd=work, env=_env(), stdout=subprocess.PIPE, text=True)

@@ -59,8 +59,8 @@ def _refuse_folder_of_jobs(src: str, out: str) -> None:
                               if fs.isdir(entry)) if _is_job(f"{src.rstrip('/')}/{name}"))
     if jobs:
         raise JobInputError(f"{src}: a folder of {len(jobs)} jobs ({listed(jobs)}), not one job: convert one at a time "
-                            f"(chakra convert {src.rstrip('/')}/{jobs[0]} -o {out}/{jobs[0]}), or all of them as a day's "
-                            "drop with the nightly flow, SOURCE/<date>/<job>/ (docs/pipeline.md)")
+                            f"(chakra convert {src.rstrip('/')}/{jobs[0]} -o {out}/{jobs[0]}), or all of them as a "
+                            "day's drop with the nightly flow, SOURCE/<date>/<job>/ (docs/pipeline.md)")
 
 
 def _is_job(folder: str) -> bool:

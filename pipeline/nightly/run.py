@@ -100,7 +100,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     `log` gets the lines of their progress (ProgressLog) while the conversions run."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
-                        lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
+                        lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} file(s) outside any job's folder")
     result.jobs = len(jobs)
     reference = reference_point(systems)
     if reference not in systems:  # representatives need every job on the reference system
