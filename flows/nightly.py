@@ -33,6 +33,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
+from chakra_core.days import iso_day  # noqa: E402
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.nightly.bigjobs import PER_RANK_BYTES  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
@@ -285,7 +286,7 @@ def _print_changes(console, changes: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
-    parser.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+    parser.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=iso_day,
                         help="the day to process (default: yesterday, UTC); repeat it to process several days in "
                              "turn, oldest first, in one Ray and Prefect session")
     parser.add_argument("--source", default=DEFAULT_SOURCE, type=from_cwd,

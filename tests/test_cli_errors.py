@@ -59,7 +59,7 @@ def test_diff_takes_the_jobs_last_day_and_the_day_before_it_by_default(warehouse
 
 
 @pytest.mark.parametrize("options, words", [
-    (["--job", "gpu-gpt", "--date", "12/02/2026"], "'12/02/2026': expected a day as YYYY-MM-DD, such as 2026-12-02"),
+    (["--job", "gpu-gpt", "--date", "12/02/2026"], "'12/02/2026' is not a day: give YYYY-MM-DD, such as 2026-12-02"),
     (["--job", "gpu_gpt"], "no job 'gpu_gpt' in the warehouse: did you mean gpu-gpt? (its jobs: gen-dp-000-n8, "
                            "gpu-gpt)"),
     (["--job", "gpu-gpt", "--date", "2026-11-03"], "job gpu-gpt has no figures on 2026-11-03 (its days: 2026-11-01, "

@@ -7,7 +7,6 @@ it uses inside its function, so that `chakra --help` and the light commands star
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import re
@@ -98,14 +97,6 @@ def seconds(text: str) -> float:
     if value > 86400:
         raise argparse.ArgumentTypeError(f"{text!r}: expected seconds from above 0 to 86,400 (a day)")
     return value
-
-
-def iso_day(text: str) -> dt.date:
-    """A day as YYYY-MM-DD (--date, --against): another spelling is refused by argparse in one line."""
-    try:
-        return dt.date.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a day as YYYY-MM-DD, such as 2026-12-02") from None
 
 
 def listed(names: list, most: int = 12) -> str:

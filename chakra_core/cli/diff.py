@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK, iso_day, listed, print_json
+from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK, listed, print_json
+from chakra_core.days import iso_day
 from chakra_core.errors import ChakraError
 from chakra_core.terminal import console, plain_table
 
@@ -29,7 +30,7 @@ def cmd_diff(args) -> int:
         from chakra_core.warehouse.query import open_warehouse
 
         con, _, _ = open_warehouse(args.warehouse)
-        days = _days(con, args.job, args.date, args.against)
+        days = _days(con, args.job, *(d and dt.date.fromisoformat(d) for d in (args.date, args.against)))
         before, after = (jobdiff.side_of_day(con, args.job, str(d)) for d in days)
     else:
         if len(args.prefixes) != 2 or args.job or args.date or args.against:

@@ -18,8 +18,6 @@ they open offline.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import sys
 from collections import defaultdict
@@ -27,6 +25,7 @@ from collections import defaultdict
 import fsspec
 
 from chakra_core.analysis import daily
+from chakra_core.days import iso_day
 from chakra_core.outputs import open_output
 from chakra_core.viz import report_plots
 from chakra_core.viz.pages import ms, page_of, render
@@ -171,22 +170,13 @@ def add_report_parser(subparsers) -> None:
         "DIR/date=<d>/job=<id>.html per job (per-rank step breakdown, top kernels, history, the comparison with "
         "the day before) with a Perfetto timeline beside it. Plots inline; no scripts, no network fetches.")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL", help="the warehouse (default out/warehouse)")
-    p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=_iso_day,
+    p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=iso_day,
                    help="the day (default: the latest night of the warehouse); repeat it for several days")
     p.add_argument("-o", "--output", metavar="DIR", help="the reports folder (default: WAREHOUSE/reports, where the "
                    "nightly flow writes them)")
     p.set_defaults(run=cmd_report)
 
 
-def _iso_day(text: str) -> str:
-    """--date as a calendar day: anything else (an empty string, a path) is a usage error."""
-    try:
-        day = dt.date.fromisoformat(text) if len(text) == 10 else None  # (3.11 also reads 20261120)
-    except ValueError:
-        day = None
-    if day is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give YYYY-MM-DD")
-    return text
 
 
 def cmd_report(args) -> int:
