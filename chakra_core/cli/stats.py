@@ -75,10 +75,9 @@ def _trace_urls(inputs: list[str]) -> list[str]:
     urls = []
     for url in inputs:
         fs, path = fsspec.core.url_to_fs(url)
-        if fs.isdir(path):
-            found = sorted((split_rank_url(p), fs.unstrip_protocol(p) if "://" in url else p)
-                           for p in fs.ls(path, detail=False) if split_rank_url(p))
-            urls += [p for _, p in found] or [url]
+        if fs.isdir(path):  # its files named as the folder was given
+            inside = [f"{url.rstrip('/')}/{p.rstrip('/').rsplit('/', 1)[-1]}" for p in fs.ls(path, detail=False)]
+            urls += sorted((u for u in inside if split_rank_url(u)), key=split_rank_url) or [url]
             continue
         try:
             urls += [url] if fs.exists(path) else rank_files(url)
