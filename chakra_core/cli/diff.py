@@ -63,11 +63,11 @@ def _days(con, job: str, date: dt.date | None, against: dt.date | None) -> tuple
                         + f" (its jobs: {listed(jobs)})")
     date = date or days[-1]
     against = against or max((d for d in days if d < date), default=None)
+    missing = [day for day in (date, against) if day is not None and day not in days]
+    if missing:
+        raise NoSuchDay(f"job {job} has no figures on {missing[0]} (its days: {listed(days)})")
     if against is None:
         raise NoSuchDay(f"job {job} has no day before {date} to compare with (its days: {listed(days)})")
-    for day in (date, against):
-        if day not in days:
-            raise NoSuchDay(f"job {job} has no figures on {day} (its days: {listed(days)})")
     return against, date
 
 
