@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from functools import partial
 
 # first: it sets Prefect's environment
 from flows.stages import (CHECKOUT_SOURCE, CHECKOUT_WAREHOUSE, DEFAULT_SOURCE, DEFAULT_WAREHOUSE, StageFailed,
@@ -32,6 +33,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
+from chakra_core.days import iso_day  # noqa: E402
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.nightly.bigjobs import PER_RANK_BYTES  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
@@ -41,7 +43,8 @@ from pipeline.nightly.represent import DEFAULT_REPRESENTATIVES  # noqa: E402
 from pipeline.nightly.run import DayResult, run_day  # noqa: E402
 from chakra_core.warehouse.catalog import table_location  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
-from pipeline.nightly.synthesis import JOBS_PER_NPU_COUNT  # noqa: E402
+from pipeline.nightly.synthesis import JOBS_PER_NPU_COUNT, MAX_JOBS_PER_NPU_COUNT  # noqa: E402
+from chakra_core.synth.fidelity import TARGETS  # noqa: E402
 
 STORAGE_RETRIES = 3
 
@@ -71,7 +74,7 @@ def write_report(warehouse: str, date: str) -> str:
 def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
             representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT,
-            per_rank_bytes: int = PER_RANK_BYTES) -> dict:
+            per_rank_bytes: int = PER_RANK_BYTES, announce=None) -> dict:
     """Process one day's drop; returns the summary (also logged).
 
     Args:
@@ -84,6 +87,7 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         representatives: representative jobs to choose
         synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
         per_rank_bytes: a PyTorch job whose largest rank reads this many bytes converts a Ray task per rank
+        announce: called with each stage's line as the stage ends, for the command line only; none: logged only
     """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     source, warehouse = in_checkout(source), in_checkout(warehouse)
@@ -95,8 +99,10 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         return Failed(message=str(e))
     try:
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
+            stage = partial(run_stage, announce=lambda line: announce(f"nightly {date}: {line}")) if announce \
+                else run_stage
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
-                          run_stage, per_rank_bytes, _progress_line)
+                          stage, per_rank_bytes, _progress_line)
             paths = _commit(warehouse, date, day)
             changes = _changes(day)
             _changes_artifact(date, changes)
@@ -107,9 +113,11 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
     summary = {
         "date": date, "run_id": day.run_id, "jobs": day.jobs, "jobs_converted": day.jobs_converted,
         "ranks": day.ranks, "nodes": day.nodes, "files_processed": day.files_processed,
-        "rejects": day.rejected_files, "simulations": day.tables["sim_results"].num_rows,
-        "best_system": {job: {"system": systems[0] if len(systems) == 1 else None, "ties": systems, "finish_ns": ns}
-                        for job, (systems, ns) in sorted(day.best_systems().items())},
+        "rejects": day.rejected_files, "rejected_jobs": day.rejected_jobs, "files_outside_jobs": day.files_outside_jobs,
+        "simulations": day.tables["sim_results"].num_rows,
+        "simulations_failed": sum(s != "ok" for s in day.tables["sim_results"].column("status").to_pylist()),
+        "best_system": {job: {"system": s, "finish_ns": ns, "ties": ties, "systems": n}
+                        for job, (s, ns, ties, n) in sorted(day.best_systems().items())},
         "representatives": {r["job_id"]: r["weight"] for r in day.tables["representatives"].to_pylist()
                             if r["representative"]},
         "coverage": next((r["coverage"] for r in day.tables["representatives"].to_pylist() if r["status"] == "ok"),
@@ -184,6 +192,9 @@ def _synthetic_summary(day: DayResult) -> dict:
             "npus": sorted({j["npus"] for j in jobs}),
             "comparisons": len(fidelity), "meeting_targets": sum(r["verdict"] == "meets targets" for r in fidelity),
             "verdicts": {f"cluster {r['cluster']} at {r['npus']} NPUs": r["verdict"] for r in fidelity},
+            # the groups whose comparison has fewer synthetic jobs than it needs: [jobs, jobs needed]
+            "short": {f"cluster {r['cluster']} at {r['npus']} NPUs": [r["synthetic_jobs"], r["samples_needed"]]
+                      for r in fidelity if r["verdict"].startswith("too few samples")},
             # the representatives' estimate error per group: here because nightly() builds the rest of the summary
             "selection_errors": json.loads(chosen["estimate_errors"]) if chosen else {}}
 
@@ -194,14 +205,13 @@ def _print_summary(summary: dict) -> None:
     from chakra_core.terminal import console as stdout_console
 
     console = stdout_console()
-    console.print(f"nightly {summary['date']} (run {summary['run_id']}): {summary['jobs']} jobs, "
-                  f"{summary['jobs_converted']} converted, {summary['ranks']} rank traces, {summary['nodes']:,} nodes, "
-                  f"{summary['files_processed']} files processed, {summary['rejects']} rejected, "
-                  f"{summary['simulations']} simulations")
+    console.print(_counts_line(summary))
     best = Table("job", "best system of the sweep", "its simulated finish (ms)", box=None, pad_edge=False)
     for job, row in summary["best_system"].items():
-        tie = f"a tie of {len(row['ties'])} systems" if row["system"] is None else row["system"]
-        best.add_row(job, tie, f"{row['finish_ns'] / 1e6:,.3f}")
+        tie = row["ties"] > 1  # a one-rank job finishes alike everywhere: no system is best
+        system = (f"none: all {row['systems']} tie" if row["ties"] == row["systems"] else
+                  f"{row['system']} and {row['ties'] - 1} more (tie)") if tie else row["system"]
+        best.add_row(job, system, f"{row['finish_ns'] / 1e6:,.3f}")
     console.print(best)
     if summary["representatives"]:
         console.print(f"{len(summary['representatives'])} representative job(s) (weight): "
@@ -212,18 +222,49 @@ def _print_summary(summary: dict) -> None:
         console.print(f"  their estimate of the day's totals: largest error {max(errors.values()):.1%} ("
                       + ", ".join(f"{group} {error:.1%}" for group, error in errors.items()) + ")")
     if synthetic["model"]:
+        npus = " and ".join(map(str, synthetic["npus"]))
         console.print(f"synthesizer: trained on {synthetic['training_jobs']} job(s) ({synthetic['training_skipped']} "
                       f"not usable), model {synthetic['model']}; {synthetic['valid']} of {synthetic['jobs']} "
-                      f"synthetic job(s) valid at {synthetic['npus']} NPUs; {synthetic['meeting_targets']} of "
+                      f"synthetic job(s) valid at {npus} NPUs; {synthetic['meeting_targets']} of "
                       f"{synthetic['comparisons']} (cluster, NPU count) comparison(s) meet the targets")
         for group, verdict in synthetic["verdicts"].items():
             if verdict != "meets targets":  # what misses, by how much, or why it cannot be judged yet
-                console.print(f"  {group}: {verdict}")
+                console.print(f"  {group}: {_in_words(verdict, synthetic['short'].get(group))}")
     elif synthetic["error"]:
         console.print(f"synthesizer: no model ({synthetic['error']})")
     console.print("tables: " + ", ".join(summary["tables"]) + " (Iceberg tables under "
                   + summary["tables"]["traces"].rsplit("/tables/", 1)[0] + "/tables/<table>/; chakra query reads them)")
     _print_changes(console, summary["changes"])
+
+
+def _in_words(verdict: str, short: list[int] | None) -> str:
+    """A fidelity verdict for the terminal; "too few samples (16, need 6348)" said as what it means."""
+    if short is None:
+        return verdict
+    jobs, needed = short
+    misses = verdict.partition("; so far misses: ")[2]
+    return (f"not judged: the real jobs' iteration times spread too widely for {jobs} synthetic job(s) to place "
+            f"their median within {TARGETS['iteration_time_relative_error']:.0%} (that takes about {needed:,}; a "
+            f"night makes at most {MAX_JOBS_PER_NPU_COUNT} per NPU count)"
+            + (f"; so far it misses: {misses}" if misses else ""))
+
+
+def _counts_line(summary: dict) -> str:
+    """The night's head line: jobs, then files (a rejected file is a file, of a job or of no job),
+    then simulations with those that failed."""
+    outside = summary["files_outside_jobs"]
+    of_jobs = summary["rejects"] - outside
+    where = [f"{of_jobs} in {summary['rejected_jobs']} job(s)"] if of_jobs else []
+    where += [f"{outside} outside any job's folder"] if outside else []
+    rejected = f" ({', '.join(where)}: chakra query \"SELECT * FROM rejects WHERE date = '{summary['date']}'\")" \
+        if where else ""
+    failed = summary["simulations_failed"]
+    why = f": chakra query \"SELECT job_id, system, error FROM sim_results WHERE status <> 'ok' AND date = " \
+          f"'{summary['date']}'\"" if failed else ""
+    return (f"nightly {summary['date']} (run {summary['run_id']}): {summary['jobs']} jobs, {summary['jobs_converted']} "
+            f"converted ({summary['ranks']} rank traces, {summary['nodes']:,} nodes); {summary['files_processed']} "
+            f"files read, {summary['rejects']} files rejected{rejected}; {summary['simulations']} simulations, "
+            f"{failed} failed{why}")
 
 
 def _print_changes(console, changes: list[dict]) -> None:
@@ -248,7 +289,7 @@ def _print_changes(console, changes: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.nightly", description=__doc__.split("\n")[0])
-    parser.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+    parser.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=iso_day,
                         help="the day to process (default: yesterday, UTC); repeat it to process several days in "
                              "turn, oldest first, in one Ray and Prefect session")
     parser.add_argument("--source", default=DEFAULT_SOURCE, type=from_cwd,
@@ -270,12 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     from chakra_core.terminal import Progress
 
     quiet_console(args.verbose)
+    sys.stdout.reconfigure(line_buffering=True)  # into a pipe or a log too, each line as it is printed
     reports = []
     for date in sorted(args.date or [None], key=lambda d: d or ""):
         try:
             with Progress(items=True) as progress:
                 summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes)
+                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes, print)
         except BaseException as e:
             if stopper := stopped_by(e):  # Ctrl-C, or a stop signal (end_on_signals)
                 print(f"nightly: stopped by {stopper}", file=sys.stderr)

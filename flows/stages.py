@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
+# No telemetry from a data pipeline, which may run air-gapped: neither the Prefect server's
+# analytics nor the client's (DO_NOT_TRACK also keeps its first-run notice off the terminal),
+# nor Ray's usage statistics.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Prefect's temporary server gets 20 s to start by default: a second night started beside a first
 # one (both loading Ray, the first converting) took longer and died "Timed out while attempting to
 # connect to ephemeral Prefect API server" (issue 47)
@@ -84,19 +90,25 @@ class StageFailed(Exception):
 
 
 def run_stage(name: str, step: Callable[[], T], counts: Callable[[T], str],
-              expected: tuple[type[BaseException], ...] = STORAGE_FAILURES, log_failure: bool = False) -> T:
+              expected: tuple[type[BaseException], ...] = STORAGE_FAILURES, log_failure: bool = False,
+              announce: Callable[[str], None] | None = None) -> T:
     """A stage (pipeline/nightly/run.py's day, pipeline/sweep/run.py's sweep) as a Prefect task of its
-    own that logs its counts, so that the UI shows where a run stopped. An `expected` failure
-    fails the task with one line (log_failure: logged here too); anything else is a fault of
-    the code and keeps its traceback."""
+    own that logs its counts, so that the UI shows where a run stopped; `announce` gets the same
+    line, `<stage>: <counts> (<seconds> s)`, as the stage ends (the command line prints it). An
+    `expected` failure fails the task with one line (log_failure: logged here too); anything else
+    is a fault of the code and keeps its traceback."""
     def run():
+        started = time.monotonic()
         try:
             value = step()
         except expected as e:
             if log_failure:
                 get_run_logger().error(str(e))
             return Failed(message=str(e))
-        get_run_logger().info(counts(value))
+        line = counts(value)
+        get_run_logger().info(line)
+        if announce:
+            announce(f"{name}: {line} ({time.monotonic() - started:.1f} s)")
         return value
 
     # inputs: closures; outputs: tables, kept in memory for the flow only

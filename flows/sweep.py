@@ -27,6 +27,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.exceptions import FailedRun  # noqa: E402
 from prefect.states import Failed  # noqa: E402
 
+from chakra_core.days import iso_day  # noqa: E402
 from chakra_core.errors import ChakraError  # noqa: E402
 from pipeline.cluster import start_ray, stopped_by  # noqa: E402
 from pipeline.simulation import DEFAULT_SWEEP  # noqa: E402
@@ -126,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs = parser.add_argument_group("jobs (any combination)")
     jobs.add_argument("--jobs", action="append", default=[], metavar="URL", type=from_cwd,
                       help="a folder of job folders (<name>.<rank>.et), local or s3://; repeatable")
-    jobs.add_argument("--date", help="the jobs the nightly flow converted that day, YYYY-MM-DD")
+    jobs.add_argument("--date", type=iso_day, help="the jobs the nightly flow converted that day, YYYY-MM-DD")
     jobs.add_argument("--synthetic", metavar="MODEL", type=from_cwd,
                       help="sample jobs from this synthesizer model file")
     jobs.add_argument("--npus", type=_counts, default=[], metavar="N[,N...]", help="NPU counts of the synthetic jobs")

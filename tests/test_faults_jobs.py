@@ -96,7 +96,7 @@ def test_a_job_without_a_reference_simulation_is_counted_not_summed():
     assert row["representative"] is None and row["status"].startswith("not selected: no reference simulation")
     assert representatives_counts(table) == "0 representatives of 1 jobs (1 not selected)"
     sims = [{"status": "not simulated"}, {"status": "ok"}, {"status": "failed"}]
-    assert simulation_counts(sims, 0) == "3 simulations, 1 ok, 2 not (0 finished in this stage)"
+    assert simulation_counts(sims, 0) == "3 simulations, 1 ok, 2 failed (0 finished in this stage)"
 
 
 def test_twins_of_a_job_name_and_names_too_long_for_the_warehouse_are_rejected(tmp_path):

@@ -339,13 +339,17 @@ def test_cli_generate_writes_the_promised_files(tmp_path):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["mlp", "--npus", 6, "--parallelism", "mp-dp", "--mp", 4], "mp=4 does not divide the 6 NPUs"),
+    (["mlp", "--npus", 6, "--parallelism", "mp-dp", "--mp", 4], "--mp 4 does not divide the 6 NPUs"),
     (["mlp", "--npus", 8, "--tp", 2], "tp do not apply to workload mlp"),
-    (["dlrm", "--npus", 8, "--top-mlp", "big"], "top_mlp"),
+    (["dlrm", "--npus", 8, "--top-mlp", "big"], "--top-mlp 'big'"),
+    # issue 49: a list where one number goes was `ValueError: option hidden=...`
+    (["transformer", "--npus", 8, "--hidden", "4096,4096"], "--hidden '4096,4096': expected an integer >= 1, one "
+                                                             "number; chakra generate --help lists"),
+    (["dlrm", "--npus", 8, "--embedding-dim", "4,4"], "lists such as 512,256 are for --bottom-mlp and --top-mlp"),
 ])
 def test_cli_generate_bad_options_exit_2(tmp_path, args, fragment):
     result = chakra("generate", *args, "-o", tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "Error:" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0]
 

@@ -217,7 +217,7 @@ def test_chakra_diff_of_two_versions_names_the_gemm_family(three_nights, capsys)
     assert "comm_bytes:all_reduce" in out and "+100.0%" in out
     assert chakra(["diff", "--warehouse", str(warehouse), "--job", "nope", "--date", "2026-11-25",
                    "--against", "2026-11-24"]) == 2
-    assert "no job_history rows" in capsys.readouterr().err
+    assert "no job 'nope' in the warehouse (its jobs: gen-dp-000-n8, gpu-gpt)" in capsys.readouterr().err
 
 
 def test_chakra_diff_needs_two_sides(capsys):

@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import fsspec
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,7 +22,7 @@ import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
 
 from pipeline import tables  # noqa: E402
 from pipeline.cluster import start_ray  # noqa: E402
-from pipeline.nightly.run import FAULT_KILL_ONCE, DayResult, run_day  # noqa: E402
+from pipeline.nightly.run import FAULT_KILL_ONCE, run_day  # noqa: E402
 from pipeline.simulation import load_sweep  # noqa: E402
 from table_rows import night_tables  # noqa: E402
 
@@ -63,8 +62,8 @@ def _count(warehouse: Path, table: str) -> int:
     return open_warehouse(str(warehouse))[0].execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
-    from flows.nightly import nightly
+def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local, capsys):
+    from flows.nightly import _print_summary, nightly
 
     files = make_small_drop(tmp_path / "source")
     warehouse = tmp_path / "warehouse"
@@ -112,6 +111,19 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local):
     assert all(r["samples_needed"] >= 3 and (r["synthetic_jobs"] >= r["samples_needed"]
                                              or r["verdict"].startswith("too few samples")) for r in fidelity)
     assert sorted(summary["synthetic"]["verdicts"].values()) == sorted(r["verdict"] for r in fidelity)
+    # the terminal counts files as files (of how many jobs), failed simulations, and says an unjudged
+    # comparison in words (issue 49)
+    assert (summary["rejects"], summary["rejected_jobs"], summary["files_outside_jobs"]) == (3, 2, 1)
+    capsys.readouterr()
+    _print_summary(summary)
+    printed = capsys.readouterr().out
+    assert "3 files rejected (2 in 2 job(s), 1 outside any job's folder: chakra query" in printed
+    failed = sum(r["status"] != "ok" for r in sims)
+    assert f"; {len(sims)} simulations, {failed} failed" in printed.split("\n")[0] and "too few samples" not in printed
+    short = [g for g, v in summary["synthetic"]["verdicts"].items() if v.startswith("too few samples")]
+    assert set(summary["synthetic"]["short"]) == set(short)
+    assert all(f"  {group}: not judged: the real jobs' iteration times spread too widely for " in printed
+               for group in short)
 
     assert {r["status"] for r in ingest} == {"processed"}
     again = nightly(DATE, (tmp_path / "source").as_uri(), warehouse.as_uri())
@@ -378,15 +390,3 @@ def test_a_damaged_rank_is_rejected_with_the_same_reason_a_task_per_rank(tmp_pat
     assert reasons[1] == reasons[None]
     culprit = dict(reasons[1])["mlp/rank1.et.json.gz"]
     assert "rank1.et.json.gz" in culprit and "\x1b" not in culprit and "Unserializable" not in culprit
-
-
-def test_the_best_system_of_exact_ties_is_said_as_a_tie():
-    """Issue 49: a one-rank job finishes at the same nanosecond on every network; the summary named
-    one of them as if it were better."""
-    day = DayResult("2026-11-02", "r")
-    rows = [{"job_id": "one", "system": s, "status": "ok", "finish_ns": 5} for s in ("b", "a")] + [
-        {"job_id": "two", "system": "a", "status": "ok", "finish_ns": 7},
-        {"job_id": "two", "system": "b", "status": "ok", "finish_ns": 6},
-        {"job_id": "two", "system": "c", "status": "failed", "finish_ns": None}]
-    day.tables["sim_results"] = pa.Table.from_pylist(rows)
-    assert day.best_systems() == {"one": (["b", "a"], 5), "two": (["b"], 6)}

@@ -99,6 +99,22 @@ def side_of_day(con, job_id: str, date: str, history_days: int = 28) -> Side:
                 Counter({(m["kind"], m["comm_size"]): m["n"] for m in messages}), fingerprint, earlier)
 
 
+def days_of_job(con, job_id: str) -> list[dt.date]:
+    """The days on which the warehouse's job_history holds the job, oldest first."""
+    from chakra_core.warehouse.query import run_query
+
+    key = job_id.replace("'", "''")
+    rows = run_query(con, f"SELECT DISTINCT date FROM job_history WHERE job_id = '{key}' ORDER BY date").to_pylist()
+    return [row["date"] for row in rows]
+
+
+def jobs_in_history(con) -> list[str]:
+    """Every job the warehouse's job_history holds, by name."""
+    from chakra_core.warehouse.query import run_query
+
+    return [row["job_id"] for row in run_query(con, "SELECT DISTINCT job_id FROM job_history ORDER BY 1").to_pylist()]
+
+
 def _has(con, table: str) -> bool:
     """Whether the warehouse has the table (one that no night has written yet reads as no rows)."""
     from chakra_core.warehouse.query import run_query

@@ -99,6 +99,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def listed(names: list, most: int = 12) -> str:
+    """Names for a one-line message: all of them, or the last `most` of a longer list with how many there are."""
+    shown = [str(n) for n in names]
+    if len(shown) <= most:
+        return ", ".join(shown)
+    return f"..., {', '.join(shown[-most:])} ({len(shown)} in all)"
+
+
 def print_json(document, **options) -> None:
     json.dump(document, sys.stdout, indent=1, **options)
     sys.stdout.write("\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, print_json
+from chakra_core.cli.common import EXIT_FINDINGS, EXIT_OK, listed, print_json
 from chakra_core.convert import sources
 from chakra_core.terminal import Progress, console, plain_table, printable
 
@@ -35,7 +35,43 @@ def _convert_job(args):
 
 
 def cmd_convert(args) -> int:
-    return _print_conversion(_convert_job(args), args.json)
+    from chakra_core.convert.common.source_file import JobInputError
+
+    try:
+        result = _convert_job(args)
+    except JobInputError:
+        _refuse_folder_of_jobs(args.src, args.out)
+        raise
+    return _print_conversion(result, args.json)
+
+
+def _refuse_folder_of_jobs(src: str, out: str) -> None:
+    """A folder that holds jobs (or JAX runs) in its subfolders rather than one job: one line
+    saying to convert them one by one, or to run the nightly over them as a day's drop."""
+    import fsspec
+
+    from chakra_core.convert.common.source_file import JobInputError
+
+    fs, path = fsspec.core.url_to_fs(src)
+    if not fs.isdir(path):
+        return
+    jobs = sorted(name for name in (entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)
+                              if fs.isdir(entry)) if _is_job(f"{src.rstrip('/')}/{name}"))
+    if jobs:
+        raise JobInputError(f"{src}: a folder of {len(jobs)} jobs ({listed(jobs)}), not one job: convert one at a time "
+                            f"(chakra convert {src.rstrip('/')}/{jobs[0]} -o {out}/{jobs[0]}), or all of them as a "
+                            "day's drop with the nightly flow, SOURCE/<date>/<job>/ (docs/pipeline.md)")
+
+
+def _is_job(folder: str) -> bool:
+    """Whether the folder is one job that convert takes: PyTorch rank traces, or a run of another source."""
+    import fsspec
+
+    if sources.detect_format(folder) != sources.DEFAULT:
+        return True
+    fs, path = fsspec.core.url_to_fs(folder)
+    pytorch = sources.source("pytorch").trace
+    return any(pytorch.rank(entry.rstrip("/").rsplit("/", 1)[-1]) is not None for entry in fs.ls(path, detail=False))
 
 
 def cmd_split(args) -> int:

@@ -23,7 +23,10 @@ def cmd_generate(args) -> int:
 
     # the workload options given (as strings; generate parses them and refuses another workload's)
     options = {key[4:]: value for key, value in vars(args).items() if key.startswith("opt_")}
-    job = generate(args.workload, args.npus, **options)
+    try:
+        job = generate(args.workload, args.npus, **options)
+    except ValueError as exc:  # the generator's refusal of an option's value, said as the command line spells it
+        raise WorkloadOptionError(_as_flags(str(exc), args.workload)) from None
     name = args.name or args.workload
     files = job.write(args.out, name)
     summary = {"workload": args.workload, "name": name, **job.summary(), "files": files}
@@ -45,6 +48,26 @@ def cmd_generate(args) -> int:
     else:
         print(f"  wrote {len(files)} file(s):", *files, sep="\n    ")
     return EXIT_OK
+
+
+class WorkloadOptionError(ChakraError):
+    """An option the workload generator refuses."""
+
+
+def _as_flags(message: str, workload: str) -> str:
+    """The generator's message (`option hidden='4096,4096': expected ...`, `tp=3 does not divide ...`)
+    with its options as flags (`--hidden '4096,4096'`), and where a list was given to a one-number
+    option, which options take lists."""
+    import re
+
+    from chakra_core.generate.workloads import WORKLOADS
+
+    text = re.sub(r"\b(?:option )?([a-z_]+)=", lambda m: f"--{m[1].replace('_', '-')} ", message)
+    if "integer >= 1" in message and "," in message:
+        lists = [f"--{name.replace('_', '-')}" for name, option in WORKLOADS[workload].options.items()
+                 if option.kind is tuple]
+        text += f", one number (lists such as 512,256 are for {' and '.join(lists)})" if lists else ", one number"
+    return text if "its options" in text else f"{text}; chakra generate --help lists {workload}'s options"
 
 
 def _add_generate_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,7 +31,8 @@ def cmd_stats(args) -> int:
 
     args.system = args.system or PREDICTION_SYSTEM
     system = prediction_system(args.system)[0]  # a bad system file is bad input before any trace is read
-    tables, failed = per_file(args.inputs, "stats", "statistics of traces", lambda url: read_trace(url, system))
+    tables, failed = per_file(_trace_urls(args.inputs), "stats", "statistics of traces",
+                              lambda url: read_trace(url, system))
     by_url, jobs, notes = {}, [], []
     for prefix, analysis, urls in _analyses(dict(tables), args.system):
         gpu = analysis.gpu()
@@ -56,10 +57,33 @@ def cmd_stats(args) -> int:
         print_json({"traces": rows, "jobs": jobs})
     elif args.csv:
         _print_csv([{k: v for k, v in row.items() if k not in ("gpu", "recorded_steps")} for row in rows])
-    else:
+    elif rows:  # (when no trace could be read, its one line each is all there is to say)
         _print_stats(rows, jobs)
         _print_device(rows, jobs)
     return status
+
+
+def _trace_urls(inputs: list[str]) -> list[str]:
+    """The traces the arguments name, as `diff` and `simulate` take jobs: a file as it is, a job's
+    prefix as its rank files <prefix>.<rank>.et, a folder as the rank files of every job in it.
+    What is none of these stays as it is, for its one-line error."""
+    import fsspec
+
+    from chakra_core.errors import ChakraError
+    from chakra_core.format.job import rank_files, split_rank_url
+
+    urls = []
+    for url in inputs:
+        fs, path = fsspec.core.url_to_fs(url)
+        if fs.isdir(path):  # its files named as the folder was given
+            inside = [f"{url.rstrip('/')}/{p.rstrip('/').rsplit('/', 1)[-1]}" for p in fs.ls(path, detail=False)]
+            urls += sorted((u for u in inside if split_rank_url(u)), key=split_rank_url) or [url]
+            continue
+        try:
+            urls += [url] if fs.exists(path) else rank_files(url)
+        except ChakraError:  # no rank files either: "no such file"
+            urls.append(url)
+    return urls
 
 
 def _analyses(tables: dict, system: str | None):
@@ -235,7 +259,8 @@ def add_parsers(sub) -> None:
                        "over their profiled steps (busy, idle by cause, work by family, top kernels, overlap, "
                        "what bounds the step), as recorded and as simulated with --system. A readable table by "
                        "default.")
-    p.add_argument("inputs", nargs="+", metavar="IN.et")
+    p.add_argument("inputs", nargs="+", metavar="IN.et",
+                   help="trace files, jobs' prefixes (PREFIX for PREFIX.<rank>.et) or folders of them")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="one JSON document {traces: [...], jobs: [...]}")
     form.add_argument("--csv", action="store_true", help="one CSV row per trace")

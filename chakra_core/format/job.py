@@ -75,6 +75,11 @@ def find_ranks(prefix: str) -> int:
     return len(ranks)
 
 
+def rank_files(prefix: str) -> list[str]:
+    """The URLs of ``<prefix>.<R>.et[.gz]``, ranks 0..N-1 in order (find_ranks' checks)."""
+    return [_existing_rank_file(prefix, rank) for rank in range(find_ranks(prefix))]
+
+
 def read_ranks(prefix: str, npus: int | None = None, columns: Sequence[str] | None = None) -> list[pa.Table]:
     """The node tables of ranks 0..npus-1 (all found when None), index = rank; an error names
     the rank and its file. Plain local files are read in one pass (format/manyfiles.py) unless

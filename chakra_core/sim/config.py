@@ -493,6 +493,9 @@ def load_network(url: Any) -> NetworkConfig:
 
 def network_from_document(path: str, data: Any) -> NetworkConfig:
     """load_network on a parsed document; `path` names it in errors."""
+    if any("-" in str(k) for k in data) and not ("dims" in data or "topology" in data):
+        raise ConfigError(path, None, "this is a system file (ASTRA-sim's dashed keys); a network file is expected "
+                          "here (topology, npus_count, bandwidth, latency: ASTRA-sim's network YAML)")
     if "dims" in data:
         try:
             return NetworkConfig.model_validate(data)
@@ -543,6 +546,9 @@ def load_system(url: Any) -> SystemConfig:
 
 def system_from_document(path: str, data: Any) -> SystemConfig:
     """load_system on a parsed document; `path` names it in errors."""
+    if "dims" in data or "topology" in data:  # the commonest mix-up: the two files of a simulation swapped
+        raise ConfigError(path, None, "this is a network file (topology, bandwidth, latency); a system file is "
+                          "expected here (collective algorithms, chunks, overheads: ASTRA-sim's system JSON)")
     if not any("-" in str(k) for k in data):
         try:
             return SystemConfig.model_validate(data)

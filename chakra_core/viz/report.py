@@ -19,8 +19,6 @@ they open offline.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import sys
 from collections import defaultdict
@@ -28,6 +26,7 @@ from collections import defaultdict
 import fsspec
 
 from chakra_core.analysis import daily
+from chakra_core.days import iso_day
 from chakra_core.outputs import open_output
 from chakra_core.viz import report_plots
 from chakra_core.viz.pages import ms, page_of, render
@@ -173,22 +172,13 @@ def add_report_parser(subparsers) -> None:
         "DIR/date=<d>/job=<id>.html per job (per-rank step breakdown, top kernels, history, the comparison with "
         "the day before) with Perfetto timelines beside it, simulated and as recorded. Plots inline; no scripts, no network fetches.")
     p.add_argument("--warehouse", default="out/warehouse", metavar="URL", help="the warehouse (default out/warehouse)")
-    p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=_iso_day,
+    p.add_argument("--date", action="append", metavar="YYYY-MM-DD", type=iso_day,
                    help="the day (default: the latest night of the warehouse); repeat it for several days")
     p.add_argument("-o", "--output", metavar="DIR", help="the reports folder (default: WAREHOUSE/reports, where the "
                    "nightly flow writes them)")
     p.set_defaults(run=cmd_report)
 
 
-def _iso_day(text: str) -> str:
-    """--date as a calendar day: anything else (an empty string, a path) is a usage error."""
-    try:
-        day = dt.date.fromisoformat(text) if len(text) == 10 else None  # (3.11 also reads 20261120)
-    except ValueError:
-        day = None
-    if day is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give YYYY-MM-DD")
-    return text
 
 
 def cmd_report(args) -> int:

@@ -51,23 +51,23 @@ class DayResult:
     ranks: int = 0
     nodes: int = 0
     files_processed: int = 0
-    rejected_files: int = 0
+    rejected_files: int = 0  # of jobs, and outside any job's folder
+    rejected_jobs: int = 0  # jobs with a rejected file
+    files_outside_jobs: int = 0  # loose files of the drop (each rejected)
     jobs_by_rank: int = 0  # jobs converted a Ray task per rank (pipeline/nightly/bigjobs.py)
     training: dict = field(default_factory=dict)  # the synthesizer's training summary (pipeline/nightly/synthesis.py)
     ray_nodes: set[str] = field(default_factory=set)  # the Ray nodes that ran job tasks
 
-    def best_systems(self) -> dict[str, tuple[list[str], int]]:
-        """job -> (the systems with the earliest finish, several where they tie exactly, finish_ns)."""
-        best: dict[str, tuple[list[str], int]] = {}
-        for row in self.tables["sim_results"].to_pylist():
-            if row["status"] != "ok":
-                continue
-            systems, finish = best.get(row["job_id"], ([], None))
-            if finish is None or row["finish_ns"] < finish:
-                best[row["job_id"]] = ([row["system"]], row["finish_ns"])
-            elif row["finish_ns"] == finish:
-                systems.append(row["system"])
-        return best
+    def best_systems(self) -> dict[str, tuple[str, int, int, int]]:
+        """job -> (system, finish_ns) of the earliest finish, how many systems finish the job at that
+        time (a one-rank job finishes alike on every system: a tie, no best) and how many simulated it."""
+        rows = [r for r in self.tables["sim_results"].to_pylist() if r["status"] == "ok"]
+        best: dict[str, tuple[str, int, int, int]] = {}
+        for row in rows:
+            if row["job_id"] not in best or row["finish_ns"] < best[row["job_id"]][1]:
+                best[row["job_id"]] = (row["system"], row["finish_ns"])
+        simulated = {job: [r["finish_ns"] for r in rows if r["job_id"] == job] for job in best}
+        return {job: (system, ns, simulated[job].count(ns), len(simulated[job])) for job, (system, ns) in best.items()}
 
 
 def _process_remote(job: JobInput, date: str, warehouse: str, run_id: str,
@@ -101,7 +101,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     `log` gets the lines of their progress (ProgressLog) while the conversions run."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
-                        lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} files outside job folders")
+                        lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} file(s) outside any job's folder")
     result.jobs = len(jobs)
     reference = reference_point(systems)
     if reference not in systems:  # representatives need every job on the reference system
@@ -124,6 +124,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
     result.tables = {"rejects": from_rows("rejects", _loose_rejects(loose, result.run_id)),
                      "sim_results": from_rows("sim_results", sim_rows)}
     result.rejected_files += len(loose)
+    result.files_outside_jobs = len(loose)
     memory, history = stage(
         "compare with history", lambda: _remember(result, converted, reference_rows, warehouse, log),
         lambda done: f"{done[0]['regressions'].num_rows} flagged change(s) in "
@@ -151,7 +152,7 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
 def simulation_counts(rows: list[dict], after_conversion: int) -> str:
     """The simulation stage's line; a job that could not be simulated has its row, status and error."""
     ok = sum(r["status"] == "ok" for r in rows)
-    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} not ({after_conversion} finished in this stage)"
+    return f"{len(rows)} simulations, {ok} ok, {len(rows) - ok} failed ({after_conversion} finished in this stage)"
 
 
 def representatives_counts(table: pa.Table) -> str:
@@ -204,6 +205,7 @@ def _convert(jobs: list[JobInput], date: str, warehouse: str, result: DayResult,
             outcomes[i] = outcome
             result.files_processed += outcome.files_processed
             result.rejected_files += outcome.rejected_files
+            result.rejected_jobs += outcome.rejected_files > 0
             if outcome.prefix:
                 sims.add(jobs[i].job_id, outcome)
                 result.jobs_converted += 1

@@ -109,7 +109,8 @@ def _ranks_in_folder(fs, path: str, src: str, accounted: frozenset[str]) -> JobI
         raise JobInputError(f"{src}: {', '.join(unreadable[:4])}{' ...' if len(unreadable) > 4 else ''}: not "
                             f"{', '.join(shown[:-1])} or {shown[-1]} with R a whole number; rename or remove them")
     if not traces:
-        raise JobInputError(f"{src}: no {PYTORCH.trace.shown} files in this folder")
+        raise JobInputError(f"{src}: no {PYTORCH.trace.shown} files in this folder: give a job's folder, a "
+                            "trace file, a bundle or a JAX run (chakra convert --help)")
     for (rank, kind), url in sorted(sides.items()):
         if rank not in traces:
             notes.append(f"{os.path.basename(url)}: a {kind} file of rank {rank}, which has no trace here; not read")
