@@ -17,7 +17,7 @@ from chakra_core.sim.results import SimResult
 from chakra_core.sim.workload.nodes import read_columns
 
 
-def read_job(prefix: str, npus: int, comm_group_url: str | None = None, columns: Sequence[str] | None = None) -> Job:
+def read_job(prefix: str, npus: int | None, comm_group_url: str | None = None, columns: Sequence[str] | None = None) -> Job:
     """Ranks 0..npus-1 of `<prefix>.<rank>.et` (any fsspec URL; only `columns` of them, when
     given) and their communicator groups (the named file, else the one beside the ranks, if
     any); errors name the NPU."""

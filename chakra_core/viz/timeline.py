@@ -183,6 +183,26 @@ def timeline_from_simulation(result, tables=None, max_flows: int = DEFAULT_MAX_F
     return b.document(flows, max_flows, other)
 
 
+def timeline_from_jobs(result, placements: list[list[int]], names: list[str]) -> dict:
+    """A run of several jobs on one network (sim/colocation.py, recorded with record_timeline):
+    one process per job (job i holds NPUs placements[i]), one track per NPU and kind of work."""
+    if result.timeline is None:
+        raise ValueError("no timeline was recorded: simulate with record_timeline=True")
+    job_of = {npu: (job, rank) for job, npus in enumerate(placements) for rank, npu in enumerate(npus)}
+    b = _Builder("job")
+    for job, name in enumerate(names):
+        b.process_names[job] = f"job {job}: {name}"
+    for t in result.timeline:
+        job, rank = job_of[t.npu]
+        track = f"NPU {t.npu} (rank {rank}) {t.track}"
+        b.track_rank.setdefault(track, (rank, SIM_TRACK_ORDER.index(t.track) if t.track in SIM_TRACK_ORDER else 99))
+        b.add(_Event(job, track, t.name or t.kind, t.start_ns, max(t.end_ns, t.start_ns),
+                     {"node_id": t.node_id, "kind": t.kind, "bytes": t.bytes, "npu": t.npu}, key=(t.npu, t.node_id)))
+    other = {"source": "simulation of several jobs", "mode": result.mode, "finish_ns": result.finish_ns,
+             "jobs": len(placements), "notes": list(result.notes)}
+    return b.document((), 0, other)
+
+
 def _deps(table) -> Iterable[tuple[int, int]]:
     """(child id, parent id) for every data and control dependency of a node table."""
     ids = table.column("id").to_pylist()
