@@ -31,12 +31,23 @@ def place(spec: str, ranks: list[int], npus: int) -> list[list[int]]:
         return _interleaved(ranks)
     if spec == "spread":
         return _spread(ranks, npus)
-    kind, _, seed = spec.partition(":")
-    if kind == "random" and seed.lstrip("-").isdigit():
+    seed = random_seed(spec)
+    if seed is not None:
         order = list(range(npus))
-        random.Random(int(seed)).shuffle(order)
+        random.Random(seed).shuffle(order)
         return _packed(order, ranks)
     raise SimulationError(f"placement {spec!r}: expected one of {', '.join(PLACEMENTS)}")
+
+
+def computed(spec: str) -> bool:
+    """Whether the placement is worked out from the jobs' sizes (every one but a file)."""
+    return spec in PLACEMENTS[:3] or random_seed(spec) is not None
+
+
+def random_seed(spec: str) -> int | None:
+    """SEED of random:SEED, else None."""
+    kind, _, seed = spec.partition(":")
+    return int(seed) if kind == "random" and seed.lstrip("-").isdigit() else None
 
 
 def _packed(order: list[int], ranks: list[int]) -> list[list[int]]:
