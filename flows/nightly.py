@@ -34,6 +34,7 @@ from prefect.states import Failed  # noqa: E402
 
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.nightly.bigjobs import PER_RANK_BYTES  # noqa: E402
+from pipeline.nightly.colocation import ColocationPlan  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
 from pipeline.day_lock import DayLocked, day_lock  # noqa: E402
 from pipeline.layout import StorageError, describe, report_dir, storage_fault  # noqa: E402
@@ -71,7 +72,8 @@ def write_report(warehouse: str, date: str) -> str:
 def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
             representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT,
-            per_rank_bytes: int = PER_RANK_BYTES) -> dict:
+            per_rank_bytes: int = PER_RANK_BYTES, colocate: str | None = None, colocate_placement: str = "packed",
+            colocate_jobs: list[str] | None = None, colocate_system: str | None = None) -> dict:
     """Process one day's drop; returns the summary (also logged).
 
     Args:
@@ -84,6 +86,9 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         representatives: representative jobs to choose
         synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
         per_rank_bytes: a PyTorch job whose largest rank reads this many bytes converts a Ray task per rank
+        colocate: a cluster's network file: the day's representatives (or colocate_jobs) placed together on it
+            by colocate_placement, simulated on colocate_system (none: the reference system), into the
+            colocation table; none: no placement what-if
     """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     source, warehouse = in_checkout(source), in_checkout(warehouse)
@@ -95,8 +100,10 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         return Failed(message=str(e))
     try:
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
+            plan = ColocationPlan(colocate, colocate_placement, tuple(colocate_jobs or ()),
+                                  colocate_system) if colocate else None
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
-                          run_stage, per_rank_bytes, _progress_line)
+                          run_stage, per_rank_bytes, _progress_line, plan)
             paths = _commit(warehouse, date, day)
             changes = _changes(day)
             _changes_artifact(date, changes)
@@ -259,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-rank-bytes", type=int, default=PER_RANK_BYTES, metavar="N",
                         help=f"a PyTorch job whose largest rank reads N bytes or more (gzip expanded) converts a Ray "
                              f"task per rank (default {PER_RANK_BYTES})")
+    parser.add_argument("--colocate", metavar="NETWORK.yml", type=from_cwd,
+                        help="place the day's representatives (or --colocate-jobs) together on this cluster network, "
+                             "congestion-aware, into the colocation table and the day's page")
+    parser.add_argument("--colocate-placement", default="packed", metavar="P",
+                        help="packed (default), interleaved, spread, random:SEED or a placement JSON file")
+    parser.add_argument("--colocate-jobs", metavar="ID,ID,...", help="the jobs to place (default: the representatives)")
+    parser.add_argument("--colocate-system", metavar="SYS.json", type=from_cwd,
+                        help="the system file of the what-if (default: the reference system)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
     end_on_signals()
@@ -270,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with Progress(items=True) as progress:
                 summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes)
+                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes, args.colocate,
+                                  args.colocate_placement,
+                                  args.colocate_jobs.split(",") if args.colocate_jobs else None, args.colocate_system)
         except BaseException as e:
             if stopper := stopped_by(e):  # Ctrl-C, or a stop signal (end_on_signals)
                 print(f"nightly: stopped by {stopper}", file=sys.stderr)
