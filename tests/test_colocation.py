@@ -200,3 +200,13 @@ def test_a_job_a_shared_run_leaves_out_waits_as_the_one_it_copies(streaming16):
     assert shared.jobs[1].links[0]["link"].startswith("dim 0: NPU 1")
     assert [j.to_dict() for j in shared.jobs] == [j.to_dict() for j in two_copies(streaming16, "packed", net,
                                                                                  STREAMING, share=False).jobs]
+
+
+def test_a_job_rerun_beside_idle_npus():
+    # a pipeline job's holding tables conflict with its sends, so the run is repeated; the idle
+    # NPUs' empty workloads must come back as they were (they once came back as their feeders)
+    job_ = generate("transformer", 16, tp=2, pp=2, layers=2, seq=128).job("pp")
+    net = network(("Ring", 4, 200, 500), ("Switch", 10, 50, 500))
+    outcome = colocate([PlacedJob("pp", job_, place("random:0", [16], 40)[0])], net, BASE, mode="aware")
+    assert outcome.together.npus[outcome.jobs[0].npus[0]].nodes == job_.tables[0].num_rows
+    assert outcome.jobs[0].slowdown == 1.0

@@ -101,7 +101,7 @@ class Engine:
         (progress reports start again with each)."""
         shortcuts, forced = self.reuse_alone, frozenset()
         contends = self.backend.contends  # shortcuts the runner checks: a run may be run again
-        saved = [feeder and feeder.save_state() for feeder in self.feeders] if contends and shortcuts else None
+        saved = [feeder.save_state() if feeder is not None else None for feeder in self.feeders] if contends and shortcuts else None
         spent = 0.0
         for attempt in range(self.MAX_ATTEMPTS + 1):
             if attempt:
