@@ -80,10 +80,10 @@ class Colocation:
 def colocate(placed: list[PlacedJob], network: NetworkConfig, system: SystemConfig, mode: str = DEFAULT_MODE,
              share: bool = True, record_timeline: bool = False, **knobs) -> Colocation:
     """Runs the jobs together and each alone (knobs: as engine.simulate's)."""
-    _check_apart(placed, network)
+    _check_placed(placed, network)
     job, job_of, start_at = combine(placed, network)
-    apart = len({p.start_ns for p in placed}) == 1  # jobs started apart are not alike: no shared run
-    together = simulate(job, network, system, mode=mode, share=share and apart, record_timeline=record_timeline,
+    same_start = len({p.start_ns for p in placed}) == 1  # jobs started apart are not alike: no shared run
+    together = simulate(job, network, system, mode=mode, share=share and same_start, record_timeline=record_timeline,
                         start_at=start_at if any(start_at) else None, job_of=job_of, **knobs)
     alone: dict[tuple, int] = {}
     outcomes = []
@@ -149,7 +149,7 @@ def _moved_table(table: pa.Table, names: dict[str, str], npus: np.ndarray, where
     return table
 
 
-def _check_apart(placed: list[PlacedJob], network: NetworkConfig) -> None:
+def _check_placed(placed: list[PlacedJob], network: NetworkConfig) -> None:
     taken: dict[int, int] = {}
     for j, p in enumerate(placed):
         if len(p.npus) != p.job.npus:
