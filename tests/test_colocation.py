@@ -9,7 +9,7 @@ import random
 
 import pytest
 from test_cli import assert_one_line_error, chakra
-from test_sim import BASE, job, network, system
+from test_sim import BASE, all_reduce, comp, job, network, system
 from test_sim_aware import hop, recv, send
 
 from chakra_core.format.job import Job
@@ -210,3 +210,25 @@ def test_a_job_rerun_beside_idle_npus():
     outcome = colocate([PlacedJob("pp", job_, place("random:0", [16], 40)[0])], net, BASE, mode="aware")
     assert outcome.together.npus[outcome.jobs[0].npus[0]].nodes == job_.tables[0].num_rows
     assert outcome.jobs[0].slowdown == 1.0
+
+
+def test_collectives_without_a_group_column_stay_on_their_job():
+    # a table without pg_name: every collective on all the job's NPUs, not the network's
+    bare = [t.drop_columns(["pg_name"]) for t in job([all_reduce(1, 2**20)], [all_reduce(1, 2**20)])]
+    placed = [PlacedJob("a", Job(bare), [0, 1]), PlacedJob("b", Job(bare), [2, 3])]
+    outcome = colocate(placed, network(("Switch", 4, 50, 500)), BASE, mode="aware")
+    assert [j.slowdown for j in outcome.jobs] == [1.0, 1.0]
+    combined, _, _ = combine(placed, network(("Switch", 4, 50, 500)))
+    assert combined.tables[2].column("pg_name").to_pylist() == ["2"]
+
+
+@pytest.mark.parametrize("node, fragment", [
+    ({"id": 7, "type": "COMM_COLL_NODE", "comm_type": 0, "comm_size": 64, "pg_name": "9"},
+     "a.1.et: node 7: communicator group 9 not found"),
+    ({"id": 7, "type": "COMM_SEND_NODE", "comm_dst": 5, "comm_size": 64, "comm_tag": 1},
+     "a.1.et: node 7: comm_dst 5 is not a rank of the job (2 ranks)"),
+])
+def test_a_bad_node_is_named_by_its_file_and_id(node, fragment):
+    bad = Job(job([comp(1, 1)], [comp(1, 1), node]))
+    with pytest.raises(SimulationError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        combine([PlacedJob("a", bad, [0, 1])], RING4)

@@ -118,7 +118,7 @@ def combine(placed: list[PlacedJob], network: NetworkConfig) -> tuple[Job, list[
         moved: dict[int, pa.Table] = {}  # ranks sharing one table share the moved one
         for rank, (table, npu) in enumerate(zip(p.job.tables, p.npus)):
             if id(table) not in moved:
-                moved[id(table)] = _moved_table(table, names, np.asarray(p.npus), f"{p.workload} rank {rank}")
+                moved[id(table)] = _moved_table(table, names, np.asarray(p.npus), f"{p.workload}.{rank}.et")
             tables[npu], job_of[npu], start_at[npu] = moved[id(table)], j, p.start_ns
     idle = placed[0].job.tables[0].slice(0, 0)
     return Job([t if t is not None else idle for t in tables], groups), job_of, start_at
@@ -127,22 +127,26 @@ def combine(placed: list[PlacedJob], network: NetworkConfig) -> tuple[Job, list[
 def _moved_table(table: pa.Table, names: dict[str, str], npus: np.ndarray, where: str) -> pa.Table:
     """The table with its groups renamed (`names`, a missing name: the job's all NPUs) and its
     sends' and receives' peers moved to their NPUs."""
-    if "pg_name" in table.column_names:
-        column = pc.fill_null(table.column("pg_name"), "").combine_chunks().dictionary_encode()
-        unknown = [n for n in column.dictionary.to_pylist() if n not in names]
-        if unknown:
-            raise SimulationError(f"{where}: communicator group {unknown[0]!r} not found in the job's groups")
-        renamed = pa.array([names[n] for n in column.dictionary.to_pylist()], pa.string())
-        table = table.set_column(table.schema.get_field_index("pg_name"), "pg_name",
-                                 renamed.take(column.indices).cast(table.schema.field("pg_name").type))
+    if "pg_name" not in table.column_names:  # every collective on all NPUs: now on the job's own
+        table = table.append_column("pg_name", pa.nulls(table.num_rows, pa.string()))
+    column = pc.fill_null(table.column("pg_name"), "").combine_chunks().dictionary_encode()
+    unknown = [i for i, n in enumerate(column.dictionary.to_pylist()) if n not in names]
+    if unknown:
+        row = column.indices.to_numpy(zero_copy_only=False).tolist().index(unknown[0])
+        raise SimulationError(f"{where}: node {table.column('id')[row]}: communicator group "
+                              f"{column.dictionary[unknown[0]]} not found in the job's groups")
+    renamed = pa.array([names[n] for n in column.dictionary.to_pylist()], pa.string())
+    table = table.set_column(table.schema.get_field_index("pg_name"), "pg_name",
+                             renamed.take(column.indices).cast(table.schema.field("pg_name").type))
     for name in ("comm_src", "comm_dst"):
         if name not in table.column_names:
             continue
         column = table.column(name).combine_chunks()
         peers = np.asarray(pc.fill_null(column, -1).to_numpy(zero_copy_only=False), np.int64)
         if (peers >= len(npus)).any():
-            bad = int(peers[peers >= len(npus)][0])
-            raise SimulationError(f"{where}: {name} {bad} is not a rank of the job ({len(npus)} ranks)")
+            row = int(np.flatnonzero(peers >= len(npus))[0])
+            raise SimulationError(f"{where}: node {table.column('id')[row]}: {name} {peers[row]} is not a rank "
+                                  f"of the job ({len(npus)} ranks)")
         moved = np.where(peers >= 0, npus[np.maximum(peers, 0)], peers)
         table = table.set_column(table.schema.get_field_index(name), name,
                                  pa.array(moved, column.type, mask=column.is_null().to_numpy(zero_copy_only=False)))
