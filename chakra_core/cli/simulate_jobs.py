@@ -91,7 +91,7 @@ def _print(outcome, placement: str) -> None:
     shared = outcome.together.sharing
     if shared and "unshared" not in shared:
         out.print(f"shared simulation: {shared['simulated_npus']:,} of {shared['npus']:,} NPUs simulated")
-    out.print(f"{len(outcome.jobs)} jobs placed {placement} ({outcome.mode} network); "
+    out.print(f"{len(outcome.jobs)} job(s) placed {placement} ({outcome.mode} network); "
               f"{outcome.alone_runs} alone run(s) for their finishes alone")
 
 
