@@ -183,6 +183,11 @@ def test_simulate_several_workloads_json_and_timeline(streaming16, tmp_path):
     trace = json.loads(timeline.read_text())
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert names == [f"job 0: {prefix}", f"job 1: {prefix}"]
+    again = tmp_path / "again.json"
+    drawn = chakra("timeline", "--workload", prefix, "--workload", prefix, "--placement", "interleaved",
+                   "--network", net, "--system", sysfile, "--mode", "aware", "-o", again)
+    assert drawn.returncode == 0 and "2 jobs" in drawn.stdout, drawn.stderr
+    assert json.loads(again.read_text())["otherData"] == trace["otherData"]  # the same run, the same document
     text = chakra("simulate", "--workload", prefix, "--workload", prefix, "--network", net, "--system", sysfile)
     assert "the unaware network shares nothing" in text.stdout and "slowdown" in text.stdout
     assert_one_line_error(chakra("simulate", "--workload", prefix, "--workload", prefix, "--placement", "diagonal",

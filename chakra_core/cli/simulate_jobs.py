@@ -12,30 +12,6 @@ from chakra_core.terminal import console, plain_table
 UNSHARED_NOTE = "the {mode} network shares nothing between messages: every job runs as alone (slowdown 1)"
 
 
-def start_offsets(text: str | None, jobs: int) -> list[int]:
-    """--start-ns 0,2000000 -> one start tick per job (all 0 when not given)."""
-    if text is None:
-        return [0] * jobs
-    parts = text.split(",")
-    if len(parts) != jobs or not all(p.strip().isdigit() for p in parts):
-        raise ChakraError(f"--start-ns {text!r}: expected {jobs} whole numbers of ns, one per --workload")
-    return [int(p) for p in parts]
-
-
-def placed_jobs(args, network, system) -> list:
-    """The workloads read (a prefix given twice is read once: two copies of one job) and placed."""
-    from chakra_core.sim.colocation import PlacedJob
-    from chakra_core.sim.files import read_job
-    from chakra_core.sim.placement import place
-    from chakra_core.sim.workload.nodes import read_columns
-
-    columns = read_columns(system, args.timeline is not None)
-    jobs = {prefix: read_job(prefix, None, None, columns) for prefix in dict.fromkeys(args.workload)}
-    npus = place(args.placement, [jobs[prefix].npus for prefix in args.workload], network.npus)
-    starts = start_offsets(args.start_ns, len(args.workload))
-    return [PlacedJob(prefix, jobs[prefix], where, start) for prefix, where, start in zip(args.workload, npus, starts)]
-
-
 def refused_options(args) -> list[str]:
     """The single-job options a run of several jobs does not take."""
     given = {"--traced-npus": args.traced_npus, "--npu-speed": args.npu_speed, "--comm-group": args.comm_group}
@@ -46,13 +22,16 @@ def cmd_simulate_jobs(args) -> int:
     from chakra_core.sim.colocation import colocate
     from chakra_core.sim.config import load_network, load_system
     from chakra_core.sim.errors import SimulationDeadlock
+    from chakra_core.sim.files import read_placed
+    from chakra_core.sim.placement import start_offsets
 
     refused = refused_options(args)
     if refused:
         raise ChakraError(f"{', '.join(refused)}: not taken with several jobs (each job's groups are read beside "
                           "its files)")
     network, system = load_network(args.network), load_system(args.system)
-    placed = placed_jobs(args, network, system)
+    placed = read_placed(args.workload, args.placement, start_offsets(args.start_ns, len(args.workload)),
+                         network, system, timeline=args.timeline is not None)
     try:
         outcome = colocate(placed, network, system, mode=args.mode, share=not args.no_share,
                            record_timeline=args.timeline is not None, compute_scale=args.compute_scale,
@@ -63,7 +42,7 @@ def cmd_simulate_jobs(args) -> int:
     if args.timeline is not None:
         from chakra_core.viz.timeline import timeline_from_jobs, write_timeline
 
-        write_timeline(timeline_from_jobs(outcome.together, [p.npus for p in placed], args.workload), args.timeline)
+        write_timeline(timeline_from_jobs(outcome.together, placed), args.timeline)
         print(f"timeline: one process per job -> {args.timeline}", file=sys.stderr)
     if args.json:
         print_json({**outcome.to_dict(), "placement": args.placement})

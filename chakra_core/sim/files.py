@@ -10,9 +10,11 @@ import pyarrow as pa
 
 from chakra_core.format.job import Job, JobLayoutError
 from chakra_core.sim.backends import DEFAULT_MODE
-from chakra_core.sim.config import load_network, load_system
+from chakra_core.sim.colocation import PlacedJob
+from chakra_core.sim.config import NetworkConfig, SystemConfig, load_network, load_system
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.errors import SimulationError
+from chakra_core.sim.placement import place
 from chakra_core.sim.results import SimResult
 from chakra_core.sim.workload.nodes import read_columns
 
@@ -25,6 +27,16 @@ def read_job(prefix: str, npus: int | None, comm_group_url: str | None = None, c
         return Job.read(prefix, npus, comm_group_url, columns)
     except JobLayoutError as exc:  # "rank R of N: ...", said as the simulator's other errors say it
         raise SimulationError(re.sub(r"^rank (\d+)", r"workload for NPU \1", str(exc))) from None
+
+
+def read_placed(prefixes: list[str], placement: str, starts: list[int], network: NetworkConfig,
+                system: SystemConfig, timeline: bool = False) -> list[PlacedJob]:
+    """Several jobs placed on one network (sim/colocation.py): each prefix read once (given
+    twice: two copies of one job), only the columns a simulation reads, placed by `placement`."""
+    columns = read_columns(system, timeline)
+    jobs = {prefix: read_job(prefix, None, None, columns) for prefix in dict.fromkeys(prefixes)}
+    npus = place(placement, [jobs[prefix].npus for prefix in prefixes], network.npus)
+    return [PlacedJob(prefix, jobs[prefix], where, start) for prefix, where, start in zip(prefixes, npus, starts)]
 
 
 def load_tables(prefix: str, npus: int) -> list[pa.Table]:

@@ -50,6 +50,16 @@ def random_seed(spec: str) -> int | None:
     return int(seed) if kind == "random" and seed.lstrip("-").isdigit() else None
 
 
+def start_offsets(text: str | None, jobs: int) -> list[int]:
+    """--start-ns 0,2000000 -> one start tick per job (all 0 when not given)."""
+    if text is None:
+        return [0] * jobs
+    parts = text.split(",")
+    if len(parts) != jobs or not all(p.strip().isdigit() for p in parts):
+        raise SimulationError(f"--start-ns {text!r}: expected {jobs} whole numbers of ns, one per --workload")
+    return [int(p) for p in parts]
+
+
 def _packed(order: list[int], ranks: list[int]) -> list[list[int]]:
     jobs, at = [], 0
     for count in ranks:

@@ -183,15 +183,15 @@ def timeline_from_simulation(result, tables=None, max_flows: int = DEFAULT_MAX_F
     return b.document(flows, max_flows, other)
 
 
-def timeline_from_jobs(result, placements: list[list[int]], names: list[str]) -> dict:
-    """A run of several jobs on one network (sim/colocation.py, recorded with record_timeline):
-    one process per job (job i holds NPUs placements[i]), one track per NPU and kind of work."""
+def timeline_from_jobs(result, placed: list) -> dict:
+    """A run of several jobs on one network (sim/colocation.py's PlacedJobs, recorded with
+    record_timeline): one process per job, one track per NPU and kind of work."""
     if result.timeline is None:
         raise ValueError("no timeline was recorded: simulate with record_timeline=True")
-    job_of = {npu: (job, rank) for job, npus in enumerate(placements) for rank, npu in enumerate(npus)}
+    job_of = {npu: (job, rank) for job, p in enumerate(placed) for rank, npu in enumerate(p.npus)}
     b = _Builder("job")
-    for job, name in enumerate(names):
-        b.process_names[job] = f"job {job}: {name}"
+    for job, p in enumerate(placed):
+        b.process_names[job] = f"job {job}: {p.workload}"
     for t in result.timeline:
         job, rank = job_of[t.npu]
         track = f"NPU {t.npu} (rank {rank}) {t.track}"
@@ -199,7 +199,7 @@ def timeline_from_jobs(result, placements: list[list[int]], names: list[str]) ->
         b.add(_Event(job, track, t.name or t.kind, t.start_ns, max(t.end_ns, t.start_ns),
                      {"node_id": t.node_id, "kind": t.kind, "bytes": t.bytes, "npu": t.npu}, key=(t.npu, t.node_id)))
     other = {"source": "simulation of several jobs", "mode": result.mode, "finish_ns": result.finish_ns,
-             "jobs": len(placements), "notes": list(result.notes)}
+             "jobs": len(placed), "notes": list(result.notes)}
     return b.document((), 0, other)
 
 
@@ -486,7 +486,9 @@ def add_timeline_parser(subparsers):
         "--system), real .et traces of one job (--trace), or the reference timeline visualizer's "
         "issue/callback log (--log with --npu-frequency). OUT ending in .gz is gzipped.")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--workload", metavar="PREFIX", help="simulate PREFIX.0.et, PREFIX.1.et, ...")
+    source.add_argument("--workload", metavar="PREFIX", action="append",
+                        help="simulate PREFIX.0.et, PREFIX.1.et, ...; repeat it for several jobs placed together "
+                        "(one process per job)")
     source.add_argument("--trace", nargs="+", metavar="IN.et", help="one .et file per rank of one job")
     source.add_argument("--log", metavar="LOG.csv", help="issue/callback log (chakra_timeline_visualizer input)")
     p.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (with --workload)")
@@ -494,6 +496,9 @@ def add_timeline_parser(subparsers):
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (with --workload)")
     p.add_argument("--mode", choices=MODES, default=DEFAULT_MODE,
                    help=f"the network model (with --workload): {modes_help()}")
+    p.add_argument("--placement", metavar="P", help="several jobs (with --workload): packed (default), interleaved, "
+                   "spread, random:SEED or FILE.json, as chakra simulate's")
+    p.add_argument("--start-ns", metavar="T0,T1,...", help="several jobs: each job's start (ns; default all 0)")
     p.add_argument("--npu-frequency", type=float, metavar="MHZ", help="NPU clock in MHz (with --log)")
     p.add_argument("--max-flows", type=int, default=DEFAULT_MAX_FLOWS, metavar="N",
                    help=f"draw at most N dependency arrows across tracks (default {DEFAULT_MAX_FLOWS})")
@@ -502,12 +507,33 @@ def add_timeline_parser(subparsers):
     return p
 
 
+def _jobs_timeline(args) -> int:
+    """Several jobs placed together on one network: one process per job (sim/colocation.py)."""
+    from chakra_core.sim.colocation import colocate
+    from chakra_core.sim.config import load_network, load_system
+    from chakra_core.sim.files import read_placed
+    from chakra_core.sim.placement import start_offsets
+
+    network, system = load_network(args.network), load_system(args.system)
+    placed = read_placed(args.workload, args.placement or "packed", start_offsets(args.start_ns, len(args.workload)),
+                         network, system, timeline=True)
+    outcome = colocate(placed, network, system, mode=args.mode, record_timeline=True)
+    doc = timeline_from_jobs(outcome.together, placed)
+    write_timeline(doc, args.output)
+    other = doc["otherData"]
+    print(f"{other['events']} events, {other['jobs']} jobs, {other['threads']} tracks -> {args.output}")
+    return 0
+
+
 def cmd_timeline(args) -> int:
     status = 0
     if args.workload:
         if not args.network or not args.system:
             print("chakra timeline: --workload needs --network and --system", file=sys.stderr)
             return 2
+        if len(args.workload) > 1 or args.placement is not None:
+            return _jobs_timeline(args)
+        args.workload = args.workload[0]
         from chakra_core.sim.engine import SimulationDeadlock
         from chakra_core.sim.files import simulate_files
 
