@@ -87,7 +87,7 @@ def colocate(placed: list[PlacedJob], network: NetworkConfig, system: SystemConf
                         start_at=start_at if any(start_at) else None, job_of=job_of, **knobs)
     alone: dict[tuple, int] = {}
     outcomes = []
-    for i, p in enumerate(placed):
+    for p in placed:
         key = (id(p.job), _relative_placement(p.npus, network))
         if key not in alone:
             by_itself, _, _ = combine([PlacedJob(p.workload, p.job, p.npus)], network)
