@@ -36,6 +36,7 @@ from prefect.states import Failed  # noqa: E402
 from chakra_core.days import iso_day  # noqa: E402
 from pipeline import preflight, tables  # noqa: E402
 from pipeline.nightly.bigjobs import PER_RANK_BYTES  # noqa: E402
+from pipeline.nightly.colocation import ColocationPlan  # noqa: E402
 from pipeline.cluster import end_on_signals, start_ray, stopped_by  # noqa: E402
 from pipeline.day_lock import DayLocked, day_lock  # noqa: E402
 from pipeline.layout import StorageError, describe, report_dir, storage_fault  # noqa: E402
@@ -74,7 +75,9 @@ def write_report(warehouse: str, date: str) -> str:
 def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: str = CHECKOUT_WAREHOUSE,
             sweep: str | None = None, num_cpus: int | None = None, progress=None,
             representatives: int = DEFAULT_REPRESENTATIVES, synthetic_jobs: int = JOBS_PER_NPU_COUNT,
-            per_rank_bytes: int = PER_RANK_BYTES, announce=None) -> dict:
+            per_rank_bytes: int = PER_RANK_BYTES, announce=None, colocate: str | None = None,
+            colocate_placement: str = "packed", colocate_jobs: list[str] | None = None,
+            colocate_system: str | None = None) -> dict:
     """Process one day's drop; returns the summary (also logged).
 
     Args:
@@ -88,6 +91,9 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
         per_rank_bytes: a PyTorch job whose largest rank reads this many bytes converts a Ray task per rank
         announce: called with each stage's line as the stage ends, for the command line only; none: logged only
+        colocate: a cluster's network file: the day's representatives (or colocate_jobs) placed together on it
+            by colocate_placement, simulated on colocate_system (none: the reference system), into the
+            colocation table; none: no placement what-if
     """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     source, warehouse = in_checkout(source), in_checkout(warehouse)
@@ -101,8 +107,10 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         with day_lock(warehouse, date):  # a second run of the day is refused, never interleaved
             stage = partial(run_stage, announce=lambda line: announce(f"nightly {date}: {line}")) if announce \
                 else run_stage
+            plan = ColocationPlan(colocate, colocate_placement, tuple(colocate_jobs or ()),
+                                  colocate_system) if colocate else None
             day = run_day(date, source, warehouse, load_sweep(sweep), progress, representatives, synthetic_jobs,
-                          stage, per_rank_bytes, _progress_line)
+                          stage, per_rank_bytes, _progress_line, plan)
             paths = _commit(warehouse, date, day)
             changes = _changes(day)
             _changes_artifact(date, changes)
@@ -305,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-rank-bytes", type=int, default=PER_RANK_BYTES, metavar="N",
                         help=f"a PyTorch job whose largest rank reads N bytes or more (gzip expanded) converts a Ray "
                              f"task per rank (default {PER_RANK_BYTES})")
+    parser.add_argument("--colocate", metavar="NETWORK.yml", type=from_cwd,
+                        help="place the day's representatives (or --colocate-jobs) together on this cluster network, "
+                             "congestion-aware, into the colocation table and the day's page")
+    parser.add_argument("--colocate-placement", default="packed", metavar="P",
+                        help="packed (default), interleaved, spread, random:SEED or a placement JSON file")
+    parser.add_argument("--colocate-jobs", metavar="ID,ID,...", help="the jobs to place (default: the representatives)")
+    parser.add_argument("--colocate-system", metavar="SYS.json", type=from_cwd,
+                        help="the system file of the what-if (default: the reference system)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and Ray's INFO lines")
     args = parser.parse_args(argv)
     end_on_signals()
@@ -317,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with Progress(items=True) as progress:
                 summary = nightly(date, args.source, args.warehouse, args.sweep, args.num_cpus, progress,
-                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes, print)
+                                  args.representatives, args.synthetic_jobs, args.per_rank_bytes, print,
+                                  args.colocate, args.colocate_placement,
+                                  args.colocate_jobs.split(",") if args.colocate_jobs else None, args.colocate_system)
         except BaseException as e:
             if stopper := stopped_by(e):  # Ctrl-C, or a stop signal (end_on_signals)
                 print(f"nightly: stopped by {stopper}", file=sys.stderr)

@@ -18,8 +18,10 @@ import pyarrow as pa
 from chakra_core.errors import ChakraError
 from chakra_core.format.job import Job
 from chakra_core.sim import reference
+from chakra_core.sim.colocation import PlacedJob, colocate
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.files import read_job
+from chakra_core.sim.placement import place
 from chakra_core.table_schema import TableSchema, column
 from pipeline.sweep_point import SweepPoint
 from pipeline.sweep.file import load_sweep_file
@@ -76,8 +78,13 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Swee
            "simulated_npus": None, "unshared": None,
            **dict.fromkeys(PARTS.values()), "astra_exposed_comm_ns": None}
     try:
-        result = simulate(job if isinstance(job, Job) else job(), network, on.system, mode=on.mode,
-                          scaling=on.scaling, traced_npus=ranks if ranks != npus else None)
+        loaded = job if isinstance(job, Job) else job()
+        if on.placement is None:
+            result = simulate(loaded, network, on.system, mode=on.mode, scaling=on.scaling,
+                              traced_npus=ranks if ranks != npus else None)
+        else:
+            result, colocated = _copies_together(loaded, network, on)
+            row.update(colocated)
     except (ChakraError, ValueError) as exc:  # what the model cannot run is a result, not a crash
         row.update(status="not simulated", error=str(exc))
         return row
@@ -99,6 +106,16 @@ def simulate_job(job_id: str, job: Job | Callable[[], Job], ranks: int, on: Swee
         error = f"{too_large} of {len(str(abs(row[too_large])))} digits does not fit in int64"
         row.update(dict.fromkeys(k for k in row if k.endswith("_ns")), status="failed", error=error)
     return row
+
+
+def _copies_together(job: Job, network, on: SweepPoint) -> tuple:
+    """(the run of on.copies copies of the job placed together by on.placement, the row's
+    alone_finish_ns and slowdown: those of the copy slowed most; sim/colocation.py)."""
+    placed = [PlacedJob(f"copy {i}", job, npus, 0)
+              for i, npus in enumerate(place(on.placement, [job.npus] * on.copies, network.npus))]
+    outcome = colocate(placed, network, on.system, mode=on.mode)
+    slowest = max(outcome.jobs, key=lambda j: j.slowdown)
+    return outcome.together, {"alone_finish_ns": slowest.alone_finish_ns, "slowdown": slowest.slowdown}
 
 
 def simulate_batch(job: SweepJob, points: list[SweepPoint], cost: dict[str, float]) -> list[dict]:
@@ -128,4 +145,4 @@ def failed_row(job: SweepJob, p: SweepPoint, error: str, cost: dict[str, float])
 
 def _sweep_columns(job: SweepJob, p: SweepPoint) -> dict:
     return {"origin": job.origin, "job_sha256": job.sha256, "point_key": p.key, "mode": p.mode,
-            "scaling": p.scaling, **p.params}
+            "scaling": p.scaling, "placement": p.placement, "copies": p.copies if p.placement else None, **p.params}

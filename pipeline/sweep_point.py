@@ -20,6 +20,10 @@ NETWORK_KEYS = tuple(ASTRA_SIM_NETWORK_KEYS)  # topology, npus_count, bandwidth,
 PER_DIMENSION_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
                              "reduce-scatter-implementation", "all-to-all-implementation")
 OPTIONS = {"mode": MODES, "scaling": ("weak", "strong")}
+# grid keys that place copies of the job together on the point's network (sim/colocation.py):
+# `placement` (packed, interleaved, spread, random:SEED) and `copies` (2 where a placement is given)
+COLOCATION_KEYS = ("placement", "copies")
+DEFAULT_COPIES = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class SweepPoint:
     scaling: str = "weak"
     swept: tuple[str, ...] = ()  # the grid keys (ASTRA-sim's names) its sweep varies: its parameter columns
     key: str = ""  # sha256 of the configuration as the sweep file gave it: with the job's hash, what a re-run skips
+    placement: str | None = None  # where `copies` copies of the job run together (None: the job alone)
+    copies: int = 1
 
     @property
     def npus(self) -> int | None:

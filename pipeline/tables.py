@@ -20,7 +20,7 @@ from chakra_core.table_schema import TableSchema
 from chakra_core.warehouse import commit, parts, snapshots
 from chakra_core.warehouse.catalog import table_location
 from pipeline import simulation
-from pipeline.nightly import history, jobs, night, represent, synthesis
+from pipeline.nightly import colocation, history, jobs, night, represent, synthesis
 
 __all__ = ["SCHEMAS", "TABLES", "commit_night", "empty", "from_rows", "read_day", "write_day", "write_rows"]
 
@@ -29,6 +29,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     jobs.INGEST_LOG, jobs.REJECTS, jobs.TRACES, jobs.COLLECTIVES, simulation.SIM_RESULTS,
     represent.REPRESENTATIVES, synthesis.SYNTHETIC_TRACES, synthesis.FIDELITY,
     jobs.DEVICE_TIME, jobs.DEVICE_VERDICTS, jobs.KERNELS, history.JOB_HISTORY, history.REGRESSIONS, night.NIGHTS,
+    colocation.COLOCATION,
 )}
 SCHEMAS: dict[str, pa.Schema] = {name: t.schema for name, t in TABLES.items()}  # as the files store them
 # an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with

@@ -79,7 +79,7 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local, capsys):
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
     assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
                                       "representatives", "synthetic_traces", "fidelity", "device_time",
-                                      "device_verdicts", "job_history", "kernels", "regressions", "nights"}
+                                      "device_verdicts", "job_history", "kernels", "regressions", "nights", "colocation"}
     assert summary["report"].endswith(f"/reports/date={DATE}/index.html")
     assert "Fleet report" in (warehouse / "reports" / f"date={DATE}" / "index.html").read_text()
     counts = {t: _count(warehouse, t) for t in summary["tables"]}

@@ -82,6 +82,12 @@ def _day_rows(day: str, index: int, prefix: str) -> dict[str, list[dict]]:
              "cluster_time_share": share, "cluster_estimate_error": err, "estimate_error": 0.0123,
              "estimate_errors": json.dumps({"time": 0.0123, "jobs": 0.004})}
             for j, n, c, w, share, err in (("gpu-gpt", 1, 0, 2.0, 0.6, 0.071), ("bad-unknown-file", 1, 1, 3.0, 0.4, 0.188))],
+        "colocation": [] if day != LAST else [
+            {"job_id": j, "network": "cluster.yml", "placement": "interleaved", "mode": "aware", "ranks": 2,
+             "finish_ns": finish, "alone_finish_ns": 9_000_000, "slowdown": finish / 9_000_000, "status": "ok",
+             "top_link": "dim 0: NPU 1 -> NPU 2", "top_link_waited_ns": 4_000_000,
+             "behind": json.dumps([{"job": other, "waited_ns": 9_000_000, "bytes": 1024}])}
+            for j, other, finish in (("gen-tiny", "gloo-w4", 18_000_000), ("gloo-w4", "gen-tiny", 9_000_000))],
         "job_history": [{"job_id": j, "fingerprint": "fp-" + j, "metric": m, "value": v, "unit": "ns"}
                         for j, figures in history.items() for m, v in figures.items()],
         "regressions": [] if day != LAST else [
@@ -203,6 +209,16 @@ def test_a_representative_with_rejected_files_is_flagged(reports):
     assert "1 rejected file(s)" in row
     job = _text(reports / f"date={LAST}" / "job=bad-unknown-file.html")
     assert "Files of this job were rejected" in job and "bad-unknown-file/notes.txt" in job
+
+
+def test_jobs_placed_together_slowest_first_with_whom_they_waited_behind(reports):
+    section = _section(_text(reports / f"date={LAST}" / "index.html"), "colocation")
+    assert "2 job(s) placed interleaved on cluster.yml (aware network)" in section
+    assert section.index("gen-tiny") < section.index("gloo-w4")  # the slowdown of 2.000 first
+    assert "2.000" in section
+    assert "dim 0: NPU 1 -> NPU 2 (4.00 ms)" in section and "gloo-w4: 9.00 ms" in section
+    earlier = _section(_text(reports / f"date={DAYS[1]}" / "index.html"), "colocation")
+    assert "No placement what-if ran" in earlier
 
 
 def test_numbers_are_ms_percent_and_binary_sizes(reports):

@@ -15,13 +15,13 @@ from chakra_core.format.job import Job, read_ranks
 from chakra_core.sim.engine import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.files import simulate_files
 from chakra_core.viz.timeline import (
-    add_timeline_parser,
     timeline_from_log,
     timeline_from_simulation,
     timeline_from_traces,
     validate_trace_events,
     write_timeline,
 )
+from chakra_core.viz.timeline_cli import add_timeline_parser
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REFERENCE_CONFIGS

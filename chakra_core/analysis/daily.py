@@ -88,6 +88,10 @@ SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "fidelity": (("fidelity",), """
         SELECT npus, cluster, real_jobs, synthetic_jobs, iteration_time_relative_error, composition_tv,
                message_size_ks_worst, verdict FROM fidelity WHERE date = {date} ORDER BY npus, cluster"""),
+    "colocation": (("colocation",), """
+        SELECT job_id, network, placement, mode, ranks, finish_ns, alone_finish_ns, slowdown, waited_ns, top_link,
+               top_link_waited_ns, behind, status FROM colocation WHERE date = {date}
+        ORDER BY slowdown DESC NULLS LAST, job_id"""),
     "changes": (("regressions",), """
         SELECT job_id, metric, before, after, change, threshold, noise, kind, cause, explained, baseline_date,
                history_days, step_impact, step_impact_ns, impact_basis, impact_note FROM regressions

@@ -32,9 +32,16 @@ def _npu_speeds(spec: list[str] | None, network_url: str) -> list[float] | None:
 
 
 def cmd_simulate(args) -> int:
+    from chakra_core.cli.simulate_jobs import cmd_simulate_jobs
     from chakra_core.sim.engine import SimulationDeadlock
     from chakra_core.sim.files import simulate_files
 
+    if len(args.workload) > 1 or args.placement is not None:
+        args.placement = args.placement or "packed"
+        return cmd_simulate_jobs(args)
+    if args.start_ns is not None or args.timeline is not None:
+        raise ChakraError("--start-ns and --timeline are for several jobs (give --placement for one)")
+    args.workload = args.workload[0]
     try:
         with Progress(items=True) as progress:
             result, assumptions = simulate_files(args.workload, args.network, args.system, args.comm_group,
@@ -105,8 +112,17 @@ def add_parsers(sub) -> None:
                        "with ASTRA-sim's analytical model: network YAML (Ring, FullyConnected, Switch per "
                        "dimension) and system JSON (collective algorithms, chunking, queues, endpoint delay, "
                        "roofline). Prints per-NPU finish, compute and exposed communication times. Exit 1 "
-                       "with a report of what each NPU waits for if the job can never finish.")
-    p.add_argument("--workload", required=True, metavar="PREFIX", help="files PREFIX.0.et, PREFIX.1.et, ...")
+                       "with a report of what each NPU waits for if the job can never finish. With several "
+                       "--workload, places the jobs together on the network (--placement) and prints what "
+                       "each loses to the others.")
+    p.add_argument("--workload", required=True, action="append", metavar="PREFIX",
+                   help="files PREFIX.0.et, PREFIX.1.et, ...; repeat it to place several jobs on the network "
+                   "together (the same PREFIX twice: two copies of one job)")
+    p.add_argument("--placement", metavar="P", help="several jobs: where their ranks go: packed (default), "
+                   "interleaved, spread, random:SEED, or FILE.json {\"jobs\": [[npu, ...], ...]}; prints each "
+                   "job's finish together and alone, its slowdown and whose traffic it waited behind")
+    p.add_argument("--start-ns", metavar="T0,T1,...", help="several jobs: each job's start (ns; default all 0)")
+    p.add_argument("--timeline", metavar="OUT.json", help="several jobs: a Perfetto timeline, one process per job")
     p.add_argument("--network", required=True, metavar="NET.yml", help="ASTRA-sim analytical network YAML")
     p.add_argument("--system", required=True, metavar="SYS.json", help="ASTRA-sim system JSON")
     p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (default: PREFIX.comm_groups.json where it exists)")

@@ -18,7 +18,7 @@ def add_parsers(sub) -> None:
     from chakra_core.viz.graph import add_visualize_parser
     from chakra_core.viz.plots import add_plot_parser
     from chakra_core.viz.report import add_report_parser
-    from chakra_core.viz.timeline import add_timeline_parser
+    from chakra_core.viz.timeline_cli import add_timeline_parser
 
     add_visualize_parser(sub)
     add_timeline_parser(sub)

@@ -18,6 +18,7 @@ from chakra_core.sim.events import EventQueue
 from chakra_core.sim.network.aware import AwareFabric, EntryRecordingFabric, WatchedFabric
 from chakra_core.sim.network.interface import Network
 from chakra_core.sim.network.unaware import UnawareNetwork
+from chakra_core.sim.network.waits import ledger_fabric
 from chakra_core.sim.system.collectives import AwareCollectiveModel, CollectiveModel
 from chakra_core.sim.system.live import AwareCollectives
 from chakra_core.sim.system.matching import Unaware
@@ -40,6 +41,8 @@ class Backend:
     collective_model: type[CollectiveModel]
     runner: Callable[..., object]  # (model, network, events, shapes, shortcuts, forced) -> the collective runner
     contends: bool
+    ledger: Callable[..., Network] | None = None  # (NetworkConfig, events, comm_scale, watched, job_of, WaitLedger):
+    # the job network of several jobs, charging each wait to the jobs ahead (network/waits.py; contends only)
 
     def collectives(self, network: NetworkConfig, system: SystemConfig, comm_scale: float = 1.0) -> CollectiveModel:
         """The collective model, its replays on this back-end's network."""
@@ -47,9 +50,14 @@ class Backend:
             return (self.recording if record else self.network)(network, events, comm_scale, free)
         return self.collective_model(network, system, comm_scale, replay_network)
 
-    def job_network(self, network: NetworkConfig, events: EventQueue, comm_scale: float, shortcuts: bool) -> Network:
-        """The network a job's sends and live collectives share."""
-        return (self.watched if shortcuts and self.contends else self.network)(network, events, comm_scale)
+    def job_network(self, network: NetworkConfig, events: EventQueue, comm_scale: float, shortcuts: bool,
+                    ledger: tuple | None = None) -> Network:
+        """The network a job's sends and live collectives share; with ledger (job_of, WaitLedger),
+        where messages contend, one that charges each wait to the jobs ahead."""
+        watched = shortcuts and self.contends
+        if ledger is not None and self.ledger is not None:
+            return self.ledger(network, events, comm_scale, watched, *ledger)
+        return (self.watched if watched else self.network)(network, events, comm_scale)
 
 
 def _unaware_network(network: NetworkConfig, events: EventQueue | None, scale: float = 1.0,
@@ -68,7 +76,7 @@ BACKENDS: dict[str, Backend] = {
                        contends=False),
     "aware": Backend("congestion-aware: links as FIFO servers that messages queue for",
                      AwareFabric, WatchedFabric, EntryRecordingFabric, AwareCollectiveModel, AwareCollectives,
-                     contends=True),
+                     contends=True, ledger=ledger_fabric),
 }
 MODES = tuple(BACKENDS)
 DEFAULT_MODE = MODES[0]

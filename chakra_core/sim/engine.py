@@ -31,6 +31,7 @@ from chakra_core.sim.decoded import CPU, EXTENSIONS, GPU_COMPUTE
 from chakra_core.sim.errors import SimulationDeadlock, SimulationError
 from chakra_core.sim.events import EventQueue
 from chakra_core.sim.memory.local import LocalMemory
+from chakra_core.sim.network.waits import WaitLedger
 from chakra_core.sim.results import NpuResult, SimResult, TimelineEvent
 from chakra_core.sim.sharing import Sharing, SymmetryBroken
 from chakra_core.sim.symmetry import find_sharing, links_apart
@@ -52,14 +53,18 @@ class Engine:
                  comm_groups: dict[int, tuple[int, ...]] | None = None, mode: str = DEFAULT_MODE,
                  compute_scale: float = 1.0, comm_scale: float = 1.0, npu_speed: list[float] | None = None,
                  record_timeline: bool = False, reuse_alone: bool = True,
-                 progress: Callable[[str, int, int], None] | None = None, sharing: Sharing | None = None):
+                 progress: Callable[[str, int, int], None] | None = None, sharing: Sharing | None = None,
+                 start_at: list[int] | None = None, job_of: list[int] | None = None):
         """compute_scale multiplies every compute time, comm_scale every communication time (a
         what-if knob: 0.5 = twice as fast a network); npu_speed[i] divides NPU i's compute times
         (0.5 = a straggler at half speed). reuse_alone=False replays every aware collective live
         even where a shortcut is exact (for checking that it is). progress, if given, is called
         as progress("simulating nodes", done, total) now and then. With sharing (symmetry.py),
         feeders[npu] is None for every NPU but the representatives, and run() raises
-        SymmetryBroken where the shared run cannot stand for the whole job."""
+        SymmetryBroken where the shared run cannot stand for the whole job. Several jobs placed
+        on one network (sim/colocation.py) give start_at[npu], the tick each NPU first issues,
+        and job_of[npu], its job: then `ledger` (network/waits.py) says who waited behind whom
+        in the run kept."""
         self.backend = backend(mode)
         if len(feeders) != network.npus:
             raise SimulationError(f"the network has {network.npus} NPUs but {len(feeders)} workload file(s) were given")
@@ -69,6 +74,7 @@ class Engine:
         if len(npu_speed) != len(feeders) or min(npu_speed) <= 0:
             raise SimulationError(f"npu_speed needs one positive factor per NPU ({len(feeders)})")
         self.feeders, self.network, self.system, self.mode = feeders, network, system, mode
+        self.start_at, self.job_of, self.ledger = start_at, job_of, None
         self.comm_scale, self.record_timeline, self.reuse_alone, self.progress = (
             comm_scale, record_timeline, reuse_alone, progress)
         self.collectives = self.backend.collectives(network, system, comm_scale)
@@ -95,7 +101,7 @@ class Engine:
         (progress reports start again with each)."""
         shortcuts, forced = self.reuse_alone, frozenset()
         contends = self.backend.contends  # shortcuts the runner checks: a run may be run again
-        saved = [feeder and feeder.save_state() for feeder in self.feeders] if contends and shortcuts else None
+        saved = [feeder.save_state() if feeder is not None else None for feeder in self.feeders] if contends and shortcuts else None
         spent = 0.0
         for attempt in range(self.MAX_ATTEMPTS + 1):
             if attempt:
@@ -126,6 +132,9 @@ class Engine:
                            notes=[EXTENSIONS.get(label, self.memory.note) for label in sorted(extensions)]
                            + sorted(set(runner.notes)))
         result.sharing = self.sharing.summary() if self.sharing is not None else {}
+        if self.ledger is not None:
+            self.ledger.rep_of = self.sharing.rep_of if self.sharing is not None else None
+            result.ledger = self.ledger
         if workload.unfinished():
             report: dict[int, list[str]] = defaultdict(list)
             explained: dict[int, set] = defaultdict(set)  # per NPU: issued nodes the report explains
@@ -165,13 +174,16 @@ class Engine:
         if self.system.device_timing is not None:
             timing = self.system.device_timing
             workload.add_device_timing(round(timing.launch_latency_ns), round(timing.kernel_gap_ns))
-        network = self.backend.job_network(self.network, events, self.comm_scale, shortcuts)
+        if self.job_of is not None:
+            self.ledger = WaitLedger()  # the last run's is the one kept
+        network = self.backend.job_network(self.network, events, self.comm_scale, shortcuts,
+                                           (self.job_of, self.ledger) if self.job_of is not None else None)
         runner = self.backend.runner(self.collectives, network, events, self.shapes, shortcuts and self.backend.contends,
                                      forced)
         if shortcuts and self.backend.contends:
             workload.watch_coincidences()
         system = workload.system = System(self.nodes, network, runner, workload.at, results, self.sharing)
-        workload.start()
+        workload.start(self.start_at)
         events.run(workload.complete)  # calls are steps of the live replays and the network
         return results, workload, system, runner
 

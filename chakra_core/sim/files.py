@@ -10,14 +10,16 @@ import pyarrow as pa
 
 from chakra_core.format.job import Job, JobLayoutError
 from chakra_core.sim.backends import DEFAULT_MODE
-from chakra_core.sim.config import load_network, load_system
+from chakra_core.sim.colocation import PlacedJob
+from chakra_core.sim.config import NetworkConfig, SystemConfig, load_network, load_system
 from chakra_core.sim.engine import simulate
 from chakra_core.sim.errors import SimulationError
+from chakra_core.sim.placement import place
 from chakra_core.sim.results import SimResult
 from chakra_core.sim.workload.nodes import read_columns
 
 
-def read_job(prefix: str, npus: int, comm_group_url: str | None = None, columns: Sequence[str] | None = None) -> Job:
+def read_job(prefix: str, npus: int | None, comm_group_url: str | None = None, columns: Sequence[str] | None = None) -> Job:
     """Ranks 0..npus-1 of `<prefix>.<rank>.et` (any fsspec URL; only `columns` of them, when
     given) and their communicator groups (the named file, else the one beside the ranks, if
     any); errors name the NPU."""
@@ -25,6 +27,16 @@ def read_job(prefix: str, npus: int, comm_group_url: str | None = None, columns:
         return Job.read(prefix, npus, comm_group_url, columns)
     except JobLayoutError as exc:  # "rank R of N: ...", said as the simulator's other errors say it
         raise SimulationError(re.sub(r"^rank (\d+)", r"workload for NPU \1", str(exc))) from None
+
+
+def read_placed(prefixes: list[str], placement: str, starts: list[int], network: NetworkConfig,
+                system: SystemConfig, timeline: bool = False) -> list[PlacedJob]:
+    """Several jobs placed on one network (sim/colocation.py): each prefix read once (given
+    twice: two copies of one job), only the columns a simulation reads, placed by `placement`."""
+    columns = read_columns(system, timeline)
+    jobs = {prefix: read_job(prefix, None, None, columns) for prefix in dict.fromkeys(prefixes)}
+    npus = place(placement, [jobs[prefix].npus for prefix in prefixes], network.npus)
+    return [PlacedJob(prefix, jobs[prefix], where, start) for prefix, where, start in zip(prefixes, npus, starts)]
 
 
 def load_tables(prefix: str, npus: int) -> list[pa.Table]:

@@ -73,6 +73,7 @@ class SimResult:
     notes: list[str] = field(default_factory=list)  # modelling choices beyond ASTRA-sim that this run used
     assumptions: list[str] = field(default_factory=list)  # what-if scaling's (sim/whatif.py), if it ran
     sharing: dict = field(default_factory=dict)  # what a shared run simulated (sim/symmetry.py), or why none ran
+    ledger: object = None  # several jobs on one network: who waited behind whom (network/waits.WaitLedger)
 
     @property
     def finish_ns(self) -> int:

@@ -117,7 +117,17 @@ def day_context(day: daily.Day, sections: dict[str, list[dict]], history: dict[s
         "systems": [{**s, "not_simulated": not_simulated[s["job_id"]]} for s in sections["systems"]],
         "representatives": [{**r, "rejected_files": rejected[r["job_id"]]} for r in sections["representatives"]],
         "estimate": estimate, "fidelity": sections["fidelity"],
+        "colocation": [{**c, "behind": _json_list(c["behind"])} for c in sections["colocation"]],
     }
+
+
+def _json_list(text: str | None) -> list:
+    """A JSON list cell of the warehouse; a damaged one shows as empty."""
+    try:
+        found = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return found if isinstance(found, list) else []
 
 
 def _json_map(text: str | None) -> dict:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -186,6 +185,26 @@ def timeline_from_simulation(result, tables=None, max_flows: int = DEFAULT_MAX_F
             flows.extend((npu, parent, child) for child, parent in _deps(table))
     other = {"source": "simulation", "mode": result.mode, "finish_ns": result.finish_ns, "notes": list(result.notes)}
     return b.document(flows, max_flows, other)
+
+
+def timeline_from_jobs(result, placed: list) -> dict:
+    """A run of several jobs on one network (sim/colocation.py's PlacedJobs, recorded with
+    record_timeline): one process per job, one track per NPU and kind of work."""
+    if result.timeline is None:
+        raise ValueError("no timeline was recorded: simulate with record_timeline=True")
+    job_of = {npu: (job, rank) for job, p in enumerate(placed) for rank, npu in enumerate(p.npus)}
+    b = _Builder("job")
+    for job, p in enumerate(placed):
+        b.process_names[job] = f"job {job}: {p.workload}"
+    for t in result.timeline:
+        job, rank = job_of[t.npu]
+        track = f"NPU {t.npu} (rank {rank}) {t.track}"
+        b.track_rank.setdefault(track, (rank, SIM_TRACK_ORDER.index(t.track) if t.track in SIM_TRACK_ORDER else 99))
+        b.add(_Event(job, track, t.name or t.kind, t.start_ns, max(t.end_ns, t.start_ns),
+                     {"node_id": t.node_id, "kind": t.kind, "bytes": t.bytes, "npu": t.npu}, key=(t.npu, t.node_id)))
+    other = {"source": "simulation of several jobs", "mode": result.mode, "finish_ns": result.finish_ns,
+             "jobs": len(placed), "notes": list(result.notes)}
+    return b.document((), 0, other)
 
 
 def _deps(table) -> Iterable[tuple[int, int]]:
@@ -501,72 +520,3 @@ def write_timeline(doc: dict, url: str) -> None:
     data = json.dumps(doc, separators=(",", ":")).encode()
     with open_output(url, "wb") as f:
         f.write(data)
-
-
-# ------------------------------------------------------------------ command line
-
-
-def add_timeline_parser(subparsers):
-    from chakra_core.sim.backends import DEFAULT_MODE, MODES, modes_help
-
-    p = subparsers.add_parser(
-        "timeline", help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
-        description="One process per NPU (rank), one thread per track; overlapping events of a track go to "
-        "sub-tracks so that Perfetto accepts them. Sources: a simulation (--workload with --network and "
-        "--system), a job's converted traces as recorded (--recorded PREFIX, or its files: --trace), or the "
-        "reference timeline visualizer's issue/callback log (--log with --npu-frequency). OUT ending in .gz is "
-        "gzipped.")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--workload", metavar="PREFIX", help="simulate PREFIX.0.et, PREFIX.1.et, ...")
-    source.add_argument("--recorded", metavar="PREFIX", help="the job as recorded: its converted traces "
-                        "PREFIX.0.et, PREFIX.1.et, ... at their start times and durations")
-    source.add_argument("--trace", nargs="+", metavar="IN.et", help="one .et file per rank of one job, as recorded")
-    source.add_argument("--log", metavar="LOG.csv", help="issue/callback log (chakra_timeline_visualizer input)")
-    p.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (with --workload)")
-    p.add_argument("--system", metavar="SYS.json", help="ASTRA-sim system JSON (with --workload)")
-    p.add_argument("--comm-group", metavar="FILE", help="ASTRA-sim communicator-group JSON (with --workload)")
-    p.add_argument("--mode", choices=MODES, default=DEFAULT_MODE,
-                   help=f"the network model (with --workload): {modes_help()}")
-    p.add_argument("--npu-frequency", type=float, metavar="MHZ", help="NPU clock in MHz (with --log)")
-    p.add_argument("--max-flows", type=int, default=DEFAULT_MAX_FLOWS, metavar="N",
-                   help=f"draw at most N dependency arrows across tracks (default {DEFAULT_MAX_FLOWS})")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.json", help="where to write the timeline")
-    p.set_defaults(run=cmd_timeline)
-    return p
-
-
-def cmd_timeline(args) -> int:
-    status = 0
-    if args.workload:
-        if not args.network or not args.system:
-            print("chakra timeline: --workload needs --network and --system", file=sys.stderr)
-            return 2
-        from chakra_core.sim.engine import SimulationDeadlock
-        from chakra_core.sim.files import simulate_files
-
-        try:
-            result, _ = simulate_files(args.workload, args.network, args.system, args.comm_group, mode=args.mode,
-                                       record_timeline=True)
-        except SimulationDeadlock as exc:
-            print(f"chakra timeline: {exc} (writing the partial timeline)", file=sys.stderr)
-            result, status = exc.partial, 1
-        tables = read_ranks(args.workload, len(result.npus)) if args.max_flows > 0 else None
-        doc = timeline_from_simulation(result, tables, args.max_flows)
-    elif args.recorded:
-        doc = recorded_timeline(args.recorded, max_flows=args.max_flows)
-        if not doc["otherData"]["events"]:
-            print(f"chakra timeline: {args.recorded}: no node has a recorded start time (a generated or synthetic "
-                  "job?); nothing written", file=sys.stderr)
-            return 2
-    elif args.trace:
-        doc = timeline_from_traces(args.trace, args.max_flows)
-    else:
-        if args.npu_frequency is None:
-            print("chakra timeline: --log needs --npu-frequency MHZ", file=sys.stderr)
-            return 2
-        doc = timeline_from_log(args.log, args.npu_frequency)
-    write_timeline(doc, args.output)
-    other = doc["otherData"]
-    print(f"{other['events']} events, {other['npus']} NPUs, {other['threads']} tracks, "
-          f"{other['flows']} flows -> {args.output}")
-    return status

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from chakra_core.inputs import sha256
+from pipeline.nightly.colocation import ColocationPlan, chosen_jobs, colocation_rows
 from pipeline.nightly.bigjobs import PER_RANK_BYTES, ProgressLog, capped, converts_by_rank, job_memory
 from pipeline.cluster import WORKER_RETRIES, Stage, direct
 from pipeline.nightly.drop import list_day
@@ -32,6 +33,7 @@ from pipeline.layout import StorageError, raise_if_storage, remove, retried, sta
 from pipeline.nightly.represent import DEFAULT_REPRESENTATIVES, representatives_table
 from pipeline.sweep_point import SweepPoint
 from pipeline.simulation import reference_point, simulate_row
+from pipeline.sweep.jobs import exists
 from pipeline.nightly.synthesis import JOBS_PER_NPU_COUNT, fit_day, synthesize_npus, target_npus
 from pipeline.nightly.night import night_table
 from pipeline.tables import from_rows, write_rows
@@ -93,12 +95,15 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             progress: Callable[[str, int, int], None] | None = None,
             representatives: int = DEFAULT_REPRESENTATIVES,
             synthetic_jobs: int = JOBS_PER_NPU_COUNT, stage: Stage = direct,
-            per_rank_bytes: int = PER_RANK_BYTES, log: Callable[[str], None] | None = None) -> DayResult:
+            per_rank_bytes: int = PER_RANK_BYTES, log: Callable[[str], None] | None = None,
+            colocation: ColocationPlan | None = None) -> DayResult:
     """Everything for one day, as data files of its tables (not yet committed: the nightly flow
     commits them), in named stages: `stage(name, step,
     counts)` runs each step and says what it did with counts(result). per_rank_bytes: a PyTorch
     job whose largest rank reads this much converts a Ray task per rank (pipeline/nightly/bigjobs.py);
-    `log` gets the lines of their progress (ProgressLog) while the conversions run."""
+    `log` gets the lines of their progress (ProgressLog) while the conversions run. With
+    `colocation`, the representatives (or the plan's jobs) are placed together on its network
+    (pipeline/nightly/colocation.py)."""
     result = DayResult(date, uuid.uuid4().hex[:12])
     jobs, loose = stage("list day", lambda: _list(source, date, warehouse),
                         lambda listed: f"{len(listed[0])} jobs, {len(listed[1])} file(s) outside any job's folder")
@@ -139,6 +144,9 @@ def run_day(date: str, source: str, warehouse: str, systems: list[SweepPoint],
             {d.job_id: (d.ranks, d.selection_row) for d in converted if d.selection_row}, reference_rows,
             representatives, result.run_id),
         representatives_counts)
+    result.tables["colocation"] = from_rows("colocation", [] if colocation is None else stage(
+        "colocate (placement what-if)", lambda: _colocate(colocation, converted, result),
+        lambda rows: f"{len(rows)} jobs placed {colocation.placement} on {colocation.network}"))
     synthetic, fidelity, result.training = stage(
         "synthesis (Ray)", lambda: _synthesize(date, warehouse, result.run_id, per_count, progress, fitting),
         lambda done: f"{len(done[0])} synthetic jobs, {len(done[1])} fidelity comparisons")
@@ -326,6 +334,13 @@ def _costs(regressions: pa.Table, converted: list[JobDigest], history: dict) -> 
     rows = regressions.to_pylist()
     parts = parts_to_set_back(rows, {d.job_id: d.figures for d in converted}, history)
     return from_rows("regressions", with_step_impacts(regressions, {d.job_id: d.prefix for d in converted}, parts))
+
+
+def _colocate(plan: ColocationPlan, converted: list[JobDigest], result: DayResult) -> list[dict]:
+    """The colocation rows of the plan's jobs (the representatives where it names none)."""
+    found = {d.job_id: (d.prefix, d.ranks, d.comm_groups if d.comm_groups and exists(d.comm_groups) else None)
+             for d in converted}
+    return colocation_rows(plan, found, chosen_jobs(plan, result.tables["representatives"]), result.run_id)
 
 
 def _gather_files(result: DayResult, outcomes: list[tuple[JobInput, JobDigest]], warehouse: str) -> None:

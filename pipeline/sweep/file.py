@@ -32,7 +32,10 @@ from chakra_core.errors import ChakraError
 from chakra_core.sim import reference
 from chakra_core.sim.backends import DEFAULT_MODE
 from chakra_core.sim.config import ASTRA_SIM_SYSTEM_KEYS, network_from_document, read_document, system_from_document
+from chakra_core.sim.placement import PLACEMENTS, computed
 from pipeline.sweep_point import (
+    COLOCATION_KEYS,
+    DEFAULT_COPIES,
     NETWORK_KEYS,
     OPTIONS,
     PER_DIMENSION_SYSTEM_KEYS,
@@ -48,7 +51,7 @@ from pipeline.sweep.where import Condition, parse_where
 DEFAULT_MAX_POINTS = 10_000
 NATIVE_RING = "native-ring"  # a named system's network: a Ring with exactly the job's rank count
 REFERENCE = "reference"  # a named system's (or the grid's) system: chakra_core/sim/reference.py's
-GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS)
+GRID_KEYS = (*NETWORK_KEYS, *ASTRA_SIM_SYSTEM_KEYS, *OPTIONS, *COLOCATION_KEYS)
 # the network keys a grid need not give: the reference network's (npus_count has no default)
 NETWORK_DEFAULTS = {"topology": "Ring", "bandwidth": reference.BANDWIDTH_GBPS, "latency": reference.LATENCY_NS}
 # a grid this many times the limit is refused before expanding it: `where` could not prune it in time
@@ -131,10 +134,13 @@ class _Draft:
     mode: str = DEFAULT_MODE
     scaling: str = "weak"
     swept: tuple[str, ...] = ()
+    placement: str | None = None
+    copies: int = 1
 
     @property
     def key(self) -> str:
-        text = json.dumps([self.network, self.system, self.mode, self.scaling], sort_keys=True)
+        colocated = [self.placement, self.copies] if self.placement else []  # (a point alone keeps its old key)
+        text = json.dumps([self.network, self.system, self.mode, self.scaling, *colocated], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def where_values(self) -> dict:
@@ -246,7 +252,8 @@ def _grid_points(path: str, base: str, spec: _SweepFile, conditions: list[Condit
     network = _base_network(path, base, spec.network) if spec.network is not None else {}
     for i, grid in enumerate(grids):
         _check_grid(path, f"grid[{i}]" if len(grids) > 1 else "grid", grid)
-    swept = tuple(dict.fromkeys(k for grid in grids for k in grid if k not in OPTIONS))  # columns of every point
+    swept = tuple(dict.fromkeys(k for grid in grids for k in grid
+                                if k not in OPTIONS and k not in COLOCATION_KEYS))  # columns of every point
     points = []
     for i, grid in enumerate(grids):
         where = f"grid[{i}]" if len(grids) > 1 else "grid"
@@ -273,6 +280,8 @@ def _check_grid(path: str, where: str, grid) -> None:
         for value in values:
             if key in OPTIONS:
                 _option(path, f"{where}.{key}", value)
+            if key in COLOCATION_KEYS:
+                _colocation(path, f"{where}.{key}", key, value)
             items = value if isinstance(value, list) and per_dimension else [value]
             if not items or any(isinstance(v, (dict, list)) or v is None for v in items):
                 raise SweepError(f"{path}: {where}: {key}: {value!r}: expected a value"
@@ -295,7 +304,19 @@ def _grid_point(path: str, where: str, values: dict, base_network: dict, base_sy
             system[key] = _spread(system[key] if key in values else _every_dimension(system[key]), dims)
     name = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in values.items())
     options = {k: values[k] for k in OPTIONS if k in values}
+    if "placement" in values or "copies" in values:
+        options.update(placement=values.get("placement", "packed"), copies=values.get("copies", DEFAULT_COPIES))
     return _Draft(name, network, system, swept=swept, **options)
+
+
+def _colocation(path: str, key: str, name: str, value) -> None:
+    """A placement of the simulator's (but a file: a sweep places copies of one job) or a copy count."""
+    if name == "copies":
+        if type(value) is not int or value < 1:
+            raise SweepError(f"{path}: {key}: {value!r}: expected a whole number of copies, 1 or more")
+        return
+    if not isinstance(value, str) or not computed(value):
+        raise SweepError(f"{path}: {key}: {value!r}: expected {', '.join(PLACEMENTS[:4])}")
 
 
 def _every_dimension(value):
@@ -334,7 +355,8 @@ def _configured(path: str, drafts: list[_Draft]) -> list[SweepPoint]:
         return made[text]
 
     return [SweepPoint(p.name, None if p.network is None else config(p, "network", p.network, network_from_document),
-                            config(p, "system", p.system, system_from_document), p.mode, p.scaling, p.swept, p.key)
+                            config(p, "system", p.system, system_from_document), p.mode, p.scaling, p.swept, p.key,
+                            p.placement, p.copies)
             for p in drafts]
 
 

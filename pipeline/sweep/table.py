@@ -28,6 +28,8 @@ from pipeline.tables import SCHEMAS
 EXTRA = pa.schema([
     ("origin", pa.string()), ("job_sha256", pa.string()), ("point_key", pa.string()), ("mode", pa.string()),
     ("scaling", pa.string()), ("cost", pa.float64()), ("seconds", pa.float64()), ("run_id", pa.string()),
+    # a point placing copies of the job together (sim/colocation.py): how, how many, and the copy slowed most
+    ("placement", pa.string()), ("copies", pa.int32()), ("alone_finish_ns", pa.int64()), ("slowdown", pa.float64()),
 ])
 # parameter columns of these keys have one type whatever a grid spells (50 or 50.0), so sweeps group alike
 FIXED_TYPES = {"topology": pa.string(), "npus_count": pa.int64(), "bandwidth": pa.float64(), "latency": pa.float64()}

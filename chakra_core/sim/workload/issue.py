@@ -89,9 +89,16 @@ class Workload:
     def ties(self) -> int:
         return self.order.ties
 
-    def start(self) -> None:
+    def start(self, start_at: list[int] | None = None) -> None:
+        """Every NPU issues at tick 0, or at start_at[npu] (jobs placed together may start apart)."""
         for npu in self.active:
-            self.issue(npu, 0)
+            if start_at is None or not start_at[npu]:
+                self.issue(npu, 0)
+            else:
+                self.events.call(start_at[npu], self._issue_later, npu)
+
+    def _issue_later(self, now: int, npu: int) -> None:
+        self.issue(npu, now)
 
     def complete(self, now: int, npu: int, scheduled: tuple[int, int]) -> None:
         """A node of `npu` ends now (the next of the group of the event's node, workload/order.py):
