@@ -1,0 +1,214 @@
+"""Who holds a multi-rank job back, why, and what it costs (docs/cli.md, 'chakra stragglers').
+
+A straggler is a rank the others wait for. Each rank's work is cut into segments at its
+arrivals at communications (segment i of step s: from its i-th arrival in the step to the
+next), which every rank of a job running the same program has in the same order. A rank's
+excess in a segment is its work there beyond the median of its peers' in the same segment, and
+by kind (analysis/rank_timeline.py) which part grew. Its cost is measured, not estimated: the job
+is replayed (analysis/cross_rank.py) with that rank's excess removed, segment by segment, its
+other work as recorded, and the step time saved per step is the cost. Only the late part
+changes: a rank that is slow before one all-reduce and on time elsewhere keeps its time elsewhere.
+
+The cause is the kind whose excess is largest: `compute` (with the operator class and the
+innermost operator that grew most against the peers' median), `host` (time with no operator
+running: a stall), `communication` (its own transfers, and blocking calls' own time, longer than
+its peers') or `input` (data loading). A rank is reported when its cost is at least FLOOR_SHARE
+of the step: below that, the replay's own error and the run-to-run noise of a recording are of
+the same size (a balanced four-rank CPU job's ranks differ by a few per cent).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chakra_core.analysis import cross_rank
+from chakra_core.analysis.rank_timeline import RankTimeline
+
+FLOOR_SHARE = 0.05  # a straggler saves at least this share of the step when it is made median
+CANDIDATES = 8  # ranks priced by a replay each, those with the most excess first
+
+
+def _by_segment(events: list):
+    """Each event with the segment it falls in: (step, arrivals so far in the step)."""
+    step, arrived = -1, 0
+    for event in events:
+        if event[0] == "step":
+            step, arrived = event[1], 0
+        elif event[0] == "issue":
+            arrived += 1
+        yield (step, arrived), event
+
+
+def segments(tl: RankTimeline) -> dict:
+    """(step, arrivals so far in the step) -> [work ns, parts] of the rank."""
+    out: dict = {}
+    for seg, event in _by_segment(tl.events):
+        if event[0] == "work":
+            totals = out.setdefault(seg, [0, {}])
+            totals[0] += event[1]
+            for label, ns in event[2].items():
+                totals[1][label] = totals[1].get(label, 0) + ns
+    return out
+
+
+def excess(timelines: list[RankTimeline], by_rank: dict) -> dict:
+    """rank -> {segment: (excess ns, {kind: excess ns})} over the median of its peers."""
+    out: dict = {}
+    for tl in timelines:
+        mine = {}
+        for seg, (ns, parts) in by_rank[tl.rank].items():
+            peers = [by_rank[p.rank][seg] for p in timelines if p.rank != tl.rank and seg in by_rank[p.rank]]
+            if not peers:
+                continue
+            over = ns - float(np.median([p[0] for p in peers]))
+            if over <= 0:
+                continue
+            grew = {label: v - float(np.median([p[1].get(label, 0) for p in peers])) for label, v in parts.items()}
+            mine[seg] = (over, {label: g for label, g in grew.items() if g > 0})
+        out[tl.rank] = mine
+    return out
+
+
+def _without_excess(tl: RankTimeline, extra: dict, work: dict) -> list:
+    """The rank's events with each segment's work scaled down by its excess."""
+    events = []
+    for seg, event in _by_segment(tl.events):
+        if event[0] == "work" and seg in extra:
+            keep = 1.0 - extra[seg][0] / work[seg][0]
+            event = ("work", int(event[1] * keep), {k: int(v * keep) for k, v in event[2].items()})
+        events.append(event)
+    return events
+
+
+def _cause(timelines, rank: int, grew: dict, joins: dict) -> dict:
+    """The kind that grew most, with the operator class and operator for compute."""
+    kinds: dict = {}
+    for label, ns in grew.items():
+        kind = label.split(":")[0]
+        kinds[kind] = kinds.get(kind, 0) + ns
+    transfer_over = _transfer_excess(rank, joins)
+    if transfer_over > 0:
+        kinds["communication"] = kinds.get("communication", 0) + transfer_over
+    cause = max(kinds, key=kinds.get) if kinds else "host"
+    out = {"cause": cause, "excess_by_kind_ns": {k: int(v) for k, v in sorted(kinds.items())}}
+    if cause == "compute":
+        classes = {label.split(":", 1)[1]: ns for label, ns in grew.items() if label.startswith("compute:")}
+        out["family"] = max(classes, key=classes.get)
+        out["operator"] = _operator_grown(timelines, rank)
+    return out
+
+
+def _transfer_excess(rank: int, joins: dict) -> float:
+    over = 0.0
+    for join in joins.values():
+        if rank in join.transfer and len(join.members) > 1:
+            peers = [join.transfer[r] for r in join.members if r != rank]
+            over += max(0.0, join.transfer[rank] - float(np.median(peers)))
+    return over
+
+
+def _operator_grown(timelines: list[RankTimeline], rank: int) -> str | None:
+    mine = next(tl.operators for tl in timelines if tl.rank == rank)
+    peers = [tl.operators for tl in timelines if tl.rank != rank]
+    grown = {name: ns - float(np.median([p.get(name, 0) for p in peers])) for name, ns in mine.items()}
+    return max(grown, key=grown.get) if grown else None
+
+
+def analyze(timelines: list[RankTimeline]) -> dict:
+    """The report of `chakra stragglers` for a job's rank timelines (docs/cli.md)."""
+    timelines = [tl for tl in timelines if tl.events]
+    if not timelines:
+        return {"step_ns": 0, "steps": [], "stragglers": [], "critical_path": {"length_ns": 0, "parts": []},
+                "waits": {}, "replay": {}, "floor_share": FLOOR_SHARE}
+    joins = cross_rank.match_joins(timelines)
+    base = cross_rank.replay(timelines, joins)
+    marks = cross_rank.marks_index(timelines)
+    steps = sorted(base.step_ends)
+    paths = [cross_rank.walk(timelines, base, marks, s) for s in steps]
+    step_ns = float(np.mean([p["length_ns"] for p in paths]))
+    replayed = float(np.mean(cross_rank.step_times(base)))
+    return {
+        "step_ns": int(step_ns),
+        "steps": [_step_row(timelines, s, p) for s, p in zip(steps, paths)],
+        "stragglers": _stragglers(timelines, joins, replayed, step_ns),
+        "critical_path": _over_steps(paths),
+        "waits": {str(r): row for r, row in sorted(cross_rank.waits_by_rank(joins).items())},
+        "replay": {"recorded_step_ns": _recorded_step(timelines), "replayed_step_ns": int(replayed)},
+        "floor_share": FLOOR_SHARE,
+    }
+
+
+def _stragglers(timelines, joins, replayed: float, step_ns: float) -> list[dict]:
+    work = {tl.rank: segments(tl) for tl in timelines}
+    over = excess(timelines, work)
+    ranked = sorted(over, key=lambda r: -sum(v[0] for v in over[r].values()))[:CANDIDATES]
+    found = []
+    for rank in ranked:
+        if not over[rank]:
+            continue
+        tl = next(t for t in timelines if t.rank == rank)
+        events = {rank: _without_excess(tl, over[rank], work[rank])}
+        saved = replayed - float(np.mean(cross_rank.step_times(cross_rank.replay(timelines, joins, events))))
+        if saved < FLOOR_SHARE * step_ns:
+            continue
+        grew: dict = {}
+        for _, parts in over[rank].values():
+            for label, ns in parts.items():
+                grew[label] = grew.get(label, 0) + ns
+        row = {"rank": rank, "cost_ns": int(saved), "share": saved / step_ns if step_ns else 0.0,
+               "excess_ns": int(sum(v[0] for v in over[rank].values()) / max(1, len(_steps_of(work[rank]))))}
+        row.update(_cause(timelines, rank, grew, joins))
+        found.append(row)
+    return sorted(found, key=lambda row: -row["cost_ns"])
+
+
+def _steps_of(segs: dict) -> set:
+    return {step for step, _ in segs}
+
+
+def _step_row(timelines, step: int, path: dict) -> dict:
+    names = timelines[0].steps
+    closers: dict = {}
+    for join in path["joins"]:
+        closers[join["closer"]] = closers.get(join["closer"], 0) + 1
+    return {"step": names[step] if step < len(names) else str(step), "length_ns": int(path["length_ns"]),
+            "parts": _part_rows(path["parts"], 1), "joins": path["joins"],
+            "closers": {str(r): n for r, n in sorted(closers.items())}, "segments": path["segments"]}
+
+
+def _part_rows(parts: dict, steps: int) -> list[dict]:
+    rows = [{"rank": r, "kind": kind, "ns": int(ns / steps)} for (r, kind), ns in parts.items()]
+    return sorted(rows, key=lambda row: -row["ns"])
+
+
+def _over_steps(paths: list[dict]) -> dict:
+    total: dict = {}
+    for p in paths:
+        for key, ns in p["parts"].items():
+            total[key] = total.get(key, 0) + ns
+    n = len(paths)
+    return {"length_ns": int(np.mean([p["length_ns"] for p in paths])), "steps": n,
+            "parts": _part_rows(total, n),
+            "segments": [list(s) for s in paths[-1]["segments"]] if paths else []}
+
+
+def _recorded_step(timelines: list[RankTimeline]) -> int:
+    """The recorded step time: from the earliest first-step start to the latest last-step end,
+    per step."""
+    steps = min(len(tl.windows) for tl in timelines)
+    if not steps:
+        return 0
+    begin = min(tl.windows[0][0] for tl in timelines)
+    end = max(tl.windows[steps - 1][1] for tl in timelines)
+    return int((end - begin) / steps)
+
+
+def job_report(tables: list, times: list | None = None, ranks: list[int] | None = None) -> dict:
+    """analyze() of a job given as one node table per rank (`ranks`: each table's rank, default
+    its index); `times[i]`, where given, the (start, end) ns a simulation gave each node of
+    table i instead of the recorded ones."""
+    from chakra_core.analysis.rank_timeline import rank_timeline
+
+    ranks = list(range(len(tables))) if ranks is None else ranks
+    return analyze([rank_timeline(t, r, None if times is None else times[i])
+                    for i, (r, t) in enumerate(zip(ranks, tables))])

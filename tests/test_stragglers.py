@@ -1,0 +1,110 @@
+"""Issue 50: the critical path across ranks and the stragglers with cause and cost, on the held-out
+real four-rank gloo DDP recordings of datasets/pytorch-stragglers (`chakra stragglers`), and on a
+hand-built job whose arithmetic is known."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from chakra_core.analysis.stragglers import FLOOR_SHARE, job_report
+from chakra_core.cli import main as chakra
+from chakra_core.format.etfile import read_table
+from datapaths import DATASETS
+
+RUNS = DATASETS / "pytorch-stragglers"
+HOST_STALL_NS = 30_000_000  # tools/record_stragglers.py HOST_STALL_S
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """run -> the prefix of its converted job."""
+    out = {}
+    for run in ("balanced", "compute", "host"):
+        folder = tmp_path_factory.mktemp(run)
+        assert chakra(["convert", str(RUNS / f"{run}-w4"), "-o", str(folder)]) == 0
+        out[run] = str(folder / "trace")
+    return out
+
+
+def _report(prefix: str) -> dict:
+    return job_report([read_table(f"{prefix}.{rank}.et") for rank in range(4)])
+
+
+def _kineto_ns(run: str, rank: int, names: tuple[str, ...]) -> float:
+    with gzip.open(RUNS / f"{run}-w4" / f"rank{rank}.kineto.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    return 1000 * sum(e.get("dur", 0) for e in events if e.get("name") in names)
+
+
+def test_balanced_job_has_no_straggler_above_ten_percent(converted):
+    report = _report(converted["balanced"])
+    assert report["replay"]["replayed_step_ns"] == pytest.approx(report["replay"]["recorded_step_ns"], rel=0.02)
+    assert all(row["cost_ns"] <= 0.10 * report["step_ns"] for row in report["stragglers"])
+
+
+def test_extra_forward_compute_is_the_first_straggler_at_its_cost(converted):
+    report = _report(converted["compute"])
+    first = report["stragglers"][0]
+    assert (first["rank"], first["cause"], first["family"], first["operator"]) == (2, "compute", "gemm", "aten::mm")
+    # the extra time, from the raw Kineto traces: rank 2's matrix products and tanh beyond its peers'
+    ops = ("aten::mm", "aten::tanh")
+    extra = _kineto_ns("compute", 2, ops) - statistics.median(_kineto_ns("compute", r, ops) for r in (0, 1, 3))
+    steps = len(report["steps"])
+    assert 0.5 * extra / steps <= first["cost_ns"] <= 1.5 * extra / steps
+
+
+def test_host_stall_is_the_first_straggler_at_its_cost(converted):
+    report = _report(converted["host"])
+    first = report["stragglers"][0]
+    assert (first["rank"], first["cause"]) == (1, "host")
+    assert 0.5 * HOST_STALL_NS <= first["cost_ns"] <= 1.5 * HOST_STALL_NS
+    # the path crosses to rank 1 and most of its joins are closed by rank 1
+    assert sum(step["closers"].get("1", 0) for step in report["steps"]) >= len(report["steps"]) - 1
+
+
+def test_cli_json_and_bad_prefix(converted, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "chakra_core.cli", "stragglers", converted["host"], "--json"],
+                          capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout)
+    assert {"step_ns", "stragglers", "critical_path"} <= set(report)
+    costs = [row["cost_ns"] for row in report["stragglers"]]
+    assert costs == sorted(costs, reverse=True) and all({"rank", "cause", "cost_ns"} <= set(r) for r in report["stragglers"])
+    bad = subprocess.run([sys.executable, "-m", "chakra_core.cli", "stragglers", str(tmp_path / "none")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def _rank(ops: list[tuple[str, int, int]], collectives: list[tuple[int, int]]) -> pa.Table:
+    """A rank of one step: host ops (name, start us, duration us) and all-reduces (start, duration)."""
+    rows = [("ProfilerStep#1", 4, 1, 1, None)] + [(n, 4, s, d, None) for n, s, d in ops]
+    rows += [("c10d::allreduce_", 7, s, d, "0") for s, d in collectives]
+    return pa.table({"id": pa.array(range(len(rows)), pa.uint64()), "name": [r[0] for r in rows],
+                     "type": pa.array([r[1] for r in rows], pa.int32()),
+                     "start_time_micros": pa.array([r[2] for r in rows], pa.uint64()),
+                     "duration_micros": pa.array([r[3] for r in rows], pa.uint64()),
+                     "is_cpu_op": [r[1] == 4 for r in rows], "pg_name": [r[4] for r in rows]})
+
+
+def test_hand_built_job_path_wait_split_and_cost():
+    """Two ranks: forward, an all-reduce, then the host waits for it and steps. Rank 1's forward
+    (aten::mm) is 400 us longer: rank 0 waits 400 us for it, the path crosses to rank 1, and the
+    replay without rank 1's excess saves those 400 us."""
+    fast = _rank([("aten::mm", 1, 100), ("aten::add", 700, 50)], [(101, 599)])
+    slow = _rank([("aten::mm", 1, 500), ("aten::add", 700, 50)], [(501, 199)])
+    report = job_report([fast, slow])
+    assert report["step_ns"] == 749_000
+    assert report["waits"]["0"]["waited_for"] == {1: 400_000}
+    assert report["waits"]["1"]["wait_ns"] == 0 and report["waits"]["1"]["transfer_ns"] == 199_000
+    parts = {(p["rank"], p["kind"]): p["ns"] for p in report["critical_path"]["parts"]}
+    assert parts[(1, "compute:gemm")] == 500_000 and parts[(0, "communication")] == 199_000  # ends on rank 0 (a tie)
+    assert report["steps"][0]["closers"] == {"1": 1}
+    (row,) = report["stragglers"]
+    assert (row["rank"], row["cause"], row["cost_ns"]) == (1, "compute", 400_000)
+    assert row["share"] >= FLOOR_SHARE
