@@ -6,7 +6,8 @@ events on the rank's host thread.
 - `("work", ns, parts)`: time the rank spent on its own, `parts` saying on what: `compute:<class>`
   (the innermost operator running, by class, analysis/stats.op_class), `communication` (the own time a
   converter kept on a blocking call's CPU node, `gloo:...`), `input` (data loading) and `host`
-  (no operator running: a stall, Python between operators);
+  (no operator running: a stall, Python between operators; and a JAX profile's host gaps,
+  `launch <op>` and `host after step N`);
 - `("issue", key)`: the rank arrives at a communication (collective, send or receive), `key`
   naming it the same way on every rank of its group;
 - `("wait", key)`: the host sat idle until that communication completed (a gap between operators
@@ -32,7 +33,7 @@ from chakra_core.analysis.device_work import host_steps, recorded_times, step_ma
 from chakra_core.analysis.stats import op_class
 from chakra_core.format.depgraph import to_numpy
 from chakra_core.format.nodenames import as_strings
-from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES, COLL, COMP, RECV, SEND
+from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES, COLL, COMP, HOST_GAP_PREFIXES, RECV, SEND
 from chakra_core.format.normalize import normalize_table
 
 COLUMNS = ("name", "type", "is_cpu_op", "start_time_micros", "duration_micros", "duration_ns", "tid",
@@ -62,6 +63,8 @@ def label_of(name: str) -> str:
         return "communication"
     if name.startswith(INPUT_PREFIXES):
         return "input"
+    if name.startswith(HOST_GAP_PREFIXES):  # a JAX profile's host time around the device's work
+        return "host"
     return "compute:" + op_class(name)
 
 
@@ -151,7 +154,10 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
     cpu = to_numpy(table.column("is_cpu_op"), True).astype(bool)
     marks = step_marks(names_column)
     tids = to_numpy(table.column("tid"), -1) if table.column("tid").null_count < table.num_rows else None
-    host = _main_thread(tids, (types == COMP) & cpu & timed & (end > start), marks)
+    # the rank's lane: its host thread, and its device work where the trace has some (a JAX
+    # device's ops, a GPU's kernels), each stretch labelled by the latest-started op running
+    device = (types == COMP) & ~cpu & timed & (end > start)
+    host = _main_thread(tids, (types == COMP) & cpu & timed & (end > start), marks) | device
     step, step_names = host_steps(table, host | ((types == COMP) & cpu & marks), names_column)
     ops = np.flatnonzero(host & ~marks & (step >= 0))
     comm_rows = np.flatnonzero(np.isin(types, (COLL, SEND, RECV)))
@@ -245,6 +251,6 @@ def _parts(a: int, b: int, busy: _Coverage, labels: dict[str, _Coverage]) -> dic
     parts = {label: cov.within(a, b) for label, cov in labels.items()}
     parts = {label: ns for label, ns in parts.items() if ns}
     inside = busy.within(a, b)
-    if b - a - inside > 0:
-        parts["host"] = b - a - inside
+    if b - a - inside > 0:  # no operator running (added to the host gaps a JAX profile names)
+        parts["host"] = parts.get("host", 0) + b - a - inside
     return parts

@@ -212,3 +212,13 @@ def job_report(tables: list, times: list | None = None, ranks: list[int] | None 
     ranks = list(range(len(tables))) if ranks is None else ranks
     return analyze([rank_timeline(t, r, None if times is None else times[i])
                     for i, (r, t) in enumerate(zip(ranks, tables))])
+
+
+def simulated_report(job, system) -> dict:
+    """job_report() of the job as the simulator runs it (analysis/predicted.py, timeline recorded
+    on a Ring of its NPUs with `system`): the predicted critical path beside the recorded one."""
+    from chakra_core.analysis.device_work import simulated_times
+    from chakra_core.analysis.predicted import predict
+
+    result = predict(job, system)
+    return job_report(job.tables, times=[simulated_times(t, r, result.timeline) for r, t in enumerate(job.tables)])

@@ -13,21 +13,26 @@ PARTS_SHOWN = 8  # the critical path's largest parts printed
 
 
 def cmd_stragglers(args) -> int:
-    from chakra_core.analysis.rank_timeline import COLUMNS
-    from chakra_core.analysis.stragglers import job_report
+    from chakra_core.analysis.predicted import prediction_system
+    from chakra_core.analysis.stragglers import job_report, simulated_report
     from chakra_core.errors import ChakraError
     from chakra_core.format.job import Job
 
     try:
-        job = Job.read(args.prefix, columns=COLUMNS)
+        system = prediction_system(args.system)[0] if args.simulated else None
+        job = Job.read(args.prefix)  # every column: the simulator reads more than the engine
+        report = {"job": args.prefix, **job_report(job.tables)}
+        if system is not None:
+            report["simulated"] = simulated_report(job, system)
     except (ChakraError, OSError) as error:
         print(f"chakra stragglers: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    report = job_report(job.tables)
     if args.json:
-        print_json({"job": args.prefix, **report})
+        print_json(report)
     else:
         _print_report(args.prefix, report)
+        if "simulated" in report:
+            _print_report(f"{args.prefix} (simulated)", report["simulated"])
     return EXIT_OK
 
 
@@ -69,6 +74,12 @@ def add_parsers(sub) -> None:
                        "input) and its cost, the step time saved if its late work were its peers' median, measured "
                        "by replaying the job without it. Ranks below 5% of the step are not reported.")
     p.add_argument("prefix", metavar="PREFIX")
+    p.add_argument("--simulated", action="store_true",
+                   help="also the job as the simulator runs it on a Ring of its NPUs (JSON: `simulated`, the same "
+                        "report), to compare the predicted path with the recorded one")
+    p.add_argument("--system", metavar="SYS.json", default=None,
+                   help="the system file of --simulated (default: the reference system, which replays the "
+                        "recorded host times)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object: step_ns, stragglers (biggest cost first), critical_path, steps, waits, replay")
     p.set_defaults(run=cmd_stragglers)
