@@ -139,3 +139,47 @@ def test_simulated_timeline_beside_the_recorded_one(converted, capsys):
     assert simulated["steps"] and simulated["step_ns"] > 0
     for step in simulated["steps"]:
         assert sum(part["ns"] for part in step["parts"]) == step["length_ns"]
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    """The three recordings as one day's drop, processed job by job as the nightly does (without
+    Ray), their rows written and the night committed: (warehouse, date, outcomes by job)."""
+    import shutil
+
+    from pipeline import tables
+    from pipeline.nightly.drop import list_day
+    from pipeline.nightly.job_digest import digest
+    from pipeline.nightly.jobs import process_job
+
+    date, root = "2026-12-01", tmp_path_factory.mktemp("night")
+    for run in ("balanced", "compute", "host"):
+        shutil.copytree(RUNS / f"{run}-w4", root / "drop" / date / run)
+    listed, _ = list_day((root / "drop").as_uri(), date)
+    warehouse = (root / "warehouse").as_uri()
+    outcomes = {job.job_id: process_job(job, date, warehouse, "run") for job in listed}
+    files: dict = {}
+    for outcome in outcomes.values():
+        for table, urls in digest(outcome, warehouse, date, "run").files.items():
+            files.setdefault(table, []).extend(urls)
+    tables.commit_night(warehouse, date, files, "run")
+    return warehouse, date, outcomes
+
+
+def test_nightly_stragglers_table_shows_what_the_command_does(night):
+    from pipeline import tables
+
+    warehouse, date, outcomes = night
+    rows = tables.read_day(warehouse, "stragglers", date).to_pylist()
+    by_job: dict = {}
+    for row in rows:
+        by_job.setdefault(row["job_id"], []).append(row)
+    host, compute = by_job["host"], by_job["compute"]
+    assert (host[0]["rank"], host[0]["cause"]) == (1, "host") and 0.5 <= host[0]["cost_ns"] / HOST_STALL_NS <= 1.5
+    assert (compute[0]["rank"], compute[0]["cause"], compute[0]["operator"]) == (2, "compute", "aten::mm")
+    assert all(row["share"] <= 0.10 for row in by_job.get("balanced", []))
+    for job_id, outcome in outcomes.items():  # the same figures as the command on the warehouse's traces
+        report = _report(outcome.prefix)
+        mine = sorted(by_job.get(job_id, []), key=lambda r: -r["cost_ns"])
+        assert [(r["rank"], r["cause"], r["cost_ns"]) for r in mine] == \
+            [(r["rank"], r["cause"], r["cost_ns"]) for r in report["stragglers"]]
