@@ -183,3 +183,19 @@ def test_nightly_stragglers_table_shows_what_the_command_does(night):
         mine = sorted(by_job.get(job_id, []), key=lambda r: -r["cost_ns"])
         assert [(r["rank"], r["cause"], r["cost_ns"]) for r in mine] == \
             [(r["rank"], r["cause"], r["cost_ns"]) for r in report["stragglers"]]
+
+
+def test_job_page_draws_the_path_and_the_nightly_rows(night, tmp_path):
+    from chakra_core.viz.report import write_report
+    from chakra_core.viz.pages import page_of
+
+    warehouse, date, _ = night
+    write_report(warehouse, str(tmp_path / f"date={date}"), date)
+    page = (tmp_path / f"date={date}" / page_of("host")).read_text()
+    section = page[page.index('id="stragglers"'):page.index('id="views"')]
+    assert "critical path of host across its ranks" in section and "data:image/png;base64," in section
+    cells = section[section.index("<table>"):section.index("</table>")]
+    row = cells.split("<tr>")[2]  # the first straggler: rank 1, host
+    assert '<td class="n">1</td><td>host</td>' in row
+    balanced = (tmp_path / f"date={date}" / page_of("balanced")).read_text()
+    assert "critical path of balanced across its ranks" in balanced

@@ -118,7 +118,7 @@ def analyze(timelines: list[RankTimeline]) -> dict:
     """The report of `chakra stragglers` for a job's rank timelines (docs/cli.md)."""
     timelines = [tl for tl in timelines if tl.events]
     if not timelines:
-        return {"step_ns": 0, "steps": [], "stragglers": [], "critical_path": {"length_ns": 0, "parts": []},
+        return {"step_ns": 0, "steps": [], "stragglers": [], "critical_path": {"length_ns": 0, "steps": 0, "parts": [], "segments": []},
                 "waits": {}, "replay": {}, "floor_share": FLOOR_SHARE}
     joins = cross_rank.match_joins(timelines)
     base = cross_rank.replay(timelines, joins)
