@@ -199,3 +199,21 @@ def test_job_page_draws_the_path_and_the_nightly_rows(night, tmp_path):
     assert '<td class="n">1</td><td>host</td>' in row
     balanced = (tmp_path / f"date={date}" / page_of("balanced")).read_text()
     assert "critical path of balanced across its ranks" in balanced
+
+
+def test_a_flagged_step_names_the_straggler_rank_as_its_cause(night):
+    """The balanced job one day, the host-stalled one the next (as one job): the critical path's
+    step is flagged, its cause the rank and the part (`rank:1:host`)."""
+    from chakra_core.analysis.changes import compare
+    from chakra_core.analysis.history import figures
+
+    _, _, outcomes = night
+
+    def of(job: str) -> dict:
+        o = outcomes[job]
+        return figures(o.traces, o.collectives, o.device_time, o.device_verdicts, None, o.path_step_ns, o.stragglers)
+
+    before, after = of("balanced"), of("host")
+    step = next(c for c in compare(before, after) if c.metric == "path_step_ns")
+    assert step.flagged and step.kind == "regression" and step.cause == "rank:1:host"
+    assert 0.3 <= step.explained <= 1.2

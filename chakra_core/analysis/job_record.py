@@ -49,6 +49,7 @@ class JobRecord:
     device_verdicts: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     stragglers: list[dict] = field(default_factory=list)
+    path_step_ns: int = 0  # the critical path's step across the ranks (0: one rank)
 
 
 def record_job(analysis: JobAnalysis) -> JobRecord:
@@ -56,7 +57,8 @@ def record_job(analysis: JobAnalysis) -> JobRecord:
     times, verdicts = device_rows(analysis)
     collectives = analysis.collectives() if analysis.job.tables else None
     return JobRecord(analysis.job.name, analysis.trace_rows(), collectives, fingerprint(analysis.job.tables),
-                     times, verdicts, kernel_rows(analysis), straggler_rows(analysis))
+                     times, verdicts, kernel_rows(analysis), straggler_rows(analysis),
+                     analysis.straggler_report["step_ns"] if len(analysis.job.tables) > 1 else 0)
 
 
 def straggler_rows(analysis: JobAnalysis) -> list[dict]:

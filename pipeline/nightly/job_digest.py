@@ -53,6 +53,6 @@ def digest(outcome: JobOutcome, warehouse: str, date: str, run_id: str) -> JobDi
                       len(outcome.rejects))
     if outcome.prefix:
         found.figures = figures(outcome.traces, outcome.collectives, outcome.device_time, outcome.device_verdicts,
-                                None)
+                                None, outcome.path_step_ns, outcome.stragglers)
         found.selection_row = merged_rank_rows(outcome.traces) if outcome.traces else None
     return found

@@ -72,6 +72,7 @@ class JobOutcome:
     device_verdicts: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     stragglers: list[dict] = field(default_factory=list)
+    path_step_ns: int = 0
     fingerprint: str | None = None
     by_rank: bool = False  # converted a Ray task per rank (pipeline/nightly/bigjobs.py)
 
@@ -125,7 +126,7 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
         [{**row, "run_id": run_id} for row in rows]
         for rows in (done.record.device_time, done.record.device_verdicts, done.record.kernels,
                      done.record.stragglers))
-    outcome.fingerprint = done.record.fingerprint
+    outcome.fingerprint, outcome.path_step_ns = done.record.fingerprint, done.record.path_step_ns
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
     set_aside = {f.name: done.set_aside[_stored_name(f)] for f in usable if _stored_name(f) in done.set_aside}
     outcome.rejects += [_reject(job, f, hashes, "convert", set_aside[f.name], run_id)
