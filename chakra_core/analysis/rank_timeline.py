@@ -23,16 +23,17 @@ wait for the last member and its own transfer.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chakra_core.analysis import intervals
 from chakra_core.analysis.device_work import host_steps, recorded_times, step_marks
 from chakra_core.analysis.stats import op_class
 from chakra_core.format.depgraph import to_numpy
-from chakra_core.format.nodenames import as_strings
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES, COLL, COMP, HOST_GAP_PREFIXES, RECV, SEND
 from chakra_core.format.normalize import normalize_table
 
@@ -58,6 +59,7 @@ class RankTimeline:
     windows: list = field(default_factory=list)  # (start, end) ns of each step as recorded
 
 
+@functools.lru_cache(maxsize=65536)  # the ranks of a job share their operators' names
 def label_of(name: str) -> str:
     if name.startswith(CALL_OWN_TIME_PREFIXES):
         return "communication"
@@ -75,14 +77,18 @@ class _Coverage:
         self.starts, self.ends = spans
         self.before = np.r_[0, np.cumsum(self.ends - self.starts)]
 
-    def upto(self, t: int) -> int:
-        k = int(np.searchsorted(self.starts, t, side="right"))
-        if k == 0:
-            return 0
-        return int(self.before[k - 1] + min(t, self.ends[k - 1]) - self.starts[k - 1])
+    def upto(self, t: np.ndarray) -> np.ndarray:
+        """For each time, the time covered before it."""
+        k = np.searchsorted(self.starts, t, side="right")
+        if not len(self.starts):
+            return np.zeros(len(t), np.int64)
+        last = np.maximum(k - 1, 0)
+        partial = np.minimum(t, self.ends[last]) - self.starts[last]
+        return np.where(k > 0, self.before[last] + partial, 0)
 
-    def within(self, a: int, b: int) -> int:
-        return self.upto(b) - self.upto(a) if b > a else 0
+    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """For each window [a, b), the time covered in it."""
+        return self.upto(b) - self.upto(a)
 
 
 def _main_thread(tids: np.ndarray, host: np.ndarray, marks: np.ndarray) -> np.ndarray:
@@ -98,8 +104,13 @@ def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """Nested intervals of one thread cut at every boundary: (piece starts, piece ends, the
     innermost interval open in each piece, -1 for none). The innermost is the latest started
     (ties: the shortest): painted in start order, an inner interval overwrites its parent."""
-    order = np.lexsort((-(end - start), start))
-    points = np.unique(np.concatenate([start, end]))
+    # stable sorts: a trace is mostly in start order already, which timsort takes in one pass
+    order = np.argsort(start, kind="stable")
+    s, length = start[order], (end - start)[order]
+    if ((s[1:] == s[:-1]) & (length[1:] > length[:-1])).any():  # a tie whose longer (outer) op is not first
+        order = np.lexsort((-(end - start), start))
+    points = np.sort(np.concatenate([start[order], np.sort(end, kind="stable")]), kind="stable")
+    points = points[np.r_[True, points[1:] != points[:-1]]] if len(points) else points
     first = np.searchsorted(points, start[order])
     count = np.searchsorted(points, end[order]) - first
     pieces = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(first, count)
@@ -108,20 +119,43 @@ def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return points[:-1], points[1:], owner
 
 
-def _labels(names: list[str], pieces) -> tuple[dict[str, _Coverage], dict[str, int]]:
-    """Per label, the time its operators are innermost; and per operator name, that time."""
+class _LabelledPieces:
+    """The lane cut into disjoint pieces in time order, each with the label of the operator
+    innermost in it (-1: none); the time of each label inside any windows, from one cumulative
+    sum per label."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, label: np.ndarray, names: list[str]):
+        self.starts, self.ends, self.label, self.names = starts, ends, label, names
+        lengths = ends - starts
+        self.before = [np.r_[0, np.cumsum(np.where(label == i, lengths, 0))] for i in range(len(names))]
+
+    def within(self, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+        out = {name: np.zeros(len(a), np.int64) for name in self.names}
+        for sign, t in ((-1, a), (1, b)):
+            k = np.searchsorted(self.starts, t, side="right") - 1
+            at = np.maximum(k, 0)
+            partial = np.where(k >= 0, np.minimum(t, self.ends[at]) - self.starts[at], 0)
+            for i, name in enumerate(self.names):
+                upto = np.where(k >= 0, self.before[i][at] + np.where(self.label[at] == i, partial, 0), 0)
+                out[name] += sign * upto
+        return out
+
+
+def _labels(names: pa.Array, pieces) -> tuple[_LabelledPieces, dict[str, int]]:
+    """The lane's pieces labelled; and per operator name, the time it was innermost. Each distinct
+    name is classified once."""
     starts, ends, owner = pieces
+    encoded = names if pa.types.is_dictionary(names.type) else pc.dictionary_encode(names)
+    distinct = encoded.dictionary.to_pylist()
+    name_of = to_numpy(encoded.indices).astype(np.int64)
     held = owner >= 0
-    self_ns = np.bincount(owner[held], weights=(ends - starts)[held], minlength=len(names))
-    operators: dict[str, int] = {}
-    for name, ns in zip(names, self_ns.tolist()):
-        operators[name] = operators.get(name, 0) + int(ns)
-    label_ids = {}
-    op_label = np.array([label_ids.setdefault(label_of(n), len(label_ids)) for n in names], np.int64)
-    piece_label = np.where(held, op_label[np.maximum(owner, 0)], -1)
-    labels = {label: _Coverage(intervals.union(starts[piece_label == i], ends[piece_label == i]))
-              for label, i in label_ids.items()}
-    return labels, operators
+    self_ns = np.bincount(name_of[owner[held]], weights=(ends - starts)[held], minlength=len(distinct))
+    operators = {name: int(ns) for name, ns in zip(distinct, self_ns.tolist()) if ns}
+    label_ids: dict[str, int] = {}
+    label_of_name = np.array([label_ids.setdefault(label_of(n), len(label_ids)) for n in distinct], np.int64)
+    op_label = label_of_name[name_of] if len(name_of) else name_of
+    piece_label = np.where(held, op_label[np.maximum(owner, 0)], -1) if len(op_label) else owner
+    return _LabelledPieces(starts, ends, piece_label, list(label_ids)), operators
 
 
 def _comm_keys(table: pa.Table, rows: np.ndarray, rank: int) -> list[tuple]:
@@ -148,7 +182,7 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
     """The rank's events; `times` (start, end) in ns replace the recorded ones (a simulation's)."""
     table = normalize_table(table, COLUMNS)
     start, end = times if times is not None else recorded_times(table)
-    names_column = as_strings(table.column("name"))
+    names_column = table.column("name")  # dictionary-encoded as a big trace is read: kept so
     types = to_numpy(table.column("type"))
     timed = start >= 0
     cpu = to_numpy(table.column("is_cpu_op"), True).astype(bool)
@@ -165,7 +199,8 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
     windows = _step_windows(step, start, end, host | marks, len(step_names))
     if not len(windows[0]):
         return timeline
-    names = names_column.take(pa.array(ops)).to_pylist()
+    names = names_column.combine_chunks().take(pa.array(ops)) if isinstance(names_column, pa.ChunkedArray) \
+        else names_column.take(pa.array(ops))
     busy = _Coverage(intervals.union(start[ops], end[ops]))
     labels, timeline.operators = _labels(names, _innermost(start[ops], end[ops]))
     comms = _communications(table, comm_rows, rank, start, end, ops, windows)
@@ -207,27 +242,27 @@ def _communications(table, rows, rank, start, end, ops, windows) -> dict:
 
 def _waits(comms: dict, busy: _Coverage) -> list[tuple[int, int, tuple]]:
     """(idle from, resumed at, key): gaps between operators in which a communication completed,
-    the host taken to wait for the last to complete in each."""
+    the host taken to wait for the last to complete in each (a tie: the last issued)."""
+    if not comms:
+        return []
+    keys = list(comms)
+    arrival = np.array([comms[k].arrival for k in keys], np.int64)
+    done = np.array([comms[k].completion for k in keys], np.int64)
     gap_starts, gap_ends = busy.ends[:-1], busy.starts[1:]
-    latest: dict[int, tuple[int, tuple]] = {}
-    for key, c in comms.items():
-        if c.completion < 0:
-            continue
-        k = int(np.searchsorted(gap_starts, c.completion, side="right")) - 1
-        if k >= 0 and c.completion <= gap_ends[k]:
-            if k not in latest or c.completion > latest[k][0]:
-                latest[k] = (c.completion, key)
+    gap = np.searchsorted(gap_starts, done, side="right") - 1
+    inside = (done >= 0) & (gap >= 0)
+    inside[inside] = done[inside] <= gap_ends[gap[inside]]
+    chosen = np.flatnonzero(inside)
+    chosen = chosen[np.lexsort((arrival[chosen], done[chosen], gap[chosen]))]
+    last = chosen[np.r_[gap[chosen][1:] != gap[chosen][:-1], True]] if len(chosen) else chosen
     # the host issues communications in a gap too (their nodes are not operators): it waits after them
-    arrivals = np.sort(np.array([c.arrival for c in comms.values()], np.int64))
-    out = []
-    for k, (done, key) in sorted(latest.items()):
-        j = int(np.searchsorted(arrivals, done, side="right")) - 1
-        idle = max(int(gap_starts[k]), int(arrivals[j]) if j >= 0 else 0)
-        out.append((idle, int(gap_ends[k]), key))
-    return out
+    arrivals = np.sort(arrival)
+    issued = np.searchsorted(arrivals, done[last], side="right") - 1
+    idle = np.maximum(gap_starts[gap[last]], np.where(issued >= 0, arrivals[np.maximum(issued, 0)], 0))
+    return [(int(i), int(gap_ends[g]), keys[c]) for i, g, c in zip(idle, gap[last], last)]
 
 
-def _events(windows, comms: dict, busy: _Coverage, labels: dict[str, _Coverage]) -> list:
+def _events(windows, comms: dict, busy: _Coverage, labels: _LabelledPieces) -> list:
     """The event list (module docstring) from the marks in time order and the work between them."""
     marks = [(int(s), 0, ("step", k)) for k, s in enumerate(windows[0])]
     marks += [(int(e), -1, ("end", k)) for k, e in enumerate(windows[1])]  # before the next step's start
@@ -236,21 +271,27 @@ def _events(windows, comms: dict, busy: _Coverage, labels: dict[str, _Coverage])
     marks += [(idle, 2, ("wait", key)) for idle, _, key in waits]
     resumed = {key: (comms[key].completion, back) for _, back, key in waits}
     marks.sort(key=lambda m: (m[0], m[1]))
-    events, at = [], None
+    events, at, windows_of_work = [], None, []
     for t, _, event in marks:
         if at is not None and t > at:
-            events.append(("work", t - at, _parts(at, t, busy, labels)))
+            windows_of_work.append((len(events), at, t))
+            events.append(None)  # the work's place, filled below with all parts computed at once
         events.append(event)
         at = t
         if event[0] == "wait":  # the blocked part is the communication's, not the rank's work
             at = max(t, min(resumed[event[1]][0], resumed[event[1]][1]))
+    if windows_of_work:
+        places, a, b = (np.array(column, np.int64) for column in zip(*windows_of_work))
+        for place, parts in zip(places.tolist(), _parts(a, b, busy, labels)):
+            events[place] = ("work", sum(parts.values()), parts)
     return events
 
 
-def _parts(a: int, b: int, busy: _Coverage, labels: dict[str, _Coverage]) -> dict[str, int]:
-    parts = {label: cov.within(a, b) for label, cov in labels.items()}
-    parts = {label: ns for label, ns in parts.items() if ns}
-    inside = busy.within(a, b)
-    if b - a - inside > 0:  # no operator running (added to the host gaps a JAX profile names)
-        parts["host"] = parts.get("host", 0) + b - a - inside
-    return parts
+def _parts(a: np.ndarray, b: np.ndarray, busy: _Coverage, labels: _LabelledPieces) -> list[dict[str, int]]:
+    """For each window [a, b), its time by label; time no operator covers is `host` (added to the
+    host gaps a JAX profile names)."""
+    by_label = labels.within(a, b)
+    idle = (b - a) - busy.within(a, b)
+    by_label["host"] = by_label["host"] + idle if "host" in by_label else idle
+    columns = [(label, ns.tolist()) for label, ns in by_label.items()]
+    return [{label: ns[i] for label, ns in columns if ns[i] > 0} for i in range(len(a))]

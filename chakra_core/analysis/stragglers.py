@@ -12,8 +12,9 @@ changes: a rank that is slow before one all-reduce and on time elsewhere keeps i
 The cause is the kind whose excess is largest: `compute` (with the operator class and the
 innermost operator that grew most against the peers' median), `host` (time with no operator
 running: a stall), `communication` (its own transfers, and blocking calls' own time, longer than
-its peers') or `input` (data loading). A rank is reported when its cost is at least FLOOR_SHARE
-of the step: below that, the replay's own error and the run-to-run noise of a recording are of
+its peers') or `input` (data loading). At most CANDIDATES ranks are priced, those with the most
+excess, and only ranks whose excess reaches the floor (removing work saves at most that work). A
+rank is reported when its cost is at least FLOOR_SHARE of the step: below that, the replay's own error and the run-to-run noise of a recording are of
 the same size (a balanced four-rank CPU job's ranks differ by a few per cent).
 """
 
@@ -51,21 +52,37 @@ def segments(tl: RankTimeline) -> dict:
     return out
 
 
+def peer_medians(values: np.ndarray) -> np.ndarray:
+    """For each value, the median of the others (NaN for a value alone); one sort, whatever the count."""
+    n = len(values)
+    if n < 2:
+        return np.full(n, np.nan)
+    order = np.argsort(values, kind="stable")
+    ranked, position = values[order], np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    lo, hi = (n - 2) // 2, (n - 1) // 2  # the middle of the n - 1 others, in their sorted order
+    return (ranked[lo + (lo >= position)] + ranked[hi + (hi >= position)]) / 2
+
+
 def excess(timelines: list[RankTimeline], by_rank: dict) -> dict:
-    """rank -> {segment: (excess ns, {kind: excess ns})} over the median of its peers."""
-    out: dict = {}
+    """rank -> {segment: (excess ns, {kind: excess ns})} over the median of its peers (the ranks
+    with the same segment)."""
+    holders: dict = {}
     for tl in timelines:
-        mine = {}
-        for seg, (ns, parts) in by_rank[tl.rank].items():
-            peers = [by_rank[p.rank][seg] for p in timelines if p.rank != tl.rank and seg in by_rank[p.rank]]
-            if not peers:
-                continue
-            over = ns - float(np.median([p[0] for p in peers]))
-            if over <= 0:
-                continue
-            grew = {label: v - float(np.median([p[1].get(label, 0) for p in peers])) for label, v in parts.items()}
-            mine[seg] = (over, {label: g for label, g in grew.items() if g > 0})
-        out[tl.rank] = mine
+        for seg in by_rank[tl.rank]:
+            holders.setdefault(seg, []).append(tl.rank)
+    out: dict = {tl.rank: {} for tl in timelines}
+    for seg, ranks in holders.items():
+        work = np.array([by_rank[r][seg][0] for r in ranks], np.float64)
+        over = work - peer_medians(work)
+        late = np.flatnonzero(over > 0)
+        if not len(late):
+            continue
+        labels = sorted({label for r in ranks for label in by_rank[r][seg][1]})
+        parts = np.array([[by_rank[r][seg][1].get(label, 0) for label in labels] for r in ranks], np.float64)
+        grew = np.column_stack([parts[:, j] - peer_medians(parts[:, j]) for j in range(len(labels))])
+        for i in late.tolist():
+            out[ranks[i]][seg] = (float(over[i]), {label: float(g) for label, g in zip(labels, grew[i]) if g > 0})
     return out
 
 
@@ -80,13 +97,12 @@ def _without_excess(tl: RankTimeline, extra: dict, work: dict) -> list:
     return events
 
 
-def _cause(timelines, rank: int, grew: dict, joins: dict) -> dict:
+def _cause(timelines, rank: int, grew: dict, transfer_over: float) -> dict:
     """The kind that grew most, with the operator class and operator for compute."""
     kinds: dict = {}
     for label, ns in grew.items():
         kind = label.split(":")[0]
         kinds[kind] = kinds.get(kind, 0) + ns
-    transfer_over = _transfer_excess(rank, joins)
     if transfer_over > 0:
         kinds["communication"] = kinds.get("communication", 0) + transfer_over
     cause = max(kinds, key=kinds.get) if kinds else "host"
@@ -98,13 +114,17 @@ def _cause(timelines, rank: int, grew: dict, joins: dict) -> dict:
     return out
 
 
-def _transfer_excess(rank: int, joins: dict) -> float:
-    over = 0.0
+def transfer_excess(joins: dict) -> dict:
+    """rank -> its own transfers beyond its peers' median in the same joins, summed (ns)."""
+    out: dict = {}
     for join in joins.values():
-        if rank in join.transfer and len(join.members) > 1:
-            peers = [join.transfer[r] for r in join.members if r != rank]
-            over += max(0.0, join.transfer[rank] - float(np.median(peers)))
-    return over
+        ranks = list(join.transfer)
+        own = np.array([join.transfer[r] for r in ranks], np.float64)
+        over = np.nan_to_num(own - peer_medians(own))
+        for r, ns in zip(ranks, over.tolist()):
+            if ns > 0:
+                out[r] = out.get(r, 0.0) + ns
+    return out
 
 
 def _operator_grown(timelines: list[RankTimeline], rank: int) -> str | None:
@@ -141,12 +161,15 @@ def analyze(timelines: list[RankTimeline]) -> dict:
 def _stragglers(timelines, joins, replayed: float, step_ns: float) -> list[dict]:
     work = {tl.rank: segments(tl) for tl in timelines}
     over = excess(timelines, work)
-    ranked = sorted(over, key=lambda r: -sum(v[0] for v in over[r].values()))[:CANDIDATES]
+    per_step = {r: sum(v[0] for v in over[r].values()) / max(1, len(_steps_of(work[r]))) for r in over}
+    # removing work saves at most that work (a replay is monotone): a rank whose excess is under
+    # the floor cannot be a straggler and is not priced
+    ranked = sorted((r for r in over if per_step[r] >= FLOOR_SHARE * step_ns), key=lambda r: -per_step[r])
+    transfers = transfer_excess(joins)
+    by_rank = {tl.rank: tl for tl in timelines}
     found = []
-    for rank in ranked:
-        if not over[rank]:
-            continue
-        tl = next(t for t in timelines if t.rank == rank)
+    for rank in ranked[:CANDIDATES]:
+        tl = by_rank[rank]
         events = {rank: _without_excess(tl, over[rank], work[rank])}
         saved = replayed - float(np.mean(cross_rank.step_times(cross_rank.replay(timelines, joins, events))))
         if saved < FLOOR_SHARE * step_ns:
@@ -156,8 +179,8 @@ def _stragglers(timelines, joins, replayed: float, step_ns: float) -> list[dict]
             for label, ns in parts.items():
                 grew[label] = grew.get(label, 0) + ns
         row = {"rank": rank, "cost_ns": int(saved), "share": saved / step_ns if step_ns else 0.0,
-               "excess_ns": int(sum(v[0] for v in over[rank].values()) / max(1, len(_steps_of(work[rank]))))}
-        row.update(_cause(timelines, rank, grew, joins))
+               "excess_ns": int(per_step[rank])}
+        row.update(_cause(timelines, rank, grew, transfers.get(rank, 0.0)))
         found.append(row)
     return sorted(found, key=lambda row: -row["cost_ns"])
 
