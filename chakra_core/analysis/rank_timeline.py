@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.analysis import intervals
-from chakra_core.analysis.device_work import host_steps, recorded_times, step_marks
+from chakra_core.analysis.device_work import WHOLE_TRACE, recorded_times, step_marks
 from chakra_core.analysis.stats import op_class
 from chakra_core.format.depgraph import to_numpy
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES, COLL, COMP, HOST_GAP_PREFIXES, RECV, SEND
@@ -70,27 +70,6 @@ def label_of(name: str) -> str:
     return "compute:" + op_class(name)
 
 
-class _Coverage:
-    """Time a disjoint interval set covers inside any window, from cumulative sums."""
-
-    def __init__(self, spans: intervals.Intervals):
-        self.starts, self.ends = spans
-        self.before = np.r_[0, np.cumsum(self.ends - self.starts)]
-
-    def upto(self, t: np.ndarray) -> np.ndarray:
-        """For each time, the time covered before it."""
-        k = np.searchsorted(self.starts, t, side="right")
-        if not len(self.starts):
-            return np.zeros(len(t), np.int64)
-        last = np.maximum(k - 1, 0)
-        partial = np.minimum(t, self.ends[last]) - self.starts[last]
-        return np.where(k > 0, self.before[last] + partial, 0)
-
-    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """For each window [a, b), the time covered in it."""
-        return self.upto(b) - self.upto(a)
-
-
 def _main_thread(tids: np.ndarray, host: np.ndarray, marks: np.ndarray) -> np.ndarray:
     """Rows on the thread that runs the steps (the steps' own, else the busiest host thread)."""
     if tids is None or not host.any():
@@ -100,16 +79,17 @@ def _main_thread(tids: np.ndarray, host: np.ndarray, marks: np.ndarray) -> np.nd
     return host & (tids == values[np.argmax(counts)])
 
 
-def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nested intervals of one thread cut at every boundary: (piece starts, piece ends, the
-    innermost interval open in each piece, -1 for none). The innermost is the latest started
-    (ties: the shortest): painted in start order, an inner interval overwrites its parent."""
+def _innermost(start: np.ndarray, end: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nested intervals of one thread cut at every boundary and at `cuts` (sorted): (piece starts,
+    piece ends, the innermost interval open in each piece, -1 for none). The innermost is the
+    latest started (ties: the shortest): painted in start order, an inner interval overwrites its
+    parent."""
     # stable sorts: a trace is mostly in start order already, which timsort takes in one pass
     order = np.argsort(start, kind="stable")
     s, length = start[order], (end - start)[order]
     if ((s[1:] == s[:-1]) & (length[1:] > length[:-1])).any():  # a tie whose longer (outer) op is not first
         order = np.lexsort((-(end - start), start))
-    points = np.sort(np.concatenate([start[order], np.sort(end, kind="stable")]), kind="stable")
+    points = np.sort(np.concatenate([start[order], np.sort(end, kind="stable"), cuts]), kind="stable")
     points = points[np.r_[True, points[1:] != points[:-1]]] if len(points) else points
     first = np.searchsorted(points, start[order])
     count = np.searchsorted(points, end[order]) - first
@@ -119,31 +99,9 @@ def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return points[:-1], points[1:], owner
 
 
-class _LabelledPieces:
-    """The lane cut into disjoint pieces in time order, each with the label of the operator
-    innermost in it (-1: none); the time of each label inside any windows, from one cumulative
-    sum per label."""
-
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, label: np.ndarray, names: list[str]):
-        self.starts, self.ends, self.label, self.names = starts, ends, label, names
-        lengths = ends - starts
-        self.before = [np.r_[0, np.cumsum(np.where(label == i, lengths, 0))] for i in range(len(names))]
-
-    def within(self, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
-        out = {name: np.zeros(len(a), np.int64) for name in self.names}
-        for sign, t in ((-1, a), (1, b)):
-            k = np.searchsorted(self.starts, t, side="right") - 1
-            at = np.maximum(k, 0)
-            partial = np.where(k >= 0, np.minimum(t, self.ends[at]) - self.starts[at], 0)
-            for i, name in enumerate(self.names):
-                upto = np.where(k >= 0, self.before[i][at] + np.where(self.label[at] == i, partial, 0), 0)
-                out[name] += sign * upto
-        return out
-
-
-def _labels(names: pa.Array, pieces) -> tuple[_LabelledPieces, dict[str, int]]:
-    """The lane's pieces labelled; and per operator name, the time it was innermost. Each distinct
-    name is classified once."""
+def _labels(names: pa.Array, pieces) -> tuple[np.ndarray, list[str], dict[str, int]]:
+    """Each piece's label (an index into the label names; -1: no operator), the label names, and
+    per operator name the time it was innermost. Each distinct name is classified once."""
     starts, ends, owner = pieces
     encoded = names if pa.types.is_dictionary(names.type) else pc.dictionary_encode(names)
     distinct = encoded.dictionary.to_pylist()
@@ -155,7 +113,7 @@ def _labels(names: pa.Array, pieces) -> tuple[_LabelledPieces, dict[str, int]]:
     label_of_name = np.array([label_ids.setdefault(label_of(n), len(label_ids)) for n in distinct], np.int64)
     op_label = label_of_name[name_of] if len(name_of) else name_of
     piece_label = np.where(held, op_label[np.maximum(owner, 0)], -1) if len(op_label) else owner
-    return _LabelledPieces(starts, ends, piece_label, list(label_ids)), operators
+    return piece_label, list(label_ids), operators
 
 
 def _comm_keys(table: pa.Table, rows: np.ndarray, rank: int) -> list[tuple]:
@@ -192,7 +150,7 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
     # device's ops, a GPU's kernels), each stretch labelled by the latest-started op running
     device = (types == COMP) & ~cpu & timed & (end > start)
     host = _main_thread(tids, (types == COMP) & cpu & timed & (end > start), marks) | device
-    step, step_names = host_steps(table, host | ((types == COMP) & cpu & marks), names_column)
+    step, step_names = _step_of(start, np.flatnonzero((types == COMP) & cpu & marks & timed), names_column)
     ops = np.flatnonzero(host & ~marks & (step >= 0))
     comm_rows = np.flatnonzero(np.isin(types, (COLL, SEND, RECV)))
     timeline = RankTimeline(rank, steps=step_names)
@@ -201,13 +159,29 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
         return timeline
     names = names_column.combine_chunks().take(pa.array(ops)) if isinstance(names_column, pa.ChunkedArray) \
         else names_column.take(pa.array(ops))
-    busy = _Coverage(intervals.union(start[ops], end[ops]))
-    labels, timeline.operators = _labels(names, _innermost(start[ops], end[ops]))
+    busy = intervals.union(start[ops], end[ops])
     comms = _communications(table, comm_rows, rank, start, end, ops, windows)
     timeline.comms, timeline.start = comms, int(windows[0][0])
     timeline.windows = list(zip(windows[0].tolist(), windows[1].tolist()))
-    timeline.events = _events(windows, comms, busy, labels)
+    events, places, a, b = _events(windows, comms, busy)
+    pieces = _innermost(start[ops], end[ops], np.sort(np.r_[a, b]))
+    piece_label, label_names, timeline.operators = _labels(names, pieces)
+    for place, parts in zip(places.tolist(), _parts(a, b, pieces[0], pieces[1], piece_label, label_names)):
+        events[place] = ("work", sum(parts.values()), parts)
+    timeline.events = events
     return timeline
+
+
+def _step_of(start: np.ndarray, marks: np.ndarray, names) -> tuple[np.ndarray, list[str]]:
+    """Each node's step by its start (-1: untimed or before the first), the steps being the
+    `ProfilerStep#N` rows `marks`, and their names in time order; without them every timed node is
+    in the one step WHOLE_TRACE (as device_work.host_steps, from the times already in hand)."""
+    if not len(marks):
+        return np.where(start >= 0, 0, -1), [WHOLE_TRACE]
+    marks = marks[np.argsort(start[marks], kind="stable")]
+    step = np.searchsorted(start[marks], start, side="right") - 1
+    step[start < 0] = -1
+    return step, names.take(pa.array(marks)).to_pylist()
 
 
 def _step_windows(step, start, end, rows, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +214,7 @@ def _communications(table, rows, rank, start, end, ops, windows) -> dict:
     return out
 
 
-def _waits(comms: dict, busy: _Coverage) -> list[tuple[int, int, tuple]]:
+def _waits(comms: dict, busy: intervals.Intervals) -> list[tuple[int, int, tuple]]:
     """(idle from, resumed at, key): gaps between operators in which a communication completed,
     the host taken to wait for the last to complete in each (a tie: the last issued)."""
     if not comms:
@@ -248,7 +222,7 @@ def _waits(comms: dict, busy: _Coverage) -> list[tuple[int, int, tuple]]:
     keys = list(comms)
     arrival = np.array([comms[k].arrival for k in keys], np.int64)
     done = np.array([comms[k].completion for k in keys], np.int64)
-    gap_starts, gap_ends = busy.ends[:-1], busy.starts[1:]
+    gap_starts, gap_ends = busy[1][:-1], busy[0][1:]
     gap = np.searchsorted(gap_starts, done, side="right") - 1
     inside = (done >= 0) & (gap >= 0)
     inside[inside] = done[inside] <= gap_ends[gap[inside]]
@@ -262,8 +236,9 @@ def _waits(comms: dict, busy: _Coverage) -> list[tuple[int, int, tuple]]:
     return [(int(i), int(gap_ends[g]), keys[c]) for i, g, c in zip(idle, gap[last], last)]
 
 
-def _events(windows, comms: dict, busy: _Coverage, labels: _LabelledPieces) -> list:
-    """The event list (module docstring) from the marks in time order and the work between them."""
+def _events(windows, comms: dict, busy: intervals.Intervals) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """The event list (module docstring) from the marks in time order, the work between them left
+    as None at `places`, each the work of the window [a, b)."""
     marks = [(int(s), 0, ("step", k)) for k, s in enumerate(windows[0])]
     marks += [(int(e), -1, ("end", k)) for k, e in enumerate(windows[1])]  # before the next step's start
     marks += [(c.arrival, 1, ("issue", key)) for key, c in comms.items()]
@@ -275,23 +250,32 @@ def _events(windows, comms: dict, busy: _Coverage, labels: _LabelledPieces) -> l
     for t, _, event in marks:
         if at is not None and t > at:
             windows_of_work.append((len(events), at, t))
-            events.append(None)  # the work's place, filled below with all parts computed at once
+            events.append(None)  # the work's place, filled with all parts computed at once
         events.append(event)
         at = t
         if event[0] == "wait":  # the blocked part is the communication's, not the rank's work
             at = max(t, min(resumed[event[1]][0], resumed[event[1]][1]))
-    if windows_of_work:
-        places, a, b = (np.array(column, np.int64) for column in zip(*windows_of_work))
-        for place, parts in zip(places.tolist(), _parts(a, b, busy, labels)):
-            events[place] = ("work", sum(parts.values()), parts)
-    return events
+    if not windows_of_work:
+        return events, *(np.zeros(0, np.int64),) * 3
+    places, a, b = (np.array(column, np.int64) for column in zip(*windows_of_work))
+    return events, places, a, b
 
 
-def _parts(a: np.ndarray, b: np.ndarray, busy: _Coverage, labels: _LabelledPieces) -> list[dict[str, int]]:
-    """For each window [a, b), its time by label; time no operator covers is `host` (added to the
+def _parts(a, b, starts, ends, label, names: list[str]) -> list[dict[str, int]]:
+    """For each window [a, b) (disjoint, in order; the pieces are cut at their bounds), its time
+    by label: one weighted count over the pieces. Time no operator covers is `host` (added to the
     host gaps a JAX profile names)."""
-    by_label = labels.within(a, b)
-    idle = (b - a) - busy.within(a, b)
-    by_label["host"] = by_label["host"] + idle if "host" in by_label else idle
-    columns = [(label, ns.tolist()) for label, ns in by_label.items()]
-    return [{label: ns[i] for label, ns in columns if ns[i] > 0} for i in range(len(a))]
+    window = np.searchsorted(a, starts, side="right") - 1
+    inside = (window >= 0) & (label >= 0)
+    inside[inside] = starts[inside] < b[window[inside]]
+    width = len(names)
+    sums = np.bincount(window[inside] * width + label[inside], weights=(ends - starts)[inside],
+                       minlength=len(a) * width).reshape(len(a), width).astype(np.int64)
+    idle = (b - a) - sums.sum(axis=1)
+    rows = []
+    for ns, free in zip(sums.tolist(), idle.tolist()):
+        parts = {name: v for name, v in zip(names, ns) if v > 0}
+        if free > 0:
+            parts["host"] = parts.get("host", 0) + free
+        rows.append(parts)
+    return rows
