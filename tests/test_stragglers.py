@@ -217,3 +217,10 @@ def test_a_flagged_step_names_the_straggler_rank_as_its_cause(night):
     step = next(c for c in compare(before, after) if c.metric == "path_step_ns")
     assert step.flagged and step.kind == "regression" and step.cause == "rank:1:host"
     assert 0.3 <= step.explained <= 1.2
+
+
+def test_an_untimed_job_says_so(tmp_path, capsys):
+    assert chakra(["generate", "transformer", "--npus", "4", "-o", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert chakra(["stragglers", str(tmp_path / "transformer")]) == 0
+    assert "no timed steps" in capsys.readouterr().out

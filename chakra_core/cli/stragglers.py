@@ -14,13 +14,14 @@ PARTS_SHOWN = 8  # the critical path's largest parts printed
 
 def cmd_stragglers(args) -> int:
     from chakra_core.analysis.predicted import prediction_system
+    from chakra_core.analysis.rank_timeline import COLUMNS
     from chakra_core.analysis.stragglers import job_report, simulated_report
     from chakra_core.errors import ChakraError
     from chakra_core.format.job import Job
 
     try:
         system = prediction_system(args.system)[0] if args.simulated else None
-        job = Job.read(args.prefix)  # every column: the simulator reads more than the engine
+        job = Job.read(args.prefix, columns=None if args.simulated else COLUMNS)  # the simulator reads more
         report = {"job": args.prefix, **job_report(job.tables)}
         if system is not None:
             report["simulated"] = simulated_report(job, system)
@@ -46,6 +47,9 @@ def straggler_line(row: dict) -> str:
 
 def _print_report(prefix: str, report: dict) -> None:
     out = console()
+    if not report["steps"]:
+        out.print(f"{prefix}: no timed steps (a generated or untimed trace): no critical path to walk")
+        return
     replay = report["replay"]
     out.print(f"{prefix}: step {report['step_ns'] / 1e6:.2f} ms on the critical path over "
               f"{len(report['steps'])} step(s) (recorded {replay.get('recorded_step_ns', 0) / 1e6:.2f} ms a step, "
