@@ -14,8 +14,8 @@ innermost operator that grew most against the peers' median), `host` (time with 
 running: a stall), `communication` (its own transfers, and blocking calls' own time, longer than
 its peers') or `input` (data loading). At most CANDIDATES ranks are priced, those with the most
 excess, and only ranks whose excess reaches the floor (removing work saves at most that work). A
-rank is reported when its cost is at least FLOOR_SHARE of the step: below that, the replay's own error and the run-to-run noise of a recording are of
-the same size (a balanced four-rank CPU job's ranks differ by a few per cent).
+rank is reported when its cost is at least FLOOR_SHARE of the step: below that, run-to-run noise
+is of the same size (the shipped balanced four-rank CPU job's largest cost is 6% of its step).
 """
 
 from __future__ import annotations
