@@ -28,8 +28,8 @@ __all__ = ["SCHEMAS", "TABLES", "commit_night", "empty", "from_rows", "read_day"
 TABLES: dict[str, TableSchema] = {t.name: t for t in (
     jobs.INGEST_LOG, jobs.REJECTS, jobs.TRACES, jobs.COLLECTIVES, simulation.SIM_RESULTS,
     represent.REPRESENTATIVES, synthesis.SYNTHETIC_TRACES, synthesis.FIDELITY,
-    jobs.DEVICE_TIME, jobs.DEVICE_VERDICTS, jobs.KERNELS, history.JOB_HISTORY, history.REGRESSIONS, night.NIGHTS,
-    colocation.COLOCATION,
+    jobs.DEVICE_TIME, jobs.DEVICE_VERDICTS, jobs.KERNELS, jobs.STRAGGLERS, history.JOB_HISTORY, history.REGRESSIONS,
+    night.NIGHTS, colocation.COLOCATION,
 )}
 SCHEMAS: dict[str, pa.Schema] = {name: t.schema for name, t in TABLES.items()}  # as the files store them
 # an ad hoc sweep's results (tables/sweep_results/sweep=<name>/[date=<d>/]part-<n>-<run>.parquet) start with

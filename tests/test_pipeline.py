@@ -79,7 +79,8 @@ def test_nightly_flow_is_complete_and_idempotent(tmp_path, ray_local, capsys):
     assert "unknown file type" in reasons["mlp/notes.txt"] and "not inside a job folder" in reasons["stray.bin"]
     assert set(summary["tables"]) == {"ingest_log", "rejects", "traces", "collectives", "sim_results",
                                       "representatives", "synthetic_traces", "fidelity", "device_time",
-                                      "device_verdicts", "job_history", "kernels", "regressions", "nights", "colocation"}
+                                      "device_verdicts", "job_history", "kernels", "stragglers", "regressions", "nights",
+                                      "colocation"}
     assert summary["report"].endswith(f"/reports/date={DATE}/index.html")
     assert "Fleet report" in (warehouse / "reports" / f"date={DATE}" / "index.html").read_text()
     counts = {t: _count(warehouse, t) for t in summary["tables"]}
@@ -229,7 +230,7 @@ def test_big_jobs_convert_a_task_per_rank_into_the_same_tables(tmp_path, ray_loc
         return sorted((json.dumps({k: v for k, v in r.items() if k not in ("run_id", "path")}, sort_keys=True,
                                   default=str) for r in night[name].to_pylist()))
     for name in ("ingest_log", "rejects", "traces", "collectives", "sim_results", "device_time", "device_verdicts",
-                 "job_history", "kernels"):
+                 "job_history", "kernels", "stragglers"):
         assert rows(nights[1], name) == rows(nights[None], name), name
 
 

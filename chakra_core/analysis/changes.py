@@ -40,6 +40,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "step_ns": ("family_ns:", "idle_ns:"),
     "predicted_step_ns": ("family_ns:", "idle_ns:"),
     "sim_finish_ns": tuple(SIM_PARTS.values()),
+    "path_step_ns": ("rank_ns:",),  # a straggler's cost: the cause `rank:<r>:<cause>`
 }
 # where a simulated part leads when it is the cause: the finer figures that explain it
 FINER = {"sim_compute_ns": ("family_ns:", "class_ns:"), "sim_exposed_comm_ns": ("comm_bytes:",),
@@ -47,7 +48,7 @@ FINER = {"sim_compute_ns": ("family_ns:", "class_ns:"), "sim_exposed_comm_ns": (
 CAUSE_NAMES = {"family_ns": "family", "idle_ns": "idle", "class_ns": "class", "comm_bytes": "comm_bytes",
                "comm_count": "comm_count", "host_ns": "host", "sim_host_ns": "host",
                "sim_exposed_comm_ns": "communication", "sim_compute_ns": "compute", "sim_idle_ns": "idle",
-               "ranks": "ranks", "nodes": "program"}
+               "ranks": "ranks", "nodes": "program", "rank_ns": "rank"}
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ def _scale(metric: str, figures: Mapping[str, float]) -> float:
         return figures.get("step_ns", 0.0)
     if metric == "host_ns" or metric.startswith("class_ns:"):
         return figures.get("sim_finish_ns", 0.0)
+    if metric.startswith("rank_ns:"):
+        return figures.get("path_step_ns", 0.0)
     return 0.0
 
 

@@ -6,6 +6,7 @@
     analysis.collectives()   # one row per communication node, with its rank
     analysis.findings()      # one row per validation finding, with its rank
     analysis.summary()       # one row: the job's cross-rank figures (imbalance, ...)
+    analysis.straggler_report  # the critical path across the ranks, the stragglers with cause and cost
     analysis.device_steps()  # per rank with device kernels and step: where device time goes
     analysis.device_families("predicted")   # device time by family, as the simulator predicts it
     analysis.recorded_steps() # per rank and ProfilerStep#N: its operators, and those no other step holds
@@ -23,7 +24,7 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chakra_core.analysis import device_time, device_work, predicted, stats, step_work, validate
+from chakra_core.analysis import device_time, device_work, predicted, rank_timeline, stats, step_work, stragglers, validate
 from chakra_core.errors import ChakraError
 from chakra_core.format.etfile import ETReader, projected_schema, with_metadata
 from chakra_core.format.job import Job, rank_url
@@ -42,7 +43,7 @@ def read_columns(prediction: SystemConfig | None) -> tuple[str, ...]:
     findings() (the validator) reads every column."""
     simulated = nodes.read_columns(prediction, timeline=True) if prediction is not None else ()
     return tuple(dict.fromkeys((*stats.TRACE_COLUMNS, *stats.COLLECTIVE_COLUMNS, *device_work.COLUMNS,
-                                *step_work.COLUMNS, *simulated)))
+                                *step_work.COLUMNS, *rank_timeline.COLUMNS, *simulated)))
 
 
 def read_trace(url: str, prediction: SystemConfig | None) -> pa.Table:
@@ -120,6 +121,12 @@ class JobAnalysis:
     def summary_figures(self) -> dict:
         """summary() as a dict (nested figures stay dicts and lists)."""
         return stats.job_stats(dict(zip(self.ranks, self._trace_rows)), dict(zip(self.ranks, self._collectives)))
+
+    @cached_property
+    def straggler_report(self) -> dict:
+        """The critical path across the ranks and the stragglers with cause and cost
+        (analysis/stragglers.py's report)."""
+        return stragglers.job_report(self.job.tables, ranks=self.ranks)
 
     def summary(self) -> pa.Table:
         """The job's cross-rank figures as one row; nested figures are JSON text."""

@@ -11,6 +11,8 @@ the `job_history` table's rows. Metric names say their unit and, after a colon, 
 | `step_ns` | recorded device step: a step's span on the device, max over ranks | ns |
 | `predicted_step_ns` | the same step as the simulator predicts it without the profiler | ns |
 | `sim_finish_ns` | the whole trace on the reference system (every job that simulates) | ns |
+| `path_step_ns` | the recorded step on the critical path across the ranks (`chakra stragglers`; jobs of several ranks) | ns |
+| `rank_ns:<rank>:<cause>` | what a straggler costs the job a step, by rank and cause (`compute:<class>`, `host`, ...) | ns |
 | `sim_compute_ns`, `sim_host_ns`, `sim_exposed_comm_ns`, `sim_idle_ns` | its parts on the NPU that finishes last | ns |
 | `family_ns:<family>` | recorded device time of a kernel family per step, mean over device ranks | ns |
 | `idle_ns:<cause>` | recorded device idle time by cause per step, mean over device ranks | ns |
@@ -37,7 +39,7 @@ import pyarrow.compute as pc
 
 from chakra_core.analysis.device_time import CAUSES
 
-HEADLINES = ("step_ns", "predicted_step_ns", "sim_finish_ns")
+HEADLINES = ("step_ns", "predicted_step_ns", "sim_finish_ns", "path_step_ns")
 SIM_PARTS = {"compute_ns": "sim_compute_ns", "host_ns": "sim_host_ns", "exposed_comm_ns": "sim_exposed_comm_ns",
              "idle_ns": "sim_idle_ns"}
 # the numbers a program's recordings differ in from day to day (a step's index, a rank's thread): not the program
@@ -77,11 +79,14 @@ def part_of(metric: str) -> str | None:
 
 
 def figures(traces: list[dict], collectives: pa.Table | None, device_time: list[dict],
-            device_verdicts: list[dict], sim: Mapping | None) -> dict[str, float]:
+            device_verdicts: list[dict], sim: Mapping | None, path_step_ns: int = 0,
+            stragglers: Iterable[Mapping] = ()) -> dict[str, float]:
     """metric -> value for one job (see the module's table). `traces`: its `traces` rows (one per
     rank); `collectives`: its communication nodes (kind, comm_size); `device_time` and
     `device_verdicts`: its rows of those tables (both variants); `sim`: its `sim_results` row on
-    the reference system, None or not ok when it did not simulate."""
+    the reference system, None or not ok when it did not simulate; `path_step_ns` and
+    `stragglers`: its critical path's step across ranks and its `stragglers` rows (0 and none
+    for a job of one rank)."""
     out: dict[str, float] = {"ranks": len(traces), "nodes": sum(r["nodes"] for r in traces)}
     if traces:
         out["host_ns"] = sum(_compute_ns(r) - _compute_ns(r, "npu_") for r in traces) / len(traces)
@@ -91,6 +96,11 @@ def figures(traces: list[dict], collectives: pa.Table | None, device_time: list[
                 out[key] = out.get(key, 0.0) + ns / len(traces)
     out.update(_communication(collectives))
     out.update(_device(device_time, device_verdicts))
+    if path_step_ns:
+        out["path_step_ns"] = path_step_ns
+    for row in stragglers:
+        cause = f"{row['cause']}:{row['family']}" if row.get("family") else row["cause"]
+        out[f"rank_ns:{row['rank']}:{cause}"] = row["cost_ns"]
     return {k: float(v) for k, v in out.items() if v is not None} | simulated_figures(sim)
 
 

@@ -6,6 +6,7 @@ goes, its top kernels, its figures over the days, and what changed against the d
   to the compute time, since kernels of concurrent streams overlap), memory copies, device
   communication with no compute beside it, and idle time by cause.
 - `kernels`: the job's kernels by name (the `kernels` table), with their share of its time.
+- `stragglers`: the ranks that hold it back, with cause and cost (the `stragglers` table).
 - `against_day_before`: `chakra diff` (jobdiff.py) of the job on its latest earlier day and on
   the day: its figures judged as the nightly detection judges them, its kernels by name and
   its messages by kind and size.
@@ -111,6 +112,15 @@ def kernels(day: Day, job: str) -> list[dict]:
         SELECT name, family, count, total_ns, median_ns, ranks, total_ns / sum(total_ns) OVER () AS share
         FROM kernels WHERE date = {{date}} AND job_id = {literal(job)} ORDER BY total_ns DESC, name""")
     return rows.to_pylist()
+
+
+def stragglers(day: Day, job: str) -> list[dict]:
+    """The job's rows of the `stragglers` table on the day, biggest cost first."""
+    if not day.has("stragglers"):
+        return []
+    return day.query(f"""
+        SELECT rank, cause, family, operator, cost_ns, share, step_ns FROM stragglers
+        WHERE date = {{date}} AND job_id = {literal(job)} ORDER BY cost_ns DESC, rank""").to_pylist()
 
 
 def by_day(rows: list[dict]) -> dict[str, tuple[str, dict[str, float]]]:

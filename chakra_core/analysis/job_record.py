@@ -2,7 +2,8 @@
 collectives, its device time (`device_time` rows: job, rank, variant, family, ns, count;
 `device_verdicts` rows: one per rank and variant with span, busy, idle by cause, overlap,
 launches, what bounds the step and the number of steps, as recorded and as predicted), its
-kernels by name (`kernels` rows) and its program's fingerprint. The nightly writes these rows
+kernels by name (`kernels` rows), its stragglers (`stragglers` rows: one per straggler of a
+job of several ranks, analysis/stragglers.py) and its program's fingerprint. The nightly writes these rows
 to its tables; `chakra diff` compares two jobs through the same record. Jobs without device
 kernels have no device or kernel rows."""
 
@@ -32,6 +33,10 @@ DEVICE_VERDICTS = TableSchema("device_verdicts", (
     *(device_time.STEP.field(name) for name in VERDICT_FIGURES),
     column("steps", pa.int32())))
 KERNELS = TableSchema("kernels", (_JOB, *device_time.TOP.columns, column("ranks", pa.int32())))
+STRAGGLERS = TableSchema("stragglers", (
+    _JOB, _RANK, column("cause", pa.string()), column("family", pa.string(), nullable=True),
+    column("operator", pa.string(), nullable=True), column("cost_ns", pa.int64()), column("share", pa.float64()),
+    column("step_ns", pa.int64())))
 
 
 @dataclass
@@ -43,6 +48,8 @@ class JobRecord:
     device_time: list[dict] = field(default_factory=list)
     device_verdicts: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
+    stragglers: list[dict] = field(default_factory=list)
+    path_step_ns: int = 0  # the critical path's step across the ranks (0: one rank)
 
 
 def record_job(analysis: JobAnalysis) -> JobRecord:
@@ -50,7 +57,18 @@ def record_job(analysis: JobAnalysis) -> JobRecord:
     times, verdicts = device_rows(analysis)
     collectives = analysis.collectives() if analysis.job.tables else None
     return JobRecord(analysis.job.name, analysis.trace_rows(), collectives, fingerprint(analysis.job.tables),
-                     times, verdicts, kernel_rows(analysis))
+                     times, verdicts, kernel_rows(analysis), straggler_rows(analysis),
+                     analysis.straggler_report["step_ns"] if len(analysis.job.tables) > 1 else 0)
+
+
+def straggler_rows(analysis: JobAnalysis) -> list[dict]:
+    """One row per straggler of a job of several ranks, biggest cost first (none for one rank)."""
+    if len(analysis.job.tables) < 2:
+        return []
+    report = analysis.straggler_report
+    return [{"job_id": analysis.job.name, "rank": row["rank"], "cause": row["cause"], "family": row.get("family"),
+             "operator": row.get("operator"), "cost_ns": row["cost_ns"], "share": row["share"],
+             "step_ns": report["step_ns"]} for row in report["stragglers"]]
 
 
 def device_rows(analysis: JobAnalysis) -> tuple[list[dict], list[dict]]:

@@ -54,7 +54,8 @@ def side_of_traces(prefix: str, label: str | None = None) -> Side:
     job = Job.read(prefix)
     record = record_job(JobAnalysis(job, prefix))
     sim = simulated(simulate_reference(job.tables, job.comm_groups))
-    values = figures(record.traces, record.collectives, record.device_time, record.device_verdicts, sim)
+    values = figures(record.traces, record.collectives, record.device_time, record.device_verdicts, sim,
+                     record.path_step_ns, record.stragglers)
     messages = Counter()
     if record.collectives is not None:
         messages.update(zip(record.collectives.column("kind").to_pylist(),

@@ -6,7 +6,8 @@
   compute and communication on it) and the graph's depth and width (available parallelism).
 - `collective_rows(table)`: one row per communication node.
 - `job_stats(rows_by_rank, collectives_by_rank)`: across the ranks of a job: the imbalance of
-  communication bytes and counts (max / mean, max / min), and straggler ranks by compute time.
+  communication bytes and counts (max / mean, max / min) and compute by rank. Who holds the job
+  back, why and at what cost is analysis/stragglers.py's question.
 
 The critical path is the heaviest dependency path (ctrl and data deps) by duration_micros;
 communication nodes count with their recorded duration (0 when the trace did not measure it);
@@ -41,7 +42,6 @@ from chakra_core.format.nodenames import as_strings, on_names
 from chakra_core.format.normalize import normalize_table
 from chakra_core.table_schema import TableSchema, column
 
-STRAGGLER_FACTOR = 1.1  # compute time this much above the job's median marks a straggler rank
 
 # Operator classes by name keyword, first match wins (host operators and device kernels alike).
 OP_CLASSES = (
@@ -301,15 +301,9 @@ def _median(values: dict[int, int]) -> float:
     return float(np.median(list(values.values()))) if values else 0.0
 
 
-def stragglers(values: dict[int, int]) -> list[int]:
-    """The ranks whose value (compute time, device busy time) is above STRAGGLER_FACTOR x the median."""
-    median = _median(values)
-    return [r for r in sorted(values) if median and values[r] > STRAGGLER_FACTOR * median]
-
-
 def job_stats(rows_by_rank: dict[int, dict], collectives_by_rank: dict[int, pa.Table]) -> dict:
     """Across a job's ranks: imbalance of communication bytes and counts (overall and per
-    collective kind), and straggler ranks (compute time above STRAGGLER_FACTOR x the median)."""
+    collective kind), and compute time by rank."""
     ranks = sorted(rows_by_rank)
     comm_bytes = {r: _sum(collectives_by_rank[r].column("comm_size")) for r in ranks}
     comm_counts = {r: collectives_by_rank[r].num_rows for r in ranks}
@@ -324,6 +318,5 @@ def job_stats(rows_by_rank: dict[int, dict], collectives_by_rank: dict[int, pa.T
         "bytes_imbalance": _ratios(comm_bytes), "count_imbalance": _ratios(comm_counts),
         "bytes_imbalance_by_kind": {k: _ratios(v) for k, v in sorted(by_kind.items())},
         "compute_median_micros": _median(compute),
-        "stragglers": stragglers(compute),
         "bytes_by_rank": comm_bytes, "compute_by_rank": compute,
     }

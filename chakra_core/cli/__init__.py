@@ -20,13 +20,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from chakra_core.cli import convert, diff, files, fleet, replay, simulate, stats, viz, warehouse
+from chakra_core.cli import convert, diff, files, fleet, replay, simulate, stats, stragglers, viz, warehouse
 from chakra_core.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from chakra_core.errors import ChakraError
 from chakra_core.terminal import printable
 
 # in the order `chakra --help` lists their commands
-GROUPS = (files, simulate, stats, warehouse, diff, viz, convert, fleet, replay)
+GROUPS = (files, simulate, stats, stragglers, warehouse, diff, viz, convert, fleet, replay)
 
 
 class _VersionAction(argparse.Action):

@@ -15,6 +15,7 @@ from chakra_core.cli.common import (
     print_json,
     seconds,
 )
+from chakra_core.cli.stragglers import straggler_line
 from chakra_core.terminal import console, human_bytes, plain_table
 
 COMMANDS = {
@@ -27,7 +28,6 @@ def cmd_stats(args) -> int:
     from chakra_core.analysis import step_work
     from chakra_core.analysis.facade import read_trace
     from chakra_core.analysis.predicted import PREDICTION_SYSTEM, prediction_system
-    from chakra_core.analysis.stats import stragglers
 
     args.system = args.system or PREDICTION_SYSTEM
     system = prediction_system(args.system)[0]  # a bad system file is bad input before any trace is read
@@ -45,8 +45,9 @@ def cmd_stats(args) -> int:
             by_url[urls[rank]] = {"path": urls[rank], **row, "gpu": gpu.get(rank), "recorded_steps": own.to_pylist()}
             notes += [note for note in [step_work.note(urls[rank], own)] if note]
         if len(urls) > 1:
-            busy = {rank: figures["busy_ns"] for rank, figures in gpu.items()}
-            jobs.append({"job": prefix, **analysis.summary_figures(), "device_stragglers": stragglers(busy)})
+            cross = analysis.straggler_report
+            jobs.append({"job": prefix, **analysis.summary_figures(), "critical_path_step_ns": cross["step_ns"],
+                         "stragglers": cross["stragglers"]})
     rows = [by_url[url] for url, _ in tables]
     for row in rows:
         _note_set_aside(row)
@@ -147,8 +148,9 @@ def _print_stats(rows: list[dict], jobs: list[dict]) -> None:
     for job in jobs:
         b, c = job["bytes_imbalance"], job["count_imbalance"]
         out.print(f"{job['job']}: {job['ranks']} ranks; communication bytes max/mean {b['max_over_mean']:.2f} "
-                  f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; stragglers by compute: "
-                  f"{job['stragglers'] or 'none'}")
+                  f"(rank {b['max_rank']}), counts max/mean {c['max_over_mean']:.2f}; critical path "
+                  f"{job['critical_path_step_ns'] / 1e6:.2f} ms a step; stragglers (chakra stragglers): "
+                  + ("; ".join(straggler_line(row) for row in job["stragglers"]) or "none"))
 
 
 def _why_bounds_differ(bound: str) -> str:
@@ -202,9 +204,6 @@ def _print_device(rows: list[dict], jobs: list[dict]) -> None:
         for k in gpu["top_kernels"][:5]:
             out.print(f"  {k['total_ns'] // 1000:>9,} µs  {k['count']:>5,}×  median {k['median_ns'] / 1000:,.1f} µs  "
                       f"{k['family']:<13} {k['name'][:90]}")
-    for job in jobs:
-        if any(row.get("gpu") for row in traced if row["path"].startswith(job["job"] + ".")):
-            out.print(f"{job['job']}: stragglers by device busy time: {job['device_stragglers'] or 'none'}")
 
 
 def _note_set_aside(row: dict) -> None:
@@ -255,7 +254,8 @@ def add_parsers(sub) -> None:
                        "class, communication counts and bytes by type and process group, message-size quantiles, "
                        "the critical path (length, share of compute and communication) and the graph's depth and "
                        "width. For several <prefix>.<rank>.et files of one job: communication imbalance across "
-                       "ranks and straggler ranks. Traces with device kernels also get where device time goes "
+                       "ranks, the critical path's step time across them and the stragglers with cause and cost "
+                       "(the engine of chakra stragglers). Traces with device kernels also get where device time goes "
                        "over their profiled steps (busy, idle by cause, work by family, top kernels, overlap, "
                        "what bounds the step), as recorded and as simulated with --system. A readable table by "
                        "default.")

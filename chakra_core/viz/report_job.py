@@ -2,8 +2,8 @@
 beside it (job=<id>.timeline.json.gz simulated on the reference system, job=<id>.recorded.json.gz
 as recorded, linked with the day before's): where each rank's step goes, the job seen three ways
 (recorded, predicted without the profiler, simulated on the reference system) and why they can
-disagree on what bounds it, its top kernels, its history, and `chakra diff` (jobdiff.py) of the
-job on the day before and on the day."""
+disagree on what bounds it, the critical path across its ranks and its stragglers, its top
+kernels, its history, and `chakra diff` (jobdiff.py) of the job on the day before and on the day."""
 
 from __future__ import annotations
 
@@ -89,26 +89,52 @@ def converted_prefix(info: dict) -> tuple[str | None, str]:
 
     if info["nodes"] > MAX_TIMELINE_NODES:
         return None, (f"the job has {info['nodes']:,} trace nodes, more than the {MAX_TIMELINE_NODES:,} a report's "
-                      "timelines draw (`chakra timeline --recorded` or `--workload` draws it)")
+                      "pages read (`chakra timeline --recorded` or `--workload` and `chakra stragglers` draw it)")
     found = split_rank_url(info["path"] or "")
     if found is None:
         return None, "the traces table names no converted rank file of this job"
     return found[0], ""
 
 
+def _traces(info: dict, what: str):
+    """(the job's converted traces, "") or (None, a note saying why `what` has none)."""
+    from chakra_core.format.job import Job
+
+    prefix, why = converted_prefix(info)
+    if prefix is None:
+        return None, f"No {what}: {why}."
+    try:
+        return Job.read(prefix, info["ranks"]), ""
+    except (ChakraError, OSError) as exc:
+        return None, f"No {what}: {' '.join(str(exc).split())}"
+
+def critical_path(info: dict) -> tuple[str | None, str]:
+    """(the plot of the job's critical path across its ranks in its last recorded step, or None;
+    a note when there is none): `chakra stragglers`' engine over the converted traces."""
+    from chakra_core.analysis.stragglers import job_report
+
+    if info["ranks"] < 2:
+        return None, "One rank: no path across ranks."
+    traces, note = _traces(info, "critical path")
+    if traces is None:
+        return None, note
+    segments = job_report(traces.tables)["critical_path"]["segments"]
+    if not segments:
+        return None, "No critical path: the traces hold no timed steps."
+    return report_plots.critical_path(segments, info["ranks"]), ""
+
+
 def timeline(day: Day, job: str, info: dict, out_dir: str) -> tuple[str | None, str]:
     """(the timeline's file name beside the page, or None; a note when there is none): the job's
     converted traces simulated on the reference system."""
     from chakra_core.analysis.predicted import predict
-    from chakra_core.format.job import Job
     from chakra_core.sim.reference import reference_system
     from chakra_core.viz.timeline import timeline_from_simulation, write_timeline
 
-    prefix, why = converted_prefix(info)
-    if prefix is None:
-        return None, f"No timeline: {why}."
+    traces, note = _traces(info, "timeline")
+    if traces is None:
+        return None, note
     try:
-        traces = Job.read(prefix, info["ranks"])
         result = predict(traces, reference_system())
     except (ChakraError, OSError, ValueError, ArithmeticError) as exc:  # a job the model cannot run (times past
         return None, f"No timeline: {' '.join(str(exc).split())}"          # int64 overflow): a note, not a failed night
@@ -158,6 +184,7 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
     series = trend_series(history_rows)
     name, note = timeline(day, job, model["info"], out_dir)
     recorded, recorded_note = recorded_timeline(job, model["info"], out_dir)
+    path_plot, path_note = critical_path(model["info"])
     figures = today[1]
     simulated = job_day.simulated_parts(figures)
     sim_plot = (report_plots.step_bars([{"label": "slowest NPU", "parts": simulated}], "ms, the whole trace")
@@ -178,4 +205,5 @@ def job_page(day: Day, job: str, model: dict, history_rows: list[dict], out_dir:
         diff=diff, kernel_changes=[k for k in compared if k["status"] != "same"][:KERNEL_CHANGES_SHOWN],
         kernel_counts={s: sum(k["status"] == s for k in compared) for s in ("added", "vanished", "changed", "same")},
         timeline=name, timeline_note=note, recorded=recorded, recorded_note=recorded_note,
-        recorded_before=recorded_before(job, model["previous"], out_dir) if recorded else None)
+        recorded_before=recorded_before(job, model["previous"], out_dir) if recorded else None,
+        stragglers=job_day.stragglers(day, job), path_plot=path_plot, path_note=path_note)

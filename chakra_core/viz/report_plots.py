@@ -121,3 +121,27 @@ def family_bars(families: Sequence[dict]) -> str:
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylabel("ms, all jobs")
     return png_uri(fig)
+
+
+def critical_path(segments: Sequence[Sequence], ranks: int) -> str:
+    """A step's critical path across the ranks (segments: rank, kind, start ns, end ns, as
+    `chakra stragglers` gives them): one lane per rank, each stretch of the path on the rank that
+    held it, coloured by kind (`compute:<class>` by its class), a thin line where it crosses to the
+    rank that closed a join."""
+    height = 0.9 + 0.28 * ranks
+    fig, ax = figure(size=(9, height), layout=None)
+    fig.subplots_adjust(left=0.8 / 9, right=1 - 1.9 / 9, bottom=0.5 / height, top=1 - 0.1 / height)
+    origin = segments[0][2] if segments else 0
+    drawn: set = set()
+    for k, (rank, kind, start, end) in enumerate(segments):
+        part = kind.split(":", 1)[-1]
+        ax.barh(rank, (end - start) / 1e6, left=(start - origin) / 1e6, color=colour(part), height=0.6,
+                label=None if part in drawn else part)
+        drawn.add(part)
+        if k and segments[k - 1][0] != rank:
+            ax.plot([(start - origin) / 1e6] * 2, [segments[k - 1][0], rank], color="black", linewidth=0.6)
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms into the step")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return png_uri(fig)

@@ -44,7 +44,7 @@ def digest(outcome: JobOutcome, warehouse: str, date: str, run_id: str) -> JobDi
     name = part_name(run_id, outcome.job_id)
     rows = {"ingest_log": outcome.ingest, "rejects": outcome.rejects, "traces": outcome.traces,
             "device_time": outcome.device_time, "device_verdicts": outcome.device_verdicts,
-            "kernels": outcome.kernels}
+            "kernels": outcome.kernels, "stragglers": outcome.stragglers}
     if outcome.collectives is not None:
         rows["collectives"] = outcome.collectives
     files = {table: urls for table, data in rows.items() if (urls := write_rows(warehouse, table, date, name, data))}
@@ -53,6 +53,6 @@ def digest(outcome: JobOutcome, warehouse: str, date: str, run_id: str) -> JobDi
                       len(outcome.rejects))
     if outcome.prefix:
         found.figures = figures(outcome.traces, outcome.collectives, outcome.device_time, outcome.device_verdicts,
-                                None)
+                                None, outcome.path_step_ns, outcome.stragglers)
         found.selection_row = merged_rank_rows(outcome.traces) if outcome.traces else None
     return found

@@ -50,8 +50,8 @@ TRACES = TableSchema("traces", (_JOB, column("rank", pa.int32()), column("path",
                                 *step_work.TRACE_FIGURES))
 COLLECTIVES = TableSchema("collectives", (_JOB, column("rank", pa.int32()), *stats.COLLECTIVE_ROWS.columns))
 # the job record's device and kernel rows, with the night's run id
-DEVICE_TIME, DEVICE_VERDICTS, KERNELS = (t.extended(back=[_RUN]) for t in (
-    job_record.DEVICE_TIME, job_record.DEVICE_VERDICTS, job_record.KERNELS))
+DEVICE_TIME, DEVICE_VERDICTS, KERNELS, STRAGGLERS = (t.extended(back=[_RUN]) for t in (
+    job_record.DEVICE_TIME, job_record.DEVICE_VERDICTS, job_record.KERNELS, job_record.STRAGGLERS))
 
 
 class InconsistentRanks(ChakraError):
@@ -71,6 +71,8 @@ class JobOutcome:
     device_time: list[dict] = field(default_factory=list)
     device_verdicts: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
+    stragglers: list[dict] = field(default_factory=list)
+    path_step_ns: int = 0
     fingerprint: str | None = None
     by_rank: bool = False  # converted a Ray task per rank (pipeline/nightly/bigjobs.py)
 
@@ -120,10 +122,11 @@ def process_job(job: JobInput, date: str, warehouse: str, run_id: str,
                                     f"{culprit.name} of this job was rejected", run_id) for f in usable]
         return outcome
     outcome.traces, outcome.collectives, outcome.comm_groups = done.traces, done.collectives, done.comm_groups
-    outcome.device_time, outcome.device_verdicts, outcome.kernels = (
+    outcome.device_time, outcome.device_verdicts, outcome.kernels, outcome.stragglers = (
         [{**row, "run_id": run_id} for row in rows]
-        for rows in (done.record.device_time, done.record.device_verdicts, done.record.kernels))
-    outcome.fingerprint = done.record.fingerprint
+        for rows in (done.record.device_time, done.record.device_verdicts, done.record.kernels,
+                     done.record.stragglers))
+    outcome.fingerprint, outcome.path_step_ns = done.record.fingerprint, done.record.path_step_ns
     outcome.prefix, outcome.ranks = join(out_dir, job.job_id), len(done.et_files)
     set_aside = {f.name: done.set_aside[_stored_name(f)] for f in usable if _stored_name(f) in done.set_aside}
     outcome.rejects += [_reject(job, f, hashes, "convert", set_aside[f.name], run_id)
