@@ -7,8 +7,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.analysis.kernels import families
-from chakra_core.analysis.stats import _op_classes
+from chakra_core.analysis.stats import compute_classes
 from chakra_core.format.nodenames import NAMES, NameDictionary, as_strings, on_names
+from chakra_core.format.nodetypes import COMP
 from chakra_core.format.normalize import normalize_table
 
 BATCHES = [["aten::mm", "ProfilerStep#1", "aten::mm"], ["ncclDevKernel_AllReduce", None, "ProfilerStep#2"], [],
@@ -41,8 +42,15 @@ def test_questions_of_the_names_are_the_same_encoded_or_not():
     assert list(families(encoded)) == list(families(plain))
     assert families(encoded)[[3, 4, 5]].tolist() == ["communication", "other", "other"]  # a null name: the empty one's
     comp = pc.is_valid(plain)
-    assert _op_classes(pc.filter(encoded, comp)).to_pylist() == _op_classes(pc.filter(plain, comp)).to_pylist() == [
+    assert _classes(pc.filter(encoded, comp)) == _classes(pc.filter(plain, comp)) == [
         "gemm", "other", "gemm", "other", "other", "gemm", "gemm"]
+
+
+def _classes(names: pa.ChunkedArray) -> list[str]:
+    """stats.compute_classes of host compute nodes of these names."""
+    n = len(names)
+    return compute_classes(pa.table({"name": names, "type": pa.array([COMP] * n, pa.int32()),
+                                     "is_cpu_op": [True] * n, "stream": pa.nulls(n, pa.int64())})).to_pylist()
 
 
 def test_a_question_keeps_the_names_encoded_and_a_writer_gets_strings():
