@@ -91,9 +91,11 @@ def nightly(date: str | None = None, source: str = CHECKOUT_SOURCE, warehouse: s
         synthetic_jobs: synthetic jobs per NPU count; 0: no synthesis
         per_rank_bytes: a PyTorch job whose largest rank reads this many bytes converts a Ray task per rank
         announce: called with each stage's line as the stage ends, for the command line only; none: logged only
-        colocate: a cluster's network file: the day's representatives (or colocate_jobs) placed together on it
-            by colocate_placement, simulated on colocate_system (none: the reference system), into the
-            colocation table; none: no placement what-if
+        colocate: none: no placement what-if; else a cluster's network file: the day's representatives (or
+            colocate_jobs) placed together on it by colocate_placement, into the colocation table
+        colocate_placement: packed, interleaved, spread, random:SEED or a JSON file (with colocate)
+        colocate_jobs: none: the day's representatives; else the job ids placed together (with colocate)
+        colocate_system: none: the reference system; else the system file they are simulated on (with colocate)
     """
     date = date or (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     source, warehouse = in_checkout(source), in_checkout(warehouse)

@@ -82,3 +82,21 @@ def test_the_jax_converter_writes_each_ops_ns(tmp_path):
     timed = [(ns, us) for ns, us in zip(fine, micros) if ns is not None]
     assert timed and all(abs(ns - us * 1000) <= 1000 for ns, us in timed)
     assert any(ns % 1000 for ns, _ in timed)  # finer than whole microseconds
+
+
+def test_a_duration_no_int64_holds_in_ns_saturates_instead_of_wrapping():
+    """A corrupt node of 2**62 µs is 2**62 x 1000 ns: an int64 product wrapped it to 0 ns, and the
+    hostile night's unsimulable job simulated; its sums saturate too."""
+    import pyarrow as pa
+
+    from chakra_core.analysis.stats import trace_row
+    from chakra_core.format.durations import MAX_NS, durations_ns
+
+    table = pa.table({"duration_micros": pa.array([2**62, 5, None, 2**64 - 1], pa.uint64()),
+                      "duration_ns": pa.array([None, 5300, None, None], pa.int64())})
+    assert durations_ns(table).to_pylist() == [MAX_NS, 5300, 0, MAX_NS]
+    assert durations_ns(pa.table({"duration_micros": pa.array([7], pa.int64())})).to_pylist() == [7000]
+    row = trace_row(pa.table({"id": pa.array([1, 2], pa.uint64()), "name": ["aten::mm", "aten::add"],
+                              "type": pa.array([4, 4], pa.int32()),
+                              "duration_micros": pa.array([2**62, 3], pa.uint64())}))
+    assert row["compute_ns"] == MAX_NS

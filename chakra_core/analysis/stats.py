@@ -35,7 +35,7 @@ from chakra_core.format.depgraph import (
     lookup,
     to_numpy,
 )
-from chakra_core.format.durations import durations_ns
+from chakra_core.format.durations import MAX_NS, durations_ns
 from chakra_core.format.columns import COMM_TYPES, device_compute
 from chakra_core.format.nodetypes import COLL, COMM_NODE_TYPES, COMP, NODE_TYPES, SEND
 from chakra_core.format.nodenames import as_strings, on_names
@@ -119,10 +119,22 @@ def _sum(values) -> int:
     return int(pc.sum(values).as_py() or 0)
 
 
+def _sum_ns(values) -> int:
+    """A sum of ns durations, at most MAX_NS: a corrupt trace's centuries saturate, never wrap."""
+    return MAX_NS if _float_sum(values) >= MAX_NS else _sum(values)
+
+
+def _float_sum(values) -> float:
+    return pc.sum(pc.cast(values, pa.float64(), safe=False)).as_py() or 0.0  # (unsafe: past 2**53, approximate)
+
+
 def _grouped_sums(keys: pa.Array, values: pa.Array) -> dict:
-    """{key: [count, sum]} (nulls in keys grouped as "")."""
+    """{key: [count, sum]} (nulls in keys grouped as ""); sums that an int64 would wrap are
+    summed as floats (a corrupt trace's)."""
     if len(keys) == 0:
         return {}
+    if pa.types.is_integer(values.type) and _float_sum(values) >= MAX_NS:
+        values = pc.cast(values, pa.float64(), safe=False)
     t = pa.table({"k": pc.fill_null(keys.cast(pa.string()), ""), "v": pc.fill_null(values, 0)})
     g = t.group_by("k", use_threads=False).aggregate([([], "count_all"), ("v", "sum")])
     return {k: [c, int(s or 0)] for k, c, s in zip(g.column("k").to_pylist(), g.column("count_all").to_pylist(),
@@ -265,8 +277,8 @@ def trace_row(table: pa.Table) -> dict:
         "comm_by_kind": json.dumps(_grouped_sums(kinds, comm.column("comm_size").combine_chunks()), sort_keys=True),
         "comm_by_group": json.dumps(_grouped_sums(comm.column("pg_name").combine_chunks(),
                                                   comm.column("comm_size").combine_chunks()), sort_keys=True),
-        "compute_ns": _sum(comp_ns),
-        "npu_compute_ns": _sum(pc.filter(durations, on_npu)),
+        "compute_ns": _sum_ns(comp_ns),
+        "npu_compute_ns": _sum_ns(pc.filter(durations, on_npu)),
         "compute_ns_by_class": json.dumps(_grouped_sums(classes, comp_ns), sort_keys=True),
     }
 

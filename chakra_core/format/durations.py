@@ -13,12 +13,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+MAX_NS = 2**63 - 1  # an int64's largest: a duration beyond it (a corrupt trace's) is this, never wrapped
+
+
 def durations_ns(table: pa.Table) -> pa.Array:
     """Every node's duration in ns (int64, no nulls): its `duration_ns` where it has one (and
-    it is not negative), else `duration_micros` x 1000 (0 where neither is set; a table may
-    lack either column)."""
+    it is not negative), else `duration_micros` x 1000, at most MAX_NS (0 where neither is set;
+    a table may lack either column). An int64 product would wrap a corrupt 2**62 µs to 0 ns."""
     if "duration_micros" in table.column_names:
-        micros = pc.multiply(pc.cast(pc.fill_null(table.column("duration_micros"), 0), pa.int64()), 1000)
+        column = table.column("duration_micros")
+        cap = pa.scalar(MAX_NS // 1000 + 1).cast(column.type)  # in the column's own type: uint64 needs no cast
+        whole = pc.cast(pc.min_element_wise(pc.fill_null(column, 0), cap), pa.int64())
+        micros = pc.if_else(pc.greater(whole, MAX_NS // 1000), MAX_NS, pc.multiply(whole, 1000))
     else:
         micros = pa.nulls(table.num_rows, pa.int64()).fill_null(0)
     if "duration_ns" in table.column_names:

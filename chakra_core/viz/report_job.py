@@ -105,7 +105,7 @@ def _traces(info: dict, what: str):
         return None, f"No {what}: {why}."
     try:
         return Job.read(prefix, info["ranks"]), ""
-    except (ChakraError, OSError) as exc:
+    except (ChakraError, OSError, ValueError) as exc:  # (a path of the warehouse's holding a NUL: ValueError)
         return None, f"No {what}: {' '.join(str(exc).split())}"
 
 def critical_path(info: dict) -> tuple[str | None, str]:
