@@ -100,3 +100,23 @@ def test_a_duration_no_int64_holds_in_ns_saturates_instead_of_wrapping():
                               "type": pa.array([4, 4], pa.int32()),
                               "duration_micros": pa.array([2**62, 3], pa.uint64())}))
     assert row["compute_ns"] == MAX_NS
+
+
+def test_a_simulated_time_past_int64_is_one_simulation_error():
+    """The simulator's ticks are Python ints until numpy holds them: past 2**63 ns that was an
+    OverflowError (the synthesizer's check of a sampled job died of it)."""
+    import pyarrow as pa
+    import pytest
+
+    from chakra_core.sim.errors import SimulationError
+    from chakra_core.sim.reference import simulate_reference
+    from tools.make_drop import generate_job
+
+    job = generate_job(1)
+    first = job.tables[0]
+    i = first.schema.get_field_index("duration_micros")
+    durations = first.column(i).to_pylist()
+    durations[0] = 2**62
+    tables = [first.set_column(i, first.field(i), pa.array(durations, first.field(i).type)), *job.tables[1:]]
+    with pytest.raises(SimulationError, match=r"passes 2\*\*63 ns"):
+        simulate_reference(tables)

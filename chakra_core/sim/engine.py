@@ -202,6 +202,17 @@ def simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: Syst
     With share (the default), NPUs that run alike are simulated once (symmetry.py) where the
     shared run stands for the whole job, else the job runs unshared; the results are the
     same either way, and result.sharing says which ran."""
+    try:
+        return _simulate(job, network, system, comm_groups=comm_groups, mode=mode, traced_npus=traced_npus,
+                         scaling=scaling, record_timeline=record_timeline, share=share, **knobs)
+    except OverflowError:  # a tick past an int64: durations or sizes no real job has (a corrupt trace's)
+        raise SimulationError("the simulated time passes 2**63 ns (292 years): a node's duration or size is no "
+                              "real job's") from None
+
+
+def _simulate(job: Job | Sequence[pa.Table], network: NetworkConfig, system: SystemConfig, *,
+              comm_groups: dict[int, tuple[int, ...]] | None, mode: str, traced_npus: int | None, scaling: str,
+              record_timeline: bool, share: bool, **knobs) -> SimResult:
     tables, groups = (job.tables, job.comm_groups) if isinstance(job, Job) else (list(job), {})
     if comm_groups is not None:
         groups = comm_groups
