@@ -20,18 +20,12 @@ Steps 2 and 3 (0-based) of five are recorded (`ProfilerStep#2`, `ProfilerStep#3`
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
 
-from chakra_core.replay.launch import free_port
+from tools.gloo_recording import gloo_rank, recorded_steps, spawn_ranks, write_job
 
 WORLD, MICRO_BATCHES, STEPS, WARMUP, ACTIVE = 2, 4, 5, 2, 2
 BATCH, WIDTH, SEED = 8, 256, 1234
@@ -85,42 +79,20 @@ def _stage1_step(model, optimizer, mode: str) -> None:
 
 
 def _worker(rank: int, port: int, mode: str, run_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
-    torch.set_num_threads(1)
-    torch.manual_seed(SEED + rank)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, port, WORLD, SEED):
         model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         step = _stage0_step if rank == 0 else _stage1_step
-        out = Path(run_dir)
-        observer = ExecutionTraceObserver().register_callback(str(out / f"rank{rank}.et.json"))
-        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=WARMUP, active=ACTIVE),
-                     execution_trace_observer=observer,
-                     on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"rank{rank}.kineto.json"))) as prof:
-            for _ in range(STEPS):
-                step(model, optimizer, mode)
-                prof.step()
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        recorded_steps(rank, run_dir, STEPS, WARMUP, ACTIVE, lambda: step(model, optimizer, mode))
 
 
 def record(mode: str, out_root: Path) -> Path:
     run_dir = out_root / f"pipeline_{mode}-w{WORLD}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(free_port(), mode, str(run_dir)), nprocs=WORLD, join=True)
-    for path in sorted(run_dir.glob("rank*.json")):
-        with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path.unlink()
-    job = {"job_id": run_dir.name, "model": f"MLP {WIDTH}-{WIDTH}-{WIDTH} per stage, batch {BATCH}, SGD",
-           "world_size": WORLD, "backend": "gloo", "device": "cpu",
-           "parallelism": f"pipeline, 2 stages, 1F1B over {MICRO_BATCHES} micro-batches, p2p by "
+    spawn_ranks(_worker, WORLD, run_dir, mode)
+    write_job(run_dir, model=f"MLP {WIDTH}-{WIDTH}-{WIDTH} per stage, batch {BATCH}, SGD", world_size=WORLD,
+              parallelism=f"pipeline, 2 stages, 1F1B over {MICRO_BATCHES} micro-batches, p2p by "
                           + ("batch_isend_irecv" if mode == "batch" else "isend then irecv"),
-           "steps_recorded": ACTIVE, "torch_version": torch.__version__, "recipe": "ExecutionTraceObserver + profiler"}
-    (run_dir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
+              steps_recorded=ACTIVE)
     return run_dir
 
 

@@ -24,20 +24,13 @@ Each run is `<out>/<run>[-<tag>]-w4/`: `rank<R>.et.json.gz`, `rank<R>.kineto.jso
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
-from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
 
-from chakra_core.replay.launch import free_port
+from tools.gloo_recording import gloo_rank, recorded_steps, spawn_ranks, write_job
 
 WORLD, STEPS, WARMUP, ACTIVE = 4, 6, 2, 3
 BATCH, WIDTH, SEED = 32, 512, 1234
@@ -72,26 +65,12 @@ def _step(rank: int, run: str, model, optimizer) -> None:
 
 
 def _worker(rank: int, port: int, run: str, run_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
-    torch.set_num_threads(1)
-    torch.manual_seed(SEED + rank)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.manual_seed(SEED)
+    with gloo_rank(rank, port, WORLD, SEED):
+        torch.manual_seed(SEED)  # one model on every rank, then each rank's own data
         model = DistributedDataParallel(_model())
         torch.manual_seed(SEED + rank)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        out = Path(run_dir)
-        observer = ExecutionTraceObserver().register_callback(str(out / f"rank{rank}.et.json"))
-        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=WARMUP, active=ACTIVE),
-                     execution_trace_observer=observer,
-                     on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"rank{rank}.kineto.json"))) as prof:
-            for _ in range(STEPS):
-                _step(rank, run, model, optimizer)
-                prof.step()
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        recorded_steps(rank, run_dir, STEPS, WARMUP, ACTIVE, lambda: _step(rank, run, model, optimizer))
 
 
 def _straggler(run: str) -> dict | None:
@@ -106,18 +85,9 @@ def _straggler(run: str) -> dict | None:
 
 def record(run: str, out_root: Path, tag: str = "") -> Path:
     run_dir = out_root / f"{run}{'-' + tag if tag else ''}-w{WORLD}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    mp.spawn(_worker, args=(free_port(), run, str(run_dir)), nprocs=WORLD, join=True)
-    for path in sorted(run_dir.glob("rank*.json")):
-        with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path.unlink()
-    job = {"job_id": run_dir.name, "model": f"MLP 64-{WIDTH}-{WIDTH}-10, batch {BATCH}/rank, SGD",
-           "world_size": WORLD, "backend": "gloo", "device": "cpu", "parallelism": "data parallel (DDP)",
-           "straggler": _straggler(run), "steps_recorded": ACTIVE, "torch_version": torch.__version__,
-           "recipe": "ExecutionTraceObserver + profiler"}
-    (run_dir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
+    spawn_ranks(_worker, WORLD, run_dir, run)
+    write_job(run_dir, model=f"MLP 64-{WIDTH}-{WIDTH}-10, batch {BATCH}/rank, SGD", world_size=WORLD,
+              parallelism="data parallel (DDP)", straggler=_straggler(run), steps_recorded=ACTIVE)
     return run_dir
 
 
