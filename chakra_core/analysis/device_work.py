@@ -155,7 +155,14 @@ def host_steps(table: pa.Table, host: np.ndarray, names: pa.Array | pa.ChunkedAr
     the timed `ProfilerStep#N` nodes among the host ones; and their names in time order. Without
     them every timed node is in the one step WHOLE_TRACE."""
     start, _ = recorded_times(table)
-    marks = np.flatnonzero(host & (start >= 0) & step_marks(names))
+    return steps_by_start(start, np.flatnonzero(host & (start >= 0) & step_marks(names)), names)
+
+
+def steps_by_start(start: np.ndarray, marks: np.ndarray, names: pa.Array | pa.ChunkedArray
+                   ) -> tuple[np.ndarray, list[str]]:
+    """Each node's step by its start (ns, -1: untimed; -1 also before the first), the steps being
+    the rows `marks` (timed `ProfilerStep#N` nodes), and their names in time order; without marks
+    every timed node is in the one step WHOLE_TRACE."""
     if not len(marks):
         return np.where(start >= 0, 0, -1), [WHOLE_TRACE]
     marks = marks[np.argsort(start[marks], kind="stable")]

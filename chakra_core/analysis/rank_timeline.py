@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chakra_core.analysis import intervals
-from chakra_core.analysis.device_work import WHOLE_TRACE, recorded_times, step_marks
+from chakra_core.analysis.device_work import recorded_times, step_marks, steps_by_start
 from chakra_core.analysis.stats import op_class
 from chakra_core.format.depgraph import to_numpy
 from chakra_core.format.nodetypes import CALL_OWN_TIME_PREFIXES, COLL, COMP, HOST_GAP_PREFIXES, RECV, SEND
@@ -150,7 +150,7 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
     # device's ops, a GPU's kernels), each stretch labelled by the latest-started op running
     device = (types == COMP) & ~cpu & timed & (end > start)
     host = _main_thread(tids, (types == COMP) & cpu & timed & (end > start), marks) | device
-    step, step_names = _step_of(start, np.flatnonzero((types == COMP) & cpu & marks & timed), names_column)
+    step, step_names = steps_by_start(start, np.flatnonzero((types == COMP) & cpu & marks & timed), names_column)
     ops = np.flatnonzero(host & ~marks & (step >= 0))
     comm_rows = np.flatnonzero(np.isin(types, (COLL, SEND, RECV)))
     timeline = RankTimeline(rank, steps=step_names)
@@ -170,18 +170,6 @@ def rank_timeline(table: pa.Table, rank: int, times: tuple[np.ndarray, np.ndarra
         events[place] = ("work", sum(parts.values()), parts)
     timeline.events = events
     return timeline
-
-
-def _step_of(start: np.ndarray, marks: np.ndarray, names) -> tuple[np.ndarray, list[str]]:
-    """Each node's step by its start (-1: untimed or before the first), the steps being the
-    `ProfilerStep#N` rows `marks`, and their names in time order; without them every timed node is
-    in the one step WHOLE_TRACE (as device_work.host_steps, from the times already in hand)."""
-    if not len(marks):
-        return np.where(start >= 0, 0, -1), [WHOLE_TRACE]
-    marks = marks[np.argsort(start[marks], kind="stable")]
-    step = np.searchsorted(start[marks], start, side="right") - 1
-    step[start < 0] = -1
-    return step, names.take(pa.array(marks)).to_pylist()
 
 
 def _step_windows(step, start, end, rows, steps: int) -> tuple[np.ndarray, np.ndarray]:
