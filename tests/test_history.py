@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pytest
+from nights import run_nights
 
 from chakra_core.analysis import changes
 from chakra_core.analysis.history import figures, fingerprint, shown, unit
@@ -152,30 +153,8 @@ def _drop_day(root: Path, date: str, inject: bool) -> None:
 
 @pytest.fixture(scope="module")
 def three_nights(tmp_path_factory):
-    import ray
-
-    from pipeline import tables
-    from pipeline.cluster import start_ray
-    from pipeline.nightly.run import run_day
-    from pipeline.simulation import load_sweep
-
-    root = tmp_path_factory.mktemp("history")
-    source, warehouse = root / "drops", root / "warehouse"
-    sweep = root / "sweep.yaml"
-    sweep.write_text("systems:\n  - {name: ring-native, network: native-ring, system: reference}\n")
-    ray.shutdown()
-    start_ray(num_cpus=2)
     days = {"2026-11-23": False, "2026-11-24": False, "2026-11-25": True}
-    nights = {}
-    try:
-        for date, inject in days.items():
-            _drop_day(source, date, inject)
-            day = run_day(date, source.as_uri(), warehouse.as_uri(), load_sweep(str(sweep)), synthetic_jobs=0)
-            tables.commit_night(warehouse.as_uri(), date, day.files, day.run_id)
-            nights[date] = day
-    finally:
-        ray.shutdown()
-    return warehouse, source, nights
+    return run_nights(tmp_path_factory.mktemp("history"), days, _drop_day)
 
 
 @pytest.mark.slow

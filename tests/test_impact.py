@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 from datapaths import DATASETS
+from nights import run_nights
 
 from chakra_core.format.job import Job
 from tools import drift
@@ -41,30 +42,10 @@ def _drop_day(root, date: str, inject: bool) -> None:
 
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory):
-    import ray
-
-    from pipeline import tables
-    from pipeline.cluster import start_ray
-    from pipeline.nightly.run import run_day
-    from pipeline.simulation import load_sweep
-
-    root = tmp_path_factory.mktemp("impact")
-    source, warehouse = root / "drops", root / "warehouse"
-    sweep = root / "sweep.yaml"
-    sweep.write_text("systems:\n  - {name: ring-native, network: native-ring, system: reference}\n")
-    ray.shutdown()
-    start_ray(num_cpus=2)
-    done = {}
-    try:
-        for date, inject in DAYS.items():
-            _drop_day(source, date, inject)
-            day = run_day(date, source.as_uri(), warehouse.as_uri(), load_sweep(str(sweep)), synthetic_jobs=0)
-            tables.commit_night(warehouse.as_uri(), date, day.files, day.run_id)
-            done[date] = day.tables["regressions"].to_pylist()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(source, ignore_errors=True)
-    return done
+    """date -> the night's regressions rows."""
+    _, source, done = run_nights(tmp_path_factory.mktemp("impact"), DAYS, _drop_day)
+    shutil.rmtree(source, ignore_errors=True)
+    return {date: day.tables["regressions"].to_pylist() for date, day in done.items()}
 
 
 @pytest.mark.slow
