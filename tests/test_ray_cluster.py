@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import _free_port, s3_env
+from process_groups import stop_process_groups
 
 import ray
 import prefect  # noqa: F401  (needed: a missing dependency fails, not skips)
@@ -78,29 +78,9 @@ def _head(env: dict, temp: str) -> tuple[subprocess.Popen, int]:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     return head, port
             time.sleep(0.2)
-        _stop([head])
+        stop_process_groups([head])
     tail = Path(head.log).read_text(errors="replace")[-2000:]
     raise AssertionError(f"no Ray head came up in 3 tries; the last one's output ({head.log}):\n{tail}")
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """The `ray start --block` processes and the raylets, GCS and workers of their sessions: all
-    terminated together (a node waits for the others otherwise), killed after 5 s."""
-    def signal_all(sig):
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            signal_all(signal.SIGKILL)
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +103,7 @@ def cluster(s3_server):
             yield address
     finally:
         ray.shutdown()
-        _stop(procs)
+        stop_process_groups(procs)
         for folder in (temp, elsewhere):
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -77,6 +77,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # conftest's s3_env
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from bench_fleet_driver import peak_rss, measured_nightly, private_prefect  # noqa: E402  (the measured night)
+from process_groups import stop_process_groups  # noqa: E402
+
+from pipeline.cluster import end_processes  # noqa: E402
 
 RAY = str(Path(sys.executable).parent / "ray")
 DATE = "2026-11-20"
@@ -188,7 +191,7 @@ def _node(env: dict, cwd: str, temp: str, *args: str, head: bool, procs: list) -
         time.sleep(0.3)
     why = f"exit {proc.returncode}" if proc.poll() is not None else "after 120 s"
     print(f"(a `ray start` failed or hung ({why}), tried again; its output:\n{_tail(proc.log, 1500)})", flush=True)
-    stop_processes([proc])
+    stop_process_groups([proc])
     procs.remove(proc)
     return None
 
@@ -225,29 +228,6 @@ def _tail(path: str, chars: int = 3000) -> str:
         return f"({path}: {e})"
 
 
-def stop_processes(procs: list[subprocess.Popen]) -> None:
-    """The process groups of procs (each started in a session of its own): all terminated
-    together (a Ray node waits for the others otherwise), killed after 5 s."""
-    def signal_all(sig):
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            signal_all(signal.SIGKILL)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-
-
 def stop_leftovers(tmp: str) -> list[int]:
     """Processes still alive whose command line names this run's temporary folder (Ray's
     servers and workers of the nodes started here, which may have left their process group):
@@ -267,19 +247,7 @@ def stop_leftovers(tmp: str) -> list[int]:
         return found
 
     left = ours()
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and ours():
-        time.sleep(0.2)
-    for pid in ours():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    end_processes(set(left), 5)
     return left
 
 
@@ -479,8 +447,8 @@ def run(args) -> None:
                 print(f"`ray start` ({proc.log}) exited with {proc.returncode}:\n{_tail(proc.log)}")
     finally:
         if driver is not None:
-            stop_processes([driver])  # its session: Prefect's ephemeral server with it
-        stop_processes(procs)
+            stop_process_groups([driver])  # its session: Prefect's ephemeral server with it
+        stop_process_groups(procs)
         left = stop_leftovers(tmp)
         if left:
             print(f"(stopped {len(left)} leftover process(es) of this run: {left})")
