@@ -108,8 +108,8 @@ def reverted(tables: list[pa.Table], metric: str, factor: float) -> list[pa.Tabl
         for column in columns:
             if column in table.column_names and mask.any():
                 values = table.column(column).combine_chunks()
-                scaled = np.rint(to_numpy(values, 0).astype(np.float64) * factor).astype(np.int64)
-                new = pa.array(np.where(mask, scaled, to_numpy(values, 0)), pa.int64()).cast(values.type)
+                now = to_numpy(values, 0).astype(np.int64)
+                new = pa.array(np.where(mask, np.rint(now * factor).astype(np.int64), now)).cast(values.type)
                 table = table.set_column(table.schema.get_field_index(column), column,  # a null stays null
                                          pc.if_else(pc.is_valid(values), new, pa.nulls(len(values), values.type)))
         out.append(table)

@@ -43,12 +43,21 @@ def step_parts(verdict: dict, families: list[dict]) -> dict[str, float]:
     compute = {f["family"]: f["ns"] for f in families if f["family"] != COMMUNICATION}
     total = sum(compute.values())
     scale = verdict["compute_ns"] / total if total > verdict["compute_ns"] and total else 1.0
+    return _named_parts({name: ns * scale / steps for name, ns in compute.items()},
+                        {cause: verdict[f"idle_{cause}_ns"] / steps for cause in CAUSES},
+                        communication=max(verdict["busy_ns"] - verdict["compute_ns"], 0) / steps)
+
+
+def _named_parts(families: dict[str, float], idle: dict[str, float], communication: float = 0.0
+                 ) -> dict[str, float]:
+    """A step's parts as the bars name them: device time by family, largest first (copies and
+    sets as one `memcpy`), then communication, then idle by cause; only those above 0."""
     parts: dict[str, float] = defaultdict(float)
-    for name, ns in sorted(compute.items(), key=lambda kv: -kv[1]):
-        parts["memcpy" if name in MEMCPY else name] += ns * scale / steps
-    parts["communication"] = max(verdict["busy_ns"] - verdict["compute_ns"], 0) / steps
-    for cause in CAUSES:
-        parts[IDLE_LABELS[cause]] = verdict[f"idle_{cause}_ns"] / steps
+    for name, ns in sorted(families.items(), key=lambda kv: -kv[1]):
+        parts["memcpy" if name in MEMCPY else name] += ns
+    parts["communication"] += communication
+    for cause, ns in idle.items():
+        parts[IDLE_LABELS[cause]] = ns
     return {k: v for k, v in parts.items() if v > 0}
 
 
@@ -82,16 +91,10 @@ def history_parts(figures: dict[str, float]) -> dict[str, float]:
     """One day's step as parts in ns from its job_history figures: device time by family and idle
     by cause per step (means over ranks) for a job with device work, else the simulated finish's
     parts (simulated_parts)."""
-    families = {m.split(":", 1)[1]: v for m, v in figures.items() if m.startswith("family_ns:") and v > 0}
-    if not families:
+    families = {m.split(":", 1)[1]: v for m, v in figures.items() if m.startswith("family_ns:")}
+    if not any(v > 0 for v in families.values()):
         return simulated_parts(figures)
-    parts: dict[str, float] = defaultdict(float)
-    for name, ns in sorted(families.items(), key=lambda kv: -kv[1]):
-        parts["memcpy" if name in MEMCPY else name] += ns
-    for cause in CAUSES:
-        if figures.get(f"idle_ns:{cause}"):
-            parts[IDLE_LABELS[cause]] = figures[f"idle_ns:{cause}"]
-    return dict(parts)
+    return _named_parts(families, {cause: figures.get(f"idle_ns:{cause}") or 0.0 for cause in CAUSES})
 
 
 def before_after(rows: list[dict], date: str) -> list[dict]:
